@@ -95,7 +95,12 @@ typedef struct lkv_prefill_args {
 /* Materialise (the Block-Attention baseline): copy the K slabs of n_blocks source pages into
  * dst pages, re-rotated from document-local positions by delta (keys then sit at absolute
  * positions delta + j), and copy V slabs unchanged, for every layer. src and dst pages are
- * in the same arena layout. */
+ * in the same arena layout. Every token slot is copied (zero slots stay zero); K is widened
+ * to fp32, rotated with fp64 angles and rounded once back to shape.dtype. A src page may equal
+ * its dst page (in place). For ALiBi and NONE there is nothing to rotate: it is a plain copy,
+ * and materialised blocks must keep their document start in their references (the ALiBi bias
+ * comes from it). Materialised RoPE blocks are attended with start 0 and their original block
+ * index (key at position start + block * B + t = block * B + t, query rotated by p). */
 typedef struct lkv_materialise_args {
     lkv_kv_shape shape;
     const lkv_posenc *pe;
@@ -110,9 +115,31 @@ typedef struct lkv_materialise_args {
 
 /* CPU reference implementations (fp32 math, fp64 angles). Return 0 or LKV_EINVAL on a bad
  * shape, bad reference (page out of arena is not checked here: callers own the arena) or a
- * position past LKV_MAX_POSITION. */
+ * position past LKV_MAX_POSITION. In detail, LKV_EINVAL (nothing written) for: a NULL args or
+ * pe, pe built for another head_dim (or ALiBi slopes for fewer heads), layer out of range,
+ * page_bytes < lkv_block_bytes, unknown flags, a non-finite sm_scale, a reference whose valid
+ * count exceeds block_tokens, a decode query position outside 0..LKV_MAX_POSITION or before the
+ * last key of one of its references, ref_offset negative or decreasing, a prefill whose last
+ * new token is past LKV_MAX_POSITION or whose references are not all before new_start, and a
+ * materialise delta outside 0..LKV_MAX_POSITION. batch 0 / n_blocks 0 do nothing. Only the
+ * valid tokens of each block are read (unused slots may hold anything). lkv_posenc.h has the
+ * angle and rotation helpers these use. */
 int lkv_attn_decode_cpu(const lkv_decode_args *a);
 int lkv_attn_prefill_cpu(const lkv_prefill_args *a);
 int lkv_materialise_cpu(const lkv_materialise_args *a);
+
+/* Sets how many threads lkv_attn_decode_cpu / lkv_attn_prefill_cpu may use per call (the caller
+ * included): n >= 1, or 0 (the default) for all online CPUs, at most 64. Small calls use fewer.
+ * Results are bitwise identical for every thread count. The calls are reentrant. */
+void lkv_attn_cpu_set_threads(int n);
+
+/* Merges two partial attention results over disjoint key sets (e.g. two halves of a split-KV
+ * decode, each with its lse): out = (e^lse_a out_a + e^lse_b out_b) / (e^lse_a + e^lse_b) and
+ * lse = log(e^lse_a + e^lse_b), per row. out_* are [n_rows][head_dim], lse_* [n_rows] (a row is
+ * one (token, query head)); a side with lse = -inf contributes nothing, and two empty sides give
+ * out = 0, lse = -inf. All pointers are borrowed; out may equal out_a or out_b and lse may equal
+ * lse_a or lse_b (element-wise in place). */
+void lkv_attn_merge_cpu(int n_rows, int head_dim, const float *out_a, const float *lse_a,
+                        const float *out_b, const float *lse_b, float *out, float *lse);
 
 #endif

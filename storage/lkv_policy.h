@@ -12,7 +12,14 @@
  *   gdsf  Greedy-Dual-Size-Frequency: priority = clock + freq * cost / size, evict the lowest,
  *         clock = priority of the last victim (aging). cost is given per admit (bytes for a
  *         byte hit rate; 1 for a document hit rate).
- *   (more kinds may be added; lkv_policy_parse lists them all in its error message)
+ *   lfuda LFU with Dynamic Aging: priority = clock + freq (size-blind; a byte hit rate policy).
+ *   tinylfu  LRU eviction behind a TinyLFU admission filter: a count-min sketch (4 rows of
+ *         16-bit counters, halved every 10 x width records) remembers how often each id was
+ *         asked for, present or not; a new id is admitted only if it was asked for more often
+ *         than every victim it would displace (lkv_policy_would_admit).
+ *   tlfu-gdsf  GDSF whose frequency is the sketch's estimate (history survives eviction),
+ *         behind the same admission filter comparing freq * cost / size instead of freq.
+ *   (more kinds may be added; lkv_policy_names lists them all)
  *
  * Pinned entries (leases) are never chosen as victims. Not thread-safe: the caller serialises.
  */
@@ -26,6 +33,9 @@ typedef struct lkv_policy lkv_policy; /* Opaque. */
 enum lkv_policy_kind {
     LKV_POLICY_LRU = 0,
     LKV_POLICY_GDSF = 1,
+    LKV_POLICY_LFUDA = 2,
+    LKV_POLICY_TINYLFU = 3,
+    LKV_POLICY_TLFU_GDSF = 4,
     LKV_POLICY__COUNT
 };
 
@@ -71,6 +81,27 @@ int lkv_policy_contains(const lkv_policy *p, uint64_t id);
 uint64_t lkv_policy_bytes_used(const lkv_policy *p);   /* Sum of admitted sizes. */
 uint64_t lkv_policy_bytes_pinned(const lkv_policy *p); /* Sum of pinned sizes. */
 uint64_t lkv_policy_budget(const lkv_policy *p);
-uint64_t lkv_policy_count(const lkv_policy *p);        /* Entries present. */
+uint64_t lkv_policy_count(const lkv_policy *p); /* Entries present. */
+
+/* Returns the number of victims chosen so far (lkv_policy_remove does not count). */
+uint64_t lkv_policy_evictions(const lkv_policy *p);
+
+/* Records one request for id, present or not, in the policy's frequency history. Kinds with a
+ * sketch (tinylfu, tlfu-gdsf) need it on every lookup, before touch or admit; the others
+ * ignore it. Never fails. */
+void lkv_policy_record(lkv_policy *p, uint64_t id);
+
+/* Sizes the frequency sketch for about ids distinct ids (default 4096, rounded up to a power
+ * of two) and forgets its history. No effect for kinds without a sketch. */
+int lkv_policy_sketch_size(lkv_policy *p, uint64_t ids);
+
+/* Returns 1 if the admission filter accepts id (absent) of size bytes and cost now, else 0:
+ * always 1 for kinds without a filter, or when it fits without evicting. Changes nothing; the
+ * caller that gets 0 serves the document without caching it (or keeps it in a lower tier). */
+int lkv_policy_would_admit(const lkv_policy *p, uint64_t id, uint64_t bytes, double cost);
+
+/* Writes into names (size n, NUL-terminated, truncated) the kind names separated by ", ".
+ * Returns the length it needed. */
+int lkv_policy_names(char *names, int n);
 
 #endif

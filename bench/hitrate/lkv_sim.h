@@ -1,0 +1,153 @@
+/*
+ * lkv_sim.h: trace-driven hit-rate simulator over the real eviction policy (storage/lkv_policy).
+ *
+ * A trace is a list of RAG requests, each an ordered list of documents (dense indices into a
+ * pool with a token length each). A cache model decides what a lookup is keyed on and what
+ * occupies the byte budget; every model drives lkv_policy, the code lazykvd runs, in-process and
+ * metadata only (no arena, RocksDB, gRPC or GPU).
+ *
+ * Models (all under the same budget and trace):
+ *   prefix    vLLM automatic prefix caching: the prompt (documents concatenated, then the
+ *             question) is cut into block_tokens-token blocks keyed by a hash chain from
+ *             position 0; a block hits only if every block before it hit. Only full blocks of
+ *             document tokens are cached (a block with question tokens is unique).
+ *   exact     position-aware, exact offset (CacheBlend / Prompt Cache): a document's KV is keyed
+ *             by (document, token offset in the prompt); another offset is another copy.
+ *   copy      position-aware, copy per use (Block-Attention in vLLM): stored once keyed by
+ *             document, but every hit makes a rotated copy of the same size that is pinned in
+ *             the budget while its request is in flight (inflight requests at a time); a hit
+ *             whose copy cannot get room is served as a miss (recomputed).
+ *   agnostic  lazykv / LazyAttention: stored once keyed by document, reused at any offset.
+ *   oracle    a reference, not a cache: position-agnostic, holding from the start (pinned)
+ *             the documents the whole trace uses most, greedily by use count until the budget
+ *             is full (the static top-C optimum when requests are independent draws and
+ *             documents are equal-sized). It ignores the policy.
+ * Document KV is right-padded to whole blocks (as LazyAttention stores it) in every model but
+ * prefix, whose blocks span document boundaries.
+ *
+ * In use = pinned: KV an in-flight request uses (its documents, prefix blocks or copies) is
+ * pinned until the request leaves flight (inflight requests at a time, the oldest leaves when
+ * a new one arrives), as vLLM holds a running request's blocks. What cannot get room is
+ * computed but not cached (queueing is not modelled).
+ * Shared budget (optional): the budget is one GPU's KV memory, so each in-flight request also
+ * holds its question + output tokens of KV.
+ *
+ * Metrics: block hit rate = document KV tokens served from cache / document KV tokens asked
+ * for (equivalently 16-token blocks, up to padding); document hit rate = documents served
+ * entirely from cache / documents asked for. Requests before warmup are run but not counted.
+ */
+#ifndef LKV_SIM_H
+#define LKV_SIM_H
+
+#include <stdint.h>
+
+enum lkv_sim_model {
+    LKV_SIM_PREFIX = 0,
+    LKV_SIM_EXACT = 1,
+    LKV_SIM_COPY = 2,
+    LKV_SIM_AGNOSTIC = 3,
+    LKV_SIM_ORACLE = 4,
+    LKV_SIM__COUNT
+};
+
+enum lkv_sim_len {
+    LKV_SIM_LEN_FIXED = 0,     /* Every document a tokens. */
+    LKV_SIM_LEN_UNIFORM = 1,   /* Uniform integer in [a, b]. */
+    LKV_SIM_LEN_LOGNORMAL = 2, /* Median a, sigma b, clamped to [16, max_tokens]. */
+};
+
+/* A trace: requests of documents. All arrays are owned by the trace (lkv_sim_trace_free). */
+typedef struct lkv_sim_trace {
+    uint32_t ndocs;       /* Documents in the pool (dense indices 0..ndocs-1). */
+    uint32_t *doc_tokens; /* [ndocs] token length of each document. */
+    uint64_t nreq;        /* Requests. */
+    uint64_t *req_off;    /* [nreq + 1] request r is docs[req_off[r] .. req_off[r+1]). */
+    uint32_t *docs;       /* Document indices of all requests, in prompt order. */
+} lkv_sim_trace;
+
+/* A synthetic workload. */
+typedef struct lkv_sim_gen {
+    uint32_t ndocs;      /* Pool size. */
+    int len_kind;        /* enum lkv_sim_len. */
+    double len_a;        /* See enum lkv_sim_len. */
+    double len_b;        /* See enum lkv_sim_len. */
+    uint32_t max_tokens; /* Clamp for lognormal lengths. */
+    uint32_t k;          /* Distinct documents a request (<= ndocs), in random order. */
+    double alpha;        /* Zipf exponent over document rank; 0 = uniform. */
+    uint64_t nreq;       /* Requests. */
+    uint64_t seed;       /* RNG seed (lengths and draws). */
+} lkv_sim_gen;
+
+/* One simulation's configuration. */
+typedef struct lkv_sim_cfg {
+    int model;                /* enum lkv_sim_model. */
+    int policy;               /* enum lkv_policy_kind. */
+    uint64_t budget;          /* Bytes (UINT64_MAX: no limit). */
+    uint64_t bytes_per_token; /* KV bytes a token (Llama-3.1-8B bf16: 131072). */
+    uint32_t block_tokens;    /* Page / prefix block size in tokens (16). */
+    uint32_t inflight;        /* Requests in flight at once (>= 1). */
+    int shared;               /* 1: question + output KV of in-flight requests counts too. */
+    uint32_t question_tokens; /* Per request, after the documents. */
+    uint32_t output_tokens;   /* Per request (shared budget only). */
+    int cost_bytes;           /* gdsf cost: 1 = bytes (byte hit rate), 0 = 1 (doc hit rate). */
+    uint64_t warmup;          /* Leading requests not counted. */
+} lkv_sim_cfg;
+
+typedef struct lkv_sim_result {
+    uint64_t requests;   /* Requests counted. */
+    uint64_t docs;       /* Document uses counted. */
+    uint64_t doc_hits;   /* Uses served entirely from cache. */
+    uint64_t tokens;     /* Document tokens counted. */
+    uint64_t hit_tokens; /* Document tokens served from cache. */
+    uint64_t evictions;  /* Victims chosen by the policy (whole run). */
+    uint64_t dropped;    /* Copy-per-use hits downgraded to misses for lack of room. */
+    double seconds;      /* Wall time of the run. */
+} lkv_sim_result;
+
+/* Fills *c with the defaults: agnostic, lru, 1 GiB, 131072 B/token, 16-token blocks, 1 in
+ * flight, not shared, 32 question and 16 output tokens, cost 1, no warmup. */
+void lkv_sim_cfg_default(lkv_sim_cfg *c);
+
+/* Fills *g with the defaults used by the study (see bench/hitrate/README.md). */
+void lkv_sim_gen_default(lkv_sim_gen *g);
+
+/* Generates a trace from *g into *t (owned by the caller, freed with lkv_sim_trace_free).
+ * LKV_EINVAL on a bad workload (k > ndocs, k == 0, ndocs == 0, bad lengths). */
+int lkv_sim_trace_generate(const lkv_sim_gen *g, lkv_sim_trace *t);
+
+/* Loads a trace file (one request a line: document ids separated by blanks or commas, each
+ * optionally "id:tokens"; '#' starts a comment; blank lines are skipped). Ids are any strings
+ * without blanks, commas or ':'; a document's length is its first given token count, else
+ * default_tokens. On error returns LKV_EINVAL or LKV_EIO and writes a message naming the line
+ * into err (errlen bytes). *t is owned by the caller. */
+int lkv_sim_trace_load(const char *path, uint32_t default_tokens, lkv_sim_trace *t, char *err,
+                       int errlen);
+
+void lkv_sim_trace_free(lkv_sim_trace *t);
+
+/* Runs *c over *t and writes the counters into *r. LKV_EINVAL on a bad configuration. */
+int lkv_sim_run(const lkv_sim_trace *t, const lkv_sim_cfg *c, lkv_sim_result *r);
+
+/* Parses "prefix", "exact", "copy", "agnostic" into *model; LKV_EINVAL otherwise. */
+int lkv_sim_model_parse(const char *name, int *model);
+const char *lkv_sim_model_name(int model);
+
+/* Zipf(alpha) mass of ranks 1..n, unnormalised: sum_{i<=n} i^-alpha. */
+double lkv_sim_zipf_sum(uint64_t n, double alpha);
+
+/* The paper's analytic capacity ratio: zipf_sum(C) / zipf_sum(floor(C/D)). */
+double lkv_sim_capacity_ratio(uint64_t d, uint64_t c, double alpha);
+
+/* Simulates the analytic model with the real policy: documents drawn Zipf(alpha) over ndocs,
+ * each at one of d positions uniformly; a static cache of c entries pinned with the top c
+ * documents (agnostic) or the top floor(c/d) documents at all d positions (aware). Writes
+ * both hit rates; their ratio estimates lkv_sim_capacity_ratio. */
+int lkv_sim_static_topc(uint64_t d, uint64_t c, double alpha, uint32_t ndocs, uint64_t draws,
+                        uint64_t seed, double *hit_agnostic, double *hit_aware);
+
+/* The same model with a dynamic policy (kind) of c equal-size entries instead of the static
+ * top c: entries keyed by document (agnostic) or (document, position) (aware). */
+int lkv_sim_dynamic_topc(uint64_t d, uint64_t c, double alpha, uint32_t ndocs, uint64_t draws,
+                         uint64_t seed, int kind, double *hit_agnostic, double *hit_aware);
+
+#endif

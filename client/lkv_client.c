@@ -1,0 +1,1427 @@
+/*
+ * lkv_client.c: the lazykv C client library: every client-side gRPC core call lives here.
+ *
+ * Threading: the handle holds one grpc_channel (thread-safe in gRPC core) and immutable
+ * settings; each call creates its own pluck completion queue and plucks its own tags, so no
+ * lock is needed. A put handle is used by one thread at a time (documented in the header).
+ *
+ * Batches, per grpc-core notes B4:
+ *   unary (Lookup, Delete, Stats, List, Evict, Attach, Release, Health/Check): one batch of
+ *     SEND_INITIAL_METADATA,
+ *     SEND_MESSAGE, SEND_CLOSE_FROM_CLIENT, RECV_INITIAL_METADATA, RECV_MESSAGE,
+ *     RECV_STATUS_ON_CLIENT.
+ *   client streaming (Put): SEND_INITIAL_METADATA with the first SEND_MESSAGE, then one
+ *     SEND_MESSAGE batch at a time, then SEND_CLOSE_FROM_CLIENT + RECV_INITIAL_METADATA +
+ *     RECV_MESSAGE + RECV_STATUS_ON_CLIENT. A send that completes with success == 0 means the
+ *     call is over (the daemon refused it or the connection died): the status is then read
+ *     at once with a RECV_STATUS_ON_CLIENT batch and kept in the put handle.
+ *   server streaming (Get): SEND_* + SEND_CLOSE_FROM_CLIENT + RECV_INITIAL_METADATA, then
+ *     RECV_MESSAGE batches until a NULL message, then RECV_STATUS_ON_CLIENT.
+ * Each batch is started and plucked before the next one starts, so at most one batch is ever
+ * in flight per call and every byte buffer is destroyed after its batch completed.
+ *
+ * Errors: the gRPC status is mapped to LKV_E* only in lkv_client_map_status; the status
+ * message is kept per thread (tl_err) for lkv_client_last_error.
+ */
+#include "lkv_client.h"
+
+#include <assert.h>
+#include <limits.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <string.h>
+
+#include <grpc/byte_buffer.h>
+#include <grpc/grpc.h>
+#include <grpc/grpc_security.h>
+#include <grpc/support/alloc.h>
+#include <grpc/support/time.h>
+
+#include "grpc/health/v1/health.pb-c.h"
+#include "lazykv/v1/admin.pb-c.h"
+#include "lazykv/v1/cache.pb-c.h"
+#include "lkv_err.h"
+#include "lkv_log.h"
+#include "lkv_pb.h"
+
+#define ERR_MAX        512
+#define GET_MAX_BLOCKS 4096u      /* A document has at most 4096 blocks (lkv_layout.h). */
+#define PUT_TARGET_MSG (4u << 20) /* One-shot put: aim for messages of about this size. */
+
+struct lkv_client {
+    grpc_channel *channel; /* Shared by every call; thread-safe. */
+    size_t max_msg;        /* Max message bytes, both directions. */
+    int deadline_ms;       /* Default deadline. */
+    int has_auth;          /* 1 if auth_md is set. */
+    grpc_metadata auth_md; /* "authorization: Bearer <token>"; slices owned here. */
+};
+
+/* One call in progress: its queue, the call and what the status batch fills in. */
+typedef struct call {
+    lkv_client_t *c;              /* Borrowed. */
+    grpc_completion_queue *cq;    /* Pluck queue owned by this call. */
+    grpc_call *call;              /* Owned; unref in call_end. */
+    grpc_metadata_array init_md;  /* Received initial metadata. */
+    grpc_metadata_array trail_md; /* Received trailing metadata. */
+    grpc_status_code status;      /* Final status (valid once status_done). */
+    grpc_slice details;           /* Status message (valid once status_done). */
+    int md_sent;                  /* SEND_INITIAL_METADATA done. */
+    int status_done;              /* RECV_STATUS_ON_CLIENT completed. */
+    int init_md_asked;            /* RECV_INITIAL_METADATA was started. */
+    int msg_eos;                  /* A RECV_MESSAGE returned end of stream. */
+} call;
+
+struct lkv_put {
+    call cl;              /* The Put call. */
+    char *profile;        /* Header: owned copy. */
+    uint32_t *tokens;     /* Header: owned copy of n_tokens ids. */
+    size_t n_tokens;      /* Header token count. */
+    uint32_t n_blocks;    /* Header block count (0: not said). */
+    int header_pending;   /* The header has not been sent yet. */
+    int failed;           /* Non-zero: the call is over with this LKV_E* code. */
+    char errmsg[ERR_MAX]; /* Message of failed. */
+    int errstatus;        /* gRPC status of failed. */
+};
+
+/* Per-thread last error. */
+static _Thread_local struct {
+    int status;
+    char msg[ERR_MAX];
+} tl_err;
+
+static void err_clear(void)
+{
+    tl_err.status = 0;
+    tl_err.msg[0] = '\0';
+}
+
+static int err_local(int rc, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+/* Records a local error (nothing reached gRPC) and returns rc. */
+static int err_local(int rc, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(tl_err.msg, sizeof(tl_err.msg), fmt, ap);
+    va_end(ap);
+    tl_err.status = -1;
+    return rc;
+}
+
+const char *lkv_client_last_error(void)
+{
+    return tl_err.msg;
+}
+
+int lkv_client_last_status(void)
+{
+    return tl_err.status;
+}
+
+int lkv_client_map_status(int st, const char *msg)
+{
+    switch (st) {
+    case GRPC_STATUS_OK:
+        return 0;
+    case GRPC_STATUS_INVALID_ARGUMENT:
+    case GRPC_STATUS_OUT_OF_RANGE:
+    case GRPC_STATUS_FAILED_PRECONDITION:
+        return LKV_EINVAL;
+    case GRPC_STATUS_NOT_FOUND:
+        return LKV_ENOTFOUND;
+    case GRPC_STATUS_ALREADY_EXISTS:
+        return LKV_EEXIST;
+    case GRPC_STATUS_RESOURCE_EXHAUSTED:
+        /* Same code for "message too big" (gRPC core's own wording, or the daemon's naming
+         * max_message_bytes) and for budgets: tell them apart by the message. */
+        if (msg != NULL && (strstr(msg, "larger than max") || strstr(msg, "max_message"))) {
+            return LKV_ETOOBIG;
+        }
+        return LKV_ENOSPC;
+    case GRPC_STATUS_DEADLINE_EXCEEDED:
+        return LKV_ETIMEDOUT;
+    case GRPC_STATUS_CANCELLED:
+        return LKV_ECANCELLED;
+    case GRPC_STATUS_UNAUTHENTICATED:
+        return LKV_EUNAUTH;
+    case GRPC_STATUS_PERMISSION_DENIED:
+        return LKV_EPERM;
+    case GRPC_STATUS_UNAVAILABLE:
+        return LKV_EUNAVAIL;
+    case GRPC_STATUS_UNIMPLEMENTED:
+        return LKV_ENOTSUP;
+    case GRPC_STATUS_DATA_LOSS:
+        return LKV_ECORRUPT;
+    case GRPC_STATUS_ABORTED:
+        return LKV_EAGAIN;
+    default:
+        return LKV_EINTERNAL;
+    }
+}
+
+/* ---- handle ---- */
+
+int lkv_client_create(const char *target, const lkv_client_options *opt, lkv_client_t **out)
+{
+    err_clear();
+    *out = NULL;
+    lkv_client_options o = {0};
+    if (opt != NULL) {
+        o = *opt;
+    }
+    if (target == NULL || target[0] == '\0') {
+        return err_local(LKV_EINVAL, "no target address");
+    }
+    if (o.max_message_bytes == 0) {
+        o.max_message_bytes = LKV_CLIENT_DEFAULT_MAX_MESSAGE;
+    }
+    if (o.max_message_bytes > INT_MAX) {
+        return err_local(LKV_EINVAL, "max_message_bytes %zu is over %d", o.max_message_bytes,
+                         INT_MAX);
+    }
+    if (o.default_deadline_ms < 0) {
+        return err_local(LKV_EINVAL, "default_deadline_ms must be >= 0");
+    }
+    if (o.default_deadline_ms == 0) {
+        o.default_deadline_ms = LKV_CLIENT_DEFAULT_DEADLINE_MS;
+    }
+    if (o.bearer_token != NULL && strpbrk(o.bearer_token, "\r\n") != NULL) {
+        return err_local(LKV_EINVAL, "bearer token contains a line break");
+    }
+    grpc_init();
+    lkv_client_t *c = lkv_xcalloc(1, sizeof(*c));
+    c->max_msg = o.max_message_bytes;
+    c->deadline_ms = o.default_deadline_ms;
+    grpc_arg args[2];
+    args[0].type = GRPC_ARG_INTEGER;
+    args[0].key = GRPC_ARG_MAX_RECEIVE_MESSAGE_LENGTH;
+    args[0].value.integer = (int)c->max_msg;
+    args[1].type = GRPC_ARG_INTEGER;
+    args[1].key = GRPC_ARG_MAX_SEND_MESSAGE_LENGTH;
+    args[1].value.integer = (int)c->max_msg;
+    grpc_channel_args cargs = {2, args};
+    grpc_channel_credentials *creds = grpc_insecure_credentials_create();
+    c->channel = grpc_channel_create(target, creds, &cargs);
+    grpc_channel_credentials_release(creds);
+    if (o.bearer_token != NULL && o.bearer_token[0] != '\0') {
+        size_t n = strlen(o.bearer_token) + 8;
+        char *v = lkv_xmalloc(n);
+        snprintf(v, n, "Bearer %s", o.bearer_token);
+        c->auth_md.key = grpc_slice_from_static_string("authorization");
+        c->auth_md.value = grpc_slice_from_copied_string(v);
+        free(v);
+        c->has_auth = 1;
+    }
+    *out = c;
+    return 0;
+}
+
+void lkv_client_destroy(lkv_client_t *c)
+{
+    if (c == NULL) {
+        return;
+    }
+    grpc_channel_destroy(c->channel);
+    if (c->has_auth) {
+        grpc_slice_unref(c->auth_md.value);
+    }
+    free(c);
+    grpc_shutdown();
+}
+
+/* ---- one call ---- */
+
+static int effective_deadline(const lkv_client_t *c, int deadline_ms)
+{
+    return deadline_ms > 0 ? deadline_ms : c->deadline_ms;
+}
+
+static void call_start(lkv_client_t *c, call *cl, const char *method, int deadline_ms)
+{
+    memset(cl, 0, sizeof(*cl));
+    cl->c = c;
+    cl->cq = grpc_completion_queue_create_for_pluck(NULL);
+    gpr_timespec deadline =
+        gpr_time_add(gpr_now(GPR_CLOCK_MONOTONIC),
+                     gpr_time_from_millis(effective_deadline(c, deadline_ms), GPR_TIMESPAN));
+    grpc_slice m = grpc_slice_from_static_string(method);
+    cl->call = grpc_channel_create_call(c->channel, NULL, GRPC_PROPAGATE_DEFAULTS, cl->cq, m, NULL,
+                                        deadline, NULL);
+    grpc_metadata_array_init(&cl->init_md);
+    grpc_metadata_array_init(&cl->trail_md);
+    cl->details = grpc_empty_slice();
+}
+
+/* Starts ops as one batch and waits for it. Returns the completion's success flag (1/0), or
+ * -1 if the batch could not be started (then nothing changed; the message is in tl_err). */
+static int run_batch(call *cl, grpc_op *ops, size_t n)
+{
+    void *tag = ops;
+    grpc_call_error e = grpc_call_start_batch(cl->call, ops, n, tag, NULL);
+    if (e != GRPC_CALL_OK) {
+        err_local(LKV_EINTERNAL, "grpc_call_start_batch failed: %d", (int)e);
+        return -1;
+    }
+    /* The call has a deadline, so the batch completes by then; never wait for ever anyway. */
+    grpc_event ev =
+        grpc_completion_queue_pluck(cl->cq, tag, gpr_inf_future(GPR_CLOCK_REALTIME), NULL);
+    if (ev.type != GRPC_OP_COMPLETE || ev.tag != tag) {
+        lkv_panic("pluck returned event type %d", (int)ev.type);
+    }
+    return ev.success ? 1 : 0;
+}
+
+/* Fills op with SEND_INITIAL_METADATA (carrying the auth header) unless already sent;
+ * returns the number of ops written (0 or 1). */
+static size_t op_send_md(call *cl, grpc_op *op)
+{
+    if (cl->md_sent) {
+        return 0;
+    }
+    memset(op, 0, sizeof(*op));
+    op->op = GRPC_OP_SEND_INITIAL_METADATA;
+    if (cl->c->has_auth) {
+        op->data.send_initial_metadata.count = 1;
+        op->data.send_initial_metadata.metadata = &cl->c->auth_md;
+    }
+    cl->md_sent = 1;
+    return 1;
+}
+
+static void op_recv_status(call *cl, grpc_op *op)
+{
+    memset(op, 0, sizeof(*op));
+    op->op = GRPC_OP_RECV_STATUS_ON_CLIENT;
+    op->data.recv_status_on_client.trailing_metadata = &cl->trail_md;
+    op->data.recv_status_on_client.status = &cl->status;
+    op->data.recv_status_on_client.status_details = &cl->details;
+}
+
+/* Receives the status after a failed send or recv, or after a cancel. The batch also asks for
+ * the initial metadata (unless already asked) and a message (unless the stream ended): gRPC
+ * core 1.51 holds trailing metadata back until the application has taken what came before
+ * it, so RECV_STATUS_ON_CLIENT alone can wait until the deadline when the daemon refused the
+ * call before we asked for its initial metadata (seen with a Put refused mid-stream). */
+static void call_recv_status(call *cl)
+{
+    if (cl->status_done) {
+        return;
+    }
+    grpc_op ops[3];
+    memset(ops, 0, sizeof(ops));
+    size_t n = 0;
+    grpc_byte_buffer *junk = NULL;
+    if (!cl->init_md_asked) {
+        ops[n].op = GRPC_OP_RECV_INITIAL_METADATA;
+        ops[n++].data.recv_initial_metadata.recv_initial_metadata = &cl->init_md;
+        cl->init_md_asked = 1;
+    }
+    if (!cl->msg_eos) {
+        ops[n].op = GRPC_OP_RECV_MESSAGE;
+        ops[n++].data.recv_message.recv_message = &junk;
+    }
+    op_recv_status(cl, &ops[n++]);
+    if (run_batch(cl, ops, n) < 0) {
+        cl->status = GRPC_STATUS_INTERNAL;
+    }
+    cl->status_done = 1;
+    cl->msg_eos = 1;
+    if (junk != NULL) {
+        grpc_byte_buffer_destroy(junk);
+    }
+}
+
+/* Maps the received status to LKV_E* and records its message for this thread. */
+static int call_status_rc(call *cl)
+{
+    assert(cl->status_done);
+    if (cl->status == GRPC_STATUS_OK) {
+        err_clear();
+        return 0;
+    }
+    size_t n = GRPC_SLICE_LENGTH(cl->details);
+    if (n >= sizeof(tl_err.msg)) {
+        n = sizeof(tl_err.msg) - 1;
+    }
+    memcpy(tl_err.msg, GRPC_SLICE_START_PTR(cl->details), n);
+    tl_err.msg[n] = '\0';
+    if (n == 0) {
+        snprintf(tl_err.msg, sizeof(tl_err.msg), "gRPC status %d", (int)cl->status);
+    }
+    tl_err.status = (int)cl->status;
+    return lkv_client_map_status((int)cl->status, tl_err.msg);
+}
+
+static void call_end(call *cl)
+{
+    if (cl->call != NULL) {
+        grpc_call_unref(cl->call);
+        cl->call = NULL;
+    }
+    grpc_metadata_array_destroy(&cl->init_md);
+    grpc_metadata_array_destroy(&cl->trail_md);
+    grpc_slice_unref(cl->details);
+    if (cl->cq != NULL) {
+        grpc_completion_queue_shutdown(cl->cq);
+        grpc_completion_queue_destroy(cl->cq);
+        cl->cq = NULL;
+    }
+}
+
+/* Records a protocol error in the reply (the call itself succeeded) and returns it. */
+static int bad_reply(int rc, const char *what, const char *why)
+{
+    return err_local(rc, "bad %s from the daemon: %s", what, why);
+}
+
+/* A unary call: sends req, receives *resp (owned by the caller, lkv_pb_free). */
+static int unary(lkv_client_t *c, const char *method, const ProtobufCMessage *req,
+                 const ProtobufCMessageDescriptor *rdesc, int deadline_ms, ProtobufCMessage **resp)
+{
+    *resp = NULL;
+    char why[256];
+    grpc_byte_buffer *send = NULL;
+    int rc = lkv_pb_pack(req, c->max_msg, &send, why, sizeof(why));
+    if (rc != 0) {
+        return err_local(rc, "%s", why);
+    }
+    call cl;
+    call_start(c, &cl, method, deadline_ms);
+    grpc_byte_buffer *recv = NULL;
+    grpc_op ops[6];
+    memset(ops, 0, sizeof(ops));
+    size_t n = op_send_md(&cl, &ops[0]);
+    ops[n].op = GRPC_OP_SEND_MESSAGE;
+    ops[n++].data.send_message.send_message = send;
+    ops[n++].op = GRPC_OP_SEND_CLOSE_FROM_CLIENT;
+    ops[n].op = GRPC_OP_RECV_INITIAL_METADATA;
+    ops[n++].data.recv_initial_metadata.recv_initial_metadata = &cl.init_md;
+    cl.init_md_asked = 1;
+    ops[n].op = GRPC_OP_RECV_MESSAGE;
+    ops[n++].data.recv_message.recv_message = &recv;
+    op_recv_status(&cl, &ops[n++]);
+    int ok = run_batch(&cl, ops, n);
+    grpc_byte_buffer_destroy(send);
+    if (ok < 0) {
+        rc = LKV_EINTERNAL;
+        goto out;
+    }
+    cl.status_done = 1;
+    rc = call_status_rc(&cl);
+    if (rc != 0) {
+        goto out;
+    }
+    rc = lkv_pb_unpack(rdesc, recv, c->max_msg, resp, why, sizeof(why));
+    if (rc != 0) {
+        rc = bad_reply(LKV_EPROTO, rdesc->name, why);
+    }
+out:
+    if (recv != NULL) {
+        grpc_byte_buffer_destroy(recv);
+    }
+    call_end(&cl);
+    return rc;
+}
+
+/* ---- health ---- */
+
+int lkv_client_ping(lkv_client_t *c, const char *service, int deadline_ms)
+{
+    err_clear();
+    Grpc__Health__V1__HealthCheckRequest req = GRPC__HEALTH__V1__HEALTH_CHECK_REQUEST__INIT;
+    req.service = (char *)(service != NULL ? service : "");
+    ProtobufCMessage *m = NULL;
+    int rc = unary(c, "/grpc.health.v1.Health/Check", &req.base,
+                   &grpc__health__v1__health_check_response__descriptor, deadline_ms, &m);
+    if (rc != 0) {
+        return rc;
+    }
+    Grpc__Health__V1__HealthCheckResponse *r = (Grpc__Health__V1__HealthCheckResponse *)m;
+    int st = r->status;
+    lkv_pb_free(m);
+    if (st != GRPC__HEALTH__V1__HEALTH_CHECK_RESPONSE__SERVING_STATUS__SERVING) {
+        return err_local(LKV_EUNAVAIL, "daemon reports serving status %d (not SERVING)", st);
+    }
+    return 0;
+}
+
+/* ---- put ---- */
+
+static void put_free(lkv_put_t *p)
+{
+    call_end(&p->cl);
+    free(p->profile);
+    free(p->tokens);
+    free(p);
+}
+
+/* Marks p failed with the call's status (read now if needed) and returns the code. */
+static int put_fail_from_status(lkv_put_t *p)
+{
+    call_recv_status(&p->cl);
+    int rc = call_status_rc(&p->cl);
+    if (rc == 0) {
+        /* The daemon closed with OK before we finished sending: not a valid Put reply. */
+        rc = err_local(LKV_EPROTO, "daemon ended the Put early with status OK");
+    }
+    p->failed = rc;
+    p->errstatus = tl_err.status;
+    snprintf(p->errmsg, sizeof(p->errmsg), "%s", tl_err.msg);
+    return rc;
+}
+
+static int put_refail(lkv_put_t *p)
+{
+    tl_err.status = p->errstatus;
+    snprintf(tl_err.msg, sizeof(tl_err.msg), "%s", p->errmsg);
+    return p->failed;
+}
+
+int lkv_client_put_begin(lkv_client_t *c, const char *profile, const uint32_t *tokens,
+                         size_t n_tokens, uint32_t n_blocks, int deadline_ms, lkv_put_t **out)
+{
+    err_clear();
+    *out = NULL;
+    if (profile == NULL || (tokens == NULL && n_tokens > 0)) {
+        return err_local(LKV_EINVAL, "put: profile and tokens are required");
+    }
+    lkv_put_t *p = lkv_xcalloc(1, sizeof(*p));
+    p->profile = lkv_xstrdup(profile);
+    p->tokens = lkv_xmalloc(n_tokens > 0 ? n_tokens * sizeof(uint32_t) : 1);
+    if (n_tokens > 0) {
+        memcpy(p->tokens, tokens, n_tokens * sizeof(uint32_t));
+    }
+    p->n_tokens = n_tokens;
+    p->n_blocks = n_blocks;
+    p->header_pending = 1;
+    call_start(c, &p->cl, "/lazykv.v1.Cache/Put", deadline_ms);
+    *out = p;
+    return 0;
+}
+
+/* Sends one PutRequest carrying the pending header (if any) and blocks. */
+static int put_send(lkv_put_t *p, Lazykv__V1__Block **blocks, size_t n_blocks)
+{
+    if (p->failed) {
+        return put_refail(p);
+    }
+    Lazykv__V1__PutHeader hdr = LAZYKV__V1__PUT_HEADER__INIT;
+    Lazykv__V1__PutRequest req = LAZYKV__V1__PUT_REQUEST__INIT;
+    if (p->header_pending) {
+        hdr.profile = p->profile;
+        hdr.n_token_ids = p->n_tokens;
+        hdr.token_ids = p->tokens;
+        hdr.n_blocks = p->n_blocks;
+        req.header = &hdr;
+    }
+    req.n_blocks = n_blocks;
+    req.blocks = blocks;
+    char why[256];
+    grpc_byte_buffer *bb = NULL;
+    int rc = lkv_pb_pack(&req.base, p->cl.c->max_msg, &bb, why, sizeof(why));
+    if (rc != 0) {
+        /* Refused locally; the call goes on (nothing was sent). */
+        return err_local(rc, "put: %s", why);
+    }
+    grpc_op ops[2];
+    memset(ops, 0, sizeof(ops));
+    size_t n = op_send_md(&p->cl, &ops[0]);
+    ops[n].op = GRPC_OP_SEND_MESSAGE;
+    ops[n++].data.send_message.send_message = bb;
+    int ok = run_batch(&p->cl, ops, n);
+    grpc_byte_buffer_destroy(bb);
+    if (ok < 0) {
+        p->failed = LKV_EINTERNAL;
+        p->errstatus = -1;
+        snprintf(p->errmsg, sizeof(p->errmsg), "%s", tl_err.msg);
+        return p->failed;
+    }
+    p->header_pending = 0;
+    if (!ok) {
+        return put_fail_from_status(p);
+    }
+    err_clear();
+    return 0;
+}
+
+int lkv_put_blocks(lkv_put_t *p, uint32_t first_index, uint32_t n, const void *data,
+                   size_t block_bytes)
+{
+    err_clear();
+    if (n == 0 || (data == NULL && block_bytes > 0)) {
+        return err_local(LKV_EINVAL, "put: no blocks given");
+    }
+    Lazykv__V1__Block *bs = lkv_xcalloc(n, sizeof(*bs));
+    Lazykv__V1__Block **bp = lkv_xcalloc(n, sizeof(*bp));
+    for (uint32_t i = 0; i < n; i++) {
+        Lazykv__V1__Block init = LAZYKV__V1__BLOCK__INIT;
+        bs[i] = init;
+        bs[i].index = first_index + i;
+        bs[i].data.len = block_bytes;
+        /* protobuf-c only reads .data when packing. */
+        bs[i].data.data = (uint8_t *)data + (size_t)i * block_bytes;
+        bp[i] = &bs[i];
+    }
+    int rc = put_send(p, bp, n);
+    free(bp);
+    free(bs);
+    return rc;
+}
+
+int lkv_put_block(lkv_put_t *p, uint32_t index, const void *data, size_t len)
+{
+    return lkv_put_blocks(p, index, 1, data, len);
+}
+
+int lkv_put_finish(lkv_put_t *p, lkv_put_reply *reply)
+{
+    err_clear();
+    int rc = 0;
+    grpc_byte_buffer *send = NULL, *recv = NULL;
+    if (p->failed) {
+        rc = put_refail(p);
+        goto out;
+    }
+    char why[256];
+    if (p->header_pending) {
+        Lazykv__V1__PutHeader hdr = LAZYKV__V1__PUT_HEADER__INIT;
+        Lazykv__V1__PutRequest req = LAZYKV__V1__PUT_REQUEST__INIT;
+        hdr.profile = p->profile;
+        hdr.n_token_ids = p->n_tokens;
+        hdr.token_ids = p->tokens;
+        hdr.n_blocks = p->n_blocks;
+        req.header = &hdr;
+        rc = lkv_pb_pack(&req.base, p->cl.c->max_msg, &send, why, sizeof(why));
+        if (rc != 0) {
+            rc = err_local(rc, "put: %s", why);
+            grpc_call_cancel(p->cl.call, NULL);
+            goto out;
+        }
+    }
+    grpc_op ops[6];
+    memset(ops, 0, sizeof(ops));
+    size_t n = op_send_md(&p->cl, &ops[0]);
+    if (send != NULL) {
+        ops[n].op = GRPC_OP_SEND_MESSAGE;
+        ops[n++].data.send_message.send_message = send;
+    }
+    ops[n++].op = GRPC_OP_SEND_CLOSE_FROM_CLIENT;
+    ops[n].op = GRPC_OP_RECV_INITIAL_METADATA;
+    ops[n++].data.recv_initial_metadata.recv_initial_metadata = &p->cl.init_md;
+    p->cl.init_md_asked = 1;
+    ops[n].op = GRPC_OP_RECV_MESSAGE;
+    ops[n++].data.recv_message.recv_message = &recv;
+    op_recv_status(&p->cl, &ops[n++]);
+    int ok = run_batch(&p->cl, ops, n);
+    if (ok < 0) {
+        rc = LKV_EINTERNAL;
+        goto out;
+    }
+    p->cl.status_done = 1;
+    rc = call_status_rc(&p->cl);
+    if (rc != 0) {
+        goto out;
+    }
+    ProtobufCMessage *m = NULL;
+    rc = lkv_pb_unpack(&lazykv__v1__put_response__descriptor, recv, p->cl.c->max_msg, &m, why,
+                       sizeof(why));
+    if (rc != 0) {
+        rc = bad_reply(LKV_EPROTO, "PutResponse", why);
+        goto out;
+    }
+    Lazykv__V1__PutResponse *r = (Lazykv__V1__PutResponse *)m;
+    if (r->key.len != LKV_KEY_BYTES) {
+        rc = bad_reply(LKV_EPROTO, "PutResponse", "key is not 32 bytes");
+    } else if (reply != NULL) {
+        memcpy(reply->key, r->key.data, LKV_KEY_BYTES);
+        reply->n_tokens = r->n_tokens;
+        reply->n_blocks = r->n_blocks;
+        reply->durability = r->durability;
+        reply->already_present = r->already_present ? 1 : 0;
+        reply->tier = r->tier;
+    }
+    lkv_pb_free(m);
+out:
+    if (send != NULL) {
+        grpc_byte_buffer_destroy(send);
+    }
+    if (recv != NULL) {
+        grpc_byte_buffer_destroy(recv);
+    }
+    put_free(p);
+    return rc;
+}
+
+void lkv_put_abort(lkv_put_t *p)
+{
+    if (p == NULL) {
+        return;
+    }
+    if (!p->cl.status_done) {
+        grpc_call_cancel(p->cl.call, NULL);
+        /* Reading the status makes sure the cancellation has been processed before the
+         * call is released. */
+        call_recv_status(&p->cl);
+    }
+    put_free(p);
+}
+
+int lkv_client_put(lkv_client_t *c, const char *profile, const uint32_t *tokens, size_t n_tokens,
+                   const void *blocks, uint32_t n_blocks, size_t block_bytes, int deadline_ms,
+                   lkv_put_reply *reply)
+{
+    lkv_put_t *p = NULL;
+    int rc = lkv_client_put_begin(c, profile, tokens, n_tokens, n_blocks, deadline_ms, &p);
+    if (rc != 0) {
+        return rc;
+    }
+    /* Room for the header (profile + up to 5 bytes per token id) and per-block framing. */
+    size_t overhead = 1024 + strlen(profile) + 5 * n_tokens;
+    size_t target = c->max_msg < PUT_TARGET_MSG ? c->max_msg : PUT_TARGET_MSG;
+    size_t per = 1;
+    if (block_bytes > 0 && target > overhead + block_bytes + 16) {
+        per = (target - overhead) / (block_bytes + 16);
+    }
+    for (uint32_t i = 0; i < n_blocks;) {
+        uint32_t k = n_blocks - i < per ? n_blocks - i : (uint32_t)per;
+        rc =
+            lkv_put_blocks(p, i, k, (const uint8_t *)blocks + (size_t)i * block_bytes, block_bytes);
+        if (rc != 0 && !p->failed) {
+            /* Refused locally before sending: end the call, keep the message. */
+            char msg[ERR_MAX];
+            int st = tl_err.status;
+            snprintf(msg, sizeof(msg), "%s", tl_err.msg);
+            lkv_put_abort(p);
+            tl_err.status = st;
+            snprintf(tl_err.msg, sizeof(tl_err.msg), "%s", msg);
+            return rc;
+        }
+        if (rc != 0) {
+            break;
+        }
+        i += k;
+    }
+    return lkv_put_finish(p, reply);
+}
+
+/* ---- lookup ---- */
+
+/* Fills a DocRef message from r; td is storage for the token form. */
+static int docref_fill(const lkv_docref *r, Lazykv__V1__DocRef *d, Lazykv__V1__TokenDoc *td)
+{
+    Lazykv__V1__DocRef di = LAZYKV__V1__DOC_REF__INIT;
+    Lazykv__V1__TokenDoc ti = LAZYKV__V1__TOKEN_DOC__INIT;
+    *d = di;
+    *td = ti;
+    if (r->key != NULL) {
+        d->key.len = LKV_KEY_BYTES;
+        d->key.data = (uint8_t *)r->key;
+        return 0;
+    }
+    if (r->profile == NULL || (r->tokens == NULL && r->n_tokens > 0)) {
+        return err_local(LKV_EINVAL, "document reference needs a key or a profile and tokens");
+    }
+    td->profile = (char *)r->profile;
+    td->n_token_ids = r->n_tokens;
+    td->token_ids = (uint32_t *)r->tokens;
+    d->tokens = td;
+    return 0;
+}
+
+static void copy_name(char *dst, size_t cap, const char *src)
+{
+    snprintf(dst, cap, "%s", src != NULL ? src : "");
+}
+
+int lkv_client_lookup(lkv_client_t *c, const lkv_docref *refs, size_t n, int deadline_ms,
+                      lkv_doc_status *out)
+{
+    err_clear();
+    if (n == 0) {
+        return err_local(LKV_EINVAL, "lookup: no documents");
+    }
+    Lazykv__V1__DocRef *ds = lkv_xcalloc(n, sizeof(*ds));
+    Lazykv__V1__TokenDoc *ts = lkv_xcalloc(n, sizeof(*ts));
+    Lazykv__V1__DocRef **dp = lkv_xcalloc(n, sizeof(*dp));
+    int rc = 0;
+    for (size_t i = 0; i < n; i++) {
+        rc = docref_fill(&refs[i], &ds[i], &ts[i]);
+        if (rc != 0) {
+            goto out;
+        }
+        dp[i] = &ds[i];
+    }
+    Lazykv__V1__LookupRequest req = LAZYKV__V1__LOOKUP_REQUEST__INIT;
+    req.n_docs = n;
+    req.docs = dp;
+    ProtobufCMessage *m = NULL;
+    rc = unary(c, "/lazykv.v1.Cache/Lookup", &req.base, &lazykv__v1__lookup_response__descriptor,
+               deadline_ms, &m);
+    if (rc != 0) {
+        goto out;
+    }
+    Lazykv__V1__LookupResponse *r = (Lazykv__V1__LookupResponse *)m;
+    if (r->n_docs != n) {
+        rc = bad_reply(LKV_EPROTO, "LookupResponse", "wrong number of documents");
+    }
+    for (size_t i = 0; rc == 0 && i < n; i++) {
+        const Lazykv__V1__DocStatus *s = r->docs[i];
+        lkv_doc_status *o = &out[i];
+        memset(o, 0, sizeof(*o));
+        o->present = s->present ? 1 : 0;
+        o->tier = s->tier;
+        o->n_tokens = s->n_tokens;
+        o->n_blocks = s->n_blocks;
+        if (s->key.len == LKV_KEY_BYTES) {
+            memcpy(o->key, s->key.data, LKV_KEY_BYTES);
+        }
+        o->miss_cause = s->miss_cause;
+        copy_name(o->profile, sizeof(o->profile), s->profile);
+    }
+    lkv_pb_free(m);
+out:
+    free(dp);
+    free(ts);
+    free(ds);
+    return rc;
+}
+
+/* ---- get ---- */
+
+struct lkv_get {
+    call cl;                    /* The Get call. */
+    lkv_get_header h;           /* The stream header. */
+    Lazykv__V1__GetResponse *m; /* Message being consumed (owned), or NULL. */
+    size_t pos;                 /* Next block of m. */
+    uint32_t next;              /* Next expected block index. */
+    int done;                   /* Every block delivered and the status was OK. */
+    int rc;                     /* Non-zero: the Get failed with this code. */
+    int errstatus;              /* gRPC status of rc (-1: local). */
+    char errmsg[ERR_MAX];       /* Message of rc. */
+};
+
+/* Records the thread's current error as g's failure and returns it. */
+static int get_fail(lkv_get_t *g, int rc)
+{
+    g->rc = rc;
+    g->errstatus = tl_err.status;
+    snprintf(g->errmsg, sizeof(g->errmsg), "%s", tl_err.msg);
+    return rc;
+}
+
+static int get_refail(const lkv_get_t *g)
+{
+    tl_err.status = g->errstatus;
+    snprintf(tl_err.msg, sizeof(tl_err.msg), "%s", g->errmsg);
+    return g->rc;
+}
+
+/* A local reason to stop (bad stream, caller's choice): cancel the call, reap its status, keep
+ * the local message. */
+static int get_stop(lkv_get_t *g, int rc)
+{
+    char msg[ERR_MAX];
+    snprintf(msg, sizeof(msg), "%s", tl_err.msg);
+    grpc_call_cancel(g->cl.call, NULL);
+    call_recv_status(&g->cl);
+    tl_err.status = -1;
+    snprintf(tl_err.msg, sizeof(tl_err.msg), "%s", msg);
+    return get_fail(g, rc);
+}
+
+/* Receives the next message into g->m. Returns 1 if one came, 0 at the end of the stream (the
+ * status then decides), or a negative code (recorded in g). */
+static int get_recv(lkv_get_t *g)
+{
+    if (g->m != NULL) {
+        lkv_pb_free(&g->m->base);
+        g->m = NULL;
+        g->pos = 0;
+    }
+    grpc_byte_buffer *recv = NULL;
+    grpc_op op;
+    memset(&op, 0, sizeof(op));
+    op.op = GRPC_OP_RECV_MESSAGE;
+    op.data.recv_message.recv_message = &recv;
+    int ok = run_batch(&g->cl, &op, 1);
+    if (ok == 1 && recv == NULL) {
+        g->cl.msg_eos = 1;
+    }
+    if (ok != 1 || recv == NULL) {
+        return 0; /* End of stream, or the call failed: the status says which. */
+    }
+    char why[256];
+    ProtobufCMessage *m = NULL;
+    int rc = lkv_pb_unpack(&lazykv__v1__get_response__descriptor, recv, g->cl.c->max_msg, &m, why,
+                           sizeof(why));
+    grpc_byte_buffer_destroy(recv);
+    if (rc != 0) {
+        return get_stop(g, bad_reply(LKV_EPROTO, "GetResponse", why));
+    }
+    g->m = (Lazykv__V1__GetResponse *)m;
+    g->pos = 0;
+    return 1;
+}
+
+/* The stream ended: reads the status and checks the block count. */
+static int get_finish(lkv_get_t *g)
+{
+    call_recv_status(&g->cl);
+    int rc = call_status_rc(&g->cl);
+    if (rc == 0 && g->next != g->h.n_blocks) {
+        rc = bad_reply(LKV_ECORRUPT, "Get stream", "fewer blocks than announced");
+    }
+    if (rc != 0) {
+        return get_fail(g, rc);
+    }
+    g->done = 1;
+    return 0;
+}
+
+int lkv_client_get_begin(lkv_client_t *c, const lkv_docref *ref, int deadline_ms,
+                         lkv_get_header *header, lkv_get_t **out)
+{
+    err_clear();
+    *out = NULL;
+    Lazykv__V1__DocRef d;
+    Lazykv__V1__TokenDoc td;
+    int rc = docref_fill(ref, &d, &td);
+    if (rc != 0) {
+        return rc;
+    }
+    Lazykv__V1__GetRequest req = LAZYKV__V1__GET_REQUEST__INIT;
+    req.doc = &d;
+    char why[256];
+    grpc_byte_buffer *send = NULL;
+    rc = lkv_pb_pack(&req.base, c->max_msg, &send, why, sizeof(why));
+    if (rc != 0) {
+        return err_local(rc, "get: %s", why);
+    }
+    lkv_get_t *g = lkv_xcalloc(1, sizeof(*g));
+    call_start(c, &g->cl, "/lazykv.v1.Cache/Get", deadline_ms);
+    grpc_op ops[4];
+    memset(ops, 0, sizeof(ops));
+    size_t n = op_send_md(&g->cl, &ops[0]);
+    ops[n].op = GRPC_OP_SEND_MESSAGE;
+    ops[n++].data.send_message.send_message = send;
+    ops[n++].op = GRPC_OP_SEND_CLOSE_FROM_CLIENT;
+    ops[n].op = GRPC_OP_RECV_INITIAL_METADATA;
+    ops[n++].data.recv_initial_metadata.recv_initial_metadata = &g->cl.init_md;
+    g->cl.init_md_asked = 1;
+    int ok = run_batch(&g->cl, ops, n);
+    grpc_byte_buffer_destroy(send);
+    if (ok < 0) {
+        rc = get_fail(g, LKV_EINTERNAL);
+    } else {
+        rc = ok == 1 ? get_recv(g) : 0;
+        if (rc == 0) { /* No header: an error status, or a broken stream. */
+            rc = get_finish(g);
+            if (rc == 0) {
+                rc = get_fail(g, bad_reply(LKV_ECORRUPT, "Get stream", "no header"));
+            }
+        } else if (rc == 1) {
+            const Lazykv__V1__GetHeader *gh = g->m->header;
+            if (gh == NULL) {
+                rc = get_stop(g,
+                              bad_reply(LKV_ECORRUPT, "Get stream", "first message has no header"));
+            } else if (gh->key.len != LKV_KEY_BYTES || gh->n_blocks > GET_MAX_BLOCKS ||
+                       gh->block_bytes == 0) {
+                rc = get_stop(g, bad_reply(LKV_ECORRUPT, "Get stream", "header out of range"));
+            } else if (gh->block_bytes > c->max_msg) {
+                rc = get_stop(g, err_local(LKV_ETOOBIG,
+                                           "get: blocks of %llu bytes do not fit this client's "
+                                           "max_message_bytes %zu",
+                                           (unsigned long long)gh->block_bytes, c->max_msg));
+            } else {
+                memcpy(g->h.key, gh->key.data, LKV_KEY_BYTES);
+                copy_name(g->h.profile, sizeof(g->h.profile), gh->profile);
+                g->h.n_tokens = gh->n_tokens;
+                g->h.n_blocks = gh->n_blocks;
+                g->h.block_bytes = gh->block_bytes;
+                g->h.block_tokens = gh->block_tokens;
+                g->h.tier = gh->tier;
+                rc = 0;
+            }
+        }
+    }
+    if (header != NULL) {
+        *header = g->h;
+    }
+    if (rc != 0) {
+        lkv_get_end(g);
+        return rc;
+    }
+    *out = g;
+    return 0;
+}
+
+int lkv_get_next(lkv_get_t *g, uint32_t *index, const void **data, size_t *len)
+{
+    *data = NULL;
+    *len = 0;
+    if (g->rc != 0) {
+        return get_refail(g);
+    }
+    err_clear();
+    for (;;) {
+        if (g->done) {
+            return 0;
+        }
+        if (g->m != NULL && g->pos < g->m->n_blocks) {
+            const Lazykv__V1__Block *b = g->m->blocks[g->pos++];
+            if (b->index != g->next || g->next >= g->h.n_blocks) {
+                return get_stop(g,
+                                bad_reply(LKV_ECORRUPT, "Get stream", "block index out of order"));
+            }
+            if (b->data.len != g->h.block_bytes) {
+                return get_stop(
+                    g, bad_reply(LKV_ECORRUPT, "Get stream", "block size is not block_bytes"));
+            }
+            g->next++;
+            *index = b->index;
+            *data = b->data.data;
+            *len = b->data.len;
+            return 0;
+        }
+        int rc = get_recv(g);
+        if (rc < 0) {
+            return rc;
+        }
+        if (rc == 0) {
+            return get_finish(g);
+        }
+        if (g->m->header != NULL) {
+            return get_stop(g, bad_reply(LKV_ECORRUPT, "Get stream", "second header"));
+        }
+    }
+}
+
+void lkv_get_end(lkv_get_t *g)
+{
+    if (g == NULL) {
+        return;
+    }
+    if (!g->cl.status_done) {
+        grpc_call_cancel(g->cl.call, NULL);
+        call_recv_status(&g->cl);
+    }
+    if (g->m != NULL) {
+        lkv_pb_free(&g->m->base);
+    }
+    call_end(&g->cl);
+    free(g);
+}
+
+int lkv_client_get(lkv_client_t *c, const lkv_docref *ref, int deadline_ms, lkv_get_header *header,
+                   lkv_get_block_fn fn, void *ctx)
+{
+    lkv_get_t *g = NULL;
+    lkv_get_header h;
+    int rc = lkv_client_get_begin(c, ref, deadline_ms, &h, &g);
+    if (header != NULL) {
+        *header = h;
+    }
+    if (rc != 0) {
+        return rc;
+    }
+    if (fn != NULL && fn(ctx, &h, UINT32_MAX, NULL, 0) != 0) {
+        rc = err_local(LKV_ECANCELLED, "get: stopped by the caller");
+        goto out;
+    }
+    for (;;) {
+        uint32_t index = 0;
+        const void *data = NULL;
+        size_t len = 0;
+        rc = lkv_get_next(g, &index, &data, &len);
+        if (rc != 0 || data == NULL) {
+            break;
+        }
+        if (fn != NULL && fn(ctx, &h, index, data, len) != 0) {
+            rc = err_local(LKV_ECANCELLED, "get: stopped by the caller");
+            break;
+        }
+    }
+out:
+    if (rc == LKV_ECANCELLED && !g->cl.status_done) {
+        /* Keep the caller's message across the cancel in lkv_get_end. */
+        char msg[ERR_MAX];
+        snprintf(msg, sizeof(msg), "%s", tl_err.msg);
+        lkv_get_end(g);
+        tl_err.status = -1;
+        snprintf(tl_err.msg, sizeof(tl_err.msg), "%s", msg);
+        return rc;
+    }
+    lkv_get_end(g);
+    return rc;
+}
+
+/* Collects a Get into one buffer. */
+typedef struct get_buf {
+    uint8_t *data; /* n_blocks * block_bytes bytes; owned until handed to the caller. */
+    size_t len;    /* Allocated bytes. */
+} get_buf;
+
+static int get_buf_cb(void *ctx, const lkv_get_header *h, uint32_t index, const void *data,
+                      size_t len)
+{
+    get_buf *g = ctx;
+    if (data == NULL) {
+        g->len = (size_t)h->n_blocks * (size_t)h->block_bytes;
+        g->data = lkv_xmalloc(g->len > 0 ? g->len : 1);
+        return 0;
+    }
+    memcpy(g->data + (size_t)index * h->block_bytes, data, len);
+    return 0;
+}
+
+int lkv_client_get_buf(lkv_client_t *c, const lkv_docref *ref, int deadline_ms,
+                       lkv_get_header *header, uint8_t **data, size_t *len)
+{
+    get_buf g = {NULL, 0};
+    *data = NULL;
+    *len = 0;
+    int rc = lkv_client_get(c, ref, deadline_ms, header, get_buf_cb, &g);
+    if (rc != 0) {
+        free(g.data);
+        return rc;
+    }
+    *data = g.data;
+    *len = g.len;
+    return 0;
+}
+
+/* ---- delete, stats ---- */
+
+int lkv_client_delete(lkv_client_t *c, const lkv_docref *ref, int deadline_ms, uint8_t *key_out)
+{
+    err_clear();
+    Lazykv__V1__DocRef d;
+    Lazykv__V1__TokenDoc td;
+    int rc = docref_fill(ref, &d, &td);
+    if (rc != 0) {
+        return rc;
+    }
+    Lazykv__V1__DeleteRequest req = LAZYKV__V1__DELETE_REQUEST__INIT;
+    req.doc = &d;
+    ProtobufCMessage *m = NULL;
+    rc = unary(c, "/lazykv.v1.Cache/Delete", &req.base, &lazykv__v1__delete_response__descriptor,
+               deadline_ms, &m);
+    if (rc != 0) {
+        return rc;
+    }
+    Lazykv__V1__DeleteResponse *r = (Lazykv__V1__DeleteResponse *)m;
+    if (key_out != NULL && r->key.len == LKV_KEY_BYTES) {
+        memcpy(key_out, r->key.data, LKV_KEY_BYTES);
+    }
+    lkv_pb_free(m);
+    return 0;
+}
+
+int lkv_client_stats(lkv_client_t *c, const char *section, int deadline_ms, char **info)
+{
+    err_clear();
+    *info = NULL;
+    Lazykv__V1__StatsRequest req = LAZYKV__V1__STATS_REQUEST__INIT;
+    char *sec = (char *)section;
+    if (section != NULL && section[0] != '\0') {
+        req.n_sections = 1;
+        req.sections = &sec;
+    }
+    ProtobufCMessage *m = NULL;
+    int rc = unary(c, "/lazykv.v1.Admin/Stats", &req.base, &lazykv__v1__stats_response__descriptor,
+                   deadline_ms, &m);
+    if (rc != 0) {
+        return rc;
+    }
+    *info = lkv_xstrdup(((Lazykv__V1__StatsResponse *)m)->info);
+    lkv_pb_free(m);
+    return 0;
+}
+
+int lkv_client_stats_entries(lkv_client_t *c, const char *section, int deadline_ms,
+                             lkv_stat_entry **entries, size_t *n)
+{
+    err_clear();
+    *entries = NULL;
+    *n = 0;
+    Lazykv__V1__StatsRequest req = LAZYKV__V1__STATS_REQUEST__INIT;
+    char *sec = (char *)section;
+    if (section != NULL && section[0] != '\0') {
+        req.n_sections = 1;
+        req.sections = &sec;
+    }
+    ProtobufCMessage *m = NULL;
+    int rc = unary(c, "/lazykv.v1.Admin/Stats", &req.base, &lazykv__v1__stats_response__descriptor,
+                   deadline_ms, &m);
+    if (rc != 0) {
+        return rc;
+    }
+    const Lazykv__V1__StatsResponse *r = (const Lazykv__V1__StatsResponse *)m;
+    lkv_stat_entry *e = lkv_xcalloc(r->n_entries + 1, sizeof(*e));
+    for (size_t i = 0; i < r->n_entries; i++) {
+        const Lazykv__V1__StatEntry *x = r->entries[i];
+        copy_name(e[i].section, sizeof(e[i].section), x->section);
+        copy_name(e[i].key, sizeof(e[i].key), x->key);
+        e[i].value = x->value;
+        copy_name(e[i].text, sizeof(e[i].text), x->text);
+    }
+    *entries = e;
+    *n = r->n_entries;
+    lkv_pb_free(m);
+    return 0;
+}
+
+/* ---- list, evict ---- */
+
+/* Copies a DocStatus message into *o. */
+static void doc_status_copy(const Lazykv__V1__DocStatus *s, lkv_doc_status *o)
+{
+    memset(o, 0, sizeof(*o));
+    o->present = s->present ? 1 : 0;
+    o->tier = s->tier;
+    o->n_tokens = s->n_tokens;
+    o->n_blocks = s->n_blocks;
+    if (s->key.len == LKV_KEY_BYTES) {
+        memcpy(o->key, s->key.data, LKV_KEY_BYTES);
+    }
+    o->miss_cause = s->miss_cause;
+    copy_name(o->profile, sizeof(o->profile), s->profile);
+    o->pins = s->pins;
+    o->bytes = s->bytes;
+}
+
+int lkv_client_list(lkv_client_t *c, const lkv_list_filter *f, int deadline_ms,
+                    lkv_doc_status **docs, size_t *n, uint8_t *next_key, int *more)
+{
+    err_clear();
+    *docs = NULL;
+    *n = 0;
+    *more = 0;
+    Lazykv__V1__ListRequest req = LAZYKV__V1__LIST_REQUEST__INIT;
+    if (f != NULL) {
+        req.limit = f->limit;
+        if (f->after_key != NULL) {
+            req.after_key.data = (uint8_t *)f->after_key;
+            req.after_key.len = LKV_KEY_BYTES;
+        }
+        if (f->profile != NULL) {
+            req.profile = (char *)f->profile;
+        }
+        req.tier = (Lazykv__V1__Tier)f->tier;
+    }
+    ProtobufCMessage *m = NULL;
+    int rc = unary(c, "/lazykv.v1.Admin/List", &req.base, &lazykv__v1__list_response__descriptor,
+                   deadline_ms, &m);
+    if (rc != 0) {
+        return rc;
+    }
+    const Lazykv__V1__ListResponse *r = (const Lazykv__V1__ListResponse *)m;
+    if (r->next_after_key.len != 0 && r->next_after_key.len != LKV_KEY_BYTES) {
+        lkv_pb_free(m);
+        return bad_reply(LKV_EPROTO, "ListResponse", "next_after_key is not 32 bytes");
+    }
+    if (r->n_docs > 0) {
+        lkv_doc_status *d = lkv_xcalloc(r->n_docs, sizeof(*d));
+        for (size_t i = 0; i < r->n_docs; i++) {
+            doc_status_copy(r->docs[i], &d[i]);
+        }
+        *docs = d;
+        *n = r->n_docs;
+    }
+    if (r->next_after_key.len == LKV_KEY_BYTES) {
+        *more = 1;
+        if (next_key != NULL) {
+            memcpy(next_key, r->next_after_key.data, LKV_KEY_BYTES);
+        }
+    }
+    lkv_pb_free(m);
+    return 0;
+}
+
+int lkv_client_evict(lkv_client_t *c, const uint8_t *key, int deadline_ms)
+{
+    err_clear();
+    if (key == NULL) {
+        return err_local(LKV_EINVAL, "evict: no key");
+    }
+    Lazykv__V1__EvictRequest req = LAZYKV__V1__EVICT_REQUEST__INIT;
+    req.key.data = (uint8_t *)key;
+    req.key.len = LKV_KEY_BYTES;
+    ProtobufCMessage *m = NULL;
+    int rc = unary(c, "/lazykv.v1.Admin/Evict", &req.base, &lazykv__v1__evict_response__descriptor,
+                   deadline_ms, &m);
+    if (rc != 0) {
+        return rc;
+    }
+    lkv_pb_free(m);
+    return 0;
+}
+
+/* ---- attach, release ---- */
+
+void lkv_lease_free(lkv_lease *l)
+{
+    if (l == NULL) {
+        return;
+    }
+    for (size_t i = 0; i < l->n_docs; i++) {
+        free(l->docs[i].pages);
+    }
+    free(l->docs);
+    memset(l, 0, sizeof(*l));
+}
+
+int lkv_client_attach(lkv_client_t *c, const lkv_docref *refs, size_t n, const uint8_t *lease_id,
+                      uint32_t ttl_ms, int deadline_ms, lkv_lease *out)
+{
+    err_clear();
+    memset(out, 0, sizeof(*out));
+    if (n == 0 && lease_id == NULL) {
+        return err_local(LKV_EINVAL, "attach: no documents");
+    }
+    Lazykv__V1__DocRef *ds = lkv_xcalloc(n ? n : 1, sizeof(*ds));
+    Lazykv__V1__TokenDoc *ts = lkv_xcalloc(n ? n : 1, sizeof(*ts));
+    Lazykv__V1__DocRef **dp = lkv_xcalloc(n ? n : 1, sizeof(*dp));
+    ProtobufCMessage *m = NULL;
+    int rc = 0;
+    for (size_t i = 0; i < n; i++) {
+        rc = docref_fill(&refs[i], &ds[i], &ts[i]);
+        if (rc != 0) {
+            goto out;
+        }
+        dp[i] = &ds[i];
+    }
+    Lazykv__V1__AttachRequest req = LAZYKV__V1__ATTACH_REQUEST__INIT;
+    req.n_docs = n;
+    req.docs = dp;
+    req.ttl_ms = ttl_ms;
+    if (lease_id != NULL) {
+        req.lease_id.data = (uint8_t *)lease_id;
+        req.lease_id.len = LKV_LEASE_ID_BYTES;
+    }
+    rc = unary(c, "/lazykv.v1.Cache/Attach", &req.base, &lazykv__v1__attach_response__descriptor,
+               deadline_ms, &m);
+    if (rc != 0) {
+        goto out;
+    }
+    const Lazykv__V1__AttachResponse *r = (const Lazykv__V1__AttachResponse *)m;
+    if (r->lease_id.len != LKV_LEASE_ID_BYTES) {
+        rc = bad_reply(LKV_EPROTO, "AttachResponse", "lease_id is not 16 bytes");
+        goto out;
+    }
+    if (r->n_attached != n) {
+        rc = bad_reply(LKV_EPROTO, "AttachResponse", "wrong number of attached documents");
+        goto out;
+    }
+    memcpy(out->id, r->lease_id.data, LKV_LEASE_ID_BYTES);
+    out->expires_unix_ms = r->expires_unix_ms;
+    out->ttl_ms = r->ttl_ms;
+    out->lease_docs = r->lease_docs;
+    out->arena.cuda_device = -1;
+    if (r->arena != NULL) {
+        copy_name(out->arena.backend, sizeof(out->arena.backend), r->arena->backend);
+        copy_name(out->arena.shm_name, sizeof(out->arena.shm_name), r->arena->shm_name);
+        out->arena.page_bytes = r->arena->page_bytes;
+        out->arena.n_pages = r->arena->n_pages;
+        out->arena.cuda_device = r->arena->cuda_device;
+    }
+    out->n_docs = n;
+    out->docs = lkv_xcalloc(n ? n : 1, sizeof(*out->docs));
+    for (size_t i = 0; i < n; i++) {
+        const Lazykv__V1__AttachedDoc *a = r->attached[i];
+        lkv_attached_doc *o = &out->docs[i];
+        if (a->key.len == LKV_KEY_BYTES) {
+            memcpy(o->key, a->key.data, LKV_KEY_BYTES);
+        }
+        copy_name(o->profile, sizeof(o->profile), a->profile);
+        o->n_tokens = a->n_tokens;
+        if (a->layout != NULL) {
+            o->n_layers = a->layout->n_layers;
+            o->n_kv_heads = a->layout->n_kv_heads;
+            o->head_dim = a->layout->head_dim;
+            copy_name(o->dtype, sizeof(o->dtype), a->layout->dtype);
+            o->block_tokens = a->layout->block_tokens;
+            o->block_bytes = a->layout->block_bytes;
+        }
+        o->n_pages = (uint32_t)a->n_pages;
+        o->pages = lkv_xmalloc((a->n_pages ? a->n_pages : 1) * sizeof(uint32_t));
+        if (a->n_pages > 0) {
+            memcpy(o->pages, a->pages, a->n_pages * sizeof(uint32_t));
+        }
+    }
+out:
+    if (m != NULL) {
+        lkv_pb_free(m);
+    }
+    if (rc != 0) {
+        lkv_lease_free(out);
+    }
+    free(dp);
+    free(ts);
+    free(ds);
+    return rc;
+}
+
+int lkv_client_release(lkv_client_t *c, const uint8_t *lease_id, int deadline_ms,
+                       uint32_t *released)
+{
+    err_clear();
+    if (lease_id == NULL) {
+        return err_local(LKV_EINVAL, "release: no lease id");
+    }
+    Lazykv__V1__ReleaseRequest req = LAZYKV__V1__RELEASE_REQUEST__INIT;
+    req.lease_id.data = (uint8_t *)lease_id;
+    req.lease_id.len = LKV_LEASE_ID_BYTES;
+    ProtobufCMessage *m = NULL;
+    int rc = unary(c, "/lazykv.v1.Cache/Release", &req.base,
+                   &lazykv__v1__release_response__descriptor, deadline_ms, &m);
+    if (rc != 0) {
+        return rc;
+    }
+    if (released != NULL) {
+        *released = ((const Lazykv__V1__ReleaseResponse *)m)->released_docs;
+    }
+    lkv_pb_free(m);
+    return 0;
+}
+
+/* ---- keys ---- */
+
+void lkv_key_to_hex(const uint8_t *key, char *out)
+{
+    static const char hx[] = "0123456789abcdef";
+    for (int i = 0; i < LKV_KEY_BYTES; i++) {
+        out[2 * i] = hx[key[i] >> 4];
+        out[2 * i + 1] = hx[key[i] & 15];
+    }
+    out[2 * LKV_KEY_BYTES] = '\0';
+}
+
+static int hexval(char ch)
+{
+    if (ch >= '0' && ch <= '9') {
+        return ch - '0';
+    }
+    if (ch >= 'a' && ch <= 'f') {
+        return ch - 'a' + 10;
+    }
+    if (ch >= 'A' && ch <= 'F') {
+        return ch - 'A' + 10;
+    }
+    return -1;
+}
+
+int lkv_key_from_hex(const char *hex, uint8_t *key)
+{
+    if (hex == NULL || strlen(hex) != 2 * LKV_KEY_BYTES) {
+        return LKV_EINVAL;
+    }
+    for (int i = 0; i < LKV_KEY_BYTES; i++) {
+        int hi = hexval(hex[2 * i]), lo = hexval(hex[2 * i + 1]);
+        if (hi < 0 || lo < 0) {
+            return LKV_EINVAL;
+        }
+        key[i] = (uint8_t)(hi << 4 | lo);
+    }
+    return 0;
+}

@@ -1,0 +1,321 @@
+/*
+ * lkv_client.h: the lazykv C client library (lazykv.v1.Cache, Admin/Stats, grpc.health.v1).
+ *
+ * A client handle (lkv_client_t) owns one gRPC channel to one lazykvd. The handle is
+ * thread-safe: any number of threads may make calls on it at once; each call uses its own
+ * completion queue (pluck), so calls never wait for one another. Every call is blocking and
+ * has a deadline: deadline_ms > 0 is used as given, 0 means the handle's default.
+ *
+ * Errors: every function returns 0 or a negative LKV_E* code (common/lkv_err.h). The gRPC
+ * status of a failed call is mapped once, in this module, as follows:
+ *
+ *     INVALID_ARGUMENT, OUT_OF_RANGE, FAILED_PRECONDITION  LKV_EINVAL
+ *     NOT_FOUND                                            LKV_ENOTFOUND
+ *     ALREADY_EXISTS                                       LKV_EEXIST
+ *     RESOURCE_EXHAUSTED "message larger than max"         LKV_ETOOBIG
+ *     RESOURCE_EXHAUSTED (anything else: budgets)          LKV_ENOSPC
+ *     DEADLINE_EXCEEDED                                    LKV_ETIMEDOUT
+ *     CANCELLED                                            LKV_ECANCELLED
+ *     UNAUTHENTICATED / PERMISSION_DENIED                  LKV_EUNAUTH / LKV_EPERM
+ *     UNAVAILABLE                                          LKV_EUNAVAIL
+ *     UNIMPLEMENTED                                        LKV_ENOTSUP
+ *     DATA_LOSS                                            LKV_ECORRUPT
+ *     ABORTED                                              LKV_EAGAIN
+ *     UNKNOWN, INTERNAL, anything else                     LKV_EINTERNAL
+ *
+ * Errors found locally: LKV_EINVAL (bad arguments), LKV_ETOOBIG (a message over the handle's
+ * max_message_bytes), LKV_EPROTO / LKV_ECORRUPT (a malformed reply or an inconsistent Get
+ * stream), LKV_ECANCELLED (the caller stopped a Get).
+ *
+ * After a failed call, lkv_client_last_error() returns the server's status message (or a
+ * local message for errors found before anything was sent) and lkv_client_last_status() the
+ * gRPC status code; both are per thread and describe the last failed call made by this thread
+ * on any handle. A successful call clears them.
+ *
+ * Wire semantics (block layout, key derivation, durability) are in proto/lazykv/v1/cache.proto;
+ * this library passes blocks through unchanged and does not validate indices or sizes, so that
+ * the daemon's checks can be exercised; the daemon refuses bad input and changes nothing.
+ */
+#ifndef LKV_CLIENT_H
+#define LKV_CLIENT_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#define LKV_KEY_BYTES                  32
+#define LKV_CLIENT_DEFAULT_DEADLINE_MS 30000
+#define LKV_CLIENT_DEFAULT_MAX_MESSAGE (64u << 20)
+
+typedef struct lkv_client lkv_client_t; /* Opaque, thread-safe. */
+typedef struct lkv_put lkv_put_t;       /* Opaque, one Put stream; one thread at a time. */
+typedef struct lkv_get lkv_get_t;       /* Opaque, one Get stream; one thread at a time. */
+
+/* Options of lkv_client_create. Zero-initialise, then set what you need. */
+typedef struct lkv_client_options {
+    size_t max_message_bytes; /* Max message sent and received; 0: 64 MiB. */
+    int default_deadline_ms;  /* Deadline of calls made with deadline_ms 0; 0: 30000. */
+    const char *bearer_token; /* Sent as "authorization: Bearer <token>"; NULL: none. Copied. */
+} lkv_client_options;
+
+/* Names a document: by key (key != NULL, 32 bytes) or by content (key == NULL: profile and
+ * tokens). All pointers are borrowed for the duration of the call. */
+typedef struct lkv_docref {
+    const uint8_t *key;     /* LKV_KEY_BYTES bytes, or NULL to name by profile + tokens. */
+    const char *profile;    /* Profile name (when key is NULL). */
+    const uint32_t *tokens; /* n_tokens token ids (when key is NULL). */
+    size_t n_tokens;        /* Number of token ids. */
+} lkv_docref;
+
+/* Values of lkv_put_reply.durability (the proto's Durability enum). */
+enum lkv_wire_durability {
+    LKV_WIRE_DURABILITY_UNSPECIFIED = 0,
+    LKV_WIRE_DURABILITY_HOT = 1,
+    LKV_WIRE_DURABILITY_DURABLE = 2,
+};
+
+/* Values of tier fields (the proto's Tier enum). */
+enum lkv_wire_tier {
+    LKV_WIRE_TIER_UNSPECIFIED = 0,
+    LKV_WIRE_TIER_HOT = 1,
+    LKV_WIRE_TIER_COLD = 2,
+    LKV_WIRE_TIER_ABSENT = 3,
+};
+
+/* Reply of a Put. */
+typedef struct lkv_put_reply {
+    uint8_t key[LKV_KEY_BYTES]; /* The document key. */
+    uint64_t n_tokens;          /* Tokens stored. */
+    uint32_t n_blocks;          /* Blocks stored. */
+    int durability;             /* enum lkv_wire_durability: what the acknowledgement means. */
+    int already_present;        /* 1 if the document was cached already (its KV was kept). */
+    int tier;                   /* enum lkv_wire_tier: where the document is now. */
+} lkv_put_reply;
+
+/* One document's state, as returned by lkv_client_lookup. */
+typedef struct lkv_doc_status {
+    int present;                /* 1 if cached. */
+    int tier;                   /* enum lkv_wire_tier (LKV_WIRE_TIER_ABSENT when not present). */
+    uint64_t n_tokens;          /* 0 when absent and unknown. */
+    uint32_t n_blocks;          /* Blocks of the document. */
+    uint8_t key[LKV_KEY_BYTES]; /* The key (also for absent documents). */
+    int miss_cause;             /* The proto's MissCause (0 when present). */
+    char profile[64];           /* Profile name when known, else "". */
+    uint32_t pins;              /* Pins held now (leases); filled by lkv_client_list only. */
+    uint64_t bytes;             /* Block payload bytes; filled by lkv_client_list only. */
+} lkv_doc_status;
+
+/* Header of a Get stream: describes the blocks that follow. */
+typedef struct lkv_get_header {
+    uint8_t key[LKV_KEY_BYTES]; /* The document key. */
+    char profile[64];           /* Profile name. */
+    uint64_t n_tokens;          /* Tokens of the document. */
+    uint32_t n_blocks;          /* Blocks that follow. */
+    uint64_t block_bytes;       /* Size of every block. */
+    uint32_t block_tokens;      /* Tokens per block. */
+    int tier;                   /* enum lkv_wire_tier where the document was found. */
+} lkv_get_header;
+
+/* Creates a handle for target ("host:port", any gRPC target string). Connects lazily: an
+ * unreachable daemon shows up as LKV_EUNAVAIL on the first call. opt may be NULL (defaults);
+ * it and its strings are copied. *out is owned by the caller; free with lkv_client_destroy.
+ * Returns 0 or LKV_EINVAL (bad option; message in lkv_client_last_error). */
+int lkv_client_create(const char *target, const lkv_client_options *opt, lkv_client_t **out);
+
+/* Destroys c. Every call on c must have returned and every put handle must be finished or
+ * aborted. NULL is allowed. */
+void lkv_client_destroy(lkv_client_t *c);
+
+/* Message of this thread's last failed call (server status message or a local message);
+ * "" after a success. Borrowed: valid until this thread's next call into this library. */
+const char *lkv_client_last_error(void);
+
+/* gRPC status code of this thread's last failed call, 0 after a success, -1 if the call failed
+ * before reaching gRPC (bad arguments). */
+int lkv_client_last_status(void);
+
+/* Maps a gRPC status code (and its message, may be NULL) to a LKV_E* code as in the table
+ * above; 0 for OK. Exposed for tests and for other RPC edges of the client. */
+int lkv_client_map_status(int grpc_status, const char *message);
+
+/* grpc.health.v1.Health/Check for service ("" for the whole daemon; NULL means ""). Returns 0
+ * if SERVING, LKV_EUNAVAIL if NOT_SERVING or unreachable, LKV_ENOTFOUND for an unknown
+ * service, or another mapped error. */
+int lkv_client_ping(lkv_client_t *c, const char *service, int deadline_ms);
+
+/* Starts a streaming Put of one document under profile with n_tokens token ids (both
+ * borrowed for this call only; copied). n_blocks is the block count announced in the header
+ * (0: let the daemon derive it). On success *out is a put handle owned by the caller that
+ * must be ended with lkv_put_finish or lkv_put_abort (each frees it). The header is sent
+ * with the first block message (or alone by lkv_put_finish). */
+int lkv_client_put_begin(lkv_client_t *c, const char *profile, const uint32_t *tokens,
+                         size_t n_tokens, uint32_t n_blocks, int deadline_ms, lkv_put_t **out);
+
+/* Sends n consecutive blocks first_index .. first_index+n-1 in one message; data holds
+ * n * block_bytes bytes (borrowed for the call). Blocks are passed through unchecked. Returns
+ * 0 when the message is handed to gRPC (not yet accepted by the daemon), or the mapped error
+ * of the call if the daemon has already refused the Put (then only finish/abort remain
+ * meaningful; they return the same error). LKV_ETOOBIG (nothing sent, the stream stays usable)
+ * if the message would exceed the handle's max_message_bytes. */
+int lkv_put_blocks(lkv_put_t *p, uint32_t first_index, uint32_t n, const void *data,
+                   size_t block_bytes);
+
+/* Sends one block (index, len bytes of data, borrowed). Same as lkv_put_blocks with n = 1. */
+int lkv_put_block(lkv_put_t *p, uint32_t index, const void *data, size_t len);
+
+/* Half-closes the stream and waits for the daemon's reply. On 0, *reply (may be NULL) is
+ * filled. Always frees p. */
+int lkv_put_finish(lkv_put_t *p, lkv_put_reply *reply);
+
+/* Cancels the Put (the daemon discards everything received) and frees p. NULL is allowed. */
+void lkv_put_abort(lkv_put_t *p);
+
+/* One-shot Put of a whole document: n_blocks blocks of block_bytes bytes each, contiguous in
+ * blocks (borrowed), sent as few messages as the handle's max message size allows. reply may
+ * be NULL. */
+int lkv_client_put(lkv_client_t *c, const char *profile, const uint32_t *tokens, size_t n_tokens,
+                   const void *blocks, uint32_t n_blocks, size_t block_bytes, int deadline_ms,
+                   lkv_put_reply *reply);
+
+/* Looks up n documents (refs borrowed) in one call; out (caller-owned, n entries) receives
+ * their states in request order. Absent documents are not an error. */
+int lkv_client_lookup(lkv_client_t *c, const lkv_docref *refs, size_t n, int deadline_ms,
+                      lkv_doc_status *out);
+
+/* Called by lkv_client_get once for the header (data == NULL, len == 0, index == UINT32_MAX:
+ * a chance to size a buffer from header->n_blocks * header->block_bytes), then once per block in
+ * index order. header and data are borrowed for the duration of the callback. Return 0 to
+ * continue, anything else to cancel the Get (lkv_client_get then returns LKV_ECANCELLED). */
+typedef int (*lkv_get_block_fn)(void *ctx, const lkv_get_header *header, uint32_t index,
+                                const void *data, size_t len);
+
+/* Streams one document's blocks to fn (ctx passed through). header (may be NULL) receives the
+ * stream header. Returns 0 once every block has been delivered, LKV_ENOTFOUND if the document
+ * is not cached, LKV_ECORRUPT if the stream is inconsistent (a block index out of order, a
+ * size not block_bytes, fewer blocks than announced), LKV_ETOOBIG if a block is larger than the
+ * handle's max_message_bytes, or another mapped error. */
+int lkv_client_get(lkv_client_t *c, const lkv_docref *ref, int deadline_ms, lkv_get_header *header,
+                   lkv_get_block_fn fn, void *ctx);
+
+/* Pull-style Get: starts the call and reads the stream header into *header (may be NULL).
+ * On 0, *out is a get handle owned by the caller, ended with lkv_get_end (one thread at a
+ * time). Errors as lkv_client_get (e.g. LKV_ENOTFOUND). */
+int lkv_client_get_begin(lkv_client_t *c, const lkv_docref *ref, int deadline_ms,
+                         lkv_get_header *header, lkv_get_t **out);
+
+/* Next block, in index order: on 0 with *data != NULL, *index, *data and *len describe it
+ * (*data is borrowed: valid until the next lkv_get_next or lkv_get_end on g). On 0 with
+ * *data == NULL, every block was delivered and the daemon ended the stream with OK. Errors as
+ * lkv_client_get; after an error every further call returns it again. */
+int lkv_get_next(lkv_get_t *g, uint32_t *index, const void **data, size_t *len);
+
+/* Ends the Get (cancelling it if blocks remain) and frees g. NULL is allowed. */
+void lkv_get_end(lkv_get_t *g);
+
+/* Gets one document into one buffer: on 0, *data (owned by the caller, free()) holds
+ * header->n_blocks * header->block_bytes bytes and *len their count. header must not be NULL. */
+int lkv_client_get_buf(lkv_client_t *c, const lkv_docref *ref, int deadline_ms,
+                       lkv_get_header *header, uint8_t **data, size_t *len);
+
+/* Deletes a document from every tier. key_out (may be NULL, 32 bytes) receives its key.
+ * LKV_ENOTFOUND if it was not cached. */
+int lkv_client_delete(lkv_client_t *c, const lkv_docref *ref, int deadline_ms, uint8_t *key_out);
+
+/* lazykv.v1.Admin/Stats: on 0, *info (owned by the caller, free()) is the INFO-style text of
+ * the requested sections (section may be NULL: all). */
+int lkv_client_stats(lkv_client_t *c, const char *section, int deadline_ms, char **info);
+
+/* One statistic, as in lazykv.v1.StatEntry. */
+typedef struct lkv_stat_entry {
+    char section[64]; /* e.g. "hot". */
+    char key[64];     /* e.g. "bytes_used". */
+    double value;     /* Numeric value (0 when text is set). */
+    char text[128];   /* Non-numeric value (e.g. a version), else "". */
+} lkv_stat_entry;
+
+/* lazykv.v1.Admin/Stats, structured: on 0, *entries (owned by the caller, free()) holds *n
+ * entries of the requested section (NULL: all), in the daemon's order. */
+int lkv_client_stats_entries(lkv_client_t *c, const char *section, int deadline_ms,
+                             lkv_stat_entry **entries, size_t *n);
+
+/* Filter and paging of lkv_client_list. Zero-initialise, then set what you need. */
+typedef struct lkv_list_filter {
+    const char *profile;      /* Only documents of this profile; NULL or "": all. Borrowed. */
+    int tier;                 /* enum lkv_wire_tier: only this tier; 0 (UNSPECIFIED): all. */
+    uint32_t limit;           /* Documents per page, 1..10000; 0: the daemon's default (1000). */
+    const uint8_t *after_key; /* NULL: first page; else resume after this key (32 bytes). */
+} lkv_list_filter;
+
+/* lazykv.v1.Admin/List: one page of cached documents in increasing key order (admin role).
+ * f may be NULL (all documents, default page). On 0, *docs (owned by the caller, free(); NULL
+ * when *n is 0) holds *n entries with present, tier, n_tokens, n_blocks, key, profile, pins and
+ * bytes set; *more is 1 if documents remain, and then next_key (32 bytes, caller's buffer; may
+ * be NULL) receives the after_key of the next page. Errors: LKV_EINVAL (limit above 10000,
+ * unknown profile), or another mapped error. */
+int lkv_client_list(lkv_client_t *c, const lkv_list_filter *f, int deadline_ms,
+                    lkv_doc_status **docs, size_t *n, uint8_t *next_key, int *more);
+
+/* lazykv.v1.Admin/Evict: moves the document with key (32 bytes, borrowed) out of the hot tier
+ * now (it stays cold). LKV_ENOTFOUND if it is not cached or not hot; LKV_EINVAL if it is pinned
+ * or being read (FAILED_PRECONDITION). */
+int lkv_client_evict(lkv_client_t *c, const uint8_t *key, int deadline_ms);
+
+#define LKV_LEASE_ID_BYTES 16
+
+/* How a co-located process maps the hot arena (the proto's ArenaInfo). */
+typedef struct lkv_lease_arena {
+    char backend[16];    /* "host" or "cuda". */
+    char shm_name[256];  /* host: shm_open name; else "". */
+    uint64_t page_bytes; /* Bytes per arena page. */
+    uint32_t n_pages;    /* Pages in the arena. */
+    int cuda_device;     /* cuda: device ordinal; -1 on host. */
+} lkv_lease_arena;
+
+/* One attached document (the proto's AttachedDoc with its BlockLayout). */
+typedef struct lkv_attached_doc {
+    uint8_t key[LKV_KEY_BYTES]; /* The document key. */
+    char profile[64];           /* Profile name. */
+    uint64_t n_tokens;          /* Tokens of the document. */
+    uint32_t n_layers;          /* Layout: layers. */
+    uint32_t n_kv_heads;        /* Layout: KV heads. */
+    uint32_t head_dim;          /* Layout: head dimension. */
+    char dtype[8];              /* Layout: "f32", "f16", "bf16". */
+    uint32_t block_tokens;      /* Layout: tokens per block. */
+    uint64_t block_bytes;       /* Layout: bytes per block. */
+    uint32_t n_pages;           /* Blocks of the document = entries of pages. */
+    uint32_t *pages;            /* Arena page of block 0..n_pages-1; owned by the lkv_lease. */
+} lkv_attached_doc;
+
+/* A lease, as returned by lkv_client_attach. Free with lkv_lease_free. */
+typedef struct lkv_lease {
+    uint8_t id[LKV_LEASE_ID_BYTES]; /* Pass to renew or release. */
+    uint64_t expires_unix_ms;       /* When the lease ends unless renewed. */
+    uint32_t ttl_ms;                /* TTL granted. */
+    uint32_t lease_docs;            /* Documents now in the lease. */
+    lkv_lease_arena arena;          /* Arena mapping. */
+    size_t n_docs;                  /* Entries of docs (one per requested document). */
+    lkv_attached_doc *docs;         /* Owned; in request order. */
+} lkv_lease;
+
+/* lazykv.v1.Cache/Attach (worker role): pins the n documents of refs (borrowed) in the hot tier
+ * under a new lease (lease_id NULL) or the lease lease_id (16 bytes, borrowed; renews it), for
+ * ttl_ms milliseconds. On 0, *out is filled (owned by the caller; lkv_lease_free). On error *out
+ * is zeroed. LKV_ENOTFOUND: a document is not cached or the lease is unknown (nothing pinned);
+ * LKV_ENOSPC: cannot be made hot or too many leases; LKV_EINVAL: bad request. */
+int lkv_client_attach(lkv_client_t *c, const lkv_docref *refs, size_t n, const uint8_t *lease_id,
+                      uint32_t ttl_ms, int deadline_ms, lkv_lease *out);
+
+/* Frees what *l owns and zeroes it. NULL is allowed. */
+void lkv_lease_free(lkv_lease *l);
+
+/* lazykv.v1.Cache/Release: ends the lease lease_id (16 bytes, borrowed). released (may be
+ * NULL) receives the number of documents unpinned. LKV_ENOTFOUND if unknown or expired. */
+int lkv_client_release(lkv_client_t *c, const uint8_t *lease_id, int deadline_ms,
+                       uint32_t *released);
+
+/* Formats a 32-byte key as 64 lowercase hex characters plus NUL into out (65 bytes). */
+void lkv_key_to_hex(const uint8_t *key, char *out);
+
+/* Parses 64 hex characters into key (32 bytes); 0 or LKV_EINVAL. */
+int lkv_key_from_hex(const char *hex, uint8_t *key);
+
+#endif

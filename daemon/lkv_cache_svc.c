@@ -1,0 +1,1008 @@
+/*
+ * lkv_cache_svc.c: lazykv.v1.Cache handlers (see lkv_cache_svc.h and cache.proto).
+ *
+ * Put: a per-call put_state holds the store transaction. The first message must carry the
+ * header; it is validated (profile known, 1..max tokens, every id < vocab, n_blocks as implied
+ * by the tokens) before lkv_store_put_begin reserves anything. Blocks must come in index order
+ * with exactly block_bytes bytes each. The half-close commits; any failure, cancellation or
+ * shutdown aborts in cleanup (the transaction is still open there only if it never committed).
+ *
+ * Get: a per-call get_state holds the store read handle and one staging buffer of
+ * blocks_per_msg blocks (allocated once per call). The header goes out first, then block
+ * messages of up to get_target_bytes of payload; the engine sends one at a time.
+ *
+ * Lookup validates every document reference first (so an invalid batch counts nothing), then
+ * looks key references up in one store call and token references one by one, in order.
+ *
+ * Keys on the wire are the caller's wire keys (lkv_wirekey.h): resolve_ref decodes a key
+ * reference with the caller's permutation, and every key in a reply or an error message is
+ * encoded back, so a tenant never sees or names a store key.
+ *
+ * Attach validates everything (lease id length, TTL against max_lease_ttl, document count,
+ * every reference) before lkv_lease_attach pins anything; the lease table pins all-or-nothing.
+ * The reply carries the arena mapping (lkv_store_arena_info_get) and each document's layout and
+ * pages. If the reply of a new lease cannot be sent, the lease is released at once.
+ */
+#include "lkv_cache_svc.h"
+
+#include <assert.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "lazykv/v1/cache.pb-c.h"
+#include "lkv_config.h"
+#include "lkv_err.h"
+#include "lkv_log.h"
+
+#define GET_TARGET_BYTES (1u << 20) /* Block payload per Get message (>= 1 block). */
+#define MAX_LOOKUP_DOCS  65536u
+
+/* ---- Shared helpers ------------------------------------------------------------------- */
+
+/* The salt that keys this call's documents: its principal's (tenant's), else the default. */
+static const uint8_t *call_salt(const lkv_cache_svc *svc, const lkv_rpc *rpc)
+{
+    const void *p = lkv_rpc_principal(rpc);
+    const uint8_t *salt = svc->salt_of != NULL && p != NULL ? svc->salt_of(p) : NULL;
+    return salt != NULL ? salt : svc->salt;
+}
+
+/* The caller's dense tenant index (0 without tenants). */
+static int call_index(const lkv_cache_svc *svc, const lkv_rpc *rpc)
+{
+    const void *p = lkv_rpc_principal(rpc);
+    int i = svc->index_of != NULL && p != NULL ? svc->index_of(svc->index_ctx, p) : 0;
+    return i >= 0 && i < (svc->n_tenants > 0 ? svc->n_tenants : 1) ? i : 0;
+}
+
+/* The caller's wire-key permutation (lkv_wirekey.h). */
+static const lkv_wirekey *call_wire(const lkv_cache_svc *svc, const lkv_rpc *rpc)
+{
+    static const lkv_wirekey identity = {.identity = 1};
+    return svc->wire != NULL ? &svc->wire[call_index(svc, rpc)] : &identity;
+}
+
+/* Writes the wire form of stored key k for this caller into out. */
+static void wire_of(const lkv_cache_svc *svc, const lkv_rpc *rpc, const lkv_dockey *k,
+                    lkv_dockey *out)
+{
+    lkv_wirekey_encode(call_wire(svc, rpc), k, out->b);
+}
+
+/* Writes "a, b, c" (the configured profile names) into buf. */
+static void known_profiles(lkv_store *st, char *buf, size_t len)
+{
+    size_t n = 0;
+    buf[0] = '\0';
+    for (int i = 0; i < lkv_store_profile_count(st) && n < len; i++) {
+        int w =
+            snprintf(buf + n, len - n, "%s%s", i ? ", " : "", lkv_store_profile_at(st, i)->name);
+        n += w > 0 ? (size_t)w : 0;
+    }
+}
+
+/* Finds the profile or fails the call naming it and the known ones. */
+static int find_profile(lkv_cache_svc *svc, lkv_rpc *rpc, const char *what, const char *name,
+                        const lkv_profile **out)
+{
+    if (name == NULL || name[0] == '\0') {
+        return lkv_rpc_errorf(rpc, LKV_EPROFILE,
+                              "%s: profile is empty (a model profile name is "
+                              "required)",
+                              what);
+    }
+    const lkv_profile *p = lkv_store_profile_find(svc->store, name);
+    if (p == NULL) {
+        char list[512];
+        known_profiles(svc->store, list, sizeof(list));
+        return lkv_rpc_errorf(rpc, LKV_EPROFILE, "%s: unknown profile '%.64s' (known: %s)", what,
+                              name, list);
+    }
+    *out = p;
+    return 0;
+}
+
+/* Validates tokens of profile p: 1..max_doc_tokens ids, each < vocab_size. */
+static int check_tokens(lkv_rpc *rpc, const char *what, const lkv_profile *p,
+                        const uint32_t *tokens, size_t n)
+{
+    if (n == 0) {
+        return lkv_rpc_errorf(rpc, LKV_EINVAL,
+                              "%s: token_ids is empty (a document has at least "
+                              "one token)",
+                              what);
+    }
+    if (n > p->max_doc_tokens) {
+        return lkv_rpc_errorf(rpc, LKV_EINVAL,
+                              "%s: %zu tokens, more than the %" PRIu32
+                              " a document of profile '%s' may have",
+                              what, n, p->max_doc_tokens, p->name);
+    }
+    for (size_t i = 0; i < n; i++) {
+        if (tokens[i] >= p->vocab_size) {
+            return lkv_rpc_errorf(rpc, LKV_EINVAL,
+                                  "%s: token_ids[%zu] = %" PRIu32
+                                  " is not below vocab_size %" PRIu32 " of profile '%s'",
+                                  what, i, tokens[i], p->vocab_size, p->name);
+        }
+    }
+    return 0;
+}
+
+/* Resolves a DocRef to a key. Fails the call on a bad reference. what names it in messages. */
+static int resolve_ref(lkv_cache_svc *svc, lkv_rpc *rpc, const char *what,
+                       const Lazykv__V1__DocRef *ref, lkv_dockey *key,
+                       const lkv_profile **profile_out)
+{
+    if (ref == NULL) {
+        return lkv_rpc_errorf(rpc, LKV_EINVAL,
+                              "%s: missing document reference (set key or "
+                              "tokens)",
+                              what);
+    }
+    int has_key = ref->key.len > 0;
+    int has_tokens = ref->tokens != NULL;
+    if (has_key == has_tokens) {
+        return lkv_rpc_errorf(rpc, LKV_EINVAL, "%s: set exactly one of key and tokens (got %s)",
+                              what, has_key ? "both" : "neither");
+    }
+    if (profile_out != NULL) {
+        *profile_out = NULL;
+    }
+    if (has_key) {
+        if (ref->key.len != LKV_DOCKEY_BYTES) {
+            return lkv_rpc_errorf(rpc, LKV_EINVAL, "%s: key is %zu bytes, expected %d", what,
+                                  ref->key.len, LKV_DOCKEY_BYTES);
+        }
+        /* The caller's wire key: decoded with its own permutation, so another tenant's key
+         * (wire or store form) decodes to a key that is not stored. */
+        lkv_wirekey_decode(call_wire(svc, rpc), ref->key.data, key);
+        return 0;
+    }
+    const lkv_profile *p = NULL;
+    int rc = find_profile(svc, rpc, what, ref->tokens->profile, &p);
+    if (rc == 0) {
+        rc = check_tokens(rpc, what, p, ref->tokens->token_ids, ref->tokens->n_token_ids);
+    }
+    if (rc != 0) {
+        return rc;
+    }
+    lkv_dockey_compute(call_salt(svc, rpc), p->fingerprint, ref->tokens->token_ids,
+                       (uint32_t)ref->tokens->n_token_ids, key);
+    if (profile_out != NULL) {
+        *profile_out = p;
+    }
+    return 0;
+}
+
+static Lazykv__V1__Tier tier_pb(int tier)
+{
+    switch (tier) {
+    case LKV_TIER_HOT:
+        return LAZYKV__V1__TIER__TIER_HOT;
+    case LKV_TIER_COLD:
+        return LAZYKV__V1__TIER__TIER_COLD;
+    default:
+        return LAZYKV__V1__TIER__TIER_ABSENT;
+    }
+}
+
+static Lazykv__V1__MissCause miss_pb(int cause)
+{
+    switch (cause) {
+    case LKV_MISS_NONE:
+        return LAZYKV__V1__MISS_CAUSE__MISS_CAUSE_NONE;
+    case LKV_MISS_EVICTED:
+        return LAZYKV__V1__MISS_CAUSE__MISS_CAUSE_EVICTED;
+    case LKV_MISS_DELETED:
+        return LAZYKV__V1__MISS_CAUSE__MISS_CAUSE_DELETED;
+    case LKV_MISS_PROFILE:
+        return LAZYKV__V1__MISS_CAUSE__MISS_CAUSE_PROFILE;
+    default:
+        return LAZYKV__V1__MISS_CAUSE__MISS_CAUSE_UNKNOWN;
+    }
+}
+
+/* The hex of stored key k as this caller knows it (its wire form), for messages. */
+#define key_hex(k, out) key_hex_wire(svc, rpc, (k), (out))
+static const char *key_hex_wire(const lkv_cache_svc *svc, const lkv_rpc *rpc, const lkv_dockey *k,
+                                char out[LKV_DOCKEY_HEX_LEN + 1])
+{
+    lkv_dockey w;
+    wire_of(svc, rpc, k, &w);
+    lkv_dockey_to_hex(&w, out);
+    return out;
+}
+
+/* ---- Put ------------------------------------------------------------------------------ */
+
+typedef struct put_state {
+    lkv_store_put *tx;       /* Open transaction, NULL once committed. */
+    const lkv_profile *prof; /* Borrowed from the store. */
+    lkv_dockey key;          /* Document key. */
+    int exists;              /* The document was stored already. */
+    uint32_t n_tokens;       /* Tokens of the document. */
+    uint32_t n_blocks;       /* Blocks expected. */
+    uint32_t next;           /* Next block index expected. */
+    uint64_t block_bytes;    /* Bytes per block. */
+} put_state;
+
+static int put_header(lkv_cache_svc *svc, lkv_rpc *rpc, const Lazykv__V1__PutHeader *h)
+{
+    const lkv_profile *p = NULL;
+    int rc = find_profile(svc, rpc, "Put header", h->profile, &p);
+    if (rc == 0) {
+        rc = check_tokens(rpc, "Put header", p, h->token_ids, h->n_token_ids);
+    }
+    if (rc != 0) {
+        return rc;
+    }
+    uint32_t n_tokens = (uint32_t)h->n_token_ids;
+    uint32_t want = lkv_blocks_for_tokens(&p->shape, n_tokens);
+    if (h->n_blocks != 0 && h->n_blocks != want) {
+        return lkv_rpc_errorf(rpc, LKV_EINVAL,
+                              "Put header: n_blocks = %" PRIu32 " but %" PRIu32
+                              " tokens in blocks of %d make %" PRIu32,
+                              h->n_blocks, n_tokens, p->shape.block_tokens, want);
+    }
+    rc = lkv_rpc_check_deadline(rpc);
+    if (rc != 0) {
+        return rc;
+    }
+    put_state *st = lkv_xcalloc(1, sizeof(*st));
+    lkv_rpc_set_state(rpc, st);
+    rc = lkv_store_put_begin(svc->store, call_salt(svc, rpc), p->name, h->token_ids, n_tokens,
+                             &st->tx, &st->key, &st->exists);
+    if (rc != 0) {
+        char b[32], hb[32], pb[32];
+        lkv_store_stats ss;
+        st->tx = NULL;
+        switch (rc) {
+        case LKV_ENOSPC:
+            lkv_store_stats_get(svc->store, &ss);
+            return lkv_rpc_errorf(
+                rpc, rc,
+                "no room for the document: it needs %" PRIu32 " hot pages of %s (%s); the hot "
+                "budget is %" PRIu64 " pages (%s) and what is not free is pinned or being "
+                "written (retry later, or raise hot_bytes)",
+                want, lkv_format_bytes(ss.hot_page_bytes, pb, sizeof(pb)),
+                lkv_format_bytes((uint64_t)want * ss.hot_page_bytes, b, sizeof(b)),
+                ss.hot_pages_total, lkv_format_bytes(ss.hot_budget, hb, sizeof(hb)));
+        case LKV_ESHUTDOWN:
+            return lkv_rpc_errorf(rpc, rc, "the daemon is shutting down; retry elsewhere");
+        default:
+            return lkv_rpc_errorf(rpc, rc, "Put refused by the store: %s", lkv_strerror(rc));
+        }
+    }
+    st->prof = p;
+    st->n_tokens = n_tokens;
+    st->n_blocks = lkv_store_put_n_blocks(st->tx);
+    st->block_bytes = lkv_store_put_block_bytes(st->tx);
+    st->next = 0;
+    assert(st->n_blocks == want);
+    return 0;
+}
+
+static int put_on_message(void *arg, lkv_rpc *rpc, const ProtobufCMessage *m)
+{
+    lkv_cache_svc *svc = arg;
+    const Lazykv__V1__PutRequest *req = (const Lazykv__V1__PutRequest *)m;
+    put_state *st = lkv_rpc_state(rpc);
+    int rc;
+    if (st == NULL) {
+        if (req->header == NULL) {
+            return lkv_rpc_errorf(rpc, LKV_EINVAL,
+                                  "the first Put message must carry the header "
+                                  "(profile, token_ids)");
+        }
+        rc = put_header(svc, rpc, req->header);
+        if (rc != 0) {
+            return rc;
+        }
+        st = lkv_rpc_state(rpc);
+    } else if (req->header != NULL) {
+        return lkv_rpc_errorf(rpc, LKV_EINVAL,
+                              "Put header sent twice (only the first message "
+                              "carries it)");
+    }
+    for (size_t i = 0; i < req->n_blocks; i++) {
+        const Lazykv__V1__Block *b = req->blocks[i];
+        if (b->index >= st->n_blocks) {
+            return lkv_rpc_errorf(rpc, LKV_EINVAL,
+                                  "block index %" PRIu32 " out of range: the document has %" PRIu32
+                                  " blocks (index 0..%" PRIu32 ")",
+                                  b->index, st->n_blocks, st->n_blocks - 1);
+        }
+        if (b->index != st->next) {
+            return lkv_rpc_errorf(rpc, LKV_EINVAL,
+                                  "block index %" PRIu32 " out of order: expected index %" PRIu32
+                                  " (blocks go in order, each once)",
+                                  b->index, st->next);
+        }
+        if (b->data.len != st->block_bytes) {
+            const lkv_kv_shape *s = &st->prof->shape;
+            return lkv_rpc_errorf(rpc, LKV_EINVAL,
+                                  "block %" PRIu32 " is %zu bytes, expected %" PRIu64
+                                  " (profile '%s': %d layers x 2 x %d kv heads x %d tokens x %d "
+                                  "dims x %zu bytes)",
+                                  b->index, b->data.len, st->block_bytes, st->prof->name,
+                                  s->n_layers, s->n_kv_heads, s->block_tokens, s->head_dim,
+                                  lkv_dtype_size(s->dtype));
+        }
+        rc = lkv_store_put_block(st->tx, b->index, b->data.data, b->data.len);
+        if (rc == LKV_EINVAL) {
+            return lkv_rpc_errorf(rpc, rc,
+                                  "block %" PRIu32 ": the token slots past the document's end "
+                                  "(token %" PRIu32 " on) must be zero",
+                                  b->index, st->n_tokens);
+        }
+        if (rc != 0) {
+            return lkv_rpc_errorf(rpc, rc, "block %" PRIu32 ": %s", b->index, lkv_strerror(rc));
+        }
+        st->next++;
+    }
+    return 0;
+}
+
+static int put_on_end(void *arg, lkv_rpc *rpc)
+{
+    lkv_cache_svc *svc = arg;
+    put_state *st = lkv_rpc_state(rpc);
+    if (st == NULL) {
+        return lkv_rpc_errorf(rpc, LKV_EINVAL, "empty Put stream: no header was sent");
+    }
+    if (st->next != st->n_blocks) {
+        return lkv_rpc_errorf(rpc, LKV_EINVAL,
+                              "Put stream ended after %" PRIu32 " of %" PRIu32 " blocks (%" PRIu32
+                              " tokens in blocks of %d)",
+                              st->next, st->n_blocks, st->n_tokens, st->prof->shape.block_tokens);
+    }
+    int rc = lkv_rpc_check_deadline(rpc);
+    if (rc != 0) {
+        return rc;
+    }
+    lkv_store_put *tx = st->tx;
+    st->tx = NULL; /* put_commit frees it, also on error. */
+    rc = lkv_store_put_commit(tx);
+    if (rc != 0) {
+        return lkv_rpc_errorf(rpc, rc, "Put could not be committed: %s", lkv_strerror(rc));
+    }
+    Lazykv__V1__PutResponse resp = LAZYKV__V1__PUT_RESPONSE__INIT;
+    lkv_dockey wire;
+    wire_of(svc, rpc, &st->key, &wire);
+    resp.key.data = wire.b;
+    resp.key.len = LKV_DOCKEY_BYTES;
+    resp.n_tokens = st->n_tokens;
+    resp.n_blocks = st->n_blocks;
+    resp.durability = svc->durability == LKV_DURABILITY_WRITE_THROUGH
+                          ? LAZYKV__V1__DURABILITY__DURABILITY_DURABLE
+                          : LAZYKV__V1__DURABILITY__DURABILITY_HOT;
+    resp.already_present = st->exists != 0;
+    resp.tier = LAZYKV__V1__TIER__TIER_HOT;
+    char hex[LKV_DOCKEY_HEX_LEN + 1];
+    LKV_LOGD("put %s: %" PRIu32 " tokens, %" PRIu32 " blocks of '%s'%s", key_hex(&st->key, hex),
+             st->n_tokens, st->n_blocks, st->prof->name, st->exists ? " (already present)" : "");
+    return lkv_rpc_reply(rpc, &resp.base);
+}
+
+static void put_cleanup(void *arg, lkv_rpc *rpc)
+{
+    (void)arg;
+    put_state *st = lkv_rpc_state(rpc);
+    if (st == NULL) {
+        return;
+    }
+    if (st->tx != NULL) {
+        lkv_store_put_abort(st->tx); /* Nothing becomes visible. */
+    }
+    free(st);
+    lkv_rpc_set_state(rpc, NULL);
+}
+
+/* ---- Lookup --------------------------------------------------------------------------- */
+
+/* Counts one looked-up document in its tenant's counters, as the store counts it overall:
+ * documents by tier, blocks of hits, blocks of misses for token references only. */
+static void count_lookup(lkv_tenant_lookups *tl, const lkv_doc_info *in,
+                         const Lazykv__V1__TokenDoc *t, lkv_store *st)
+{
+    if (in->present) {
+        int hot = in->tier == LKV_TIER_HOT;
+        atomic_fetch_add(hot ? &tl->hits_hot : &tl->hits_cold, 1);
+        atomic_fetch_add(hot ? &tl->hit_blocks_hot : &tl->hit_blocks_cold, in->n_blocks);
+        return;
+    }
+    atomic_fetch_add(&tl->misses, 1);
+    int c =
+        in->miss_cause > 0 && in->miss_cause < LKV_MISS__COUNT ? in->miss_cause : LKV_MISS_NEVER;
+    atomic_fetch_add(&tl->misses_by_cause[c], 1);
+    if (t != NULL) {
+        const lkv_profile *p = lkv_store_profile_find(st, t->profile);
+        if (p != NULL) {
+            atomic_fetch_add(&tl->miss_blocks,
+                             lkv_blocks_for_tokens(&p->shape, (uint64_t)t->n_token_ids));
+        }
+    }
+}
+
+static int lookup(void *arg, lkv_rpc *rpc, const ProtobufCMessage *m)
+{
+    lkv_cache_svc *svc = arg;
+    const Lazykv__V1__LookupRequest *req = (const Lazykv__V1__LookupRequest *)m;
+    size_t n = req->n_docs;
+    if (n == 0) {
+        return lkv_rpc_errorf(rpc, LKV_EINVAL, "Lookup: docs is empty");
+    }
+    if (n > svc->max_lookup_docs) {
+        return lkv_rpc_errorf(rpc, LKV_EINVAL,
+                              "Lookup: %zu documents, at most %" PRIu32 " per call", n,
+                              svc->max_lookup_docs);
+    }
+    lkv_dockey *keys = lkv_xmalloc(n * sizeof(*keys));
+    lkv_dockey *bykey = lkv_xmalloc(n * sizeof(*bykey));
+    uint32_t *bykey_idx = lkv_xmalloc(n * sizeof(*bykey_idx));
+    lkv_doc_info *infos = lkv_xcalloc(n, sizeof(*infos));
+    lkv_doc_info *kinfos = lkv_xcalloc(n, sizeof(*kinfos));
+    Lazykv__V1__DocStatus *ds = lkv_xcalloc(n, sizeof(*ds));
+    Lazykv__V1__DocStatus **dsp = lkv_xmalloc(n * sizeof(*dsp));
+    uint32_t nk = 0;
+    int rc = 0;
+    /* 1. Validate everything (nothing is counted if any reference is bad). */
+    for (size_t i = 0; i < n && rc == 0; i++) {
+        char what[48];
+        snprintf(what, sizeof(what), "docs[%zu]", i);
+        rc = resolve_ref(svc, rpc, what, req->docs[i], &keys[i], NULL);
+    }
+    if (rc == 0) {
+        rc = lkv_rpc_check_deadline(rpc);
+    }
+    if (rc != 0) {
+        goto out;
+    }
+    /* 2. Key references in one store call; token references one by one (they count blocks
+     * and detect profile mismatches). */
+    for (size_t i = 0; i < n; i++) {
+        if (req->docs[i]->tokens == NULL) {
+            bykey[nk] = keys[i];
+            bykey_idx[nk++] = (uint32_t)i;
+        }
+    }
+    if (nk > 0) {
+        rc = lkv_store_lookup(svc->store, bykey, nk, kinfos);
+        if (rc != 0) {
+            rc = lkv_rpc_errorf(rpc, rc, "Lookup failed in the store: %s", lkv_strerror(rc));
+            goto out;
+        }
+        for (uint32_t j = 0; j < nk; j++) {
+            infos[bykey_idx[j]] = kinfos[j];
+        }
+    }
+    for (size_t i = 0; i < n; i++) {
+        const Lazykv__V1__TokenDoc *t = req->docs[i]->tokens;
+        if (t == NULL) {
+            continue;
+        }
+        rc = lkv_store_lookup_tokens(svc->store, call_salt(svc, rpc), t->profile, t->token_ids,
+                                     (uint32_t)t->n_token_ids, &keys[i], &infos[i]);
+        if (rc != 0) {
+            rc = lkv_rpc_errorf(rpc, rc, "Lookup of docs[%zu] failed: %s", i, lkv_strerror(rc));
+            goto out;
+        }
+    }
+    lkv_tenant_lookups *tl = svc->lookups != NULL ? &svc->lookups[call_index(svc, rpc)] : NULL;
+    for (size_t i = 0; i < n; i++) {
+        if (tl != NULL) {
+            count_lookup(tl, &infos[i], req->docs[i]->tokens, svc->store);
+        }
+        wire_of(svc, rpc, &keys[i], &keys[i]); /* From here on keys are wire keys. */
+        Lazykv__V1__DocStatus init = LAZYKV__V1__DOC_STATUS__INIT;
+        ds[i] = init;
+        ds[i].present = infos[i].present != 0;
+        ds[i].tier = tier_pb(infos[i].present ? infos[i].tier : LKV_TIER_NONE);
+        ds[i].n_tokens = infos[i].n_tokens;
+        ds[i].n_blocks = infos[i].n_blocks;
+        ds[i].key.data = keys[i].b;
+        ds[i].key.len = LKV_DOCKEY_BYTES;
+        ds[i].miss_cause = infos[i].present ? LAZYKV__V1__MISS_CAUSE__MISS_CAUSE_NONE
+                                            : miss_pb(infos[i].miss_cause);
+        ds[i].profile = infos[i].profile != NULL ? (char *)infos[i].profile->name
+                                                 : (char *)protobuf_c_empty_string;
+        dsp[i] = &ds[i];
+    }
+    Lazykv__V1__LookupResponse resp = LAZYKV__V1__LOOKUP_RESPONSE__INIT;
+    resp.n_docs = n;
+    resp.docs = dsp;
+    rc = lkv_rpc_reply(rpc, &resp.base);
+out:
+    free(keys);
+    free(bykey);
+    free(bykey_idx);
+    free(infos);
+    free(kinfos);
+    free(ds);
+    free(dsp);
+    return rc;
+}
+
+/* ---- Get ------------------------------------------------------------------------------ */
+
+typedef struct get_state {
+    lkv_store_read *rd; /* Open read handle. */
+    lkv_doc_info info;  /* Copy of the document's info. */
+    lkv_dockey key;     /* Document key. */
+    uint32_t next;      /* Next block to send. */
+    uint32_t per_msg;   /* Blocks per message. */
+    uint8_t *buf;       /* per_msg * block_bytes staging bytes. */
+} get_state;
+
+static int get_start(void *arg, lkv_rpc *rpc, const ProtobufCMessage *m)
+{
+    lkv_cache_svc *svc = arg;
+    const Lazykv__V1__GetRequest *req = (const Lazykv__V1__GetRequest *)m;
+    lkv_dockey key;
+    int rc = resolve_ref(svc, rpc, "Get doc", req->doc, &key, NULL);
+    if (rc != 0) {
+        return rc;
+    }
+    get_state *st = lkv_xcalloc(1, sizeof(*st));
+    lkv_rpc_set_state(rpc, st);
+    st->key = key;
+    rc = lkv_store_get_begin(svc->store, &key, &st->rd, &st->info);
+    char hex[LKV_DOCKEY_HEX_LEN + 1];
+    if (rc == LKV_ENOTFOUND) {
+        st->rd = NULL;
+        return lkv_rpc_errorf(rpc, rc, "document %s is not cached", key_hex(&key, hex));
+    }
+    if (rc == LKV_EPROFILE) {
+        st->rd = NULL;
+        return lkv_rpc_errorf(rpc, rc, "document %s belongs to a profile that is not configured",
+                              key_hex(&key, hex));
+    }
+    if (rc != 0) {
+        st->rd = NULL;
+        return lkv_rpc_errorf(rpc, rc, "Get of %s failed: %s", key_hex(&key, hex),
+                              lkv_strerror(rc));
+    }
+    uint64_t bb = st->info.block_bytes;
+    uint64_t room = lkv_rpc_max_message_bytes(rpc) - 1024; /* framing headroom */
+    uint64_t per = svc->get_target_bytes / (bb + 16);
+    if (per * (bb + 16) > room) {
+        per = room / (bb + 16);
+    }
+    if (per == 0) {
+        if (bb + 16 > room) {
+            return lkv_rpc_errorf(rpc, LKV_ETOOBIG,
+                                  "a block (%" PRIu64 " bytes) does not fit in "
+                                  "max_message_bytes",
+                                  bb);
+        }
+        per = 1;
+    }
+    if (per > st->info.n_blocks) {
+        per = st->info.n_blocks;
+    }
+    st->per_msg = (uint32_t)(per > 0 ? per : 1);
+    st->buf = lkv_xmalloc((size_t)st->per_msg * bb);
+
+    Lazykv__V1__GetHeader h = LAZYKV__V1__GET_HEADER__INIT;
+    lkv_dockey wire;
+    wire_of(svc, rpc, &st->key, &wire);
+    h.key.data = wire.b;
+    h.key.len = LKV_DOCKEY_BYTES;
+    h.profile =
+        st->info.profile != NULL ? (char *)st->info.profile->name : (char *)protobuf_c_empty_string;
+    h.n_tokens = st->info.n_tokens;
+    h.n_blocks = st->info.n_blocks;
+    h.block_bytes = bb;
+    h.block_tokens = st->info.profile != NULL ? (uint32_t)st->info.profile->shape.block_tokens : 0;
+    h.tier = tier_pb(st->info.tier);
+    Lazykv__V1__GetResponse resp = LAZYKV__V1__GET_RESPONSE__INIT;
+    resp.header = &h;
+    return lkv_rpc_send(rpc, &resp.base);
+}
+
+static int get_next(void *arg, lkv_rpc *rpc)
+{
+    const lkv_cache_svc *svc = arg;
+    get_state *st = lkv_rpc_state(rpc);
+    if (st->next >= st->info.n_blocks) {
+        return 0; /* Done. */
+    }
+    uint32_t k = st->info.n_blocks - st->next;
+    if (k > st->per_msg) {
+        k = st->per_msg;
+    }
+    uint64_t bb = st->info.block_bytes;
+    Lazykv__V1__Block blocks[64];
+    Lazykv__V1__Block *bp[64];
+    Lazykv__V1__Block *heap = NULL;
+    Lazykv__V1__Block **heapp = NULL;
+    Lazykv__V1__Block *b = blocks;
+    Lazykv__V1__Block **p = bp;
+    if (k > 64) {
+        heap = lkv_xmalloc(k * sizeof(*heap));
+        heapp = lkv_xmalloc(k * sizeof(*heapp));
+        b = heap;
+        p = heapp;
+    }
+    int rc = 0;
+    for (uint32_t i = 0; i < k; i++) {
+        uint32_t idx = st->next + i;
+        uint8_t *dst = st->buf + (size_t)i * bb;
+        rc = lkv_store_get_block(st->rd, idx, dst, bb);
+        if (rc != 0) {
+            char hex[LKV_DOCKEY_HEX_LEN + 1];
+            if (rc == LKV_ECORRUPT) {
+                rc = lkv_rpc_errorf(rpc, rc,
+                                    "block %" PRIu32 " of document %s failed its "
+                                    "checksum; the document was dropped (re-put it)",
+                                    idx, key_hex(&st->key, hex));
+            } else {
+                rc = lkv_rpc_errorf(rpc, rc, "reading block %" PRIu32 " of %s: %s", idx,
+                                    key_hex(&st->key, hex), lkv_strerror(rc));
+            }
+            goto out;
+        }
+        Lazykv__V1__Block init = LAZYKV__V1__BLOCK__INIT;
+        b[i] = init;
+        b[i].index = idx;
+        b[i].data.data = dst;
+        b[i].data.len = bb;
+        p[i] = &b[i];
+    }
+    Lazykv__V1__GetResponse resp = LAZYKV__V1__GET_RESPONSE__INIT;
+    resp.n_blocks = k;
+    resp.blocks = p;
+    rc = lkv_rpc_send(rpc, &resp.base);
+    if (rc == 0) {
+        st->next += k;
+    }
+out:
+    free(heap);
+    free(heapp);
+    return rc;
+}
+
+static void get_cleanup(void *arg, lkv_rpc *rpc)
+{
+    (void)arg;
+    get_state *st = lkv_rpc_state(rpc);
+    if (st == NULL) {
+        return;
+    }
+    lkv_store_get_end(st->rd);
+    free(st->buf);
+    free(st);
+    lkv_rpc_set_state(rpc, NULL);
+}
+
+/* ---- Delete --------------------------------------------------------------------------- */
+
+static int delete_doc(void *arg, lkv_rpc *rpc, const ProtobufCMessage *m)
+{
+    lkv_cache_svc *svc = arg;
+    const Lazykv__V1__DeleteRequest *req = (const Lazykv__V1__DeleteRequest *)m;
+    lkv_dockey key;
+    int rc = resolve_ref(svc, rpc, "Delete doc", req->doc, &key, NULL);
+    if (rc == 0) {
+        rc = lkv_rpc_check_deadline(rpc);
+    }
+    if (rc != 0) {
+        return rc;
+    }
+    char hex[LKV_DOCKEY_HEX_LEN + 1];
+    rc = lkv_store_delete(svc->store, &key);
+    if (rc == LKV_ENOTFOUND) {
+        return lkv_rpc_errorf(rpc, rc, "document %s is not cached", key_hex(&key, hex));
+    }
+    if (rc == LKV_EBUSY) {
+        return lkv_rpc_errorf(rpc, rc, "document %s is pinned by a lease; release it first",
+                              key_hex(&key, hex));
+    }
+    if (rc != 0) {
+        return lkv_rpc_errorf(rpc, rc, "Delete of %s failed: %s", key_hex(&key, hex),
+                              lkv_strerror(rc));
+    }
+    Lazykv__V1__DeleteResponse resp = LAZYKV__V1__DELETE_RESPONSE__INIT;
+    lkv_dockey wire;
+    wire_of(svc, rpc, &key, &wire);
+    resp.key.data = wire.b;
+    resp.key.len = LKV_DOCKEY_BYTES;
+    return lkv_rpc_reply(rpc, &resp.base);
+}
+
+/* ---- Attach / Release (zero-copy leases) ---------------------------------------------- */
+
+static const char *dtype_name(int dtype)
+{
+    switch (dtype) {
+    case LKV_DTYPE_F32:
+        return "f32";
+    case LKV_DTYPE_F16:
+        return "f16";
+    case LKV_DTYPE_BF16:
+        return "bf16";
+    default:
+        return "unknown";
+    }
+}
+
+static int check_lease_id(lkv_rpc *rpc, const char *what, const ProtobufCBinaryData *id,
+                          int allow_empty)
+{
+    if (id->len == 0 && allow_empty) {
+        return 0;
+    }
+    if (id->len != LKV_LEASE_ID_BYTES) {
+        return lkv_rpc_errorf(rpc, LKV_EINVAL, "%s: lease_id is %zu bytes, expected %d%s", what,
+                              id->len, LKV_LEASE_ID_BYTES,
+                              allow_empty ? " (or empty for a new lease)" : "");
+    }
+    return 0;
+}
+
+static int attach(void *arg, lkv_rpc *rpc, const ProtobufCMessage *m)
+{
+    lkv_cache_svc *svc = arg;
+    const Lazykv__V1__AttachRequest *req = (const Lazykv__V1__AttachRequest *)m;
+    if (svc->leases == NULL) {
+        return lkv_rpc_errorf(rpc, LKV_ENOTSUP, "leases are not enabled on this daemon");
+    }
+    const lkv_lease_limits *lim = lkv_lease_limits_get(svc->leases);
+    int rc = check_lease_id(rpc, "Attach", &req->lease_id, 1);
+    if (rc != 0) {
+        return rc;
+    }
+    int renew = req->lease_id.len > 0;
+    uint64_t ttl = req->ttl_ms != 0 ? req->ttl_ms : (uint64_t)req->lease_seconds * 1000u;
+    if (ttl == 0) {
+        return lkv_rpc_errorf(rpc, LKV_EINVAL,
+                              "Attach: ttl_ms is 0 (ask for 1..%" PRIu32 " ms; max_lease_ttl)",
+                              lim->max_ttl_ms);
+    }
+    if (ttl > lim->max_ttl_ms) {
+        return lkv_rpc_errorf(rpc, LKV_EINVAL,
+                              "Attach: ttl %" PRIu64 " ms is above max_lease_ttl = %" PRIu32
+                              " ms (renew by attaching again with the lease id)",
+                              ttl, lim->max_ttl_ms);
+    }
+    size_t n = req->n_docs;
+    if (n == 0 && !renew) {
+        return lkv_rpc_errorf(rpc, LKV_EINVAL,
+                              "Attach: docs is empty (a new lease needs at "
+                              "least one document)");
+    }
+    if (n > lim->max_docs) {
+        return lkv_rpc_errorf(rpc, LKV_EINVAL,
+                              "Attach: %zu documents, a lease holds at most %" PRIu32
+                              " (max_lease_docs)",
+                              n, lim->max_docs);
+    }
+    lkv_dockey *keys = lkv_xmalloc((n ? n : 1) * sizeof(*keys));
+    lkv_lease_doc *docs = lkv_xcalloc(n ? n : 1, sizeof(*docs));
+    Lazykv__V1__DocStatus *ds = lkv_xcalloc(n ? n : 1, sizeof(*ds));
+    Lazykv__V1__DocStatus **dsp = lkv_xmalloc((n ? n : 1) * sizeof(*dsp));
+    Lazykv__V1__AttachedDoc *ad = lkv_xcalloc(n ? n : 1, sizeof(*ad));
+    Lazykv__V1__AttachedDoc **adp = lkv_xmalloc((n ? n : 1) * sizeof(*adp));
+    Lazykv__V1__BlockLayout *lay = lkv_xcalloc(n ? n : 1, sizeof(*lay));
+    lkv_dockey *wires = lkv_xmalloc((n ? n : 1) * sizeof(*wires));
+    for (size_t i = 0; i < n && rc == 0; i++) {
+        char what[48];
+        snprintf(what, sizeof(what), "Attach docs[%zu]", i);
+        rc = resolve_ref(svc, rpc, what, req->docs[i], &keys[i], NULL);
+    }
+    if (rc == 0) {
+        rc = lkv_rpc_check_deadline(rpc);
+    }
+    if (rc != 0) {
+        goto out;
+    }
+    uint8_t id[LKV_LEASE_ID_BYTES];
+    uint64_t expires = 0;
+    uint32_t lease_docs = 0;
+    int bad = -1;
+    int owner = call_index(svc, rpc);
+    rc = lkv_lease_attach(svc->leases, owner, renew ? req->lease_id.data : NULL, (uint32_t)ttl,
+                          keys, (uint32_t)n, id, &expires, &lease_docs, docs, &bad);
+    if (rc != 0) {
+        char hex[LKV_DOCKEY_HEX_LEN + 1];
+        if (bad >= 0) {
+            key_hex(&keys[bad], hex);
+        }
+        switch (rc) {
+        case LKV_ENOTFOUND:
+            rc = bad < 0 ? lkv_rpc_errorf(rpc, rc,
+                                          "Attach: lease not found (unknown, released or "
+                                          "expired: attach without lease_id for a new one)")
+                         : lkv_rpc_errorf(rpc, rc,
+                                          "Attach: docs[%d] (%s) is not cached; nothing was "
+                                          "pinned",
+                                          bad, hex);
+            break;
+        case LKV_ENOSPC:
+            rc = bad < 0 ? lkv_rpc_errorf(rpc, rc,
+                                          "Attach: %" PRIu32 " leases are live (max_leases); "
+                                          "release one or retry later",
+                                          lim->max_leases)
+                         : lkv_rpc_errorf(rpc, rc,
+                                          "Attach: docs[%d] (%s) cannot be made hot: the hot "
+                                          "tier is held by pinned or in-flight data; nothing "
+                                          "was pinned",
+                                          bad, hex);
+            break;
+        case LKV_EINVAL:
+            rc = lkv_rpc_errorf(rpc, rc,
+                                "Attach: the lease would hold more than %" PRIu32
+                                " documents (max_lease_docs)",
+                                lim->max_docs);
+            break;
+        case LKV_EPROFILE:
+            rc = lkv_rpc_errorf(rpc, rc,
+                                "Attach: docs[%d] (%s) belongs to a profile that is not "
+                                "configured",
+                                bad, hex);
+            break;
+        default:
+            rc = lkv_rpc_errorf(rpc, rc, "Attach failed%s%s: %s", bad >= 0 ? " at " : "",
+                                bad >= 0 ? hex : "", lkv_strerror(rc));
+        }
+        goto out;
+    }
+    lkv_store_arena_info ai;
+    lkv_store_arena_info_get(svc->store, &ai);
+    Lazykv__V1__ArenaInfo arena = LAZYKV__V1__ARENA_INFO__INIT;
+    arena.backend = ai.backend == LKV_HOT_CUDA ? "cuda" : "host";
+    arena.shm_name = ai.shm_name != NULL ? (char *)ai.shm_name : (char *)protobuf_c_empty_string;
+    arena.page_bytes = ai.page_bytes;
+    arena.n_pages = ai.n_pages;
+    arena.cuda_device = ai.backend == LKV_HOT_CUDA ? ai.cuda_device : -1;
+    static const uint8_t zero_ipc[sizeof(ai.cuda_ipc)];
+    if (ai.backend == LKV_HOT_CUDA && memcmp(ai.cuda_ipc, zero_ipc, sizeof(zero_ipc)) != 0) {
+        /* Empty when the arena could not be exported (cudaIpcGetMemHandle failed). */
+        arena.cuda_ipc_handle.data = ai.cuda_ipc;
+        arena.cuda_ipc_handle.len = sizeof(ai.cuda_ipc);
+    }
+    for (size_t i = 0; i < n; i++) {
+        const lkv_doc_info *inf = &docs[i].info;
+        const lkv_profile *p = inf->profile;
+        wire_of(svc, rpc, &keys[i], &wires[i]);
+        Lazykv__V1__DocStatus dinit = LAZYKV__V1__DOC_STATUS__INIT;
+        ds[i] = dinit;
+        ds[i].present = 1;
+        ds[i].tier = LAZYKV__V1__TIER__TIER_HOT;
+        ds[i].n_tokens = inf->n_tokens;
+        ds[i].n_blocks = inf->n_blocks;
+        ds[i].key.data = wires[i].b;
+        ds[i].key.len = LKV_DOCKEY_BYTES;
+        ds[i].profile = (char *)p->name;
+        dsp[i] = &ds[i];
+        Lazykv__V1__BlockLayout linit = LAZYKV__V1__BLOCK_LAYOUT__INIT;
+        lay[i] = linit;
+        lay[i].n_layers = (uint32_t)p->shape.n_layers;
+        lay[i].n_kv_heads = (uint32_t)p->shape.n_kv_heads;
+        lay[i].head_dim = (uint32_t)p->shape.head_dim;
+        lay[i].dtype = (char *)dtype_name(p->shape.dtype);
+        lay[i].block_tokens = (uint32_t)p->shape.block_tokens;
+        lay[i].block_bytes = inf->block_bytes;
+        Lazykv__V1__AttachedDoc ainit = LAZYKV__V1__ATTACHED_DOC__INIT;
+        ad[i] = ainit;
+        ad[i].key.data = wires[i].b;
+        ad[i].key.len = LKV_DOCKEY_BYTES;
+        ad[i].profile = (char *)p->name;
+        ad[i].layout = &lay[i];
+        ad[i].n_tokens = inf->n_tokens;
+        ad[i].n_pages = inf->n_blocks;
+        ad[i].pages = docs[i].pages;
+        adp[i] = &ad[i];
+    }
+    Lazykv__V1__AttachResponse resp = LAZYKV__V1__ATTACH_RESPONSE__INIT;
+    resp.lease_id.data = id;
+    resp.lease_id.len = sizeof(id);
+    resp.expires_unix_ms = expires;
+    resp.n_docs = n;
+    resp.docs = dsp;
+    resp.arena = &arena;
+    resp.n_attached = n;
+    resp.attached = adp;
+    resp.ttl_ms = (uint32_t)ttl;
+    resp.lease_docs = lease_docs;
+    rc = lkv_rpc_reply(rpc, &resp.base);
+    if (rc != 0 && !renew) {
+        /* The worker never learns the id: end the lease now rather than at expiry. */
+        lkv_lease_release(svc->leases, owner, id, NULL);
+    }
+    LKV_LOGD("attach: %s lease, %zu document(s), %u in the lease, ttl %" PRIu64 " ms",
+             renew ? "renewed" : "new", n, lease_docs, ttl);
+out:
+    for (size_t i = 0; i < n; i++) {
+        free(docs[i].pages);
+    }
+    free(keys);
+    free(docs);
+    free(ds);
+    free(dsp);
+    free(ad);
+    free(adp);
+    free(lay);
+    free(wires);
+    return rc;
+}
+
+static int release(void *arg, lkv_rpc *rpc, const ProtobufCMessage *m)
+{
+    lkv_cache_svc *svc = arg;
+    const Lazykv__V1__ReleaseRequest *req = (const Lazykv__V1__ReleaseRequest *)m;
+    if (svc->leases == NULL) {
+        return lkv_rpc_errorf(rpc, LKV_ENOTSUP, "leases are not enabled on this daemon");
+    }
+    int rc = check_lease_id(rpc, "Release", &req->lease_id, 0);
+    if (rc != 0) {
+        return rc;
+    }
+    uint32_t released = 0;
+    rc = lkv_lease_release(svc->leases, call_index(svc, rpc), req->lease_id.data, &released);
+    if (rc == LKV_ENOTFOUND) {
+        return lkv_rpc_errorf(rpc, rc, "Release: lease not found (unknown, released or expired)");
+    }
+    if (rc != 0) {
+        return lkv_rpc_errorf(rpc, rc, "Release failed: %s", lkv_strerror(rc));
+    }
+    Lazykv__V1__ReleaseResponse resp = LAZYKV__V1__RELEASE_RESPONSE__INIT;
+    resp.released_docs = released;
+    return lkv_rpc_reply(rpc, &resp.base);
+}
+
+/* ---- Registration --------------------------------------------------------------------- */
+
+void lkv_cache_svc_init(lkv_cache_svc *svc, lkv_store *store, int durability)
+{
+    memset(svc, 0, sizeof(*svc));
+    svc->store = store;
+    lkv_tenant_salt_default(svc->salt);
+    svc->durability = durability;
+    svc->get_target_bytes = GET_TARGET_BYTES;
+    svc->max_lookup_docs = MAX_LOOKUP_DOCS;
+}
+
+int lkv_cache_svc_methods(lkv_cache_svc *svc, lkv_method *out)
+{
+    lkv_method ms[LKV_CACHE_SVC_METHODS] = {
+        {.path = "/lazykv.v1.Cache/Put",
+         .kind = LKV_RPC_CLIENT_STREAM,
+         .req_desc = &lazykv__v1__put_request__descriptor,
+         .svc = svc,
+         .on_message = put_on_message,
+         .on_end = put_on_end,
+         .cleanup = put_cleanup},
+        {.path = "/lazykv.v1.Cache/Lookup",
+         .kind = LKV_RPC_UNARY,
+         .req_desc = &lazykv__v1__lookup_request__descriptor,
+         .svc = svc,
+         .unary = lookup},
+        {.path = "/lazykv.v1.Cache/Get",
+         .kind = LKV_RPC_SERVER_STREAM,
+         .req_desc = &lazykv__v1__get_request__descriptor,
+         .svc = svc,
+         .start = get_start,
+         .next = get_next,
+         .cleanup = get_cleanup},
+        {.path = "/lazykv.v1.Cache/Delete",
+         .kind = LKV_RPC_UNARY,
+         .req_desc = &lazykv__v1__delete_request__descriptor,
+         .svc = svc,
+         .unary = delete_doc},
+        {.path = "/lazykv.v1.Cache/Attach",
+         .kind = LKV_RPC_UNARY,
+         .req_desc = &lazykv__v1__attach_request__descriptor,
+         .svc = svc,
+         .unary = attach},
+        {.path = "/lazykv.v1.Cache/Release",
+         .kind = LKV_RPC_UNARY,
+         .req_desc = &lazykv__v1__release_request__descriptor,
+         .svc = svc,
+         .unary = release},
+    };
+    memcpy(out, ms, sizeof(ms));
+    return LKV_CACHE_SVC_METHODS;
+}

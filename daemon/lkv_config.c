@@ -1,0 +1,1126 @@
+/*
+ * lkv_config.c: lazykvd configuration (see lkv_config.h for the format and precedence).
+ *
+ * Daemon options are one table (opts[]): name, kind, where the value lives, bounds, default
+ * text and help. The same table drives parsing, --help and the option list in error messages,
+ * so an option cannot exist in one place and not another. Profile fields are a second table
+ * (pfields[]). Parsing is strict: trailing junk, out-of-range values and unknown keys are
+ * errors naming the option; the struct is only written once a value has fully parsed.
+ */
+#include "lkv_config.h"
+
+#include <ctype.h>
+#include <errno.h>
+#include <inttypes.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "lkv_err.h"
+#include "lkv_log.h"
+#include "lkv_policy.h"
+
+#define KIB 1024ull
+#define MIB (1024ull * KIB)
+#define GIB (1024ull * MIB)
+#define TIB (1024ull * GIB)
+
+static int fail(char *err, size_t errlen, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
+static int fail(char *err, size_t errlen, const char *fmt, ...)
+{
+    if (err != NULL && errlen > 0) {
+        va_list ap;
+        va_start(ap, fmt);
+        vsnprintf(err, errlen, fmt, ap);
+        va_end(ap);
+    }
+    return LKV_ECONFIG;
+}
+
+/* ---- Value parsers: each returns 0 or -1 and writes a reason on failure. ---------------- */
+
+static int parse_u64(const char *s, uint64_t *out)
+{
+    if (!isdigit((unsigned char)s[0])) {
+        return -1;
+    }
+    errno = 0;
+    char *end;
+    unsigned long long v = strtoull(s, &end, 10);
+    if (errno != 0 || *end != '\0') {
+        return -1;
+    }
+    *out = v;
+    return 0;
+}
+
+/* Sizes: digits, optional fraction, optional suffix K/KiB/M/MiB/G/GiB/T/TiB/B. */
+static int parse_size(const char *s, uint64_t *out)
+{
+    if (!isdigit((unsigned char)s[0])) {
+        return -1;
+    }
+    errno = 0;
+    char *end;
+    double v = strtod(s, &end);
+    if (errno != 0 || end == s || !isfinite(v) || v < 0) {
+        return -1;
+    }
+    while (*end == ' ') {
+        end++;
+    }
+    static const struct {
+        const char *suf;
+        uint64_t mul;
+    } units[] = {{"", 1},      {"b", 1},   {"k", KIB},   {"kib", KIB}, {"m", MIB},
+                 {"mib", MIB}, {"g", GIB}, {"gib", GIB}, {"t", TIB},   {"tib", TIB}};
+    for (size_t i = 0; i < sizeof(units) / sizeof(units[0]); i++) {
+        if (strcasecmp(end, units[i].suf) == 0) {
+            double b = v * (double)units[i].mul;
+            if (b > 18e18 || b != floor(b)) {
+                return -1;
+            }
+            *out = (uint64_t)b;
+            return 0;
+        }
+    }
+    return -1;
+}
+
+/* Durations: a number with suffix ms, s or m (bare numbers are milliseconds). */
+static int parse_duration_ms(const char *s, uint64_t *out)
+{
+    if (!isdigit((unsigned char)s[0])) {
+        return -1;
+    }
+    errno = 0;
+    char *end;
+    double v = strtod(s, &end);
+    if (errno != 0 || end == s || !isfinite(v) || v < 0) {
+        return -1;
+    }
+    double mul;
+    if (*end == '\0' || strcmp(end, "ms") == 0) {
+        mul = 1;
+    } else if (strcmp(end, "s") == 0) {
+        mul = 1000;
+    } else if (strcmp(end, "m") == 0 || strcmp(end, "min") == 0) {
+        mul = 60000;
+    } else {
+        return -1;
+    }
+    double ms = v * mul;
+    if (ms > 1e15) {
+        return -1;
+    }
+    *out = (uint64_t)llround(ms);
+    return 0;
+}
+
+static int parse_double(const char *s, double *out)
+{
+    errno = 0;
+    char *end;
+    double v = strtod(s, &end);
+    if (errno != 0 || end == s || *end != '\0' || !isfinite(v)) {
+        return -1;
+    }
+    *out = v;
+    return 0;
+}
+
+/* Looks s up in a NULL-terminated list of names; returns the index or -1. */
+static int parse_name(const char *s, const char *const *names)
+{
+    for (int i = 0; names[i] != NULL; i++) {
+        if (strcasecmp(s, names[i]) == 0) {
+            return i;
+        }
+    }
+    return -1;
+}
+
+char *lkv_format_bytes(uint64_t n, char *buf, size_t len)
+{
+    static const char *u[] = {"B", "KiB", "MiB", "GiB", "TiB", "PiB"};
+    int i = 0;
+    double v = (double)n;
+    while (v >= 1024.0 && i < 5) {
+        v /= 1024.0;
+        i++;
+    }
+    if (i == 0) {
+        snprintf(buf, len, "%" PRIu64 " B", n);
+    } else {
+        snprintf(buf, len, "%.1f %s", v, u[i]);
+    }
+    return buf;
+}
+
+/* ---- Daemon options ------------------------------------------------------------------ */
+
+enum opt_kind {
+    OPT_STRING,   /* char array, size in `size`. */
+    OPT_SIZE,     /* uint64_t bytes. */
+    OPT_INT,      /* int in [min, max]. */
+    OPT_U32,      /* uint32_t in [min, max]. */
+    OPT_DURATION, /* uint64_t milliseconds. */
+    OPT_BACKEND,  /* int, enum lkv_hot_backend. */
+    OPT_POLICY,   /* int, enum lkv_policy_kind. */
+    OPT_COST,     /* int, 0 documents / 1 bytes. */
+    OPT_DURABLE,  /* int, enum lkv_durability. */
+    OPT_LOGLEVEL, /* int, enum lkv_log_level. */
+    OPT_ROLES,    /* uint32_t, enum lkv_role mask. */
+    OPT_BOOL,     /* int, 0 or 1. */
+    OPT_AUTHKEY,  /* auth_key + have_auth_key: 64 hex digits, or "none". */
+};
+
+typedef struct opt {
+    const char *name; /* Option key. */
+    int kind;         /* enum opt_kind. */
+    size_t off;       /* Offset in lkv_config. */
+    size_t size;      /* OPT_STRING: array size. */
+    uint64_t min;     /* Numeric bounds (inclusive). */
+    uint64_t max;
+    const char *def;  /* Default, as text (what lkv_config_defaults sets). */
+    const char *help; /* One line, with the unit. */
+} opt;
+
+#define OFF(f) offsetof(lkv_config, f)
+
+static const opt opts[] = {
+    {"listen", OPT_STRING, OFF(listen), sizeof(((lkv_config *)0)->listen), 0, 0, "127.0.0.1:7070",
+     "address to serve gRPC on, host:port (port 0 picks a free port)"},
+    {"data_dir", OPT_STRING, OFF(data_dir), sizeof(((lkv_config *)0)->data_dir), 0, 0,
+     "./data/lazykvd", "cold tier (RocksDB) directory, created if absent"},
+    {"hot_backend", OPT_BACKEND, OFF(hot_backend), 0, 0, 0, "auto",
+     "hot tier memory: auto (CUDA if a GPU is present, else host), host, cuda"},
+    {"hot_bytes", OPT_SIZE, OFF(hot_bytes), 0, 1, UINT64_MAX, "1GiB",
+     "hot tier budget (the arena, allocated at start), bytes"},
+    {"cuda_device", OPT_INT, OFF(cuda_device), 0, 0, 1024, "0",
+     "CUDA device ordinal of the hot arena"},
+    {"cold_bytes", OPT_SIZE, OFF(cold_bytes), 0, 0, UINT64_MAX, "16GiB",
+     "cold tier budget, bytes of block payload (0 = unlimited)"},
+    {"policy", OPT_POLICY, OFF(policy_kind), 0, 0, 0, "lru",
+     "eviction policy of both tiers: lru, gdsf"},
+    {"policy_cost", OPT_COST, OFF(policy_cost_bytes), 0, 0, 0, "documents",
+     "what gdsf optimises: documents (document hit rate) or bytes (byte hit rate)"},
+    {"durability", OPT_DURABLE, OFF(durability), 0, 0, 0, "write-back",
+     "write-back (ack when hot, persist in background) or write-through (ack when durable)"},
+    {"threads", OPT_INT, OFF(threads), 0, 1, 256, "2",
+     "gRPC polling threads (each with its own completion queue)"},
+    {"max_message_bytes", OPT_SIZE, OFF(max_message_bytes), 0, 4096, 2047ull * MIB, "64MiB",
+     "largest gRPC message received or sent, bytes (clients must allow as much)"},
+    {"log_level", OPT_LOGLEVEL, OFF(log_level), 0, 0, 0, "info", "debug, info, warn, error"},
+    {"shutdown_grace", OPT_DURATION, OFF(shutdown_grace_ms), 0, 0, 3600000, "5s",
+     "on SIGTERM/SIGINT, time in-flight calls get to finish before they are cancelled"},
+    {"evicted_memory", OPT_U32, OFF(evicted_memory), 0, 0, 1u << 30, "65536",
+     "evicted or deleted keys remembered to report miss causes (0 = 65536)"},
+    {"cold_min_blob_bytes", OPT_SIZE, OFF(cold_min_blob_bytes), 0, 0, GIB, "64KiB",
+     "RocksDB min_blob_size: values at least this big go to blob files, bytes"},
+    {"loopback_roles", OPT_ROLES, OFF(loopback_roles), 0, 0, 0, "data,worker,admin",
+     "roles of callers on loopback without a token: data, worker, admin, or none"},
+    {"allow_insecure_bind", OPT_BOOL, OFF(allow_insecure_bind), 0, 0, 0, "false",
+     "serve a non-loopback listen address even without [tenant NAME] sections"},
+    {"auth_key", OPT_AUTHKEY, OFF(auth_key), 0, 0, 0, "none",
+     "64 hex digits keying the tenants' token hashes, or none"},
+    {"max_leases", OPT_U32, OFF(max_leases), 0, 1, 1u << 20, "1024",
+     "zero-copy leases (Attach) live at once, all tenants"},
+    {"max_lease_docs", OPT_U32, OFF(max_lease_docs), 0, 1, 1u << 20, "1024",
+     "documents one lease may pin"},
+    {"max_lease_ttl", OPT_DURATION, OFF(max_lease_ttl_ms), 0, 1, 86400000, "60s",
+     "longest lease an Attach may ask for (renew by attaching again), ms"},
+};
+#define N_OPTS ((int)(sizeof(opts) / sizeof(opts[0])))
+
+static const char *const backend_names[] = {"auto", "host", "cuda", NULL};
+static const char *const cost_names[] = {"documents", "bytes", NULL};
+static const char *const durable_names[] = {"write-back", "write-through", NULL};
+static const char *const level_names[] = {"debug", "info", "warn", "error", NULL};
+
+/* Compares option names treating '-' and '_' alike. */
+static int key_eq(const char *a, const char *b)
+{
+    for (; *a && *b; a++, b++) {
+        char x = *a == '-' ? '_' : *a, y = *b == '-' ? '_' : *b;
+        if (x != y) {
+            return 0;
+        }
+    }
+    return *a == *b;
+}
+
+static const opt *find_opt(const char *key)
+{
+    for (int i = 0; i < N_OPTS; i++) {
+        if (key_eq(opts[i].name, key)) {
+            return &opts[i];
+        }
+    }
+    return NULL;
+}
+
+static void list_opts(char *buf, size_t len)
+{
+    size_t n = 0;
+    buf[0] = '\0';
+    for (int i = 0; i < N_OPTS && n < len; i++) {
+        int w = snprintf(buf + n, len - n, "%s%s", i ? ", " : "", opts[i].name);
+        if (w < 0) {
+            break;
+        }
+        n += (size_t)w;
+    }
+}
+
+static int enum_fail(const char *key, const char *value, const char *const *names, char *err,
+                     size_t errlen)
+{
+    char list[256];
+    size_t n = 0;
+    list[0] = '\0';
+    for (int i = 0; names[i] != NULL && n < sizeof(list); i++) {
+        int w = snprintf(list + n, sizeof(list) - n, "%s%s", i ? ", " : "", names[i]);
+        n += w > 0 ? (size_t)w : 0;
+    }
+    return fail(err, errlen, "option '%s': '%s' is not one of: %s", key, value, list);
+}
+
+static int set_enum(const opt *o, void *field, const char *value, const char *const *names,
+                    char *err, size_t errlen)
+{
+    int v = parse_name(value, names);
+    if (v < 0) {
+        return enum_fail(o->name, value, names, err, errlen);
+    }
+    *(int *)field = v;
+    return 0;
+}
+
+static int set_opt(lkv_config *c, const opt *o, const char *value, char *err, size_t errlen)
+{
+    void *field = (char *)c + o->off;
+    uint64_t u;
+    switch (o->kind) {
+    case OPT_STRING:
+        if (value[0] == '\0') {
+            return fail(err, errlen, "option '%s': must not be empty", o->name);
+        }
+        if (strlen(value) >= o->size) {
+            return fail(err, errlen, "option '%s': longer than %zu characters", o->name,
+                        o->size - 1);
+        }
+        memcpy(field, value, strlen(value) + 1);
+        return 0;
+    case OPT_SIZE:
+        if (parse_size(value, &u) != 0) {
+            return fail(err, errlen,
+                        "option '%s': '%s' is not a size in bytes (a number with an optional "
+                        "K/KiB, M/MiB, G/GiB or T/TiB suffix)",
+                        o->name, value);
+        }
+        if (u < o->min || u > o->max) {
+            return fail(err, errlen,
+                        "option '%s': %" PRIu64 " bytes is outside %" PRIu64 "..%" PRIu64, o->name,
+                        u, o->min, o->max);
+        }
+        *(uint64_t *)field = u;
+        return 0;
+    case OPT_INT:
+    case OPT_U32:
+        if (parse_u64(value, &u) != 0) {
+            return fail(err, errlen, "option '%s': '%s' is not a non-negative integer", o->name,
+                        value);
+        }
+        if (u < o->min || u > o->max) {
+            return fail(err, errlen, "option '%s': %" PRIu64 " is outside %" PRIu64 "..%" PRIu64,
+                        o->name, u, o->min, o->max);
+        }
+        if (o->kind == OPT_INT) {
+            *(int *)field = (int)u;
+        } else {
+            *(uint32_t *)field = (uint32_t)u;
+        }
+        return 0;
+    case OPT_DURATION:
+        if (parse_duration_ms(value, &u) != 0) {
+            return fail(err, errlen,
+                        "option '%s': '%s' is not a duration (a number with suffix ms, s or m)",
+                        o->name, value);
+        }
+        if (u < o->min || u > o->max) {
+            return fail(err, errlen,
+                        "option '%s': %" PRIu64 " ms is outside %" PRIu64 "..%" PRIu64 " ms",
+                        o->name, u, o->min, o->max);
+        }
+        *(uint64_t *)field = u;
+        return 0;
+    case OPT_BACKEND:
+        return set_enum(o, field, value, backend_names, err, errlen);
+    case OPT_POLICY: {
+        int kind;
+        if (lkv_policy_parse(value, &kind) != 0) {
+            const char *names[LKV_POLICY__COUNT + 1];
+            for (int k = 0; k < LKV_POLICY__COUNT; k++) {
+                names[k] = lkv_policy_name(k);
+            }
+            names[LKV_POLICY__COUNT] = NULL;
+            return enum_fail(o->name, value, names, err, errlen);
+        }
+        *(int *)field = kind;
+        return 0;
+    }
+    case OPT_COST:
+        return set_enum(o, field, value, cost_names, err, errlen);
+    case OPT_DURABLE:
+        return set_enum(o, field, value, durable_names, err, errlen);
+    case OPT_LOGLEVEL:
+        return set_enum(o, field, value, level_names, err, errlen);
+    case OPT_ROLES: {
+        char msg[256];
+        uint32_t mask;
+        if (lkv_auth_roles_parse(value, &mask, msg, (int)sizeof(msg)) != 0) {
+            return fail(err, errlen, "option '%s': %s", o->name, msg);
+        }
+        *(uint32_t *)field = mask;
+        return 0;
+    }
+    case OPT_BOOL: {
+        static const char *const bools[] = {"false", "true", "off", "on", "no",
+                                            "yes",   "0",    "1",   NULL};
+        int v = parse_name(value, bools);
+        if (v < 0) {
+            return fail(err, errlen, "option '%s': '%s' is not true or false", o->name, value);
+        }
+        *(int *)field = v & 1;
+        return 0;
+    }
+    case OPT_AUTHKEY: {
+        uint8_t key[LKV_AUTH_KEY_BYTES];
+        if (strcasecmp(value, "none") == 0 || value[0] == '\0') {
+            c->have_auth_key = 0;
+            memset(c->auth_key, 0, sizeof(c->auth_key));
+            return 0;
+        }
+        if (strlen(value) != 2 * LKV_AUTH_KEY_BYTES) {
+            return fail(err, errlen,
+                        "option '%s': expected %d hex digits or none, got %zu "
+                        "characters",
+                        o->name, 2 * LKV_AUTH_KEY_BYTES, strlen(value));
+        }
+        for (int i = 0; i < LKV_AUTH_KEY_BYTES; i++) {
+            unsigned int b;
+            if (!isxdigit((unsigned char)value[2 * i]) ||
+                !isxdigit((unsigned char)value[2 * i + 1]) ||
+                sscanf(value + 2 * i, "%2x", &b) != 1) {
+                return fail(err, errlen, "option '%s': not hex at character %d", o->name,
+                            2 * i + 1);
+            }
+            key[i] = (uint8_t)b;
+        }
+        memcpy(c->auth_key, key, sizeof(key));
+        c->have_auth_key = 1;
+        return 0;
+    }
+    default:
+        break;
+    }
+    lkv_panic("bad option kind %d", o->kind);
+}
+
+/* ---- Profiles ------------------------------------------------------------------------- */
+
+enum pf_kind {
+    PF_INT,     /* int field. */
+    PF_U32,     /* uint32_t field. */
+    PF_DOUBLE,  /* double field. */
+    PF_DTYPE,   /* int, enum lkv_dtype. */
+    PF_POSENC,  /* int, enum lkv_posenc_kind. */
+    PF_PAIRING, /* int, enum lkv_rope_pairing. */
+    PF_SCALING, /* int, enum lkv_rope_scaling. */
+};
+
+typedef struct pfield {
+    const char *name; /* Key inside [profile NAME]. */
+    int kind;         /* enum pf_kind. */
+    size_t off;       /* Offset in lkv_profile. */
+    const char *help; /* One line. */
+} pfield;
+
+#define POFF(f) offsetof(lkv_profile, f)
+
+static const pfield pfields[] = {
+    {"n_layers", PF_INT, POFF(shape.n_layers), "transformer layers"},
+    {"n_q_heads", PF_INT, POFF(shape.n_q_heads), "query heads"},
+    {"n_kv_heads", PF_INT, POFF(shape.n_kv_heads), "KV heads (divides n_q_heads)"},
+    {"head_dim", PF_INT, POFF(shape.head_dim), "head dimension (multiple of 8, <= 256)"},
+    {"dtype", PF_DTYPE, POFF(shape.dtype), "stored element type: f32, f16, bf16"},
+    {"block_tokens", PF_INT, POFF(shape.block_tokens), "tokens per block, 1..64"},
+    {"vocab_size", PF_U32, POFF(vocab_size), "token ids must be below this"},
+    {"max_doc_tokens", PF_U32, POFF(max_doc_tokens), "longest document (0 = 4096 blocks)"},
+    {"posenc", PF_POSENC, POFF(posenc.kind), "none, rope, alibi"},
+    {"rope_theta", PF_DOUBLE, POFF(posenc.rope_theta), "RoPE base"},
+    {"rope_pairing", PF_PAIRING, POFF(posenc.rope_pairing), "half (HF Llama) or interleaved"},
+    {"rotary_dim", PF_INT, POFF(posenc.rotary_dim), "rotated dims per head (0 = head_dim)"},
+    {"rope_scaling", PF_SCALING, POFF(posenc.rope_scaling), "none, linear, llama3"},
+    {"scaling_factor", PF_DOUBLE, POFF(posenc.scaling_factor), "linear/llama3 factor"},
+    {"low_freq_factor", PF_DOUBLE, POFF(posenc.low_freq_factor), "llama3 low_freq_factor"},
+    {"high_freq_factor", PF_DOUBLE, POFF(posenc.high_freq_factor), "llama3 high_freq_factor"},
+    {"original_max_pos", PF_DOUBLE, POFF(posenc.original_max_pos), "llama3 original context"},
+};
+#define N_PFIELDS ((int)(sizeof(pfields) / sizeof(pfields[0])))
+
+static const char *const dtype_names[] = {"f32", "f16", "bf16", NULL};
+static const char *const posenc_names[] = {"none", "rope", "alibi", NULL};
+static const char *const pairing_names[] = {"half", "interleaved", NULL};
+static const char *const scaling_names[] = {"none", "linear", "llama3", NULL};
+
+static void profile_template(lkv_profile *p, const char *name)
+{
+    memset(p, 0, sizeof(*p));
+    snprintf(p->name, sizeof(p->name), "%s", name);
+    p->shape.dtype = LKV_DTYPE_F16;
+    p->shape.block_tokens = 16;
+    p->posenc.kind = LKV_POSENC_ROPE;
+    p->posenc.rope_theta = 10000.0;
+    p->posenc.rope_pairing = LKV_ROPE_HALF;
+    p->posenc.rope_scaling = LKV_ROPE_SCALING_NONE;
+}
+
+static void builtin_stories260k(lkv_profile *p)
+{
+    profile_template(p, "stories260k");
+    p->shape = (lkv_kv_shape){.n_layers = 5,
+                              .n_q_heads = 8,
+                              .n_kv_heads = 4,
+                              .head_dim = 8,
+                              .dtype = LKV_DTYPE_F32,
+                              .block_tokens = 16};
+    p->posenc.rope_theta = 10000.0;
+    p->posenc.rope_pairing = LKV_ROPE_INTERLEAVED;
+    p->vocab_size = 512;
+}
+
+static void builtin_llama31_8b(lkv_profile *p)
+{
+    profile_template(p, "llama-3.1-8b");
+    p->shape = (lkv_kv_shape){.n_layers = 32,
+                              .n_q_heads = 32,
+                              .n_kv_heads = 8,
+                              .head_dim = 128,
+                              .dtype = LKV_DTYPE_BF16,
+                              .block_tokens = 16};
+    p->posenc.rope_theta = 500000.0;
+    p->posenc.rope_pairing = LKV_ROPE_HALF;
+    p->posenc.rope_scaling = LKV_ROPE_SCALING_LLAMA3;
+    p->posenc.scaling_factor = 8.0;
+    p->posenc.low_freq_factor = 1.0;
+    p->posenc.high_freq_factor = 4.0;
+    p->posenc.original_max_pos = 8192.0;
+    p->vocab_size = 128256;
+}
+
+const lkv_profile *lkv_config_profile(const lkv_config *c, const char *name)
+{
+    for (int i = 0; i < c->n_profiles; i++) {
+        if (strcmp(c->profiles[i].name, name) == 0) {
+            return &c->profiles[i];
+        }
+    }
+    return NULL;
+}
+
+static int profile_name_ok(const char *name)
+{
+    size_t n = strlen(name);
+    if (n == 0 || n >= LKV_PROFILE_NAME_MAX) {
+        return 0;
+    }
+    for (size_t i = 0; i < n; i++) {
+        char ch = name[i];
+        if (!isalnum((unsigned char)ch) && ch != '.' && ch != '_' && ch != '-') {
+            return 0;
+        }
+    }
+    return 1;
+}
+
+static int set_pfield(lkv_profile *p, const char *key, const char *value, char *err, size_t errlen)
+{
+    const pfield *f = NULL;
+    for (int i = 0; i < N_PFIELDS; i++) {
+        if (key_eq(pfields[i].name, key)) {
+            f = &pfields[i];
+        }
+    }
+    if (f == NULL) {
+        char list[512];
+        size_t n = 0;
+        for (int i = 0; i < N_PFIELDS && n < sizeof(list); i++) {
+            int w = snprintf(list + n, sizeof(list) - n, "%s%s", i ? ", " : "", pfields[i].name);
+            n += w > 0 ? (size_t)w : 0;
+        }
+        return fail(err, errlen, "profile '%s': unknown option '%s' (profile options: %s)", p->name,
+                    key, list);
+    }
+    void *field = (char *)p + f->off;
+    uint64_t u;
+    double d;
+    int e;
+    switch (f->kind) {
+    case PF_INT:
+    case PF_U32:
+        if (parse_u64(value, &u) != 0 || u > (f->kind == PF_INT ? INT32_MAX : UINT32_MAX)) {
+            return fail(err, errlen,
+                        "profile '%s' option '%s': '%s' is not a non-negative integer"
+                        " in range",
+                        p->name, f->name, value);
+        }
+        if (f->kind == PF_INT) {
+            *(int *)field = (int)u;
+        } else {
+            *(uint32_t *)field = (uint32_t)u;
+        }
+        return 0;
+    case PF_DOUBLE:
+        if (parse_double(value, &d) != 0) {
+            return fail(err, errlen, "profile '%s' option '%s': '%s' is not a number", p->name,
+                        f->name, value);
+        }
+        *(double *)field = d;
+        return 0;
+    default:
+        break;
+    }
+    const char *const *names = f->kind == PF_DTYPE     ? dtype_names
+                               : f->kind == PF_POSENC  ? posenc_names
+                               : f->kind == PF_PAIRING ? pairing_names
+                                                       : scaling_names;
+    e = parse_name(value, names);
+    if (e < 0) {
+        char opt_name[128];
+        snprintf(opt_name, sizeof(opt_name), "%s' of profile '%s", f->name, p->name);
+        return enum_fail(opt_name, value, names, err, errlen);
+    }
+    *(int *)field = e;
+    return 0;
+}
+
+/* Returns the profile named name, creating it from the template if new; NULL if full. */
+static lkv_profile *profile_get(lkv_config *c, const char *name, char *err, size_t errlen)
+{
+    for (int i = 0; i < c->n_profiles; i++) {
+        if (strcmp(c->profiles[i].name, name) == 0) {
+            return &c->profiles[i];
+        }
+    }
+    if (!profile_name_ok(name)) {
+        fail(err, errlen, "profile '%s': a name is 1..%d characters of [A-Za-z0-9._-]", name,
+             LKV_PROFILE_NAME_MAX - 1);
+        return NULL;
+    }
+    if (c->n_profiles == LKV_CONFIG_MAX_PROFILES) {
+        fail(err, errlen, "profile '%s': too many profiles (at most %d)", name,
+             LKV_CONFIG_MAX_PROFILES);
+        return NULL;
+    }
+    lkv_profile *p = &c->profiles[c->n_profiles++];
+    profile_template(p, name);
+    return p;
+}
+
+/* ---- Tenants --------------------------------------------------------------------------- */
+
+/* Returns the tenant named name, creating it (lkv_tenant_init) if new; NULL with err if the
+ * name is bad or the table is full. */
+static lkv_tenant *tenant_get(lkv_config *c, const char *name, char *err, size_t errlen)
+{
+    for (int i = 0; i < c->n_tenants; i++) {
+        if (strcmp(c->tenants[i].name, name) == 0) {
+            return &c->tenants[i];
+        }
+    }
+    if (c->n_tenants == LKV_CONFIG_MAX_TENANTS) {
+        fail(err, errlen, "tenant '%s': too many tenants (at most %d)", name,
+             LKV_CONFIG_MAX_TENANTS);
+        return NULL;
+    }
+    lkv_tenant *t = &c->tenants[c->n_tenants];
+    if (lkv_tenant_init(t, name, err, (int)errlen) != 0) {
+        return NULL;
+    }
+    c->n_tenants++;
+    return t;
+}
+
+/* Sets one field of tenant name (created if new); *c unchanged on error. */
+static int tenant_set(lkv_config *c, const char *name, const char *key, const char *value,
+                      char *err, size_t errlen)
+{
+    int n_before = c->n_tenants;
+    lkv_tenant *t = tenant_get(c, name, err, errlen);
+    if (t == NULL) {
+        return LKV_ECONFIG;
+    }
+    lkv_tenant saved = *t;
+    if (lkv_tenant_set(t, key, value, err, (int)errlen) != 0) {
+        *t = saved;
+        c->n_tenants = n_before;
+        return LKV_ECONFIG;
+    }
+    return 0;
+}
+
+int lkv_config_auth(const lkv_config *c, lkv_auth **out, char *err, size_t errlen)
+{
+    lkv_auth *a = NULL;
+    if (lkv_auth_create(c->have_auth_key ? c->auth_key : NULL, c->loopback_roles, &a) != 0) {
+        return fail(err, errlen, "tenants: cannot create the tenant table (libsodium)");
+    }
+    for (int i = 0; i < c->n_tenants; i++) {
+        char msg[LKV_CONFIG_ERR_MAX];
+        if (lkv_auth_add(a, &c->tenants[i], msg, (int)sizeof(msg)) != 0) {
+            lkv_auth_destroy(a);
+            return fail(err, errlen, "%s", msg);
+        }
+    }
+    *out = a;
+    return 0;
+}
+
+/* ---- Public --------------------------------------------------------------------------- */
+
+void lkv_config_defaults(lkv_config *c)
+{
+    char err[LKV_CONFIG_ERR_MAX];
+    memset(c, 0, sizeof(*c));
+    for (int i = 0; i < N_OPTS; i++) {
+        if (set_opt(c, &opts[i], opts[i].def, err, sizeof(err)) != 0) {
+            lkv_panic("built-in default of %s is invalid: %s", opts[i].name, err);
+        }
+    }
+    builtin_stories260k(&c->profiles[0]);
+    builtin_llama31_8b(&c->profiles[1]);
+    c->n_profiles = 2;
+}
+
+int lkv_config_set(lkv_config *c, const char *profile, const char *key, const char *value,
+                   char *err, size_t errlen)
+{
+    if (profile == NULL) {
+        const char *dot;
+        if (strncmp(key, "profile.", 8) == 0 && (dot = strchr(key + 8, '.')) != NULL) {
+            char name[LKV_PROFILE_NAME_MAX + 1];
+            size_t n = (size_t)(dot - (key + 8));
+            if (n == 0 || n >= sizeof(name)) {
+                return fail(err, errlen, "option '%s': bad profile name", key);
+            }
+            memcpy(name, key + 8, n);
+            name[n] = '\0';
+            return lkv_config_set(c, name, dot + 1, value, err, errlen);
+        }
+        if (strncmp(key, "tenant.", 7) == 0 && (dot = strchr(key + 7, '.')) != NULL) {
+            char name[LKV_TENANT_NAME_MAX + 1];
+            size_t n = (size_t)(dot - (key + 7));
+            if (n == 0 || n >= sizeof(name)) {
+                return fail(err, errlen, "option '%s': bad tenant name", key);
+            }
+            memcpy(name, key + 7, n);
+            name[n] = '\0';
+            return tenant_set(c, name, dot + 1, value, err, errlen);
+        }
+        const opt *o = find_opt(key);
+        if (o == NULL) {
+            char list[1024];
+            list_opts(list, sizeof(list));
+            return fail(err, errlen,
+                        "unknown option '%s' (options: %s; profile fields go in a [profile NAME] "
+                        "section or as profile.NAME.field, tenant fields in [tenant NAME] or "
+                        "tenant.NAME.field)",
+                        key, list);
+        }
+        lkv_config tmp = *c;
+        int rc = set_opt(&tmp, o, value, err, errlen);
+        if (rc == 0) {
+            *c = tmp;
+        }
+        return rc;
+    }
+    int n_before = c->n_profiles;
+    lkv_profile *p = profile_get(c, profile, err, errlen);
+    if (p == NULL) {
+        return LKV_ECONFIG;
+    }
+    lkv_profile saved = *p;
+    int rc = set_pfield(p, key, value, err, errlen);
+    if (rc != 0) {
+        *p = saved;
+        c->n_profiles = n_before;
+    }
+    return rc;
+}
+
+static char *trim(char *s)
+{
+    while (isspace((unsigned char)*s)) {
+        s++;
+    }
+    char *e = s + strlen(s);
+    while (e > s && isspace((unsigned char)e[-1])) {
+        *--e = '\0';
+    }
+    return s;
+}
+
+int lkv_config_load_string(lkv_config *c, const char *text, const char *name, char *err,
+                           size_t errlen)
+{
+    char section[LKV_PROFILE_NAME_MAX + 64] = "";
+    int in_section = 0; /* 0: daemon options, 1: [profile NAME], 2: [tenant NAME]. */
+    int lineno = 0;
+    const char *p = text;
+    char msg[LKV_CONFIG_ERR_MAX];
+    while (*p != '\0') {
+        const char *nl = strchr(p, '\n');
+        size_t n = nl ? (size_t)(nl - p) : strlen(p);
+        lineno++;
+        char *line = lkv_xmalloc(n + 1);
+        memcpy(line, p, n);
+        line[n] = '\0';
+        p += n + (nl ? 1 : 0);
+        char *hash = strchr(line, '#');
+        if (hash != NULL) {
+            *hash = '\0';
+        }
+        char *s = trim(line);
+        int rc = 0;
+        if (*s == '\0') {
+            /* Blank or comment. */
+        } else if (*s == '[') {
+            char *close = strchr(s, ']');
+            char *sec = s + 1;
+            if (close == NULL || trim(close + 1)[0] != '\0') {
+                rc = fail(err, errlen, "%s:%d: section header '%s' must be [profile NAME]", name,
+                          lineno, s);
+            } else {
+                *close = '\0';
+                sec = trim(sec);
+                char *sp = sec;
+                while (*sp && !isspace((unsigned char)*sp)) {
+                    sp++;
+                }
+                char *arg = trim(sp);
+                *sp = '\0';
+                if (strcmp(sec, "tenant") == 0 && arg[0] != '\0') {
+                    if (tenant_get(c, arg, msg, sizeof(msg)) == NULL) {
+                        rc = fail(err, errlen, "%s:%d: %s", name, lineno, msg);
+                    } else {
+                        snprintf(section, sizeof(section), "%s", arg);
+                        in_section = 2;
+                    }
+                } else if (strcmp(sec, "profile") != 0 || arg[0] == '\0') {
+                    rc = fail(err, errlen,
+                              "%s:%d: unknown section '[%s%s%s]' (sections are [profile NAME] "
+                              "and [tenant NAME])",
+                              name, lineno, sec, arg[0] ? " " : "", arg);
+                } else if (!profile_name_ok(arg)) {
+                    rc = fail(err, errlen,
+                              "%s:%d: profile name '%s' must be 1..%d characters of "
+                              "[A-Za-z0-9._-]",
+                              name, lineno, arg, LKV_PROFILE_NAME_MAX - 1);
+                } else if (profile_get(c, arg, msg, sizeof(msg)) == NULL) {
+                    rc = fail(err, errlen, "%s:%d: %s", name, lineno, msg);
+                } else {
+                    snprintf(section, sizeof(section), "%s", arg);
+                    in_section = 1;
+                }
+            }
+        } else {
+            char *eq = strchr(s, '=');
+            if (eq == NULL) {
+                rc = fail(err, errlen, "%s:%d: expected 'key = value', got '%s'", name, lineno, s);
+            } else {
+                *eq = '\0';
+                char *key = trim(s);
+                char *value = trim(eq + 1);
+                size_t vl = strlen(value);
+                if (vl >= 2 && value[0] == '"' && value[vl - 1] == '"') {
+                    value[vl - 1] = '\0';
+                    value++;
+                }
+                if (key[0] == '\0') {
+                    rc = fail(err, errlen, "%s:%d: missing key before '='", name, lineno);
+                } else if (in_section == 2) {
+                    if (tenant_set(c, section, key, value, msg, sizeof(msg)) != 0) {
+                        rc = fail(err, errlen, "%s:%d: %s", name, lineno, msg);
+                    }
+                } else if (lkv_config_set(c, in_section == 1 ? section : NULL, key, value, msg,
+                                          sizeof(msg)) != 0) {
+                    rc = fail(err, errlen, "%s:%d: %s", name, lineno, msg);
+                }
+            }
+        }
+        free(line);
+        if (rc != 0) {
+            return rc;
+        }
+    }
+    return 0;
+}
+
+int lkv_config_load_file(lkv_config *c, const char *path, char *err, size_t errlen)
+{
+    FILE *f = fopen(path, "rb");
+    if (f == NULL) {
+        return fail(err, errlen, "option 'config': cannot open '%s': %s", path, strerror(errno));
+    }
+    size_t cap = 4096, n = 0;
+    char *buf = lkv_xmalloc(cap);
+    for (;;) {
+        if (n + 1 >= cap) {
+            cap *= 2;
+            buf = lkv_xrealloc(buf, cap);
+        }
+        size_t r = fread(buf + n, 1, cap - n - 1, f);
+        n += r;
+        if (r == 0) {
+            break;
+        }
+    }
+    int ioerr = ferror(f);
+    fclose(f);
+    buf[n] = '\0';
+    int rc;
+    if (ioerr) {
+        rc = fail(err, errlen, "option 'config': cannot read '%s'", path);
+    } else if (memchr(buf, '\0', n) != NULL) {
+        rc = fail(err, errlen, "option 'config': '%s' is not a text file (NUL byte)", path);
+    } else {
+        rc = lkv_config_load_string(c, buf, path, err, errlen);
+    }
+    free(buf);
+    if (rc == 0) {
+        snprintf(c->source, sizeof(c->source), "%s", path);
+    }
+    return rc;
+}
+
+int lkv_config_validate(lkv_config *c, char *err, size_t errlen)
+{
+    /* listen: host:port, port 0..65535; IPv6 hosts in brackets. */
+    const char *colon = strrchr(c->listen, ':');
+    uint64_t port;
+    if (colon == NULL || colon == c->listen || parse_u64(colon + 1, &port) != 0 || port > 65535) {
+        return fail(err, errlen,
+                    "option 'listen': '%s' is not host:port (e.g. 127.0.0.1:7070, [::1]:0, "
+                    "0.0.0.0:7070; port 0 picks a free port)",
+                    c->listen);
+    }
+    if (c->n_profiles == 0) {
+        return fail(err, errlen, "profiles: no model profile is configured");
+    }
+    char msg[LKV_CONFIG_ERR_MAX];
+    for (int i = 0; i < c->n_tenants; i++) {
+        if (lkv_tenant_finish(&c->tenants[i], msg, (int)sizeof(msg)) != 0) {
+            return fail(err, errlen, "%s", msg);
+        }
+    }
+    lkv_auth *table = NULL;
+    if (lkv_config_auth(c, &table, err, errlen) != 0) {
+        return LKV_ECONFIG;
+    }
+    lkv_auth_destroy(table);
+    if (lkv_auth_check_bind(c->listen, c->n_tenants > 0, c->allow_insecure_bind, msg,
+                            (int)sizeof(msg)) != 0) {
+        return fail(err, errlen, "option 'listen': %s", msg);
+    }
+    uint64_t max_block = 0;
+    for (int i = 0; i < c->n_profiles; i++) {
+        lkv_profile *p = &c->profiles[i];
+        if (lkv_profile_finish(p, msg, (int)sizeof(msg)) != 0) {
+            return fail(err, errlen, "profile '%s' option %s", p->name, msg);
+        }
+        uint64_t bb = lkv_block_bytes(&p->shape);
+        /* A block travels in one message with a little framing. */
+        if (bb + 1024 > c->max_message_bytes) {
+            char a[32], b[32];
+            return fail(err, errlen,
+                        "option 'max_message_bytes': %s cannot carry one block of profile '%s' "
+                        "(%s plus framing)",
+                        lkv_format_bytes(c->max_message_bytes, a, sizeof(a)), p->name,
+                        lkv_format_bytes(bb, b, sizeof(b)));
+        }
+        if (bb > max_block) {
+            max_block = bb;
+        }
+    }
+    if (c->hot_bytes < max_block) {
+        char a[32], b[32];
+        return fail(err, errlen,
+                    "option 'hot_bytes': %s is smaller than one block of the largest profile (%s)",
+                    lkv_format_bytes(c->hot_bytes, a, sizeof(a)),
+                    lkv_format_bytes(max_block, b, sizeof(b)));
+    }
+    return 0;
+}
+
+void lkv_config_usage(FILE *f)
+{
+    fprintf(f, "usage: lazykvd [--config FILE] [--set KEY=VALUE]... [--KEY VALUE]... [--help]\n"
+               "\n"
+               "Serves the lazykv cache over gRPC (lazykv.v1.Cache, lazykv.v1.Admin,\n"
+               "grpc.health.v1.Health). Prints 'lazykvd listening on HOST:PORT' once ready.\n"
+               "SIGTERM or SIGINT drains in-flight calls, flushes write-back documents and exits.\n"
+               "\n"
+               "  --config FILE         read options from FILE (format: daemon/lazykvd.conf)\n"
+               "  --set KEY=VALUE       override an option (profile fields: profile.NAME.KEY)\n"
+               "  --KEY VALUE, --KEY=VALUE   the same\n"
+               "  --check-config        validate the configuration, print it and exit\n"
+               "  --version             print the version and exit\n"
+               "  --help                print this help and exit\n"
+               "\n"
+               "Options (default in brackets):\n");
+    for (int i = 0; i < N_OPTS; i++) {
+        fprintf(f, "  %-20s %s [%s]\n", opts[i].name, opts[i].help, opts[i].def);
+    }
+    fprintf(f, "\nProfile fields ([profile NAME] sections or --set profile.NAME.FIELD=VALUE):\n");
+    for (int i = 0; i < N_PFIELDS; i++) {
+        fprintf(f, "  %-20s %s\n", pfields[i].name, pfields[i].help);
+    }
+    fprintf(f,
+            "\nTenant fields ([tenant NAME] sections or --set tenant.NAME.FIELD=VALUE):\n"
+            "  token_hash           blake2b:<64 hex> of \"lazykv-token-v1:\" + token (required)\n"
+            "  roles                data, worker, admin (comma list; required)\n"
+            "  salt                 64 hex digits (optional; default derived from the name)\n");
+    fprintf(f, "\nBuilt-in profiles: stories260k, llama-3.1-8b. Exit status: 0 ok, 1 runtime "
+               "failure, 2 bad configuration or usage.\n");
+}
+
+/* Splits "--key=value" / "--key value" / "--set key=value" handling; see the header. */
+int lkv_config_from_args(lkv_config *c, int argc, char **argv, int *action, char *err,
+                         size_t errlen)
+{
+    char msg[LKV_CONFIG_ERR_MAX];
+    *action = LKV_CONFIG_RUN;
+    lkv_config_defaults(c);
+    /* Pass 1: flags and --config. */
+    const char *config = NULL;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0) {
+            *action = LKV_CONFIG_HELP;
+            return 0;
+        }
+        if (strcmp(a, "--version") == 0) {
+            *action = LKV_CONFIG_VERSION;
+            return 0;
+        }
+        if (strcmp(a, "--config") == 0 || strcmp(a, "-c") == 0) {
+            if (i + 1 >= argc) {
+                return fail(err, errlen, "option 'config': %s needs a FILE argument", a);
+            }
+            config = argv[++i];
+        } else if (strncmp(a, "--config=", 9) == 0) {
+            config = a + 9;
+        }
+    }
+    if (config != NULL) {
+        int rc = lkv_config_load_file(c, config, err, errlen);
+        if (rc != 0) {
+            return rc;
+        }
+    }
+    /* Pass 2: overrides in order. */
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        if (strcmp(a, "--config") == 0 || strcmp(a, "-c") == 0) {
+            i++;
+            continue;
+        }
+        if (strncmp(a, "--config=", 9) == 0) {
+            continue;
+        }
+        if (strcmp(a, "--check-config") == 0) {
+            *action = LKV_CONFIG_CHECK;
+            continue;
+        }
+        char kv[2048];
+        const char *what = a;
+        if (strcmp(a, "--set") == 0) {
+            if (i + 1 >= argc) {
+                return fail(err, errlen, "argument '--set' needs KEY=VALUE");
+            }
+            what = argv[++i];
+            snprintf(kv, sizeof(kv), "%s", what);
+        } else if (strncmp(a, "--set=", 6) == 0) {
+            snprintf(kv, sizeof(kv), "%s", a + 6);
+        } else if (strncmp(a, "--", 2) == 0 && a[2] != '\0') {
+            if (strchr(a, '=') != NULL) {
+                snprintf(kv, sizeof(kv), "%s", a + 2);
+            } else {
+                if (i + 1 >= argc) {
+                    return fail(err, errlen, "option '%s': %s needs a value", a + 2, a);
+                }
+                snprintf(kv, sizeof(kv), "%s=%s", a + 2, argv[++i]);
+            }
+        } else {
+            return fail(err, errlen, "unexpected argument '%s' (see lazykvd --help)", a);
+        }
+        char *eq = strchr(kv, '=');
+        if (eq == NULL) {
+            return fail(err, errlen, "argument '%s': expected KEY=VALUE", what);
+        }
+        *eq = '\0';
+        if (lkv_config_set(c, NULL, kv, eq + 1, msg, sizeof(msg)) != 0) {
+            return fail(err, errlen, "command line '%s': %s", what, msg);
+        }
+    }
+    return lkv_config_validate(c, err, errlen);
+}
+
+void lkv_config_summary(const lkv_config *c, char *buf, size_t len)
+{
+    char hot[32], cold[32], msg[32], grace[32];
+    size_t n = 0;
+    snprintf(grace, sizeof(grace), "%.1fs", (double)c->shutdown_grace_ms / 1000.0);
+    int w =
+        snprintf(buf, len,
+                 "config=%s listen=%s data_dir=%s hot=%s:%s cold=%s policy=%s durability=%s "
+                 "threads=%d max_message=%s log_level=%s shutdown_grace=%s profiles=",
+                 c->source[0] ? c->source : "(defaults)", c->listen, c->data_dir,
+                 backend_names[c->hot_backend], lkv_format_bytes(c->hot_bytes, hot, sizeof(hot)),
+                 c->cold_bytes ? lkv_format_bytes(c->cold_bytes, cold, sizeof(cold)) : "unlimited",
+                 lkv_policy_name(c->policy_kind), durable_names[c->durability], c->threads,
+                 lkv_format_bytes(c->max_message_bytes, msg, sizeof(msg)),
+                 level_names[c->log_level & 3], grace);
+    n = w > 0 ? (size_t)w : 0;
+    for (int i = 0; i < c->n_profiles && n < len; i++) {
+        w = snprintf(buf + n, len - n, "%s%s", i ? "," : "", c->profiles[i].name);
+        n += w > 0 ? (size_t)w : 0;
+    }
+    if (n < len) {
+        char roles[64];
+        lkv_auth_roles_format(c->loopback_roles, roles, sizeof(roles));
+        snprintf(buf + n, len - n, " tenants=%d loopback_roles=%s", c->n_tenants, roles);
+    }
+}
+
+void lkv_config_to_store(const lkv_config *c, lkv_store_config *out)
+{
+    memset(out, 0, sizeof(*out));
+    out->data_dir = c->data_dir;
+    out->hot_bytes = c->hot_bytes;
+    out->hot_backend = c->hot_backend;
+    out->cuda_device = c->cuda_device;
+    out->cold_bytes = c->cold_bytes;
+    out->policy_kind = c->policy_kind;
+    out->policy_cost_bytes = c->policy_cost_bytes;
+    out->durability = c->durability;
+    out->profiles = c->profiles;
+    out->n_profiles = c->n_profiles;
+    out->evicted_memory = c->evicted_memory;
+    out->cold_min_blob_bytes = c->cold_min_blob_bytes;
+}

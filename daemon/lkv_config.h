@@ -1,0 +1,139 @@
+/*
+ * lkv_config.h: lazykvd's configuration: embedded defaults, one config file, command-line
+ * overrides, validation with errors that name the option.
+ *
+ * File format (daemon/lazykvd.conf documents every option, its default and unit):
+ *
+ *     # comment (also after a value: "hot_bytes = 1GiB   # the arena")
+ *     key = value
+ *     [profile NAME]          keys below set model profile NAME (until the next section)
+ *     key = value
+ *
+ * Keys before the first section are daemon options; keys inside "[profile NAME]" are profile
+ * fields; keys inside "[tenant NAME]" are tenant fields (token_hash, roles, salt: see
+ * daemon/lkv_auth.h; on the command line "--set tenant.NAME.field=value"). A section naming an
+ * existing profile (a built-in one, or one declared earlier) edits it; a new name starts from the
+ * profile template (f16, block 16, RoPE theta 10000 half-split, no scaling) and must set at least
+ * n_layers, n_q_heads, n_kv_heads, head_dim and vocab_size. Built-in profiles: "stories260k" and
+ * "llama-3.1-8b" (see lkv_config_defaults).
+ *
+ * Values: sizes are bytes with an optional binary suffix (K, KiB, M, MiB, G, GiB, T, TiB; case
+ * does not matter); durations are milliseconds, or a number with a suffix ms, s or m ("5s");
+ * values may be quoted ("...").
+ *
+ * Precedence: embedded defaults < config file (--config FILE) < command-line overrides, which
+ * apply in order: "--set key=value", "--key value", "--key=value" (dashes in key names may be
+ * written as underscores and vice versa); profile fields as "--set profile.NAME.key=value".
+ *
+ * Errors: every function returns LKV_ECONFIG with a one-line message in err naming the option
+ * (and file:line or the command-line argument); lazykvd prints it and exits with status 2.
+ */
+#ifndef LKV_CONFIG_H
+#define LKV_CONFIG_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#include "lkv_auth.h"
+#include "lkv_profile.h"
+#include "lkv_store.h"
+
+#define LKV_CONFIG_MAX_PROFILES 32
+#define LKV_CONFIG_MAX_TENANTS  256
+#define LKV_CONFIG_ERR_MAX      512 /* Suggested size of err buffers. */
+
+typedef struct lkv_config {
+    char listen[256];             /* host:port to bind; port 0 picks a free port. */
+    char data_dir[1024];          /* Cold tier (RocksDB) directory, created if absent. */
+    int hot_backend;              /* enum lkv_hot_backend. */
+    int cuda_device;              /* CUDA device ordinal for the hot arena. */
+    uint64_t hot_bytes;           /* Hot tier budget (arena size), bytes. */
+    uint64_t cold_bytes;          /* Cold tier budget, bytes of block payload; 0 = unlimited. */
+    int policy_kind;              /* enum lkv_policy_kind, both tiers. */
+    int policy_cost_bytes;        /* 1: GDSF cost = bytes (byte hit rate); 0: cost 1 per doc. */
+    int durability;               /* enum lkv_durability. */
+    int threads;                  /* gRPC polling threads (one completion queue each). */
+    uint64_t max_message_bytes;   /* Largest gRPC message received or sent, bytes. */
+    int log_level;                /* enum lkv_log_level. */
+    uint64_t shutdown_grace_ms;   /* SIGTERM: how long in-flight calls may finish, ms. */
+    uint32_t evicted_memory;      /* Evicted/deleted keys remembered for miss causes. */
+    uint64_t cold_min_blob_bytes; /* RocksDB min_blob_size, bytes. */
+    int n_profiles;               /* Profiles in use (built-in + configured). */
+    lkv_profile profiles[LKV_CONFIG_MAX_PROFILES]; /* Finished by lkv_config_validate. */
+    char source[1024]; /* The config file read, or "" for embedded defaults only. */
+    /* Tenants and authentication (daemon/lkv_auth.h). */
+    uint32_t loopback_roles; /* Roles of anonymous loopback callers (enum lkv_role mask). */
+    int allow_insecure_bind; /* Serve a non-loopback listen address without tenants. */
+    int have_auth_key;       /* 1 if auth_key is set. */
+    uint8_t auth_key[LKV_AUTH_KEY_BYTES];       /* Key of the token hashes. */
+    int n_tenants;                              /* Configured tenants ([tenant NAME] sections). */
+    lkv_tenant tenants[LKV_CONFIG_MAX_TENANTS]; /* Finished by lkv_config_validate. */
+    /* Zero-copy leases (daemon/lkv_lease.h). */
+    uint32_t max_leases;       /* Live leases at once. */
+    uint32_t max_lease_docs;   /* Documents per lease. */
+    uint64_t max_lease_ttl_ms; /* Longest TTL an Attach may ask for, ms. */
+} lkv_config;
+
+/* What main should do after lkv_config_from_args. */
+enum lkv_config_action {
+    LKV_CONFIG_RUN = 0,     /* Start the daemon. */
+    LKV_CONFIG_HELP = 1,    /* --help: print lkv_config_usage and exit 0. */
+    LKV_CONFIG_VERSION = 2, /* --version: print the version and exit 0. */
+    LKV_CONFIG_CHECK = 3,   /* --check-config: print the summary and exit 0. */
+};
+
+/* Fills *c (caller-owned) with the embedded defaults, including the built-in profiles
+ * (unfinished: lkv_config_validate computes their fingerprints). Never fails. */
+void lkv_config_defaults(lkv_config *c);
+
+/* Sets one option from text. profile: NULL for a daemon option, else the profile section name
+ * (created from the template if new). key, value, profile are borrowed. On error returns
+ * LKV_ECONFIG and writes "option 'key': reason" (profile options: "profile 'P' option 'key':
+ * reason") into err (errlen bytes); *c is unchanged then. */
+int lkv_config_set(lkv_config *c, const char *profile, const char *key, const char *value,
+                   char *err, size_t errlen);
+
+/* Parses config text (borrowed, NUL-terminated) as if it were file name (used in messages).
+ * Stops at the first error: LKV_ECONFIG, err = "name:line: ...". */
+int lkv_config_load_string(lkv_config *c, const char *text, const char *name, char *err,
+                           size_t errlen);
+
+/* Reads and parses the file at path (borrowed). LKV_ECONFIG if it cannot be read (err names the
+ * file and errno text) or on the first bad line. Records path in c->source. */
+int lkv_config_load_file(lkv_config *c, const char *path, char *err, size_t errlen);
+
+/* Checks cross-option constraints (listen address form, ranges, at least one profile, a block
+ * of every profile fits in max_message_bytes and in hot_bytes, every tenant complete and the
+ * tenant table consistent, a non-loopback listen address only with tenants or
+ * allow_insecure_bind) and finishes every profile (fingerprint). LKV_ECONFIG with err naming
+ * the option on failure. */
+int lkv_config_validate(lkv_config *c, char *err, size_t errlen);
+
+/* The whole start-up path: defaults, then --config FILE (if any), then the overrides in
+ * argument order, then lkv_config_validate. argv is borrowed. Writes *action. Unknown
+ * arguments and options are errors naming them. */
+int lkv_config_from_args(lkv_config *c, int argc, char **argv, int *action, char *err,
+                         size_t errlen);
+
+/* Prints the usage text, with every daemon option, its default and unit, to f. */
+void lkv_config_usage(FILE *f);
+
+/* Writes a one-line summary of *c ("listen=... hot=host:1.0GiB ...") into buf (len bytes). */
+void lkv_config_summary(const lkv_config *c, char *buf, size_t len);
+
+/* Fills *out for lkv_store_open. out->data_dir and out->profiles borrow from c (keep c alive
+ * until lkv_store_open returns). */
+void lkv_config_to_store(const lkv_config *c, lkv_store_config *out);
+
+/* Builds the tenant table of *c (after lkv_config_validate): *out is owned by the caller and
+ * freed with lkv_auth_destroy. LKV_ECONFIG (err) on a table error. */
+int lkv_config_auth(const lkv_config *c, lkv_auth **out, char *err, size_t errlen);
+
+/* Returns the profile named name (borrowed from c) or NULL. */
+const lkv_profile *lkv_config_profile(const lkv_config *c, const char *name);
+
+/* Formats a byte count in binary units ("1.0 GiB", "512 B") into buf (len bytes); returns buf. */
+char *lkv_format_bytes(uint64_t n, char *buf, size_t len);
+
+#endif

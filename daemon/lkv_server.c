@@ -1,0 +1,1047 @@
+/*
+ * lkv_server.c: the RPC engine over gRPC C core 1.51 (see lkv_server.h; notes/grpc-core.md).
+ *
+ * Threads and queues. `threads` workers, each with one completion queue (created for next) that
+ * only it polls. Every method is registered once; each worker keeps ARMED requests outstanding
+ * per method on its own queue, plus ARMED generic requests that answer unknown methods with
+ * UNIMPLEMENTED. A new-call event re-arms a fresh request at once (unless draining), so calls
+ * never queue behind a busy one. A call's batches all complete on the queue it was requested
+ * on, so one call is only ever touched by one thread: no per-call lock is needed.
+ *
+ * Call context (struct lkv_rpc). Tags are (rpc, step) pairs embedded in the context:
+ *   STEP_NEW     the request completed (success 0: shutting down, free the context).
+ *   STEP_RECV    a RECV_MESSAGE batch of a client stream completed (NULL buffer: half-close).
+ *   STEP_SEND    a SEND_MESSAGE batch of a server stream completed: produce the next message.
+ *   STEP_CLOSE   RECV_CLOSE_ON_SERVER completed (streams start it first; `cancelled` tells
+ *                whether the client went away).
+ *   STEP_FINAL   the status batch completed.
+ * Invariants: at most one SEND_MESSAGE and one RECV_MESSAGE batch in flight; exactly one final
+ * status batch per call (finish()); `pending` counts batches in flight; the context is freed
+ * only when the final batch was started and pending is 0; the service's cleanup runs once, in
+ * finish(), before the final batch starts. Byte buffers handed to SEND_MESSAGE are destroyed
+ * only after their batch completes.
+ *
+ * Shutdown (notes/grpc-core.md B3): draining=1; grpc_server_shutdown_and_notify on worker 0's
+ * queue; wait up to the grace period for the shutdown tag and for every context to be freed;
+ * then grpc_server_cancel_all_calls and wait again; then shut the queues down, join the
+ * workers (each drains to GRPC_QUEUE_SHUTDOWN), destroy the server, the queues, grpc_shutdown.
+ * Contexts are counted (n_ctx) so no queue is shut down while a call could still start a batch
+ * on it (gRPC core asserts on that).
+ */
+#include "lkv_server.h"
+
+#include <assert.h>
+#include <errno.h>
+#include <inttypes.h>
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <string.h>
+#include <time.h>
+
+#include <grpc/byte_buffer.h>
+#include <grpc/grpc.h>
+#include <grpc/grpc_security.h>
+#include <grpc/slice.h>
+#include <grpc/support/alloc.h>
+#include <grpc/support/time.h>
+
+#include "lkv_err.h"
+#include "lkv_log.h"
+#include "lkv_pb.h"
+
+#define ARMED         4   /* Outstanding requests per (worker, method). */
+#define ARMED_GENERIC 1   /* Outstanding generic requests per worker. */
+#define MSG_MAX       512 /* Status message bytes. */
+
+enum step { STEP_NEW, STEP_RECV, STEP_SEND, STEP_CLOSE, STEP_FINAL, STEP__N };
+
+typedef struct tag {
+    struct lkv_rpc *rpc; /* NULL for the server shutdown tag. */
+    int step;            /* enum step. */
+} tag;
+
+typedef struct worker {
+    lkv_server *srv;           /* Owner. */
+    int index;                 /* 0..n_workers-1. */
+    grpc_completion_queue *cq; /* Polled only by this worker's thread. */
+    pthread_t thread;          /* The polling thread. */
+    int started;               /* 1 once the thread runs. */
+} worker;
+
+typedef struct method_stats {
+    atomic_ullong calls;  /* Calls finished. */
+    atomic_ullong errors; /* Of which with a non-OK status. */
+    atomic_ullong usec;   /* Total wall time, microseconds. */
+} method_stats;
+
+struct lkv_rpc {
+    lkv_server *srv;            /* Owner. */
+    worker *w;                  /* The worker whose queue the call lives on. */
+    int mi;                     /* Method index, -1 for a generic (unknown method) call. */
+    grpc_call *call;            /* Our reference; unref at free. */
+    gpr_timespec deadline;      /* As reported by the core (converted when compared). */
+    grpc_metadata_array md;     /* Request metadata (elements owned by the call). */
+    grpc_call_details details;  /* Generic calls only. */
+    grpc_byte_buffer *payload;  /* Received message, ours to destroy. */
+    grpc_byte_buffer *send_buf; /* In-flight SEND_MESSAGE buffer. */
+    grpc_byte_buffer *staged;   /* Packed by reply/send, not yet started. */
+    grpc_slice status_slice;    /* Final status details (kept until free). */
+    int status_slice_set;       /* status_slice needs an unref. */
+    int cancelled;              /* RECV_CLOSE_ON_SERVER out-param. */
+    int pending;                /* Batches in flight. */
+    int close_started;          /* RECV_CLOSE_ON_SERVER was started. */
+    int close_done;             /* ... and completed. */
+    int sent_initial_md;        /* SEND_INITIAL_METADATA was started. */
+    int final_started;          /* The final status batch was started (or failed to). */
+    int entered;                /* A service callback ran: cleanup is owed. */
+    int cleaned;                /* cleanup ran. */
+    int msg_set;                /* msg holds a service message. */
+    int status;                 /* Final grpc_status_code. */
+    char msg[MSG_MAX];          /* Status message. */
+    char *peer;                 /* gpr_malloc'd peer string, lazily. */
+    void *state;                /* Service state (lkv_rpc_set_state). */
+    const void *principal;      /* Set by the admit hook (borrowed). */
+    struct timespec t0;         /* Start (monotonic), for method stats. */
+    tag tags[STEP__N];          /* One tag per step. */
+    char generic_path[128];     /* Generic calls: the method asked for. */
+};
+
+struct lkv_server {
+    grpc_server *server; /* The core server. */
+    worker *workers;     /* n_workers workers. */
+    int n_workers;
+    const lkv_method *methods; /* Borrowed table. */
+    int n_methods;
+    void **handles;      /* Registered method handles, one per method. */
+    method_stats *stats; /* One per method. */
+    uint64_t max_msg;    /* Message limit, bytes. */
+    lkv_admit_fn admit;  /* Optional admission hook. */
+    void *admit_ctx;     /* Its context. */
+    char address[320];   /* Bound "host:port". */
+    int port;            /* Bound port. */
+    atomic_int draining; /* 1 once shutdown began. */
+    atomic_long n_ctx;   /* Live contexts (armed requests + calls). */
+    atomic_long n_calls; /* Calls in progress. */
+    pthread_mutex_t mu;  /* Guards shutdown_done, and the condition. */
+    pthread_cond_t cv;   /* Signalled on shutdown tag and on n_ctx reaching 0. */
+    int shutdown_done;   /* The shutdown tag completed. */
+    int shut;            /* lkv_server_shutdown finished. */
+    tag shutdown_tag;    /* {NULL, 0}. */
+};
+
+static void finish(lkv_rpc *rpc, int rc);
+
+/* ---- Status mapping (the one table) --------------------------------------------------- */
+
+int lkv_server_status_code(int rc)
+{
+    switch (rc) {
+    case LKV_OK:
+        return GRPC_STATUS_OK;
+    case LKV_EINVAL:
+    case LKV_EPROTO:
+    case LKV_EPROFILE:
+    case LKV_ECONFIG:
+        return GRPC_STATUS_INVALID_ARGUMENT;
+    case LKV_ENOTFOUND:
+        return GRPC_STATUS_NOT_FOUND;
+    case LKV_EEXIST:
+        return GRPC_STATUS_ALREADY_EXISTS;
+    case LKV_ENOSPC:
+    case LKV_ETOOBIG:
+    case LKV_ENOMEM:
+        return GRPC_STATUS_RESOURCE_EXHAUSTED;
+    case LKV_EBUSY:
+        return GRPC_STATUS_FAILED_PRECONDITION;
+    case LKV_ETIMEDOUT:
+        return GRPC_STATUS_DEADLINE_EXCEEDED;
+    case LKV_ECANCELLED:
+        return GRPC_STATUS_CANCELLED;
+    case LKV_EUNAUTH:
+        return GRPC_STATUS_UNAUTHENTICATED;
+    case LKV_EPERM:
+        return GRPC_STATUS_PERMISSION_DENIED;
+    case LKV_EUNAVAIL:
+    case LKV_ESHUTDOWN:
+    case LKV_EAGAIN:
+        return GRPC_STATUS_UNAVAILABLE;
+    case LKV_ENOTSUP:
+        return GRPC_STATUS_UNIMPLEMENTED;
+    case LKV_ECORRUPT:
+        return GRPC_STATUS_DATA_LOSS;
+    default:
+        return GRPC_STATUS_INTERNAL;
+    }
+}
+
+const char *lkv_server_status_name(int code)
+{
+    static const char *names[] = {"OK",
+                                  "CANCELLED",
+                                  "UNKNOWN",
+                                  "INVALID_ARGUMENT",
+                                  "DEADLINE_EXCEEDED",
+                                  "NOT_FOUND",
+                                  "ALREADY_EXISTS",
+                                  "PERMISSION_DENIED",
+                                  "RESOURCE_EXHAUSTED",
+                                  "FAILED_PRECONDITION",
+                                  "ABORTED",
+                                  "OUT_OF_RANGE",
+                                  "UNIMPLEMENTED",
+                                  "INTERNAL",
+                                  "UNAVAILABLE",
+                                  "DATA_LOSS",
+                                  "UNAUTHENTICATED"};
+    if (code >= 0 && code < (int)(sizeof(names) / sizeof(names[0]))) {
+        return names[code];
+    }
+    return "UNKNOWN";
+}
+
+/* Server-side failures are logged at warn; the caller's mistakes at info. */
+static int status_is_server_fault(int code)
+{
+    return code == GRPC_STATUS_INTERNAL || code == GRPC_STATUS_UNKNOWN ||
+           code == GRPC_STATUS_DATA_LOSS || code == GRPC_STATUS_RESOURCE_EXHAUSTED ||
+           code == GRPC_STATUS_UNAVAILABLE;
+}
+
+/* ---- Small helpers ------------------------------------------------------------------- */
+
+static void ctx_done(lkv_server *s)
+{
+    if (atomic_fetch_sub(&s->n_ctx, 1) == 1) {
+        pthread_mutex_lock(&s->mu);
+        pthread_cond_broadcast(&s->cv);
+        pthread_mutex_unlock(&s->mu);
+    }
+}
+
+static const char *method_path(const lkv_rpc *rpc)
+{
+    return rpc->mi >= 0 ? rpc->srv->methods[rpc->mi].path : rpc->generic_path;
+}
+
+static double elapsed_us(const struct timespec *t0)
+{
+    struct timespec t1;
+    clock_gettime(CLOCK_MONOTONIC, &t1);
+    return (double)(t1.tv_sec - t0->tv_sec) * 1e6 + (double)(t1.tv_nsec - t0->tv_nsec) / 1e3;
+}
+
+static void free_rpc(lkv_rpc *rpc)
+{
+    lkv_server *s = rpc->srv;
+    if (rpc->call != NULL) {
+        if (rpc->mi >= 0) {
+            method_stats *ms = &s->stats[rpc->mi];
+            atomic_fetch_add(&ms->calls, 1);
+            if (rpc->status != GRPC_STATUS_OK) {
+                atomic_fetch_add(&ms->errors, 1);
+            }
+            atomic_fetch_add(&ms->usec, (unsigned long long)elapsed_us(&rpc->t0));
+        }
+        atomic_fetch_sub(&s->n_calls, 1);
+        grpc_call_unref(rpc->call);
+    }
+    if (rpc->payload != NULL) {
+        grpc_byte_buffer_destroy(rpc->payload);
+    }
+    if (rpc->send_buf != NULL) {
+        grpc_byte_buffer_destroy(rpc->send_buf);
+    }
+    if (rpc->staged != NULL) {
+        grpc_byte_buffer_destroy(rpc->staged);
+    }
+    if (rpc->status_slice_set) {
+        grpc_slice_unref(rpc->status_slice);
+    }
+    if (rpc->peer != NULL) {
+        gpr_free(rpc->peer);
+    }
+    grpc_metadata_array_destroy(&rpc->md);
+    if (rpc->mi < 0) {
+        grpc_call_details_destroy(&rpc->details);
+    }
+    free(rpc);
+    ctx_done(s);
+}
+
+static void maybe_free(lkv_rpc *rpc)
+{
+    if (rpc->final_started && rpc->pending == 0) {
+        free_rpc(rpc);
+    }
+}
+
+/* Starts a batch with tag step; on failure logs and returns LKV_EINTERNAL (nothing pending). */
+static int start_batch(lkv_rpc *rpc, const grpc_op *ops, size_t n, int step)
+{
+    rpc->pending++;
+    grpc_call_error e = grpc_call_start_batch(rpc->call, ops, n, &rpc->tags[step], NULL);
+    if (e != GRPC_CALL_OK) {
+        rpc->pending--;
+        LKV_LOGE("%s: grpc_call_start_batch (step %d) failed: %d", method_path(rpc), step, (int)e);
+        return LKV_EINTERNAL;
+    }
+    return 0;
+}
+
+/* ---- Arming requests ------------------------------------------------------------------ */
+
+static void arm(lkv_server *s, worker *w, int mi)
+{
+    lkv_rpc *rpc = lkv_xcalloc(1, sizeof(*rpc));
+    rpc->srv = s;
+    rpc->w = w;
+    rpc->mi = mi;
+    for (int i = 0; i < STEP__N; i++) {
+        rpc->tags[i].rpc = rpc;
+        rpc->tags[i].step = i;
+    }
+    grpc_metadata_array_init(&rpc->md);
+    atomic_fetch_add(&s->n_ctx, 1);
+    grpc_call_error e;
+    if (mi < 0) {
+        grpc_call_details_init(&rpc->details);
+        e = grpc_server_request_call(s->server, &rpc->call, &rpc->details, &rpc->md, w->cq, w->cq,
+                                     &rpc->tags[STEP_NEW]);
+    } else {
+        int with_payload = s->methods[mi].kind != LKV_RPC_CLIENT_STREAM;
+        e = grpc_server_request_registered_call(
+            s->server, s->handles[mi], &rpc->call, &rpc->deadline, &rpc->md,
+            with_payload ? &rpc->payload : NULL, w->cq, w->cq, &rpc->tags[STEP_NEW]);
+    }
+    if (e != GRPC_CALL_OK) {
+        LKV_LOGE("cannot request calls of %s: grpc error %d", mi >= 0 ? s->methods[mi].path : "*",
+                 (int)e);
+        rpc->call = NULL;
+        rpc->final_started = 1;
+        free_rpc(rpc);
+    }
+}
+
+/* ---- The per-call state machine ------------------------------------------------------- */
+
+static int deadline_passed(const lkv_rpc *rpc)
+{
+    gpr_timespec dl = rpc->mi < 0 ? rpc->details.deadline : rpc->deadline;
+    dl = gpr_convert_clock_type(dl, GPR_CLOCK_MONOTONIC);
+    return gpr_time_cmp(gpr_now(GPR_CLOCK_MONOTONIC), dl) > 0;
+}
+
+/* Unpacks rpc->payload (consumed) into *out; on failure sets the message and returns rc. */
+static int unpack(lkv_rpc *rpc, ProtobufCMessage **out)
+{
+    const lkv_method *m = &rpc->srv->methods[rpc->mi];
+    char err[MSG_MAX];
+    int rc = lkv_pb_unpack(m->req_desc, rpc->payload, rpc->srv->max_msg, out, err, sizeof(err));
+    if (rpc->payload != NULL) {
+        grpc_byte_buffer_destroy(rpc->payload);
+        rpc->payload = NULL;
+    }
+    if (rc != 0) {
+        return lkv_rpc_errorf(rpc, rc, "%s", err);
+    }
+    return 0;
+}
+
+static void send_next(lkv_rpc *rpc);
+
+/* The call ended under us: says why (deadline, shutdown or the client) and returns the code. */
+static int vanished(lkv_rpc *rpc)
+{
+    if (deadline_passed(rpc)) {
+        return lkv_rpc_errorf(rpc, LKV_ETIMEDOUT, "deadline passed mid-stream");
+    }
+    if (atomic_load(&rpc->srv->draining)) {
+        return lkv_rpc_errorf(rpc, LKV_ECANCELLED, "cancelled by shutdown");
+    }
+    return lkv_rpc_errorf(rpc, LKV_ECANCELLED, "client went away mid-stream");
+}
+
+/* Ends the call with rc (0: OK, sending the staged reply if any). Runs the service cleanup,
+ * then starts the one final batch. Safe to call once; later calls do nothing. */
+static void finish(lkv_rpc *rpc, int rc)
+{
+    if (rpc->final_started) {
+        return;
+    }
+    lkv_server *s = rpc->srv;
+    const lkv_method *m = rpc->mi >= 0 ? &s->methods[rpc->mi] : NULL;
+    if (rpc->entered && !rpc->cleaned) {
+        rpc->cleaned = 1;
+        if (m->cleanup != NULL) {
+            m->cleanup(m->svc, rpc);
+        }
+    }
+    rpc->status = lkv_server_status_code(rc);
+    if (rc != 0) {
+        if (!rpc->msg_set) {
+            snprintf(rpc->msg, sizeof(rpc->msg), "%s", lkv_strerror(rc));
+        }
+        if (rc == LKV_ECANCELLED) {
+            LKV_LOGI("%s from %s: %s", method_path(rpc), lkv_rpc_peer(rpc), rpc->msg);
+        } else if (status_is_server_fault(rpc->status)) {
+            LKV_LOGW("refused %s from %s: %s: %s", method_path(rpc), lkv_rpc_peer(rpc),
+                     lkv_server_status_name(rpc->status), rpc->msg);
+        } else {
+            LKV_LOGI("refused %s from %s: %s: %s", method_path(rpc), lkv_rpc_peer(rpc),
+                     lkv_server_status_name(rpc->status), rpc->msg);
+        }
+        if (rpc->staged != NULL) {
+            grpc_byte_buffer_destroy(rpc->staged);
+            rpc->staged = NULL;
+        }
+    } else {
+        rpc->msg[0] = '\0';
+    }
+    grpc_op ops[4];
+    size_t n = 0;
+    memset(ops, 0, sizeof(ops));
+    if (!rpc->sent_initial_md) {
+        ops[n].op = GRPC_OP_SEND_INITIAL_METADATA;
+        ops[n].data.send_initial_metadata.count = 0;
+        n++;
+        rpc->sent_initial_md = 1;
+    }
+    if (rpc->staged != NULL) {
+        /* Unary / client-stream reply (server streams never finish with a staged message). */
+        ops[n].op = GRPC_OP_SEND_MESSAGE;
+        ops[n].data.send_message.send_message = rpc->staged;
+        rpc->send_buf = rpc->staged;
+        rpc->staged = NULL;
+        n++;
+    }
+    rpc->status_slice = grpc_slice_from_copied_string(rpc->msg);
+    rpc->status_slice_set = 1;
+    ops[n].op = GRPC_OP_SEND_STATUS_FROM_SERVER;
+    ops[n].data.send_status_from_server.trailing_metadata_count = 0;
+    ops[n].data.send_status_from_server.status = (grpc_status_code)rpc->status;
+    ops[n].data.send_status_from_server.status_details = rc != 0 ? &rpc->status_slice : NULL;
+    n++;
+    if (!rpc->close_started) {
+        ops[n].op = GRPC_OP_RECV_CLOSE_ON_SERVER;
+        ops[n].data.recv_close_on_server.cancelled = &rpc->cancelled;
+        n++;
+        rpc->close_started = 1;
+    }
+    rpc->final_started = 1;
+    start_batch(rpc, ops, n, STEP_FINAL);
+    /* If the batch failed to start nothing is pending for it and the call is freed here. */
+}
+
+/* Starts RECV_CLOSE_ON_SERVER on its own (streams), to learn when the client goes away. */
+static int start_close(lkv_rpc *rpc)
+{
+    grpc_op op;
+    memset(&op, 0, sizeof(op));
+    op.op = GRPC_OP_RECV_CLOSE_ON_SERVER;
+    op.data.recv_close_on_server.cancelled = &rpc->cancelled;
+    rpc->close_started = 1;
+    return start_batch(rpc, &op, 1, STEP_CLOSE);
+}
+
+static int start_recv(lkv_rpc *rpc)
+{
+    grpc_op op;
+    memset(&op, 0, sizeof(op));
+    op.op = GRPC_OP_RECV_MESSAGE;
+    op.data.recv_message.recv_message = &rpc->payload;
+    return start_batch(rpc, &op, 1, STEP_RECV);
+}
+
+/* Server streams: puts the staged message on the wire, or asks the service for the next one. */
+static void send_next(lkv_rpc *rpc)
+{
+    const lkv_method *m = &rpc->srv->methods[rpc->mi];
+    for (;;) {
+        if (rpc->staged != NULL) {
+            grpc_op ops[2];
+            size_t n = 0;
+            memset(ops, 0, sizeof(ops));
+            if (!rpc->sent_initial_md) {
+                ops[n].op = GRPC_OP_SEND_INITIAL_METADATA;
+                n++;
+                rpc->sent_initial_md = 1;
+            }
+            ops[n].op = GRPC_OP_SEND_MESSAGE;
+            ops[n].data.send_message.send_message = rpc->staged;
+            n++;
+            rpc->send_buf = rpc->staged;
+            rpc->staged = NULL;
+            if (start_batch(rpc, ops, n, STEP_SEND) != 0) {
+                finish(rpc, lkv_rpc_errorf(rpc, LKV_EINTERNAL, "cannot send a message"));
+            }
+            return;
+        }
+        if (rpc->close_done && rpc->cancelled) {
+            finish(rpc, vanished(rpc));
+            return;
+        }
+        int rc = lkv_rpc_check_deadline(rpc);
+        if (rc == 0) {
+            rpc->entered = 1;
+            rc = m->next(m->svc, rpc);
+        }
+        if (rc < 0) {
+            finish(rpc, rc);
+            return;
+        }
+        if (rpc->staged == NULL) {
+            finish(rpc, 0);
+            return;
+        }
+    }
+}
+
+static void on_new(lkv_rpc *rpc, int success)
+{
+    lkv_server *s = rpc->srv;
+    if (!success) {
+        /* Shutting down: the request was never matched to a call. */
+        rpc->call = NULL;
+        rpc->final_started = 1;
+        free_rpc(rpc);
+        return;
+    }
+    atomic_fetch_add(&s->n_calls, 1);
+    clock_gettime(CLOCK_MONOTONIC, &rpc->t0);
+    if (!atomic_load(&s->draining)) {
+        arm(s, rpc->w, rpc->mi);
+    }
+    if (rpc->mi < 0) {
+        char *path = rpc->generic_path;
+        size_t len = GRPC_SLICE_LENGTH(rpc->details.method);
+        if (len >= sizeof(rpc->generic_path)) {
+            len = sizeof(rpc->generic_path) - 1;
+        }
+        memcpy(path, GRPC_SLICE_START_PTR(rpc->details.method), len);
+        path[len] = '\0';
+        finish(rpc, lkv_rpc_errorf(rpc, LKV_ENOTSUP, "unknown method %s", path));
+        return;
+    }
+    const lkv_method *m = &s->methods[rpc->mi];
+    ProtobufCMessage *req = NULL;
+    int rc;
+    if (s->admit != NULL) {
+        rc = s->admit(s->admit_ctx, rpc);
+        if (rc < 0) {
+            finish(rpc, rc);
+            return;
+        }
+    }
+    switch (m->kind) {
+    case LKV_RPC_UNARY:
+        rc = unpack(rpc, &req);
+        if (rc == 0) {
+            rc = lkv_rpc_check_deadline(rpc);
+        }
+        if (rc == 0) {
+            rpc->entered = 1;
+            rc = m->unary(m->svc, rpc, req);
+            if (rc == 0 && rpc->staged == NULL) {
+                rc = lkv_rpc_errorf(rpc, LKV_EINTERNAL, "%s produced no reply", m->path);
+            }
+        }
+        lkv_pb_free(req);
+        finish(rpc, rc);
+        return;
+    case LKV_RPC_SERVER_STREAM:
+        if (start_close(rpc) != 0) {
+            finish(rpc, LKV_EINTERNAL);
+            return;
+        }
+        rc = unpack(rpc, &req);
+        if (rc == 0) {
+            rc = lkv_rpc_check_deadline(rpc);
+        }
+        if (rc == 0) {
+            rpc->entered = 1;
+            rc = m->start(m->svc, rpc, req);
+        }
+        lkv_pb_free(req);
+        if (rc < 0) {
+            finish(rpc, rc);
+            return;
+        }
+        send_next(rpc);
+        return;
+    case LKV_RPC_CLIENT_STREAM:
+        if (start_close(rpc) != 0 || start_recv(rpc) != 0) {
+            finish(rpc, LKV_EINTERNAL);
+        }
+        return;
+    default:
+        lkv_panic("bad method kind %d", m->kind);
+    }
+}
+
+static void on_recv(lkv_rpc *rpc, int success)
+{
+    const lkv_method *m = &rpc->srv->methods[rpc->mi];
+    if (rpc->final_started) {
+        maybe_free(rpc);
+        return;
+    }
+    if (!success) {
+        finish(rpc, vanished(rpc));
+        return;
+    }
+    int rc;
+    if (rpc->payload == NULL) {
+        /* The client half-closed, or went away: a cancelled call also ends its message stream
+         * with a NULL message (success 1); grpc_call_failed_before_recv_message tells the two
+         * apart, and RECV_CLOSE may already have said so. Never commit a vanished stream. */
+        if ((rpc->close_done && rpc->cancelled) ||
+            grpc_call_failed_before_recv_message(rpc->call)) {
+            finish(rpc, vanished(rpc));
+            return;
+        }
+        rc = lkv_rpc_check_deadline(rpc);
+        if (rc == 0) {
+            rpc->entered = 1;
+            rc = m->on_end != NULL ? m->on_end(m->svc, rpc) : 0;
+            if (rc == 0 && rpc->staged == NULL) {
+                rc = lkv_rpc_errorf(rpc, LKV_EINTERNAL, "%s produced no reply", m->path);
+            }
+        }
+        finish(rpc, rc);
+        return;
+    }
+    ProtobufCMessage *msg = NULL;
+    rc = unpack(rpc, &msg);
+    if (rc == 0) {
+        rc = lkv_rpc_check_deadline(rpc);
+    }
+    if (rc == 0) {
+        rpc->entered = 1;
+        rc = m->on_message(m->svc, rpc, msg);
+    }
+    lkv_pb_free(msg);
+    if (rc < 0) {
+        finish(rpc, rc);
+        return;
+    }
+    if (start_recv(rpc) != 0) {
+        finish(rpc, LKV_EINTERNAL);
+    }
+}
+
+static void on_event(tag *t, int success)
+{
+    lkv_rpc *rpc = t->rpc;
+    switch (t->step) {
+    case STEP_NEW:
+        on_new(rpc, success);
+        return;
+    case STEP_RECV:
+        rpc->pending--;
+        on_recv(rpc, success);
+        return;
+    case STEP_SEND:
+        rpc->pending--;
+        grpc_byte_buffer_destroy(rpc->send_buf);
+        rpc->send_buf = NULL;
+        if (rpc->final_started) {
+            maybe_free(rpc);
+        } else if (!success) {
+            finish(rpc, vanished(rpc));
+        } else {
+            send_next(rpc);
+        }
+        return;
+    case STEP_CLOSE:
+        rpc->pending--;
+        rpc->close_done = 1;
+        maybe_free(rpc);
+        return;
+    case STEP_FINAL:
+        rpc->pending--;
+        maybe_free(rpc);
+        return;
+    default:
+        lkv_panic("bad tag step %d", t->step);
+    }
+}
+
+static void *worker_main(void *arg)
+{
+    worker *w = arg;
+    lkv_server *s = w->srv;
+    for (;;) {
+        grpc_event ev = grpc_completion_queue_next(w->cq, gpr_inf_future(GPR_CLOCK_REALTIME), NULL);
+        if (ev.type == GRPC_QUEUE_SHUTDOWN) {
+            break;
+        }
+        if (ev.type != GRPC_OP_COMPLETE) {
+            continue;
+        }
+        tag *t = ev.tag;
+        if (t->rpc == NULL) {
+            pthread_mutex_lock(&s->mu);
+            s->shutdown_done = 1;
+            pthread_cond_broadcast(&s->cv);
+            pthread_mutex_unlock(&s->mu);
+            continue;
+        }
+        on_event(t, ev.success);
+    }
+    return NULL;
+}
+
+/* ---- For callbacks ------------------------------------------------------------------- */
+
+void lkv_rpc_set_principal(lkv_rpc *rpc, const void *principal)
+{
+    rpc->principal = principal;
+}
+
+const void *lkv_rpc_principal(const lkv_rpc *rpc)
+{
+    return rpc->principal;
+}
+
+void lkv_rpc_set_state(lkv_rpc *rpc, void *state)
+{
+    rpc->state = state;
+}
+
+void *lkv_rpc_state(const lkv_rpc *rpc)
+{
+    return rpc->state;
+}
+
+static int stage(lkv_rpc *rpc, const ProtobufCMessage *msg)
+{
+    char err[MSG_MAX];
+    assert(rpc->staged == NULL);
+    int rc = lkv_pb_pack(msg, rpc->srv->max_msg, &rpc->staged, err, sizeof(err));
+    if (rc != 0) {
+        return lkv_rpc_errorf(rpc, rc, "reply too large: %s (raise max_message_bytes)", err);
+    }
+    return 0;
+}
+
+int lkv_rpc_reply(lkv_rpc *rpc, const ProtobufCMessage *msg)
+{
+    return stage(rpc, msg);
+}
+
+int lkv_rpc_send(lkv_rpc *rpc, const ProtobufCMessage *msg)
+{
+    return stage(rpc, msg);
+}
+
+int lkv_rpc_errorf(lkv_rpc *rpc, int rc, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(rpc->msg, sizeof(rpc->msg), fmt, ap);
+    va_end(ap);
+    rpc->msg_set = 1;
+    return rc;
+}
+
+int lkv_rpc_check_deadline(lkv_rpc *rpc)
+{
+    if (deadline_passed(rpc)) {
+        return lkv_rpc_errorf(rpc, LKV_ETIMEDOUT, "deadline exceeded before %s was done",
+                              method_path(rpc));
+    }
+    return 0;
+}
+
+const char *lkv_rpc_method(const lkv_rpc *rpc)
+{
+    return method_path(rpc);
+}
+
+const char *lkv_rpc_peer(lkv_rpc *rpc)
+{
+    if (rpc->peer == NULL && rpc->call != NULL) {
+        rpc->peer = grpc_call_get_peer(rpc->call);
+    }
+    return rpc->peer != NULL ? rpc->peer : "?";
+}
+
+int lkv_rpc_metadata(const lkv_rpc *rpc, const char *key, char *buf, size_t len)
+{
+    for (size_t i = 0; i < rpc->md.count; i++) {
+        const grpc_metadata *e = &rpc->md.metadata[i];
+        if (grpc_slice_str_cmp(e->key, key) == 0) {
+            size_t n = GRPC_SLICE_LENGTH(e->value);
+            if (len == 0 || n > len - 1) {
+                return -1;
+            }
+            memcpy(buf, GRPC_SLICE_START_PTR(e->value), n);
+            buf[n] = '\0';
+            return (int)n;
+        }
+    }
+    return -1;
+}
+
+int lkv_rpc_metadata_count(const lkv_rpc *rpc, const char *key)
+{
+    int n = 0;
+    for (size_t i = 0; i < rpc->md.count; i++) {
+        if (grpc_slice_str_cmp(rpc->md.metadata[i].key, key) == 0) {
+            n++;
+        }
+    }
+    return n;
+}
+
+uint64_t lkv_rpc_max_message_bytes(const lkv_rpc *rpc)
+{
+    return rpc->srv->max_msg;
+}
+
+int lkv_rpc_server_draining(const lkv_rpc *rpc)
+{
+    return lkv_server_draining(rpc->srv);
+}
+
+/* ---- Server lifecycle ----------------------------------------------------------------- */
+
+int lkv_server_create(const lkv_server_opts *opts, const lkv_method *methods, int n,
+                      lkv_server **out, char *err, size_t errlen)
+{
+    if (opts == NULL || opts->listen == NULL || opts->threads < 1 || n < 0 ||
+        opts->max_message_bytes < 1024 || opts->max_message_bytes > INT32_MAX) {
+        snprintf(err, errlen, "bad server options");
+        return LKV_EINVAL;
+    }
+    grpc_init();
+    lkv_server *s = lkv_xcalloc(1, sizeof(*s));
+    s->methods = methods;
+    s->n_methods = n;
+    s->max_msg = opts->max_message_bytes;
+    s->n_workers = opts->threads;
+    s->admit = opts->admit;
+    s->admit_ctx = opts->admit_ctx;
+    pthread_mutex_init(&s->mu, NULL);
+    pthread_condattr_t ca;
+    pthread_condattr_init(&ca);
+    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+    pthread_cond_init(&s->cv, &ca);
+    pthread_condattr_destroy(&ca);
+
+    grpc_arg args[3];
+    memset(args, 0, sizeof(args));
+    args[0].type = GRPC_ARG_INTEGER;
+    args[0].key = (char *)GRPC_ARG_MAX_RECEIVE_MESSAGE_LENGTH;
+    args[0].value.integer = (int)s->max_msg;
+    args[1].type = GRPC_ARG_INTEGER;
+    args[1].key = (char *)GRPC_ARG_MAX_SEND_MESSAGE_LENGTH;
+    args[1].value.integer = (int)s->max_msg;
+    /* Two daemons must not silently share a port (gRPC sets SO_REUSEPORT by default). */
+    args[2].type = GRPC_ARG_INTEGER;
+    args[2].key = (char *)GRPC_ARG_ALLOW_REUSEPORT;
+    args[2].value.integer = 0;
+    grpc_channel_args cargs = {3, args};
+    s->server = grpc_server_create(&cargs, NULL);
+
+    s->handles = lkv_xcalloc((size_t)(n > 0 ? n : 1), sizeof(void *));
+    s->stats = lkv_xcalloc((size_t)(n > 0 ? n : 1), sizeof(method_stats));
+    for (int i = 0; i < n; i++) {
+        grpc_server_register_method_payload_handling ph =
+            methods[i].kind == LKV_RPC_CLIENT_STREAM ? GRPC_SRM_PAYLOAD_NONE
+                                                     : GRPC_SRM_PAYLOAD_READ_INITIAL_BYTE_BUFFER;
+        s->handles[i] = grpc_server_register_method(s->server, methods[i].path, NULL, ph, 0);
+        if (s->handles[i] == NULL) {
+            snprintf(err, errlen, "cannot register method %s", methods[i].path);
+            goto fail_server;
+        }
+    }
+    s->workers = lkv_xcalloc((size_t)s->n_workers, sizeof(worker));
+    for (int i = 0; i < s->n_workers; i++) {
+        s->workers[i].srv = s;
+        s->workers[i].index = i;
+        s->workers[i].cq = grpc_completion_queue_create_for_next(NULL);
+        grpc_server_register_completion_queue(s->server, s->workers[i].cq, NULL);
+    }
+    grpc_server_credentials *creds = grpc_insecure_server_credentials_create();
+    s->port = grpc_server_add_http2_port(s->server, opts->listen, creds);
+    grpc_server_credentials_release(creds);
+    if (s->port == 0) {
+        snprintf(err, errlen, "option 'listen': cannot bind %s (address in use or invalid)",
+                 opts->listen);
+        goto fail_cqs;
+    }
+    const char *colon = strrchr(opts->listen, ':');
+    int hostlen = colon != NULL ? (int)(colon - opts->listen) : (int)strlen(opts->listen);
+    snprintf(s->address, sizeof(s->address), "%.*s:%d", hostlen, opts->listen, s->port);
+    grpc_server_start(s->server);
+
+    for (int i = 0; i < s->n_workers; i++) {
+        worker *w = &s->workers[i];
+        for (int mi = 0; mi < n; mi++) {
+            for (int k = 0; k < ARMED; k++) {
+                arm(s, w, mi);
+            }
+        }
+        for (int k = 0; k < ARMED_GENERIC; k++) {
+            arm(s, w, -1);
+        }
+    }
+    for (int i = 0; i < s->n_workers; i++) {
+        int e = pthread_create(&s->workers[i].thread, NULL, worker_main, &s->workers[i]);
+        if (e != 0) {
+            lkv_panic("pthread_create: %s", strerror(e));
+        }
+        s->workers[i].started = 1;
+    }
+    *out = s;
+    return 0;
+
+fail_cqs:
+    /* Not started: no calls exist. Shut the server down on worker 0's queue (registered with
+     * it; polled here with next, as it was created for next), then drain every queue. */
+    grpc_server_shutdown_and_notify(s->server, s->workers[0].cq, &s->shutdown_tag);
+    for (;;) {
+        grpc_event ev =
+            grpc_completion_queue_next(s->workers[0].cq, gpr_inf_future(GPR_CLOCK_REALTIME), NULL);
+        if (ev.type == GRPC_OP_COMPLETE && ev.tag == &s->shutdown_tag) {
+            break;
+        }
+    }
+    grpc_server_destroy(s->server);
+    s->server = NULL;
+    for (int i = 0; i < s->n_workers; i++) {
+        grpc_completion_queue_shutdown(s->workers[i].cq);
+        while (
+            grpc_completion_queue_next(s->workers[i].cq, gpr_inf_future(GPR_CLOCK_REALTIME), NULL)
+                .type != GRPC_QUEUE_SHUTDOWN) {
+        }
+        grpc_completion_queue_destroy(s->workers[i].cq);
+    }
+fail_server:
+    if (s->server != NULL) {
+        grpc_server_destroy(s->server);
+    }
+    pthread_mutex_destroy(&s->mu);
+    pthread_cond_destroy(&s->cv);
+    free(s->workers);
+    free(s->handles);
+    free(s->stats);
+    free(s);
+    grpc_shutdown();
+    return LKV_EIO;
+}
+
+int lkv_server_method_stats(const lkv_server *s, int i, const char **path, uint64_t *calls,
+                            uint64_t *errors, uint64_t *usec)
+{
+    if (i < 0 || i >= s->n_methods) {
+        return LKV_EINVAL;
+    }
+    *path = s->methods[i].path;
+    *calls = atomic_load(&s->stats[i].calls);
+    *errors = atomic_load(&s->stats[i].errors);
+    *usec = atomic_load(&s->stats[i].usec);
+    return 0;
+}
+
+long lkv_server_calls_in_flight(const lkv_server *s)
+{
+    return atomic_load(&((lkv_server *)s)->n_calls);
+}
+
+const char *lkv_server_address(const lkv_server *s)
+{
+    return s->address;
+}
+
+int lkv_server_port(const lkv_server *s)
+{
+    return s->port;
+}
+
+int lkv_server_draining(const lkv_server *s)
+{
+    return atomic_load(&((lkv_server *)s)->draining);
+}
+
+/* Waits until the shutdown tag arrived and no context is left, or until deadline (monotonic;
+ * NULL: forever). Returns 1 if done. Called with s->mu held. */
+static int wait_drained(lkv_server *s, const struct timespec *deadline)
+{
+    while (!(s->shutdown_done && atomic_load(&s->n_ctx) == 0)) {
+        if (deadline == NULL) {
+            struct timespec t;
+            clock_gettime(CLOCK_MONOTONIC, &t);
+            t.tv_sec += 5;
+            if (pthread_cond_timedwait(&s->cv, &s->mu, &t) == ETIMEDOUT) {
+                LKV_LOGW("shutdown: still waiting for %ld call(s) to end",
+                         atomic_load(&s->n_calls));
+            }
+        } else if (pthread_cond_timedwait(&s->cv, &s->mu, deadline) == ETIMEDOUT) {
+            return s->shutdown_done && atomic_load(&s->n_ctx) == 0;
+        }
+    }
+    return 1;
+}
+
+void lkv_server_shutdown(lkv_server *s, uint64_t grace_ms)
+{
+    if (s == NULL || s->shut) {
+        return;
+    }
+    atomic_store(&s->draining, 1);
+    LKV_LOGI("shutdown: refusing new calls; %ld in flight get %.1fs to finish",
+             atomic_load(&s->n_calls), (double)grace_ms / 1000.0);
+    grpc_server_shutdown_and_notify(s->server, s->workers[0].cq, &s->shutdown_tag);
+    struct timespec dl;
+    clock_gettime(CLOCK_MONOTONIC, &dl);
+    dl.tv_sec += (time_t)(grace_ms / 1000);
+    dl.tv_nsec += (long)(grace_ms % 1000) * 1000000L;
+    if (dl.tv_nsec >= 1000000000L) {
+        dl.tv_sec++;
+        dl.tv_nsec -= 1000000000L;
+    }
+    pthread_mutex_lock(&s->mu);
+    int done = wait_drained(s, &dl);
+    pthread_mutex_unlock(&s->mu);
+    if (!done) {
+        LKV_LOGW("shutdown: grace period over, cancelling %ld call(s)", atomic_load(&s->n_calls));
+        grpc_server_cancel_all_calls(s->server);
+        pthread_mutex_lock(&s->mu);
+        wait_drained(s, NULL);
+        pthread_mutex_unlock(&s->mu);
+    }
+    LKV_LOGI("shutdown: all calls ended; stopping %d polling thread(s)", s->n_workers);
+    for (int i = 0; i < s->n_workers; i++) {
+        grpc_completion_queue_shutdown(s->workers[i].cq);
+    }
+    for (int i = 0; i < s->n_workers; i++) {
+        if (s->workers[i].started) {
+            pthread_join(s->workers[i].thread, NULL);
+            s->workers[i].started = 0;
+        }
+    }
+    s->shut = 1;
+}
+
+void lkv_server_destroy(lkv_server *s)
+{
+    if (s == NULL) {
+        return;
+    }
+    lkv_server_shutdown(s, 0);
+    grpc_server_destroy(s->server);
+    for (int i = 0; i < s->n_workers; i++) {
+        grpc_completion_queue_destroy(s->workers[i].cq);
+    }
+    pthread_mutex_destroy(&s->mu);
+    pthread_cond_destroy(&s->cv);
+    free(s->workers);
+    free(s->handles);
+    free(s->stats);
+    free(s);
+    grpc_shutdown();
+}

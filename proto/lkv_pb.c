@@ -1,0 +1,94 @@
+/*
+ * lkv_pb.c: protobuf-c <-> grpc_byte_buffer (see lkv_pb.h).
+ *
+ * Ownership rules of gRPC core 1.51 honoured here (notes/grpc-core.md B2, B3):
+ *   - grpc_raw_byte_buffer_create takes its own reference on the slice, so ours is dropped.
+ *   - grpc_byte_buffer_reader_init returns 0 on failure (bad compressed payload); the reader is
+ *     destroyed on every path after a successful init; readall returns a slice we must unref.
+ */
+#include "lkv_pb.h"
+
+#include <stdarg.h>
+#include <stdio.h>
+
+#include <grpc/byte_buffer_reader.h>
+#include <grpc/slice.h>
+
+#include "lkv_err.h"
+
+static void seterr(char *err, size_t errlen, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
+static void seterr(char *err, size_t errlen, const char *fmt, ...)
+{
+    if (err == NULL || errlen == 0) {
+        return;
+    }
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(err, errlen, fmt, ap);
+    va_end(ap);
+}
+
+int lkv_pb_pack(const ProtobufCMessage *msg, size_t max_bytes, grpc_byte_buffer **out, char *err,
+                size_t errlen)
+{
+    size_t n = protobuf_c_message_get_packed_size(msg);
+    if (max_bytes != 0 && n > max_bytes) {
+        seterr(err, errlen, "%s message is %zu bytes, over the %zu-byte message limit",
+               msg->descriptor->name, n, max_bytes);
+        return LKV_ETOOBIG;
+    }
+    grpc_slice s = grpc_slice_malloc(n);
+    size_t packed = protobuf_c_message_pack(msg, GRPC_SLICE_START_PTR(s));
+    (void)packed;
+    /* protobuf-c packs exactly get_packed_size bytes; a mismatch is a protobuf-c bug. */
+    if (packed != n) {
+        grpc_slice_unref(s);
+        seterr(err, errlen, "%s: packed %zu bytes, expected %zu", msg->descriptor->name, packed, n);
+        return LKV_EINTERNAL;
+    }
+    *out = grpc_raw_byte_buffer_create(&s, 1);
+    grpc_slice_unref(s);
+    return 0;
+}
+
+int lkv_pb_unpack(const ProtobufCMessageDescriptor *desc, grpc_byte_buffer *bb, size_t max_bytes,
+                  ProtobufCMessage **out, char *err, size_t errlen)
+{
+    if (bb == NULL) {
+        seterr(err, errlen, "no %s message", desc->name);
+        return LKV_EPROTO;
+    }
+    size_t len = grpc_byte_buffer_length(bb);
+    if (max_bytes != 0 && len > max_bytes) {
+        seterr(err, errlen, "%s message is %zu bytes, over the %zu-byte message limit", desc->name,
+               len, max_bytes);
+        return LKV_ETOOBIG;
+    }
+    grpc_byte_buffer_reader reader;
+    if (!grpc_byte_buffer_reader_init(&reader, bb)) {
+        seterr(err, errlen, "cannot read the %s message (bad compressed payload?)", desc->name);
+        return LKV_EPROTO;
+    }
+    grpc_slice s = grpc_byte_buffer_reader_readall(&reader);
+    grpc_byte_buffer_reader_destroy(&reader);
+    ProtobufCMessage *m =
+        protobuf_c_message_unpack(desc, NULL, GRPC_SLICE_LENGTH(s), GRPC_SLICE_START_PTR(s));
+    size_t got = GRPC_SLICE_LENGTH(s);
+    grpc_slice_unref(s);
+    if (m == NULL) {
+        seterr(err, errlen, "malformed %s message (%zu bytes): not a valid protobuf encoding",
+               desc->name, got);
+        return LKV_EPROTO;
+    }
+    *out = m;
+    return 0;
+}
+
+void lkv_pb_free(ProtobufCMessage *msg)
+{
+    if (msg != NULL) {
+        protobuf_c_message_free_unpacked(msg, NULL);
+    }
+}

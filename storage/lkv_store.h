@@ -1,0 +1,342 @@
+/*
+ * lkv_store.h: the block store, a hot tier (arena) over a cold tier (RocksDB) (DESIGN.md 3, 4).
+ *
+ * Documents are the unit: a document (one model profile, n token ids, their KV as n_blocks
+ * blocks in the layout of kernels/lkv_layout.h) is stored, looked up, read, evicted, promoted,
+ * demoted and deleted whole. It is addressed by its document key (lkv_dockey.h).
+ *
+ * Tiers.
+ *   hot   one arena allocated at open, carved into pages of the largest profile's block size;
+ *         host shared memory or CUDA HBM (lkv_arena.h). A document in the hot tier owns one
+ *         page per block. Budget: the arena size (hot_bytes rounded down to whole pages).
+ *   cold  RocksDB with blob files under data_dir (lkv_cold.h), every block checksummed and
+ *         verified on read; a document becomes visible there only whole (one atomic batch).
+ *         Budget: cold_bytes (bytes of block payload; 0 = unlimited).
+ * Each tier has its own eviction policy instance (storage/lkv_policy.h) over metadata only.
+ *
+ * Durability (config):
+ *   write-back     put_commit returns once the document is in the hot tier; a background
+ *                  writer persists it (RocksDB, sync=false); lkv_store_close flushes the queue.
+ *                  A crash may lose documents not yet persisted (misses, never torn).
+ *   write-through  put_commit returns only after the document is durable in RocksDB (sync=true);
+ *                  a crash loses nothing acknowledged.
+ *
+ * Movement between tiers.
+ *   - Hot eviction (to make room for a put or a promotion) demotes the victim: if it is already
+ *     in the cold tier it just leaves the hot tier; otherwise it is written to the cold tier
+ *     first (under the store lock; sync=false) and dropped if the cold tier cannot take it.
+ *   - Cold eviction deletes the victim's RocksDB data; a victim that is also hot stays hot and
+ *     is written again if it is later demoted.
+ *   - lkv_store_get_begin / lkv_store_pin of a cold document promote it to the hot tier whole
+ *     when the hot budget allows; otherwise a get streams it from a RocksDB snapshot.
+ *   Evicted and deleted keys are remembered in a bounded set so that a later miss can be
+ *   attributed (LKV_MISS_EVICTED / LKV_MISS_DELETED).
+ *
+ * Counting (DESIGN.md 4): lkv_store_lookup* counts hits (per tier, in documents and blocks) and
+ * misses (by cause). get, pin and delete never count hits or misses; get and pin refresh
+ * recency and promote.
+ *
+ * Puts are transactions: put_begin reserves hot pages for the whole document (evicting if
+ * needed; LKV_ENOSPC and nothing changes if the budget is held by pinned or in-flight data or
+ * the document is larger than the hot budget: also in write-through mode, which never bypasses
+ * the hot tier), put_block stages blocks in order, put_commit makes the document visible
+ * atomically, put_abort (or a failed commit) releases everything and nothing becomes visible.
+ * Putting a document that already exists is idempotent: it succeeds and stores nothing new.
+ *
+ * Thread safety: every function may be called from any thread, concurrently, except that one
+ * lkv_store_put / lkv_store_read handle is used by one thread at a time. Block copies into and
+ * out of the arena and RocksDB reads of a get run without the store lock; the lock is held for
+ * metadata and for demotion writes.
+ */
+#ifndef LKV_STORE_H
+#define LKV_STORE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "lkv_dockey.h"
+#include "lkv_profile.h"
+
+typedef struct lkv_store lkv_store;           /* Opaque. */
+typedef struct lkv_store_put lkv_store_put;   /* Opaque put transaction. */
+typedef struct lkv_store_read lkv_store_read; /* Opaque get (read) handle. */
+
+/* Hot tier backends. */
+enum lkv_hot_backend {
+    LKV_HOT_AUTO = 0, /* CUDA if a device is present, else host shared memory. */
+    LKV_HOT_HOST = 1, /* Host shared memory (shm_open, mode 0600). */
+    LKV_HOT_CUDA = 2, /* cudaMalloc on cuda_device; LKV_ENOTSUP if built without CUDA. */
+};
+
+/* Durability modes (see the file comment). */
+enum lkv_durability {
+    LKV_DURABILITY_WRITE_BACK = 0,
+    LKV_DURABILITY_WRITE_THROUGH = 1,
+};
+
+/* Tiers, as reported by lookups. */
+enum lkv_tier {
+    LKV_TIER_NONE = 0, /* Not present. */
+    LKV_TIER_HOT = 1,  /* In the hot tier (it may also be persisted in the cold tier). */
+    LKV_TIER_COLD = 2, /* In the cold tier only. */
+};
+
+/* Miss causes (lkv_doc_info.miss_cause). */
+enum lkv_miss_cause {
+    LKV_MISS_NONE = 0,    /* A hit. */
+    LKV_MISS_NEVER = 1,   /* Never stored (or forgotten: the evicted-key memory is bounded). */
+    LKV_MISS_EVICTED = 2, /* Evicted by a budget. */
+    LKV_MISS_DELETED = 3, /* Deleted by a caller, or dropped as corrupt. */
+    LKV_MISS_PROFILE = 4, /* The same tokens are stored under another profile (token lookups)
+                           * or the document's profile is not configured any more. */
+    LKV_MISS__COUNT
+};
+
+/* Parses "auto", "host", "cuda" into *out; LKV_EINVAL otherwise. */
+int lkv_hot_backend_parse(const char *s, int *out);
+/* Returns the static name of a backend ("auto", "host", "cuda") or "unknown". */
+const char *lkv_hot_backend_name(int backend);
+/* Parses "write-back", "write-through" into *out; LKV_EINVAL otherwise. */
+int lkv_durability_parse(const char *s, int *out);
+/* Returns "write-back", "write-through" or "unknown". */
+const char *lkv_durability_name(int mode);
+/* Returns "none", "never", "evicted", "deleted", "profile" or "unknown". */
+const char *lkv_miss_cause_name(int cause);
+
+/* Store configuration. Zero-initialise, then set fields. All pointers are borrowed for the
+ * duration of lkv_store_open only (the store copies what it keeps). */
+typedef struct lkv_store_config {
+    const char *data_dir;         /* Directory of the RocksDB cold tier (created if absent). */
+    uint64_t hot_bytes;           /* Hot budget in bytes (>= one page). */
+    int hot_backend;              /* enum lkv_hot_backend. */
+    int cuda_device;              /* CUDA device ordinal for LKV_HOT_CUDA / AUTO. */
+    uint64_t cold_bytes;          /* Cold budget in bytes of block payload; 0 = unlimited. */
+    int policy_kind;              /* enum lkv_policy_kind, used for both tiers. */
+    int policy_cost_bytes;        /* 0: GDSF cost 1 per document; 1: cost = bytes. */
+    int durability;               /* enum lkv_durability. */
+    const lkv_profile *profiles;  /* n_profiles profiles; lkv_store_open finishes copies. */
+    int n_profiles;               /* >= 1. */
+    uint32_t evicted_memory;      /* Recently evicted keys remembered; 0 = 65536. */
+    uint64_t cold_min_blob_bytes; /* RocksDB min_blob_size; 0 = 64 KiB. */
+} lkv_store_config;
+
+/* Opens (or creates) the store. Validates cfg (LKV_ECONFIG with a log line naming the field:
+ * no data_dir, no or bad profiles, duplicate profile names, hot_bytes below one page, bad
+ * enums), allocates the arena (LKV_ECUDA / LKV_ENOTSUP / LKV_EIO if the backend fails), opens
+ * RocksDB (LKV_EROCKSDB) and loads the metadata of every document already stored there into
+ * the cold index, so they are served after a restart (documents over the cold budget are
+ * evicted; documents of profiles no longer configured are indexed but miss with
+ * LKV_MISS_PROFILE). Starts the write-back writer thread. *out is owned by the caller and
+ * released with lkv_store_close. */
+int lkv_store_open(const lkv_store_config *cfg, lkv_store **out);
+
+/* Closes the store: persists every queued write-back document, joins the writer, flushes and
+ * closes RocksDB, unlinks the shared memory and frees everything. Callers must first finish
+ * every put and read handle (closing with open handles is a bug: they are freed under them).
+ * Returns 0, or LKV_EIO if a write-back write failed since the last flush (the store is freed
+ * anyway). s may be NULL. */
+int lkv_store_close(lkv_store *s);
+
+/* Persists every queued write-back document now and waits for the queue to drain. Returns 0, or
+ * LKV_EIO if a write-back write failed since the previous flush (or open): the document stays
+ * hot only and wb_failed counts it. While the writer persists a document that document is
+ * pinned in the hot tier, so with a tiny hot budget a put may see a transient LKV_ENOSPC. */
+int lkv_store_flush(lkv_store *s);
+
+/* Profiles. The returned pointers are borrowed, valid until lkv_store_close. */
+int lkv_store_profile_count(const lkv_store *s);
+const lkv_profile *lkv_store_profile_at(const lkv_store *s, int index);
+/* Returns the profile named name, or NULL. */
+const lkv_profile *lkv_store_profile_find(const lkv_store *s, const char *name);
+
+/* What a lookup or get reports about one document. */
+typedef struct lkv_doc_info {
+    int present;                /* 1 if the document can be read now, else 0. */
+    int tier;                   /* enum lkv_tier (LKV_TIER_NONE if absent). */
+    int miss_cause;             /* enum lkv_miss_cause (LKV_MISS_NONE if present). */
+    uint32_t n_tokens;          /* Tokens (0 if absent). */
+    uint32_t n_blocks;          /* Blocks (0 if absent). */
+    uint64_t block_bytes;       /* Bytes of each block (lkv_block_bytes of its profile). */
+    const lkv_profile *profile; /* Borrowed until close; NULL if absent or not configured. */
+    int persisted;              /* 1 if the document is in the cold tier. */
+    uint32_t pins;              /* Caller pins (lkv_store_pin) held now. */
+    int promoted;               /* get/pin: 1 if this call promoted it (then tier is COLD). */
+} lkv_doc_info;
+
+/* Looks up n keys (borrowed array) and writes n infos into out (caller-owned). Counts one hit
+ * or miss per key. Never fails for valid arguments: returns 0 (LKV_EINVAL if a pointer is NULL
+ * while n > 0). */
+int lkv_store_lookup(lkv_store *s, const lkv_dockey *keys, uint32_t n, lkv_doc_info *out);
+
+/* Looks up the document of tokens[0..n_tokens) of profile (by name) under salt (32 bytes). Writes
+ * the key into *key_out (may be NULL) and the info into *out. Counts a hit or a miss; a miss of
+ * tokens that are stored under another profile is LKV_MISS_PROFILE; a hit or miss is also
+ * counted in blocks. Returns LKV_EPROFILE for an unknown profile name (nothing counted). */
+int lkv_store_lookup_tokens(lkv_store *s, const uint8_t salt[LKV_SALT_BYTES], const char *profile,
+                            const uint32_t *tokens, uint32_t n_tokens, lkv_dockey *key_out,
+                            lkv_doc_info *out);
+
+/* ---- Put transactions ----------------------------------------------------------------- */
+
+/* Begins putting the document tokens[0..n_tokens) of profile (name) under salt. Validates the
+ * input and changes nothing on error: LKV_EPROFILE unknown profile; LKV_EINVAL n_tokens == 0 or
+ * a token >= vocab_size; LKV_ETOOBIG n_tokens > max_doc_tokens; LKV_ENOSPC the hot tier cannot
+ * make room (budget held by pinned or in-flight data, or the document is larger than the hot
+ * budget) or, in write-through mode with a cold budget, the document is larger than the cold
+ * budget; LKV_ESHUTDOWN the store is closing. On success reserves hot pages for every block
+ * (evicting/demoting victims), writes the key into *key_out (may be NULL) and *exists (may be
+ * NULL: 1 if the document is already stored, in which case nothing is reserved and the blocks
+ * are checked but discarded). *out is owned by the caller and must be finished with exactly one
+ * of lkv_store_put_commit or lkv_store_put_abort. tokens and salt are borrowed (copied). */
+int lkv_store_put_begin(lkv_store *s, const uint8_t salt[LKV_SALT_BYTES], const char *profile,
+                        const uint32_t *tokens, uint32_t n_tokens, lkv_store_put **out,
+                        lkv_dockey *key_out, int *exists);
+
+/* Number of blocks the put expects, and the exact byte size of each. */
+uint32_t lkv_store_put_n_blocks(const lkv_store_put *tx);
+uint64_t lkv_store_put_block_bytes(const lkv_store_put *tx);
+
+/* Stages block index of the put: data (borrowed, len bytes, host memory) is copied into the
+ * arena. Blocks must come in order 0, 1, ... (LKV_EINVAL otherwise), len must equal the block
+ * size (LKV_EINVAL), and in the last block the token slots past the document's end must be zero
+ * (LKV_EINVAL). An error leaves the transaction open and unchanged (the caller usually aborts). */
+int lkv_store_put_block(lkv_store_put *tx, uint32_t index, const void *data, size_t len);
+
+/* Commits the put and frees tx (always, also on error). LKV_EINVAL if not every block was
+ * staged (nothing becomes visible). Write-back: the document is visible in the hot tier and
+ * queued for persistence when this returns. Write-through: it is durable in RocksDB (synced)
+ * and visible; a RocksDB failure returns LKV_EIO / LKV_EROCKSDB and nothing becomes visible.
+ * If the same document was committed meanwhile, returns 0 and keeps the existing one. */
+int lkv_store_put_commit(lkv_store_put *tx);
+
+/* Abandons the put (e.g. the client disconnected) and frees tx: releases its pages; nothing
+ * becomes visible. tx may be NULL. */
+void lkv_store_put_abort(lkv_store_put *tx);
+
+/* Convenience: begin + every block (blocks: n_blocks * block_bytes contiguous bytes, borrowed)
+ * + commit, or abort on the first error. */
+int lkv_store_put_all(lkv_store *s, const uint8_t salt[LKV_SALT_BYTES], const char *profile,
+                      const uint32_t *tokens, uint32_t n_tokens, const void *blocks, size_t len,
+                      lkv_dockey *key_out);
+
+/* ---- Reads ---------------------------------------------------------------------------- */
+
+/* Begins reading the document key: refreshes its recency in its tier and, if it is cold only,
+ * promotes it to the hot tier whole when the hot budget allows (else it will be streamed from
+ * a RocksDB snapshot). Does not count a hit or miss. info->tier is the tier the document was
+ * found in (LKV_TIER_COLD when this call promoted it; info->promoted says so). While the handle is
+ * open the document's data stays intact: a concurrent delete or eviction makes it invisible to new
+ * lookups but this reader still reads every block (its pages are freed at lkv_store_get_end).
+ * Returns LKV_ENOTFOUND if absent (also if it was found corrupt while promoting: it is then deleted
+ * and counted), LKV_EPROFILE if its profile is not configured. Writes *info (may be NULL).
+ * *out is owned by the caller and released with lkv_store_get_end. */
+int lkv_store_get_begin(lkv_store *s, const lkv_dockey *key, lkv_store_read **out,
+                        lkv_doc_info *info);
+
+/* Copies block index (0..n_blocks-1, any order) into buf (caller-owned host memory, len >=
+ * block_bytes). Does not take the store lock for the copy. Returns LKV_EINVAL for a bad index
+ * or short buffer; for a cold (snapshot) read, LKV_ECORRUPT if the block fails its checksum
+ * (the document is then deleted and counted; stop streaming). */
+int lkv_store_get_block(lkv_store_read *rd, uint32_t index, void *buf, size_t len);
+
+/* Info of the document being read (borrowed, valid until lkv_store_get_end). */
+const lkv_doc_info *lkv_store_get_info(const lkv_store_read *rd);
+
+/* Hot pages of the document being read, in block order (n_blocks entries, borrowed until
+ * lkv_store_get_end), or NULL if it is being streamed from the cold tier. */
+const uint32_t *lkv_store_get_pages(const lkv_store_read *rd);
+
+/* Ends a read and frees rd. rd may be NULL. */
+void lkv_store_get_end(lkv_store_read *rd);
+
+/* Convenience: reads the whole document into buf (n_blocks * block_bytes bytes). */
+int lkv_store_get_all(lkv_store *s, const lkv_dockey *key, void *buf, size_t len,
+                      lkv_doc_info *info);
+
+/* ---- Delete, pins, eviction ------------------------------------------------------------ */
+
+/* Deletes key from both tiers (RocksDB delete, sync in write-through mode). LKV_ENOTFOUND if
+ * absent, LKV_EBUSY if pinned by lkv_store_pin. Readers in progress finish intact. */
+int lkv_store_delete(lkv_store *s, const lkv_dockey *key);
+
+/* Pins key in the hot tier (promoting it first if cold; LKV_ENOSPC if it cannot be made hot)
+ * so it is never evicted until unpinned; pins count (n pins need n unpins). Writes the hot
+ * pages into pages[0..min(pages_cap, n_blocks)) if pages is not NULL, and *info (may be NULL).
+ * LKV_ENOTFOUND if absent. */
+int lkv_store_pin(lkv_store *s, const lkv_dockey *key, uint32_t *pages, uint32_t pages_cap,
+                  lkv_doc_info *info);
+/* Drops one pin. LKV_ENOTFOUND if absent, LKV_EINVAL if not pinned. */
+int lkv_store_unpin(lkv_store *s, const lkv_dockey *key);
+
+/* Demotes key out of the hot tier now (persisting it first if needed), as an admin "evict".
+ * LKV_ENOTFOUND if absent or not hot, LKV_EBUSY if pinned or being read. */
+int lkv_store_demote(lkv_store *s, const lkv_dockey *key);
+
+/* Calls fn(ctx, key, info) for every visible document (order unspecified), under the store lock:
+ * fn must not call the store. Stops early and returns fn's value if fn returns non-zero. */
+typedef int (*lkv_store_foreach_fn)(void *ctx, const lkv_dockey *key, const lkv_doc_info *info);
+int lkv_store_foreach(lkv_store *s, lkv_store_foreach_fn fn, void *ctx);
+
+/* ---- Introspection -------------------------------------------------------------------- */
+
+typedef struct lkv_store_stats {
+    /* Hot tier. */
+    uint64_t hot_docs;         /* Visible documents in the hot tier. */
+    uint64_t hot_blocks;       /* Their blocks. */
+    uint64_t hot_bytes;        /* Arena bytes held (documents, in-flight puts, readers). */
+    uint64_t hot_bytes_pinned; /* Of which pinned (pins, reads, in-flight puts). */
+    uint64_t hot_budget;       /* Arena bytes (pages * page_bytes). */
+    uint64_t hot_page_bytes;   /* Bytes of one arena page. */
+    uint64_t hot_pages_total;  /* Arena pages. */
+    uint64_t hot_pages_free;   /* Arena pages free. */
+    /* Cold tier. */
+    uint64_t cold_docs;   /* Documents in RocksDB. */
+    uint64_t cold_blocks; /* Their blocks. */
+    uint64_t cold_bytes;  /* Their block payload bytes. */
+    uint64_t cold_budget; /* Cold budget (UINT64_MAX = unlimited). */
+    /* Lookups (DESIGN.md 4: counted at lookup only). */
+    uint64_t hits_hot, hits_cold;              /* Documents. */
+    uint64_t hit_blocks_hot, hit_blocks_cold;  /* Blocks. */
+    uint64_t misses;                           /* Documents. */
+    uint64_t miss_blocks;                      /* Blocks (token lookups only). */
+    uint64_t misses_by_cause[LKV_MISS__COUNT]; /* Index: enum lkv_miss_cause. */
+    /* Movement. */
+    uint64_t evictions_hot;  /* Documents evicted from the hot tier (demoted or dropped). */
+    uint64_t evictions_cold; /* Documents evicted from the cold tier. */
+    uint64_t demotions;      /* Hot victims written to the cold tier. */
+    uint64_t drops;          /* Hot victims lost (cold tier could not take them). */
+    uint64_t promotions;     /* Cold documents copied into the hot tier. */
+    /* Puts, deletes, persistence. */
+    uint64_t puts;           /* Committed puts that stored a new document. */
+    uint64_t puts_existing;  /* Puts of documents already stored (nothing new stored). */
+    uint64_t puts_aborted;   /* Aborted or failed puts. */
+    uint64_t puts_inflight;  /* Open put transactions. */
+    uint64_t deletes;        /* Documents deleted by callers. */
+    uint64_t wb_pending;     /* Write-back documents queued, not yet persisted. */
+    uint64_t wb_persisted;   /* Documents persisted by the writer. */
+    uint64_t wb_failed;      /* Writer failures (document stays hot only). */
+    uint64_t corrupt_blocks; /* Blocks or records failing their check, or missing (doc dropped). */
+    uint64_t reads_inflight; /* Open read handles. */
+} lkv_store_stats;
+
+/* Fills *out (caller-owned) with a consistent snapshot of the counters. */
+void lkv_store_stats_get(lkv_store *s, lkv_store_stats *out);
+
+/* The hot arena, for zero-copy attach by a co-located process (borrowed, valid until close). */
+typedef struct lkv_store_arena_info {
+    int backend;          /* LKV_HOT_HOST or LKV_HOT_CUDA (never AUTO). */
+    const char *shm_name; /* Host: the shm_open name ("/lazykv-..."); NULL for CUDA. */
+    uint64_t page_bytes;  /* Bytes of one page (a multiple of 4096). */
+    uint32_t n_pages;     /* Pages in the arena. */
+    int cuda_device;      /* CUDA: device ordinal; -1 for host. */
+    uint8_t cuda_ipc[64]; /* CUDA: cudaIpcMemHandle_t bytes of the arena base; zeros if host. */
+} lkv_store_arena_info;
+
+void lkv_store_arena_info_get(lkv_store *s, lkv_store_arena_info *out);
+
+/* Fault injection (tests): the next n RocksDB writes of this store fail with LKV_EIO, as a full
+ * disk would. n = 0 clears. Also set at open from the environment variable
+ * LKV_FAULT_COLD_WRITES=n. */
+void lkv_store_fault_cold_writes(lkv_store *s, int n);
+
+#endif

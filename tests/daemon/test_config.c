@@ -1,0 +1,416 @@
+/*
+ * test_config.c: lazykvd configuration parsing (daemon/lkv_config.c): defaults, the shipped
+ * daemon/lazykvd.conf, good and bad files, command-line overrides, and that every error names
+ * the option at fault.
+ */
+#include <string.h>
+
+#include "lkv_config.h"
+#include "lkv_log.h"
+#include "lkv_policy.h"
+#include "lkv_test.h"
+
+#ifndef LKV_SOURCE_DIR
+#error "LKV_SOURCE_DIR must be defined"
+#endif
+
+static char err[LKV_CONFIG_ERR_MAX];
+
+/* Runs lkv_config_from_args on a NULL-terminated argument list. */
+static int from_args(lkv_config *c, int *action, const char **args)
+{
+    char *argv[64];
+    int argc = 0;
+    argv[argc++] = (char *)"lazykvd";
+    for (int i = 0; args[i] != NULL; i++) {
+        argv[argc++] = (char *)args[i];
+    }
+    argv[argc] = NULL;
+    err[0] = '\0';
+    return lkv_config_from_args(c, argc, argv, action, err, sizeof(err));
+}
+
+/* Asserts err contains needle. */
+#define ASSERT_ERR_HAS(needle)                                                                     \
+    do {                                                                                           \
+        if (strstr(err, (needle)) == NULL) {                                                       \
+            LKV_FAIL("error message '%s' lacks '%s'", err, (needle));                              \
+        }                                                                                          \
+    } while (0)
+
+static void test_defaults(void)
+{
+    static lkv_config c;
+    int action;
+    const char *args[] = {NULL};
+    ASSERT_OK(from_args(&c, &action, args));
+    ASSERT_EQ(action, LKV_CONFIG_RUN);
+    ASSERT_TRUE(strcmp(c.listen, "127.0.0.1:7070") == 0);
+    ASSERT_TRUE(strcmp(c.data_dir, "./data/lazykvd") == 0);
+    ASSERT_EQ(c.hot_bytes, 1ull << 30);
+    ASSERT_EQ(c.hot_backend, LKV_HOT_AUTO);
+    ASSERT_EQ(c.durability, LKV_DURABILITY_WRITE_BACK);
+    ASSERT_EQ(c.policy_kind, LKV_POLICY_LRU);
+    ASSERT_EQ(c.max_message_bytes, 64ull << 20);
+    ASSERT_EQ(c.threads, 2);
+    ASSERT_EQ(c.log_level, LKV_LOG_INFO);
+    ASSERT_EQ(c.shutdown_grace_ms, 5000);
+    ASSERT_EQ(c.n_profiles, 2);
+    const lkv_profile *s = lkv_config_profile(&c, "stories260k");
+    ASSERT_TRUE(s != NULL);
+    ASSERT_EQ(s->shape.n_layers, 5);
+    ASSERT_EQ(s->shape.n_q_heads, 8);
+    ASSERT_EQ(s->shape.n_kv_heads, 4);
+    ASSERT_EQ(s->shape.head_dim, 8);
+    ASSERT_EQ(s->shape.dtype, LKV_DTYPE_F32);
+    ASSERT_EQ(s->posenc.rope_pairing, LKV_ROPE_INTERLEAVED);
+    ASSERT_EQ(s->vocab_size, 512);
+    ASSERT_EQ(lkv_block_bytes(&s->shape), 20480);
+    const lkv_profile *l = lkv_config_profile(&c, "llama-3.1-8b");
+    ASSERT_TRUE(l != NULL);
+    ASSERT_EQ(lkv_block_bytes(&l->shape), 2u << 20);
+    ASSERT_EQ(l->posenc.rope_scaling, LKV_ROPE_SCALING_LLAMA3);
+    ASSERT_NEAR(l->posenc.rope_theta, 500000.0, 0);
+    ASSERT_NEAR(l->posenc.scaling_factor, 8.0, 0);
+    ASSERT_NEAR(l->posenc.high_freq_factor, 4.0, 0);
+    ASSERT_NEAR(l->posenc.original_max_pos, 8192.0, 0);
+    ASSERT_EQ(l->vocab_size, 128256);
+    /* Fingerprints were computed and differ. */
+    ASSERT_TRUE(memcmp(s->fingerprint, l->fingerprint, 32) != 0);
+}
+
+/* The shipped file states exactly the defaults. */
+static void test_shipped_file_equals_defaults(void)
+{
+    static lkv_config a, b;
+    int action;
+    const char *none[] = {NULL};
+    ASSERT_OK(from_args(&a, &action, none));
+    const char *args[] = {"--config", LKV_SOURCE_DIR "/daemon/lazykvd.conf", NULL};
+    if (from_args(&b, &action, args) != 0) {
+        LKV_FAIL("shipped config: %s", err);
+    }
+    ASSERT_TRUE(strcmp(a.listen, b.listen) == 0);
+    ASSERT_TRUE(strcmp(a.data_dir, b.data_dir) == 0);
+    ASSERT_EQ(a.hot_bytes, b.hot_bytes);
+    ASSERT_EQ(a.cold_bytes, b.cold_bytes);
+    ASSERT_EQ(a.hot_backend, b.hot_backend);
+    ASSERT_EQ(a.cuda_device, b.cuda_device);
+    ASSERT_EQ(a.policy_kind, b.policy_kind);
+    ASSERT_EQ(a.policy_cost_bytes, b.policy_cost_bytes);
+    ASSERT_EQ(a.durability, b.durability);
+    ASSERT_EQ(a.threads, b.threads);
+    ASSERT_EQ(a.max_message_bytes, b.max_message_bytes);
+    ASSERT_EQ(a.log_level, b.log_level);
+    ASSERT_EQ(a.shutdown_grace_ms, b.shutdown_grace_ms);
+    ASSERT_EQ(a.evicted_memory, b.evicted_memory);
+    ASSERT_EQ(a.cold_min_blob_bytes, b.cold_min_blob_bytes);
+    ASSERT_EQ(a.loopback_roles, b.loopback_roles);
+    ASSERT_EQ(a.allow_insecure_bind, b.allow_insecure_bind);
+    ASSERT_EQ(a.have_auth_key, b.have_auth_key);
+    ASSERT_EQ(a.n_tenants, b.n_tenants);
+    ASSERT_EQ(a.n_profiles, b.n_profiles);
+    for (int i = 0; i < a.n_profiles; i++) {
+        ASSERT_TRUE(strcmp(a.profiles[i].name, b.profiles[i].name) == 0);
+        ASSERT_TRUE(memcmp(a.profiles[i].fingerprint, b.profiles[i].fingerprint, 32) == 0);
+        ASSERT_EQ(a.profiles[i].max_doc_tokens, b.profiles[i].max_doc_tokens);
+    }
+    ASSERT_TRUE(strstr(b.source, "lazykvd.conf") != NULL);
+}
+
+static void test_good_text(void)
+{
+    static lkv_config c;
+    lkv_config_defaults(&c);
+    const char *text = "# comment\n"
+                       "\n"
+                       "listen = [::1]:0   # trailing comment\n"
+                       "hot_bytes = 1.5GiB\n"
+                       "cold_bytes = 0\n"
+                       "data_dir = \"/tmp/with space\"\n"
+                       "hot_backend = HOST\n"
+                       "policy = gdsf\n"
+                       "policy_cost = bytes\n"
+                       "durability = write-through\n"
+                       "threads = 8\n"
+                       "max_message_bytes = 128m\n"
+                       "log_level = debug\n"
+                       "shutdown_grace = 250ms\n"
+                       "[profile tiny]\n"
+                       "n_layers = 2\n"
+                       "n_q_heads = 4\n"
+                       "n_kv_heads = 2\n"
+                       "head_dim = 16\n"
+                       "vocab_size = 100\n"
+                       "posenc = alibi\n"
+                       "  [ profile stories260k ]  \n"
+                       "block_tokens = 32\n";
+    if (lkv_config_load_string(&c, text, "t.conf", err, sizeof(err)) != 0) {
+        LKV_FAIL("%s", err);
+    }
+    if (lkv_config_validate(&c, err, sizeof(err)) != 0) {
+        LKV_FAIL("%s", err);
+    }
+    ASSERT_TRUE(strcmp(c.listen, "[::1]:0") == 0);
+    ASSERT_EQ(c.hot_bytes, 3ull << 29);
+    ASSERT_EQ(c.cold_bytes, 0);
+    ASSERT_TRUE(strcmp(c.data_dir, "/tmp/with space") == 0);
+    ASSERT_EQ(c.hot_backend, LKV_HOT_HOST);
+    ASSERT_EQ(c.policy_kind, LKV_POLICY_GDSF);
+    ASSERT_EQ(c.policy_cost_bytes, 1);
+    ASSERT_EQ(c.durability, LKV_DURABILITY_WRITE_THROUGH);
+    ASSERT_EQ(c.threads, 8);
+    ASSERT_EQ(c.max_message_bytes, 128ull << 20);
+    ASSERT_EQ(c.log_level, LKV_LOG_DEBUG);
+    ASSERT_EQ(c.shutdown_grace_ms, 250);
+    ASSERT_EQ(c.n_profiles, 3);
+    const lkv_profile *t = lkv_config_profile(&c, "tiny");
+    ASSERT_TRUE(t != NULL);
+    ASSERT_EQ(t->shape.dtype, LKV_DTYPE_F16); /* template */
+    ASSERT_EQ(t->shape.block_tokens, 16);     /* template */
+    ASSERT_EQ(t->posenc.kind, LKV_POSENC_ALIBI);
+    ASSERT_EQ(lkv_config_profile(&c, "stories260k")->shape.block_tokens, 32);
+    ASSERT_EQ(lkv_config_profile(&c, "stories260k")->shape.n_layers, 5); /* kept */
+}
+
+static void test_overrides(void)
+{
+    static lkv_config c;
+    int action;
+    const char *args[] = {"--set",
+                          "threads=3",
+                          "--hot-bytes",
+                          "256MiB",
+                          "--log_level=warn",
+                          "--set",
+                          "profile.stories260k.vocab_size=1000",
+                          "--listen",
+                          "127.0.0.1:0",
+                          "--check-config",
+                          NULL};
+    if (from_args(&c, &action, args) != 0) {
+        LKV_FAIL("%s", err);
+    }
+    ASSERT_EQ(action, LKV_CONFIG_CHECK);
+    ASSERT_EQ(c.threads, 3);
+    ASSERT_EQ(c.hot_bytes, 256ull << 20);
+    ASSERT_EQ(c.log_level, LKV_LOG_WARN);
+    ASSERT_EQ(lkv_config_profile(&c, "stories260k")->vocab_size, 1000);
+    ASSERT_TRUE(strcmp(c.listen, "127.0.0.1:0") == 0);
+
+    /* The command line wins over the file, whatever the argument order. */
+    const char *args2[] = {"--threads", "7", "--config", LKV_SOURCE_DIR "/daemon/lazykvd.conf",
+                           NULL};
+    if (from_args(&c, &action, args2) != 0) {
+        LKV_FAIL("%s", err);
+    }
+    ASSERT_EQ(c.threads, 7);
+
+    const char *help[] = {"--threads", "bogus", "--help", NULL};
+    ASSERT_OK(from_args(&c, &action, help));
+    ASSERT_EQ(action, LKV_CONFIG_HELP);
+}
+
+/* Each bad input fails with LKV_ECONFIG and a message containing every needle. */
+static void bad_args(const char **args, const char *n1, const char *n2)
+{
+    static lkv_config c;
+    int action;
+    int rc = from_args(&c, &action, args);
+    if (rc != LKV_ECONFIG) {
+        LKV_FAIL("expected LKV_ECONFIG for '%s ...', got %s", args[0], lkv_err_name(rc));
+    }
+    ASSERT_ERR_HAS(n1);
+    if (n2 != NULL) {
+        ASSERT_ERR_HAS(n2);
+    }
+}
+
+static void bad_text(const char *text, const char *n1, const char *n2)
+{
+    static lkv_config c;
+    lkv_config_defaults(&c);
+    err[0] = '\0';
+    int rc = lkv_config_load_string(&c, text, "bad.conf", err, sizeof(err));
+    if (rc == 0) {
+        rc = lkv_config_validate(&c, err, sizeof(err));
+    }
+    if (rc != LKV_ECONFIG) {
+        LKV_FAIL("expected LKV_ECONFIG for '%s', got %s", text, lkv_err_name(rc));
+    }
+    ASSERT_ERR_HAS(n1);
+    if (n2 != NULL) {
+        ASSERT_ERR_HAS(n2);
+    }
+}
+
+static void test_bad_values_name_the_option(void)
+{
+    bad_text("hot_bytes = 1XB\n", "'hot_bytes'", "bad.conf:1");
+    bad_text("\n\nhot_bytes = -5\n", "'hot_bytes'", "bad.conf:3");
+    bad_text("threads = 0\n", "'threads'", "1..256");
+    bad_text("threads = two\n", "'threads'", "two");
+    bad_text("threads = 4x\n", "'threads'", NULL);
+    bad_text("durability = sometimes\n", "'durability'", "write-through");
+    bad_text("policy = fifo\n", "'policy'", "lru");
+    bad_text("hot_backend = tpu\n", "'hot_backend'", "cuda");
+    bad_text("log_level = loud\n", "'log_level'", "debug");
+    bad_text("shutdown_grace = 5 parsecs\n", "'shutdown_grace'", NULL);
+    bad_text("max_message_bytes = 1K\n", "'max_message_bytes'", NULL);
+    bad_text("listen = localhost\n", "'listen'", "host:port");
+    bad_text("listen = 127.0.0.1:70000\n", "'listen'", NULL);
+    bad_text("data_dir =\n", "'data_dir'", "empty");
+    bad_text("frobnicate = 1\n", "'frobnicate'", "unknown option");
+    bad_text("just words\n", "bad.conf:1", "key = value");
+    bad_text("= 3\n", "bad.conf:1", "key");
+    bad_text("[server]\n", "bad.conf:1", "[profile NAME]");
+    bad_text("[profile bad/name]\n", "bad/name", NULL);
+    bad_text("[profile p]\nn_layers = 2\n", "profile 'p'", "n_q_heads");
+    bad_text("[profile p]\nwidth = 2\n", "'width'", "profile 'p'");
+    bad_text("[profile stories260k]\ndtype = f64\n", "'dtype'", "bf16");
+    bad_text("[profile stories260k]\nrope_theta = fast\n", "'rope_theta'", "stories260k");
+    bad_text("[profile stories260k]\nn_kv_heads = 3\n", "n_kv_heads", "stories260k");
+    /* Cross-option checks. */
+    bad_text("hot_bytes = 1MiB\n", "'hot_bytes'", "2.0 MiB");
+    bad_text("max_message_bytes = 1MiB\n", "'max_message_bytes'", "llama-3.1-8b");
+}
+
+static void test_bad_args_name_the_option(void)
+{
+    const char *a1[] = {"--hot-bytes", "lots", NULL};
+    bad_args(a1, "'hot_bytes'", "lots");
+    const char *a2[] = {"--set", "nope=1", NULL};
+    bad_args(a2, "'nope'", "unknown option");
+    const char *a3[] = {"--threads", NULL};
+    bad_args(a3, "threads", "needs a value");
+    const char *a4[] = {"stray", NULL};
+    bad_args(a4, "stray", NULL);
+    const char *a5[] = {"--config", "/nonexistent/lazykvd.conf", NULL};
+    bad_args(a5, "'config'", "/nonexistent/lazykvd.conf");
+    const char *a6[] = {"--set", "threads", NULL};
+    bad_args(a6, "threads", "KEY=VALUE");
+    const char *a7[] = {"--set", "profile.stories260k.head_dim=12", NULL};
+    bad_args(a7, "head_dim", "stories260k");
+    const char *a8[] = {"--config", NULL};
+    bad_args(a8, "'config'", "FILE");
+}
+
+/* A failed set changes nothing. */
+static void test_failed_set_changes_nothing(void)
+{
+    static lkv_config c;
+    lkv_config_defaults(&c);
+    ASSERT_ERR(lkv_config_set(&c, NULL, "threads", "0", err, sizeof(err)), LKV_ECONFIG);
+    ASSERT_EQ(c.threads, 2);
+    ASSERT_ERR(lkv_config_set(&c, "newprof", "bogus", "1", err, sizeof(err)), LKV_ECONFIG);
+    ASSERT_EQ(c.n_profiles, 2);
+    ASSERT_TRUE(lkv_config_profile(&c, "newprof") == NULL);
+    ASSERT_OK(lkv_config_set(&c, NULL, "threads", "4", err, sizeof(err)));
+    ASSERT_EQ(c.threads, 4);
+}
+
+static void test_summary_and_format(void)
+{
+    static lkv_config c;
+    char buf[2048], b[32];
+    lkv_config_defaults(&c);
+    lkv_config_summary(&c, buf, sizeof(buf));
+    ASSERT_TRUE(strstr(buf, "listen=127.0.0.1:7070") != NULL);
+    ASSERT_TRUE(strstr(buf, "profiles=stories260k,llama-3.1-8b") != NULL);
+    ASSERT_TRUE(strcmp(lkv_format_bytes(512, b, sizeof(b)), "512 B") == 0);
+    ASSERT_TRUE(strcmp(lkv_format_bytes(1ull << 30, b, sizeof(b)), "1.0 GiB") == 0);
+    lkv_store_config sc;
+    lkv_config_to_store(&c, &sc);
+    ASSERT_EQ(sc.hot_bytes, c.hot_bytes);
+    ASSERT_EQ(sc.n_profiles, 2);
+    ASSERT_TRUE(sc.data_dir == c.data_dir);
+}
+
+#define HASH_A "blake2b:00112233445566778899aabbccddeeff00112233445566778899aabbccddeeff"
+#define HASH_B "blake2b:ffeeddccbbaa99887766554433221100ffeeddccbbaa99887766554433221100"
+
+static void test_tenants(void)
+{
+    static lkv_config c;
+    lkv_config_defaults(&c);
+    ASSERT_EQ(c.loopback_roles, LKV_ROLE_ALL);
+    ASSERT_EQ(c.allow_insecure_bind, 0);
+    ASSERT_EQ(c.have_auth_key, 0);
+    const char *text =
+        "listen = 0.0.0.0:7070\n"
+        "loopback_roles = none\n"
+        "auth_key = 000102030405060708090a0b0c0d0e0f101112131415161718191a1b1c1d1e1f\n"
+        "[tenant alice]\n"
+        "token_hash = " HASH_A "\n"
+        "roles = data,worker\n"
+        "[profile stories260k]\n"
+        "block_tokens = 16\n"
+        "[tenant bob]\n"
+        "token_hash = " HASH_B "\n"
+        "roles = admin\n";
+    if (lkv_config_load_string(&c, text, "t.conf", err, sizeof(err)) != 0 ||
+        lkv_config_validate(&c, err, sizeof(err)) != 0) {
+        LKV_FAIL("%s", err);
+    }
+    ASSERT_EQ(c.n_tenants, 2);
+    ASSERT_EQ(c.loopback_roles, 0);
+    ASSERT_EQ(c.have_auth_key, 1);
+    ASSERT_EQ(c.auth_key[31], 0x1f);
+    ASSERT_TRUE(strcmp(c.tenants[0].name, "alice") == 0);
+    ASSERT_EQ(c.tenants[0].roles, LKV_ROLE_DATA | LKV_ROLE_WORKER);
+    ASSERT_EQ(c.tenants[1].roles, LKV_ROLE_ADMIN);
+    ASSERT_TRUE(memcmp(c.tenants[0].salt, c.tenants[1].salt, 32) != 0);
+    lkv_auth *a = NULL;
+    ASSERT_OK(lkv_config_auth(&c, &a, err, sizeof(err)));
+    ASSERT_EQ(lkv_auth_count(a), 2);
+    lkv_auth_destroy(a);
+
+    /* The command line adds tenants too. */
+    static lkv_config d;
+    int action;
+    const char *args[] = {"--set",    "tenant.carol.token_hash=" HASH_A,
+                          "--set",    "tenant.carol.roles=data",
+                          "--listen", "[::]:0",
+                          NULL};
+    if (from_args(&d, &action, args) != 0) {
+        LKV_FAIL("%s", err);
+    }
+    ASSERT_EQ(d.n_tenants, 1);
+}
+
+static void test_bad_tenants(void)
+{
+    /* A non-loopback address without tenants is refused, unless explicitly allowed. */
+    bad_text("listen = 0.0.0.0:7070\n", "'listen'", "0.0.0.0");
+    static lkv_config c;
+    lkv_config_defaults(&c);
+    ASSERT_OK(lkv_config_load_string(&c, "listen = 0.0.0.0:1\nallow_insecure_bind = true\n",
+                                     "ok.conf", err, sizeof(err)));
+    ASSERT_OK(lkv_config_validate(&c, err, sizeof(err)));
+    bad_text("[tenant alice]\nroles = data\n", "alice", "token_hash");
+    bad_text("[tenant alice]\ntoken_hash = " HASH_A "\nroles = root\n", "alice", "root");
+    bad_text("[tenant alice]\ncolour = blue\n", "alice", "colour");
+    bad_text("[tenant default]\n", "default", NULL);
+    bad_text("[tenant a]\ntoken_hash = " HASH_A "\nroles = data\n[tenant b]\ntoken_hash = " HASH_A
+             "\nroles = data\n",
+             "token", NULL);
+    bad_text("loopback_roles = everything\n", "'loopback_roles'", "everything");
+    bad_text("allow_insecure_bind = maybe\n", "'allow_insecure_bind'", "maybe");
+    bad_text("auth_key = 1234\n", "'auth_key'", "64 hex");
+    bad_text("[club x]\n", "[club x]", "[tenant NAME]");
+}
+
+int main(void)
+{
+    LKV_RUN(test_defaults);
+    LKV_RUN(test_shipped_file_equals_defaults);
+    LKV_RUN(test_good_text);
+    LKV_RUN(test_overrides);
+    LKV_RUN(test_bad_values_name_the_option);
+    LKV_RUN(test_bad_args_name_the_option);
+    LKV_RUN(test_failed_set_changes_nothing);
+    LKV_RUN(test_summary_and_format);
+    LKV_RUN(test_tenants);
+    LKV_RUN(test_bad_tenants);
+    return 0;
+}

@@ -1,0 +1,103 @@
+/*
+ * shm_reader.c: the "second process" of the zero-copy lease test on a CPU host.
+ *
+ * It does what a co-located decode worker does with an Attach reply: shm_open()s the daemon's
+ * hot arena by name (read-only), mmap()s it once, and reads the attached documents' blocks in
+ * place at page * page_bytes. It compares each block byte for byte with the bytes the test put
+ * (a file of the documents' blocks, concatenated in the order of the page list).
+ *
+ *     shm_reader SHM_NAME PAGE_BYTES N_PAGES BLOCK_BYTES PAGES EXPECT_FILE
+ *
+ * PAGES is a comma list of arena pages ("7,8,12"); EXPECT_FILE holds len(PAGES) * BLOCK_BYTES
+ * bytes. Exit status: 0 every block matches, 1 a mismatch (the first one is printed), 2 usage
+ * or system errors (e.g. the shm object cannot be opened: printed with errno text).
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+int main(int argc, char **argv)
+{
+    if (argc != 7) {
+        fprintf(stderr, "usage: %s SHM_NAME PAGE_BYTES N_PAGES BLOCK_BYTES PAGES EXPECT_FILE\n",
+                argv[0]);
+        return 2;
+    }
+    const char *name = argv[1];
+    uint64_t page_bytes = strtoull(argv[2], NULL, 10);
+    uint64_t n_pages = strtoull(argv[3], NULL, 10);
+    uint64_t block_bytes = strtoull(argv[4], NULL, 10);
+    if (page_bytes == 0 || n_pages == 0 || block_bytes == 0 || block_bytes > page_bytes) {
+        fprintf(stderr, "shm_reader: bad sizes\n");
+        return 2;
+    }
+    int fd = shm_open(name, O_RDONLY, 0);
+    if (fd < 0) {
+        fprintf(stderr, "shm_reader: shm_open(%s): %s\n", name, strerror(errno));
+        return 2;
+    }
+    struct stat sb;
+    if (fstat(fd, &sb) != 0 || (uint64_t)sb.st_size < page_bytes * n_pages) {
+        fprintf(stderr, "shm_reader: %s is smaller than %" PRIu64 " pages\n", name, n_pages);
+        return 2;
+    }
+    printf("shm %s mode %o size %" PRIu64 "\n", name, (unsigned)(sb.st_mode & 0777),
+           (uint64_t)sb.st_size);
+    const uint8_t *arena = mmap(NULL, page_bytes * n_pages, PROT_READ, MAP_SHARED, fd, 0);
+    close(fd);
+    if (arena == MAP_FAILED) {
+        fprintf(stderr, "shm_reader: mmap: %s\n", strerror(errno));
+        return 2;
+    }
+    FILE *f = fopen(argv[6], "rb");
+    if (f == NULL) {
+        fprintf(stderr, "shm_reader: %s: %s\n", argv[6], strerror(errno));
+        return 2;
+    }
+    uint8_t *want = malloc(block_bytes);
+    if (want == NULL) {
+        return 2;
+    }
+    int rc = 0;
+    uint64_t n = 0;
+    char *list = strdup(argv[5]);
+    for (char *tok = strtok(list, ","); tok != NULL; tok = strtok(NULL, ","), n++) {
+        uint64_t page = strtoull(tok, NULL, 10);
+        if (page >= n_pages) {
+            fprintf(stderr, "shm_reader: page %" PRIu64 " out of range\n", page);
+            rc = 2;
+            break;
+        }
+        if (fread(want, 1, block_bytes, f) != block_bytes) {
+            fprintf(stderr, "shm_reader: %s is short\n", argv[6]);
+            rc = 2;
+            break;
+        }
+        const uint8_t *got = arena + page * page_bytes;
+        if (memcmp(got, want, block_bytes) != 0) {
+            uint64_t off = 0;
+            while (got[off] == want[off]) {
+                off++;
+            }
+            printf("MISMATCH block %" PRIu64 " (page %" PRIu64 ") at byte %" PRIu64
+                   ": got %02x want %02x\n",
+                   n, page, off, got[off], want[off]);
+            rc = 1;
+            break;
+        }
+    }
+    if (rc == 0) {
+        printf("OK %" PRIu64 " blocks of %" PRIu64 " bytes equal in place\n", n, block_bytes);
+    }
+    free(list);
+    free(want);
+    fclose(f);
+    munmap((void *)arena, page_bytes * n_pages);
+    return rc;
+}

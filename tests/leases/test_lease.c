@@ -1,0 +1,244 @@
+/*
+ * test_lease.c: the lease table (daemon/lkv_lease.c) over a real store (host arena of 4 KiB
+ * pages, "tiny" profile: 1 KiB blocks of 4 tokens): pins and pages, duplicates pinned once,
+ * renewal, owners (another owner's lease is NOT_FOUND), all-or-nothing on an unknown document
+ * (new lease and renewal), every limit, a document that cannot be made hot, expiry (treated as
+ * gone at once, unpinned by the reaper thread), and destroy unpinning what live leases hold.
+ */
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "lkv_lease.h"
+#include "lkv_test.h"
+#include "store_util.h"
+
+#define WB LKV_DURABILITY_WRITE_BACK
+
+static uint32_t pins_of(lkv_store *s, const lkv_dockey *k)
+{
+    lkv_doc_info in;
+    ASSERT_OK(lkv_store_lookup(s, k, 1, &in));
+    return in.present ? in.pins : 0;
+}
+
+static void free_docs(lkv_lease_doc *d, uint32_t n)
+{
+    for (uint32_t i = 0; i < n; i++) {
+        free(d[i].pages);
+        d[i].pages = NULL;
+    }
+}
+
+static void sleep_ms(long ms)
+{
+    struct timespec ts = {ms / 1000, (ms % 1000) * 1000000L};
+    nanosleep(&ts, NULL);
+}
+
+static lkv_lease_stats lstats(lkv_lease_table *t)
+{
+    lkv_lease_stats st;
+    lkv_lease_stats_get(t, &st);
+    return st;
+}
+
+static void test_attach_renew_release(void)
+{
+    char *dir = su_tmpdir();
+    lkv_store *s = su_open(dir, 32, 0, WB);
+    lkv_lease_limits lim = {.max_leases = 4, .max_docs = 3, .max_ttl_ms = 60000};
+    lkv_lease_table *t;
+    ASSERT_OK(lkv_lease_table_create(s, &lim, &t));
+    lkv_dockey k[5], unknown;
+    for (int i = 0; i < 5; i++) {
+        ASSERT_OK(su_put(s, 10 + (uint64_t)i, 10, &k[i])); /* 3 blocks each */
+    }
+    su_key(s, 99, 10, &unknown);
+
+    uint8_t id[LKV_LEASE_ID_BYTES], id2[LKV_LEASE_ID_BYTES];
+    uint64_t exp = 0;
+    uint32_t nd = 0;
+    int bad = 7;
+    lkv_lease_doc d[4];
+    lkv_dockey req[4] = {k[0], k[1], k[0]};
+    ASSERT_OK(lkv_lease_attach(t, 0, NULL, 5000, req, 3, id, &exp, &nd, d, &bad));
+    ASSERT_EQ(nd, 2);
+    ASSERT_EQ(bad, -1);
+    ASSERT_EQ(pins_of(s, &k[0]), 1);
+    ASSERT_EQ(pins_of(s, &k[1]), 1);
+    ASSERT_EQ(d[0].info.n_blocks, 3);
+    ASSERT_TRUE(memcmp(d[0].pages, d[2].pages, 3 * sizeof(uint32_t)) == 0);
+    /* The pages are the document's: the arena bytes there are what get returns. */
+    lkv_store_read *rd;
+    ASSERT_OK(lkv_store_get_begin(s, &k[1], &rd, NULL));
+    const uint32_t *gp = lkv_store_get_pages(rd);
+    ASSERT_TRUE(gp != NULL && memcmp(gp, d[1].pages, 3 * sizeof(uint32_t)) == 0);
+    lkv_store_get_end(rd);
+    free_docs(d, 3);
+    lkv_lease_stats ls = lstats(t);
+    ASSERT_EQ(ls.live, 1);
+    ASSERT_EQ(ls.docs, 2);
+    ASSERT_EQ(ls.pinned_bytes, 6 * 4096);
+    ASSERT_EQ(ls.attaches, 1);
+
+    /* Pinned documents cannot be demoted or deleted. */
+    ASSERT_ERR(lkv_store_demote(s, &k[0]), LKV_EBUSY);
+    ASSERT_ERR(lkv_store_delete(s, &k[0]), LKV_EBUSY);
+
+    /* Renewal adds k[2]; k[1] keeps one pin. */
+    lkv_dockey r1[2] = {k[1], k[2]};
+    ASSERT_OK(lkv_lease_attach(t, 0, id, 5000, r1, 2, id2, &exp, &nd, d, &bad));
+    ASSERT_TRUE(memcmp(id, id2, sizeof id) == 0);
+    ASSERT_EQ(nd, 3);
+    ASSERT_EQ(pins_of(s, &k[1]), 1);
+    ASSERT_EQ(pins_of(s, &k[2]), 1);
+    free_docs(d, 2);
+    ASSERT_EQ(lstats(t).renewals, 1);
+
+    /* Over max_docs (3) by renewal, by a new lease; all-or-nothing on an unknown document. */
+    lkv_lease_stats before = lstats(t);
+    lkv_dockey r2[1] = {k[3]};
+    ASSERT_ERR(lkv_lease_attach(t, 0, id, 5000, r2, 1, id2, NULL, NULL, d, &bad), LKV_EINVAL);
+    lkv_dockey r3[4] = {k[0], k[1], k[2], k[3]};
+    ASSERT_ERR(lkv_lease_attach(t, 0, NULL, 5000, r3, 4, id2, NULL, NULL, d, &bad), LKV_EINVAL);
+    lkv_dockey r4[3] = {k[3], k[4], unknown};
+    ASSERT_ERR(lkv_lease_attach(t, 0, NULL, 5000, r4, 3, id2, NULL, NULL, d, &bad), LKV_ENOTFOUND);
+    ASSERT_EQ(bad, 2);
+    ASSERT_EQ(pins_of(s, &k[3]), 0);
+    ASSERT_EQ(pins_of(s, &k[4]), 0);
+    ASSERT_TRUE(d[0].pages == NULL && d[1].pages == NULL);
+    /* TTL bounds, empty new lease, unknown id, another owner. */
+    ASSERT_ERR(lkv_lease_attach(t, 0, NULL, 0, r2, 1, id2, NULL, NULL, d, &bad), LKV_EINVAL);
+    ASSERT_ERR(lkv_lease_attach(t, 0, NULL, 60001, r2, 1, id2, NULL, NULL, d, &bad), LKV_EINVAL);
+    ASSERT_ERR(lkv_lease_attach(t, 0, NULL, 100, r2, 0, id2, NULL, NULL, d, &bad), LKV_EINVAL);
+    uint8_t nope[LKV_LEASE_ID_BYTES] = {1, 2, 3};
+    ASSERT_ERR(lkv_lease_attach(t, 0, nope, 100, r2, 1, id2, NULL, NULL, d, &bad), LKV_ENOTFOUND);
+    ASSERT_EQ(bad, -1);
+    ASSERT_ERR(lkv_lease_attach(t, 1, id, 100, NULL, 0, id2, NULL, NULL, d, &bad), LKV_ENOTFOUND);
+    ASSERT_ERR(lkv_lease_release(t, 1, id, NULL), LKV_ENOTFOUND);
+    ls = lstats(t);
+    ASSERT_EQ(ls.live, before.live);
+    ASSERT_EQ(ls.docs, before.docs);
+    ASSERT_EQ(ls.pinned_bytes, before.pinned_bytes);
+    ASSERT_EQ(ls.refused, before.refused + 8);
+    ASSERT_EQ(pins_of(s, &k[3]), 0);
+
+    /* Renewal with no documents keeps the set; release unpins all. */
+    ASSERT_OK(lkv_lease_attach(t, 0, id, 5000, NULL, 0, id2, NULL, &nd, d, &bad));
+    ASSERT_EQ(nd, 3);
+    uint32_t rel = 0;
+    ASSERT_OK(lkv_lease_release(t, 0, id, &rel));
+    ASSERT_EQ(rel, 3);
+    ASSERT_ERR(lkv_lease_release(t, 0, id, &rel), LKV_ENOTFOUND);
+    for (int i = 0; i < 3; i++) {
+        ASSERT_EQ(pins_of(s, &k[i]), 0);
+    }
+    ls = lstats(t);
+    ASSERT_EQ(ls.live, 0);
+    ASSERT_EQ(ls.docs, 0);
+    ASSERT_EQ(ls.pinned_bytes, 0);
+    ASSERT_EQ(su_stats(s).hot_bytes_pinned, 0);
+    ASSERT_OK(lkv_store_demote(s, &k[0]));
+
+    /* max_leases (4): a fifth is ENOSPC; destroy unpins what live leases hold. */
+    for (int i = 0; i < 4; i++) {
+        ASSERT_OK(lkv_lease_attach(t, i, NULL, 5000, &k[1 + i], 1, id, NULL, NULL, d, NULL));
+        free_docs(d, 1);
+    }
+    ASSERT_ERR(lkv_lease_attach(t, 0, NULL, 5000, &k[1], 1, id, NULL, NULL, d, &bad), LKV_ENOSPC);
+    ASSERT_EQ(bad, -1);
+    ASSERT_EQ(pins_of(s, &k[1]), 1);
+    lkv_lease_table_destroy(t);
+    for (int i = 0; i < 5; i++) {
+        ASSERT_EQ(pins_of(s, &k[i]), 0);
+    }
+    ASSERT_OK(lkv_store_close(s));
+    su_rmdir(dir);
+}
+
+static void test_expiry(void)
+{
+    char *dir = su_tmpdir();
+    lkv_store *s = su_open(dir, 32, 0, WB);
+    lkv_lease_limits lim = {.max_leases = 1, .max_docs = 8, .max_ttl_ms = 60000};
+    lkv_lease_table *t;
+    ASSERT_OK(lkv_lease_table_create(s, &lim, &t));
+    lkv_dockey a, b;
+    ASSERT_OK(su_put(s, 1, 10, &a));
+    ASSERT_OK(su_put(s, 2, 10, &b));
+    uint8_t id[LKV_LEASE_ID_BYTES], id2[LKV_LEASE_ID_BYTES];
+    lkv_lease_doc d[1];
+    ASSERT_OK(lkv_lease_attach(t, 0, NULL, 80, &a, 1, id, NULL, NULL, d, NULL));
+    free_docs(d, 1);
+    ASSERT_EQ(pins_of(s, &a), 1);
+    sleep_ms(120);
+    /* Past its expiry the lease is gone for every call, reaped or not; with max_leases 1 a new
+     * lease still fits (expired ones are reaped to make room). */
+    ASSERT_ERR(lkv_lease_attach(t, 0, id, 80, NULL, 0, id2, NULL, NULL, d, NULL), LKV_ENOTFOUND);
+    ASSERT_OK(lkv_lease_attach(t, 0, NULL, 150, &b, 1, id2, NULL, NULL, d, NULL));
+    free_docs(d, 1);
+    ASSERT_EQ(pins_of(s, &a), 0);
+    /* The reaper thread frees b's pin by itself, soon after the 150 ms. */
+    int waited = 0;
+    while (pins_of(s, &b) != 0 && waited < 3000) {
+        sleep_ms(10);
+        waited += 10;
+    }
+    ASSERT_EQ(pins_of(s, &b), 0);
+    ASSERT_TRUE(waited >= 100);
+    lkv_lease_stats ls = lstats(t);
+    ASSERT_EQ(ls.expired, 2);
+    ASSERT_EQ(ls.live, 0);
+    ASSERT_EQ(lkv_lease_reap(t), 0);
+    ASSERT_ERR(lkv_lease_release(t, 0, id2, NULL), LKV_ENOTFOUND);
+    lkv_lease_table_destroy(t);
+    ASSERT_OK(lkv_store_close(s));
+    su_rmdir(dir);
+}
+
+static void test_cannot_make_hot(void)
+{
+    char *dir = su_tmpdir();
+    lkv_store *s = su_open(dir, 6, 0, WB); /* 6 pages */
+    lkv_lease_limits lim = {.max_leases = 8, .max_docs = 8, .max_ttl_ms = 60000};
+    lkv_lease_table *t;
+    ASSERT_OK(lkv_lease_table_create(s, &lim, &t));
+    lkv_dockey cold, x, y;
+    ASSERT_OK(su_put(s, 1, 10, &cold));
+    ASSERT_OK(lkv_store_flush(s));
+    ASSERT_OK(lkv_store_demote(s, &cold));
+    ASSERT_OK(su_put(s, 2, 10, &x));
+    ASSERT_OK(su_put(s, 3, 10, &y));
+    uint8_t id[LKV_LEASE_ID_BYTES], id2[LKV_LEASE_ID_BYTES];
+    lkv_lease_doc d[2];
+    lkv_dockey xy[2] = {x, y};
+    ASSERT_OK(lkv_lease_attach(t, 0, NULL, 5000, xy, 2, id, NULL, NULL, d, NULL));
+    free_docs(d, 2);
+    lkv_store_stats before = su_stats(s);
+    int bad = 0;
+    lkv_dockey xc[2] = {x, cold};
+    ASSERT_ERR(lkv_lease_attach(t, 0, NULL, 5000, xc, 2, id2, NULL, NULL, d, &bad), LKV_ENOSPC);
+    ASSERT_EQ(bad, 1);
+    ASSERT_EQ(pins_of(s, &x), 1);
+    ASSERT_EQ(su_stats(s).hot_bytes_pinned, before.hot_bytes_pinned);
+    /* Released: the cold document is promoted by an attach and its pages read back intact. */
+    ASSERT_OK(lkv_lease_release(t, 0, id, NULL));
+    ASSERT_OK(lkv_lease_attach(t, 0, NULL, 5000, &cold, 1, id2, NULL, NULL, d, NULL));
+    free_docs(d, 1);
+    lkv_doc_info in;
+    ASSERT_OK(lkv_store_lookup(s, &cold, 1, &in));
+    ASSERT_EQ(in.tier, LKV_TIER_HOT);
+    ASSERT_OK(su_check(s, &cold, 1, 10));
+    lkv_lease_table_destroy(t);
+    ASSERT_OK(lkv_store_close(s));
+    su_rmdir(dir);
+}
+
+int main(void)
+{
+    LKV_RUN(test_attach_renew_release);
+    LKV_RUN(test_expiry);
+    LKV_RUN(test_cannot_make_hot);
+    return 0;
+}

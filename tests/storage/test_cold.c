@@ -1,0 +1,226 @@
+/*
+ * test_cold.c: the RocksDB cold tier: round trip through blob files (checked on disk), record
+ * and block checksums (a flipped byte written through the raw RocksDB API is LKV_ECORRUPT),
+ * atomic batches (the record is what makes a document visible), delete, snapshots, scan after
+ * reopen, injected write failures.
+ */
+#include <dirent.h>
+#include <rocksdb/c.h>
+
+#include "lkv_cold.h"
+#include "storage_util.h"
+
+static lkv_cold_doc meta_of(const lkv_dockey *k, uint32_t n_tokens, uint32_t n_blocks, uint32_t bb)
+{
+    lkv_cold_doc m;
+    memset(&m, 0, sizeof m);
+    m.key = *k;
+    for (int i = 0; i < 32; i++) {
+        m.fingerprint[i] = (uint8_t)(0xa0 + i);
+    }
+    m.content_hash = 0x1234567890abcdefull;
+    m.n_tokens = n_tokens;
+    m.n_blocks = n_blocks;
+    m.block_bytes = bb;
+    m.created_ms = 1764000000000;
+    return m;
+}
+
+static int count_blobs(const char *dir)
+{
+    int n = 0;
+    DIR *d = opendir(dir);
+    struct dirent *e;
+    while ((e = readdir(d)) != NULL) {
+        size_t l = strlen(e->d_name);
+        n += l > 5 && strcmp(e->d_name + l - 5, ".blob") == 0;
+    }
+    closedir(d);
+    return n;
+}
+
+static int scan_count(void *ctx, const lkv_cold_doc *m)
+{
+    (void)m;
+    (*(int *)ctx)++;
+    return 0;
+}
+
+static void write_doc(lkv_cold *c, const lkv_dockey *k, uint32_t nb, uint32_t bb, uint64_t seed)
+{
+    uint8_t *buf = malloc(bb);
+    uint32_t tokens[5] = {1, 2, 3, 4, 5};
+    lkv_cold_batch *b = lkv_cold_batch_create();
+    for (uint32_t i = 0; i < nb; i++) {
+        for (uint32_t j = 0; j < bb; j++) {
+            buf[j] = (uint8_t)su_mix(seed + i * 7919u + j);
+        }
+        lkv_cold_batch_block(b, k, i, buf, bb);
+    }
+    lkv_cold_doc m = meta_of(k, 5, nb, bb);
+    ASSERT_OK(lkv_cold_batch_commit(c, b, &m, tokens, 1));
+    free(buf);
+}
+
+static void check_doc(lkv_cold *c, const lkv_dockey *k, uint32_t nb, uint32_t bb, uint64_t seed)
+{
+    uint8_t *buf = malloc(bb);
+    lkv_cold_doc m;
+    uint32_t *tokens = NULL;
+    ASSERT_OK(lkv_cold_get_doc(c, NULL, k, &m, &tokens));
+    ASSERT_EQ(m.n_blocks, nb);
+    ASSERT_EQ(m.block_bytes, bb);
+    ASSERT_EQ(m.n_tokens, 5);
+    ASSERT_TRUE(m.content_hash == 0x1234567890abcdefull);
+    ASSERT_TRUE(m.created_ms == 1764000000000);
+    ASSERT_TRUE(memcmp(m.key.b, k->b, 32) == 0);
+    ASSERT_EQ(tokens[4], 5);
+    free(tokens);
+    for (uint32_t i = 0; i < nb; i++) {
+        ASSERT_OK(lkv_cold_get_block(c, NULL, k, i, buf, bb));
+        for (uint32_t j = 0; j < bb; j++) {
+            if (buf[j] != (uint8_t)su_mix(seed + i * 7919u + j)) {
+                LKV_FAIL("block %u byte %u differs", i, j);
+            }
+        }
+    }
+    ASSERT_ERR(lkv_cold_get_block(c, NULL, k, nb, buf, bb), LKV_ENOTFOUND);
+    ASSERT_ERR(lkv_cold_get_block(c, NULL, k, 0, buf, bb - 1), LKV_ECORRUPT);
+    free(buf);
+}
+
+static void test_roundtrip_blob(void)
+{
+    char *dir = su_tmpdir();
+    lkv_cold *c;
+    lkv_dockey k1, k2;
+    memset(&k1, 1, sizeof k1);
+    memset(&k2, 2, sizeof k2);
+    ASSERT_OK(lkv_cold_open(dir, 0, &c)); /* Default min blob size: 64 KiB. */
+    write_doc(c, &k1, 3, 128 << 10, 11);  /* 128 KiB blocks: blob files. */
+    write_doc(c, &k2, 2, 1000, 22);       /* Small blocks: in the LSM tree. */
+    check_doc(c, &k1, 3, 128 << 10, 11);
+    check_doc(c, &k2, 2, 1000, 22);
+    lkv_cold_close(c);
+    ASSERT_TRUE(count_blobs(dir) >= 1);
+    /* Reopen: everything is still there, the scan finds both records. */
+    ASSERT_OK(lkv_cold_open(dir, 0, &c));
+    check_doc(c, &k1, 3, 128 << 10, 11);
+    check_doc(c, &k2, 2, 1000, 22);
+    int n = 0;
+    uint64_t bad = 9;
+    ASSERT_OK(lkv_cold_scan(c, scan_count, &n, &bad));
+    ASSERT_EQ(n, 2);
+    ASSERT_EQ(bad, 0);
+    /* Delete removes the record and every block. */
+    ASSERT_OK(lkv_cold_delete(c, &k1, 1));
+    lkv_cold_doc m;
+    uint8_t small[16];
+    ASSERT_ERR(lkv_cold_get_doc(c, NULL, &k1, &m, NULL), LKV_ENOTFOUND);
+    ASSERT_ERR(lkv_cold_get_block(c, NULL, &k1, 0, small, sizeof small), LKV_ENOTFOUND);
+    ASSERT_ERR(lkv_cold_get_block(c, NULL, &k1, 2, small, sizeof small), LKV_ENOTFOUND);
+    ASSERT_OK(lkv_cold_delete(c, &k1, 0)); /* Idempotent. */
+    check_doc(c, &k2, 2, 1000, 22);
+    lkv_cold_close(c);
+    su_rmdir(dir);
+}
+
+static void test_corrupt(void)
+{
+    char *dir = su_tmpdir();
+    lkv_cold *c;
+    lkv_dockey k;
+    memset(&k, 7, sizeof k);
+    ASSERT_OK(lkv_cold_open(dir, 512, &c));
+    write_doc(c, &k, 2, 1000, 5);
+    lkv_cold_close(c);
+
+    /* Flip one payload byte of block 1 through the raw RocksDB API. */
+    char *err = NULL;
+    rocksdb_options_t *o = rocksdb_options_create();
+    rocksdb_options_set_enable_blob_files(o, 1);
+    rocksdb_options_set_min_blob_size(o, 512);
+    rocksdb_t *db = rocksdb_open(o, dir, &err);
+    ASSERT_TRUE(err == NULL);
+    uint8_t bk[37];
+    lkv_cold_block_key(&k, 1, bk);
+    rocksdb_readoptions_t *ro = rocksdb_readoptions_create();
+    size_t vlen;
+    char *v = rocksdb_get(db, ro, (const char *)bk, sizeof bk, &vlen, &err);
+    ASSERT_TRUE(err == NULL && v != NULL && vlen == 1000 + 16);
+    v[16 + 500] ^= 0x01;
+    rocksdb_writeoptions_t *wo = rocksdb_writeoptions_create();
+    rocksdb_put(db, wo, (const char *)bk, sizeof bk, v, vlen, &err);
+    ASSERT_TRUE(err == NULL);
+    rocksdb_free(v);
+    /* And corrupt a second document's record. */
+    lkv_dockey k2;
+    memset(&k2, 8, sizeof k2);
+    uint8_t dk[33] = {'D'};
+    memcpy(dk + 1, k2.b, 32);
+    rocksdb_put(db, wo, (const char *)dk, sizeof dk,
+                "garbage-record-garbage-record-garbage-record-"
+                "garbage-record-garbage-record-garbage-record",
+                90, &err);
+    ASSERT_TRUE(err == NULL);
+    rocksdb_writeoptions_destroy(wo);
+    rocksdb_readoptions_destroy(ro);
+    rocksdb_close(db);
+    rocksdb_options_destroy(o);
+
+    ASSERT_OK(lkv_cold_open(dir, 512, &c));
+    uint8_t buf[1000];
+    ASSERT_OK(lkv_cold_get_block(c, NULL, &k, 0, buf, sizeof buf));
+    ASSERT_ERR(lkv_cold_get_block(c, NULL, &k, 1, buf, sizeof buf), LKV_ECORRUPT);
+    lkv_cold_doc m;
+    ASSERT_ERR(lkv_cold_get_doc(c, NULL, &k2, &m, NULL), LKV_ECORRUPT);
+    /* The scan drops the corrupt record and counts it. */
+    int n = 0;
+    uint64_t bad = 0;
+    ASSERT_OK(lkv_cold_scan(c, scan_count, &n, &bad));
+    ASSERT_EQ(n, 1);
+    ASSERT_EQ(bad, 1);
+    ASSERT_ERR(lkv_cold_get_doc(c, NULL, &k2, &m, NULL), LKV_ENOTFOUND);
+    lkv_cold_close(c);
+    su_rmdir(dir);
+}
+
+static void test_snapshot_and_faults(void)
+{
+    char *dir = su_tmpdir();
+    lkv_cold *c;
+    lkv_dockey k;
+    memset(&k, 3, sizeof k);
+    ASSERT_OK(lkv_cold_open(dir, 512, &c));
+    write_doc(c, &k, 2, 1000, 9);
+    lkv_cold_snap *snap = lkv_cold_snap_create(c);
+    ASSERT_OK(lkv_cold_delete(c, &k, 0));
+    uint8_t buf[1000];
+    lkv_cold_doc m;
+    ASSERT_ERR(lkv_cold_get_block(c, NULL, &k, 1, buf, sizeof buf), LKV_ENOTFOUND);
+    ASSERT_OK(lkv_cold_get_block(c, snap, &k, 1, buf, sizeof buf)); /* Snapshot still sees it. */
+    ASSERT_OK(lkv_cold_get_doc(c, snap, &k, &m, NULL));
+    lkv_cold_snap_release(c, snap);
+
+    /* Injected failures: nothing is written, then writes work again. */
+    lkv_cold_fault_writes(c, 2);
+    lkv_cold_batch *b = lkv_cold_batch_create();
+    lkv_cold_batch_block(b, &k, 0, buf, sizeof buf);
+    lkv_cold_doc md = meta_of(&k, 5, 1, 1000);
+    uint32_t tokens[5] = {1, 2, 3, 4, 5};
+    ASSERT_ERR(lkv_cold_batch_commit(c, b, &md, tokens, 1), LKV_EIO);
+    ASSERT_ERR(lkv_cold_delete(c, &k, 1), LKV_EIO);
+    ASSERT_ERR(lkv_cold_get_doc(c, NULL, &k, &m, NULL), LKV_ENOTFOUND);
+    ASSERT_ERR(lkv_cold_get_block(c, NULL, &k, 0, buf, sizeof buf), LKV_ENOTFOUND);
+    write_doc(c, &k, 1, 1000, 9);
+    lkv_cold_close(c);
+    su_rmdir(dir);
+}
+
+int main(void)
+{
+    LKV_RUN(test_roundtrip_blob);
+    LKV_RUN(test_corrupt);
+    LKV_RUN(test_snapshot_and_faults);
+    return 0;
+}
