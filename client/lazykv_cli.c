@@ -1198,8 +1198,9 @@ static int cmd_evict(cli *x, int argc, char **argv)
                "Moves each document out of the hot tier now (lazykv.v1.Admin/Evict; admin role):\n"
                "it stays in the cold tier (persisted first if needed). KEY is 64 hex digits or a\n"
                "unique prefix of at least %d (as `lazykv ls` prints). Prints \"evicted KEY\" per\n"
-               "document. Every key is tried; exit 1 if any is not cached or not hot, else the\n"
-               "first other failure's code (a pinned document: 3).\n\n%s",
+               "document. Every key is tried; the exit code is that of the first failure other\n"
+               "than not-found (a pinned document: 3; unavailable: 4; ...), else 1 if a key was\n"
+               "not cached or not hot (or a prefix matched nothing), else 0.\n\n%s",
                MIN_PREFIX_HEX, exit_codes_help);
         return EXIT_OK;
     }

@@ -1,5 +1,6 @@
 /*
- * lkv_client.h: the lazykv C client library (lazykv.v1.Cache, Admin/Stats, grpc.health.v1).
+ * lkv_client.h: the lazykv C client library (lazykv.v1.Cache incl. Attach/Release, lazykv.v1.Admin
+ * Stats/List/Evict, grpc.health.v1).
  *
  * A client handle (lkv_client_t) owns one gRPC channel to one lazykvd. The handle is
  * thread-safe: any number of threads may make calls on it at once; each call uses its own

@@ -35,7 +35,7 @@
 #define KEY_MASK (~(3ull << 62))
 
 static const char *const model_names[LKV_SIM__COUNT] = {"prefix", "exact", "copy", "agnostic",
-                                                           "oracle"};
+                                                        "oracle"};
 
 /* ---- RNG (splitmix64) ---- */
 

@@ -78,7 +78,8 @@ static const size_t FLUSH_BYTES = 256u << 20;
 
 static FILE *jout;
 
-/* LKV_BENCH_ONLY="decode:BATCH:CTX" or "prefill:N_NEW:CTX" runs one case (for ncu);
+/* LKV_BENCH_ONLY="decode:BATCH:CTX" or "prefill:N_NEW:CTX" (or an op name, or a
+ * comma-separated list of these) runs only those cases (for ncu);
  * LKV_BENCH_REPS overrides the repetitions. */
 static bool want(const char *op, int a, int c)
 {
@@ -88,7 +89,20 @@ static bool want(const char *op, int a, int c)
     }
     char buf[64];
     snprintf(buf, sizeof buf, "%s:%d:%d", op, a, c);
-    return strcmp(e, buf) == 0 || strcmp(e, op) == 0;
+    /* A comma-separated list of cases or ops. */
+    const size_t nb = strlen(buf), no = strlen(op);
+    for (const char *s = e; *s != '\0';) {
+        const char *t = strchr(s, ',');
+        const size_t n = t != NULL ? (size_t)(t - s) : strlen(s);
+        if ((n == nb && strncmp(s, buf, n) == 0) || (n == no && strncmp(s, op, n) == 0)) {
+            return true;
+        }
+        s += n;
+        if (*s == ',') {
+            s++;
+        }
+    }
+    return false;
 }
 
 static int reps_env(int dflt)

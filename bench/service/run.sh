@@ -12,7 +12,7 @@
 #   COLD_BYTES  daemon cold budget (default 8GiB)
 #   THREADS     daemon gRPC polling threads (default: the daemon's default)
 #   TMPDIR      where the temp dir goes (default /tmp)
-# The table goes to stdout; the daemon's log is kept in bench/out/service-lazykvd.log.
+# The table goes to stdout; the daemon's log is kept beside the JSON (<json>-lazykvd.log).
 set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
 BUILD_DIR=${BUILD_DIR:-$ROOT/build}
@@ -27,7 +27,7 @@ cmake --build "$BUILD_DIR" -j2 --target lazykvd svcbench >/dev/null
 
 TMP=$(mktemp -d "${TMPDIR:-/tmp}/lkv-svcbench.XXXXXX")
 mkdir -p "$(dirname "$JSON")"
-LOG=$ROOT/bench/out/service-lazykvd.log
+LOG=${JSON%.json}-lazykvd.log
 DPID=
 cleanup() {
     if [ -n "$DPID" ] && kill -0 "$DPID" 2>/dev/null; then

@@ -46,7 +46,8 @@ static void *worker_main(void *arg)
     w->end = t;
     for (uint64_t iter = 0; t < deadline; iter++) {
         uint64_t b = 0;
-        int rc = w->op(w->ctx, w->tid, iter, &b);
+        double lat = -1;
+        int rc = w->op(w->ctx, w->tid, iter, &b, &lat);
         double t2 = svc_now();
         if (rc != 0) {
             w->error = rc;
@@ -56,7 +57,7 @@ static void *worker_main(void *arg)
             w->cap_lat = w->cap_lat ? 2 * w->cap_lat : 1024;
             w->lat = lkv_xrealloc(w->lat, w->cap_lat * sizeof(double));
         }
-        w->lat[w->n_lat++] = (t2 - t) * 1e6;
+        w->lat[w->n_lat++] = lat >= 0 ? lat : (t2 - t) * 1e6;
         w->bytes += b;
         w->end = t2;
         t = t2;

@@ -15,8 +15,10 @@
 #include <stdint.h>
 
 /* One operation of client tid (0..n-1), its iter-th (0, 1, ...). Adds the payload bytes moved
- * to *bytes. Returns 0 or a negative LKV_E* code. */
-typedef int (*svc_op_fn)(void *ctx, int tid, uint64_t iter, uint64_t *bytes);
+ * to *bytes. *lat_us is -1 on entry: an op that times only part of its work (e.g. Attach, not
+ * the Release that follows it) writes that part's latency in microseconds there; otherwise the
+ * whole call is timed. Returns 0 or a negative LKV_E* code. */
+typedef int (*svc_op_fn)(void *ctx, int tid, uint64_t iter, uint64_t *bytes, double *lat_us);
 
 typedef struct svc_result {
     uint64_t ops;    /* Completed operations (all threads). */

@@ -7,7 +7,7 @@
  * a contiguous range of the sequence's block references; inside a CTA, warp w takes
  * references w, w + W, ... of that range. When the grid of (kv heads x chunks x sequences) is
  * too small to fill the GPU (batch 1, long context), the references are split over several
- * CTAs (about two waves of two CTAs per SM) and the fp32 partials merged by log-sum-exp in a
+ * CTAs (about one wave of two CTAs per SM) and the fp32 partials merged by log-sum-exp in a
  * second kernel (lkv__merge_launch).
  *
  * Memory pipeline. Each warp streams its steps (up to 16 tokens of one block for the
@@ -38,6 +38,8 @@
  * Softmax: log2 domain, online per step; the running max is uniform over the lanes that share
  * a head, so partial sums are on one scale and are reduced once at the end.
  */
+#include <stdlib.h>
+
 #include "lkv_cuda_common.cuh"
 
 extern "C" {
@@ -398,30 +400,15 @@ __global__ void __launch_bounds__(DEC_WARPS * 32)
     float *accw = (float *)ring0; /* [W][G][D], reuses the ring after the loop */
     T *ring = ring0 + (size_t)warp * DEC_NST * STAGE;
 
-    /* Independent loads first: they overlap the query staging below. */
+    /* Latency chain at small batch: ref_offset -> refs -> the first K/V loads. The first
+     * steps are issued before the query is staged, so the query loads overlap them. */
     const int64_t pos = p.q_pos[b];
     const int rend = p.ref_offset[b + 1];
     const int r0 = p.ref_offset[b] + split * p.refs_per_split;
     const int r1 = split == p.n_splits - 1 ? rend : min(rend, r0 + p.refs_per_split);
-    const T *q = (const T *)p.q + ((size_t)b * p.n_q + h0) * D;
-    for (int i = threadIdx.x; i < G * D; i += blockDim.x) {
-        q_raw[i] = i < nh * D ? lkv__elem<T>::to_f(q[i]) : 0.0f;
-    }
-    for (int j = threadIdx.x; j < pe.n_pairs; j += blockDim.x) {
-        fhi[j] = pe.freq_hi[j];
-        flo[j] = pe.freq_lo[j];
-    }
-    __syncthreads(); /* q_raw, fhi, flo */
     const size_t slab_k = ((size_t)(p.layer * 2) * p.n_kv + kvh) * p.slab_bytes;
     const size_t slab_v = ((size_t)(p.layer * 2 + 1) * p.n_kv + kvh) * p.slab_bytes;
     const bool alibi = pe.kind == LKV_POSENC_ALIBI;
-    /* This lane's two head columns of S^T / O^T. */
-    float slope[2];
-#pragma unroll
-    for (int e = 0; e < 2; e++) {
-        const int h = 2 * tq + e;
-        slope[e] = (alibi && h < nh) ? sl.s[h0 + h] * LKV__LOG2E : 0.0f;
-    }
 
     /* Producer: cp.async of step (block pr, tokens pt0 .. pt0 + 15) into the ring. */
     int pr = r0 + warp, pt0 = 0, pslot = 0;
@@ -458,6 +445,23 @@ __global__ void __launch_bounds__(DEC_WARPS * 32)
 #pragma unroll
     for (int s = 0; s < DEC_NST - 1; s++) {
         issue();
+    }
+
+    const T *q = (const T *)p.q + ((size_t)b * p.n_q + h0) * D;
+    for (int i = threadIdx.x; i < G * D; i += blockDim.x) {
+        q_raw[i] = i < nh * D ? lkv__elem<T>::to_f(q[i]) : 0.0f;
+    }
+    for (int j = threadIdx.x; j < pe.n_pairs; j += blockDim.x) {
+        fhi[j] = pe.freq_hi[j];
+        flo[j] = pe.freq_lo[j];
+    }
+    __syncthreads(); /* q_raw, fhi, flo */
+    /* This lane's two head columns of S^T / O^T. */
+    float slope[2];
+#pragma unroll
+    for (int e = 0; e < 2; e++) {
+        const int h = 2 * tq + e;
+        slope[e] = (alibi && h < nh) ? sl.s[h0 + h] * LKV__LOG2E : 0.0f;
     }
 
     uint32_t qb[D / 16][2]; /* Q^T B fragments: head gq, dims kk*16 + 2tq + {0,1} and +8 */
@@ -650,14 +654,23 @@ static void plan_decode(const lkv_kv_shape *s, int batch, int max_refs, decode_p
         max_refs = 1;
     }
     const long base = (long)batch * s->n_kv_heads * pl->head_chunks;
-    /* Two resident CTAs per SM: aim at two whole waves. */
-    const long target = 4L * lkv__cuda_sm_count();
+    /* Two resident CTAs per SM: aim at one whole wave (two waves were slower at batch 1 and
+     * 16: more partials to merge, a ragged second wave; kernels/dev/README.md). */
+    const long target = 2L * lkv__cuda_sm_count();
     /* At least 2 references per warp per split, so a split is worth its merge. */
     const int min_refs = 2 * DEC_WARPS;
     long splits = target / base;
     long cap = (max_refs + min_refs - 1) / min_refs;
     if (splits > cap) {
         splits = cap;
+    }
+    /* Test and benchmark knob: LKV_ATTN_DECODE_SPLITS=n forces n splits (at most one
+     * reference per warp per split). */
+    const char *e = getenv("LKV_ATTN_DECODE_SPLITS");
+    const int forced = e != NULL ? atoi(e) : 0;
+    if (forced > 0) {
+        const long cap1 = (max_refs + DEC_WARPS - 1) / DEC_WARPS;
+        splits = forced < cap1 ? forced : cap1;
     }
     if (splits < 1) {
         splits = 1;

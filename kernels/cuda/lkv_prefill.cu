@@ -3,25 +3,29 @@
  * (block references, all visible) and causally to themselves.
  *
  * Tensor-core path (head_dim 64 or 128, template D): flash-attention 2 style with
- * mma.sync.m16n8k16 (bf16 or fp16 in, fp32 accumulate), 4 warps, BM = 64 query rows per CTA
- * (16 per warp), BN = 64 keys per tile, K and V tiles double-buffered in shared memory with
- * cp.async (zero-filled where a key slot is invalid), 16-byte chunks XOR-swizzled by row so
- * that ldmatrix is conflict-free. GQA: the rows of a CTA are "packed" (row = token * group +
- * head-in-group) so one kv head's K/V tile serves all query heads of its group.
+ * mma.sync.m16n8k16 (bf16 or fp16 in, fp32 accumulate), 4 warps, BM = 128 query rows per CTA
+ * (PF_MI = 2 slices of 16 rows per warp, so each K and V fragment loaded by ldmatrix feeds
+ * two MMAs), BN = 32 keys per tile (64 spilled registers and was slower; kernels/dev/README.md),
+ * K and V tiles double-buffered in shared memory with cp.async (zero-filled where a key slot
+ * is invalid), 16-byte chunks XOR-swizzled by row so that ldmatrix is conflict-free. Two CTAs
+ * per SM. GQA: the rows of a CTA are "packed" (row = token * group + head-in-group) so one kv
+ * head's K/V tile serves all query heads of its group.
  *
  * Key tiles. The CTA walks its split's block references in order; a tile is a run of up to
  * BN / B consecutive references with the SAME document start (a tile never spans two
- * documents), so one query rotation serves the whole tile. The last split then walks the new
- * tokens in tiles of BN (only up to the CTA's last query token: causal). References of the
- * split are staged in shared memory in windows of REF_WIN.
+ * documents), so one query rotation serves the whole tile; a block larger than BN takes
+ * several tiles. The last split then walks the new tokens in tiles of BN (only up to the CTA's
+ * last query token: causal). References of the split are staged in shared memory in windows
+ * of REF_WIN.
  *
- * Lazy RoPE (kernels.md 5.4, option B): the unrotated Q tile stays in shared memory; whenever
- * a tile's document start differs from the last one, the CTA rotates it by (row position -
- * start) in fp32 with exact-angle sincos (one per (token, pair), shared by the token's GQA
- * rows), folds in the softmax scale and log2(e), rounds once to 16 bits into a second buffer,
- * and each warp reloads its A fragments with ldmatrix. The new tokens are a segment starting
- * at new_start. ALiBi adds slope * (key position - row position). Tiles whose keys are all
- * valid and visible (no ALiBi) skip the per-key masking.
+ * Lazy RoPE (kernels.md 5.4, option B): whenever a tile's document start differs from the last
+ * one, the CTA re-reads its raw query rows from global memory (16-byte loads, L2-resident)
+ * into the shared Q tile and rotates them there in place by (row position - start), in fp32
+ * with exact-angle sincos (one per (token, pair), shared by the token's GQA rows), folding in
+ * the softmax scale and log2(e), rounded once to 16 bits; rotations never compound. Warps
+ * load their A fragments from that tile with ldmatrix at every K step. The new tokens are a
+ * segment starting at new_start. ALiBi adds slope * (key position - row position). Tiles
+ * whose keys are all valid and visible (no ALiBi) skip the per-key masking.
  *
  * Split-KV: when the grid of (row tiles x kv heads) is too small to fill the GPU, the
  * references are split over several CTAs and the partials merged by log-sum-exp.
@@ -39,11 +43,15 @@ extern "C" {
 #include "lkv_attn_cuda.h"
 }
 
-#define PF_BM      64
-#define PF_BN      64
+#define PF_MI      2               /* 16-row slices per warp */
+#define PF_BM      (64 * PF_MI)    /* query rows per CTA: 4 warps x 16 MI */
+#ifndef PF_BN
+#define PF_BN 32 /* keys per tile (32 or 64; v4 measured 64 slower: register spills) */
+#endif
 #define PF_THREADS 128
-#define PF_REF_WIN 256 /* references staged in shared memory at a time */
-static_assert(PF_THREADS == 2 * PF_BN, "tile loads use two threads per key row");
+#define PF_TPR     (PF_THREADS / PF_BN) /* threads per key row in the tile loads */
+#define PF_REF_WIN 256                  /* references staged in shared memory at a time */
+static_assert(PF_BN == 32 || PF_BN == 64, "tile loads: 2 or 4 threads per key row");
 
 struct prefill_params {
     const void *q;
@@ -87,15 +95,17 @@ struct tile_desc {
     int j0;    /* New: first new key. */
     int start; /* Document start (cached) or new_start (new): the rotation origin. */
     int full;  /* Every key valid and visible to every row, no bias: no per-key masking. */
+    int t0;    /* Cached, blocks larger than a tile (B > BN): first token of the block. */
+    int vlim;  /* Cached: valid tokens of block r (min(valid, B)). */
 };
 
 template <typename T, int D>
 __global__ void __launch_bounds__(PF_THREADS, 2)
     prefill_mma_kernel(const prefill_params p, const lkv__dev_pe pe, const lkv__dev_slopes sl)
 {
+    constexpr int MI = PF_MI;
     extern __shared__ __align__(16) unsigned char smem_raw[];
-    T *qs = (T *)smem_raw;                             /* [BM][D] raw query tile */
-    T *qr = qs + PF_BM * D;                            /* [BM][D] rotated */
+    T *qr = (T *)smem_raw;                             /* [BM][D] rotated, scaled query tile */
     T *ks = qr + PF_BM * D;                            /* [2][BN][D] */
     T *vs = ks + 2 * PF_BN * D;                        /* [2][BN][D] */
     uint64_t *rbuf = (uint64_t *)(vs + 2 * PF_BN * D); /* [REF_WIN] */
@@ -108,6 +118,7 @@ __global__ void __launch_bounds__(PF_THREADS, 2)
     const int g = p.group;
     const int R = p.n_new * g;
     const int row0 = mt * PF_BM;
+    const int wrow0 = warp * 16 * MI; /* First row of this warp in the tile. */
     const int kend = min(p.n_new, (min(R, row0 + PF_BM) - 1) / g + 1);
     const int r_lo = min(p.n_refs, split * p.refs_per_split);
     const int r_hi = split == p.n_splits - 1 ? p.n_refs : min(p.n_refs, r_lo + p.refs_per_split);
@@ -120,18 +131,6 @@ __global__ void __launch_bounds__(PF_THREADS, 2)
         fhi[j] = pe.freq_hi[j];
         flo[j] = pe.freq_lo[j];
     }
-    /* Q tile (raw) through cp.async, first group. */
-    for (int idx = tid; idx < PF_BM * (D / 8); idx += PF_THREADS) {
-        const int row = idx / (D / 8), ch = idx % (D / 8);
-        const int gr = row0 + row;
-        const bool ok = gr < R;
-        const T *src = (const T *)p.q;
-        if (ok) {
-            const int tok = gr / g, head = kvh * g + gr % g;
-            src += ((size_t)tok * p.n_q + head) * D + ch * 8;
-        }
-        cp_async16(qs + swz<D>(row, ch * 8), src, ok);
-    }
     int w0 = r_lo, wcnt = 0;
     if (r_lo < r_hi) {
         wcnt = min(PF_REF_WIN, r_hi - r_lo);
@@ -141,18 +140,22 @@ __global__ void __launch_bounds__(PF_THREADS, 2)
     }
     __syncthreads();
 
-    /* Per-row data of this lane's two rows (r = lane/4 and +8 of the warp's 16). */
-    int rowpos[2];
-    float rslope[2];
-    bool rowok[2];
+    /* Per-row data of this lane's rows: r = lane/4 (+8) of each of the warp's MI 16-row
+     * slices. */
+    int rowpos[MI][2];
 #pragma unroll
-    for (int hf = 0; hf < 2; hf++) {
-        const int gr = row0 + warp * 16 + (lane >> 2) + hf * 8;
-        rowok[hf] = gr < R;
-        const int tok = rowok[hf] ? gr / g : 0;
-        rowpos[hf] = p.new_start + tok;
-        rslope[hf] = (alibi && rowok[hf]) ? sl.s[kvh * g + gr % g] * LKV__LOG2E : 0.0f;
+    for (int mi = 0; mi < MI; mi++) {
+#pragma unroll
+        for (int hf = 0; hf < 2; hf++) {
+            const int gr = row0 + wrow0 + mi * 16 + (lane >> 2) + hf * 8;
+            rowpos[mi][hf] = p.new_start + (gr < R ? gr / g : 0);
+        }
     }
+    /* ALiBi slope (log2 domain) of one of this lane's rows; only on the masked path. */
+    auto rslope = [&](int mi, int hf) -> float {
+        const int gr = row0 + wrow0 + mi * 16 + (lane >> 2) + hf * 8;
+        return gr < R ? sl.s[kvh * g + gr % g] * LKV__LOG2E : 0.0f;
+    };
 
     /* Tile walk (evaluated identically by every thread). */
     auto first_or_next = [&](const tile_desc &prev, bool first) -> tile_desc {
@@ -163,6 +166,15 @@ __global__ void __launch_bounds__(PF_THREADS, 2)
         t.j0 = 0;
         t.start = 0;
         t.full = 0;
+        t.t0 = 0;
+        t.vlim = 0;
+        if (!first && prev.kind == 0 && prev.t0 + PF_BN < prev.vlim) {
+            /* B > BN: the next tile of the same block (same window entry, same start). */
+            t = prev;
+            t.t0 = prev.t0 + PF_BN;
+            t.full = t.t0 + PF_BN <= t.vlim && !alibi;
+            return t;
+        }
         int r = first ? r_lo : (prev.kind == 0 ? prev.r + prev.nb : r_hi);
         if (r < r_hi) {
             if (r >= w0 + wcnt) { /* Slide the reference window. */
@@ -185,7 +197,8 @@ __global__ void __launch_bounds__(PF_THREADS, 2)
                 nb++;
             }
             t.nb = nb;
-            t.full = all && nb * p.B == PF_BN && !alibi;
+            t.vlim = min((int)lkv_ref_valid(rbuf[r - w0]), p.B);
+            t.full = (p.B > PF_BN ? PF_BN <= t.vlim : all && nb * p.B == PF_BN) && !alibi;
             return t;
         }
         if (!do_new) {
@@ -205,15 +218,16 @@ __global__ void __launch_bounds__(PF_THREADS, 2)
     auto issue = [&](const tile_desc &t, int buf) {
         T *kd = ks + buf * PF_BN * D;
         T *vd = vs + buf * PF_BN * D;
-        /* Two threads per key row (BN = 64 rows, 128 threads): the row's source is found
-         * once, then the thread copies chunks (tid & 1) + 2i of K and V. */
-        const int c = tid >> 1, half = tid & 1;
+        /* PF_TPR threads per key row: the row's source is found once, then the thread
+         * copies chunks half + PF_TPR * i of K and V. */
+        const int c = tid / PF_TPR, half = tid % PF_TPR;
         const char *ksrc = (const char *)p.k_new;
         const char *vsrc = (const char *)p.v_new;
         bool ok = false;
         int cp = -1; /* Key position of the row, -1 if the slot is invalid. */
         if (t.kind == 0) {
-            const int bi = c / p.B, tt = c - bi * p.B;
+            /* t.t0 > 0 only when B > BN (then nb = 1, bi = 0). */
+            const int bi = c / p.B, tt = c - bi * p.B + t.t0;
             if (bi < t.nb) {
                 const uint64_t ref = rbuf[t.r + bi - w0];
                 ok = tt < min((int)lkv_ref_valid(ref), p.B);
@@ -238,19 +252,48 @@ __global__ void __launch_bounds__(PF_THREADS, 2)
             colpos[buf * PF_BN + c] = cp;
         }
 #pragma unroll
-        for (int i = 0; i < D / 16; i++) {
-            const int ch = half + 2 * i;
+        for (int i = 0; i < D / 8 / PF_TPR; i++) {
+            const int ch = half + PF_TPR * i;
             const size_t off = ok ? (size_t)ch * 16 : 0;
             cp_async16(kd + swz<D>(c, ch * 8), ksrc + off, ok);
             cp_async16(vd + swz<D>(c, ch * 8), vsrc + off, ok);
         }
     };
 
-    /* Rotates the raw Q tile into qr for origin `start` (or copies it), folding in the softmax
-     * scale, rounded once. One sincos per (token, pair), shared by the token's g rows. */
+    /* Rotates the query tile for origin `start` into qr, folding in the softmax scale and
+     * log2(e), rounded once: the raw rows are re-read from global memory (16-byte loads; the
+     * tile is small and L2-resident after the first time), then rotated in place with one
+     * sincos per (token, pair), shared by the token's g rows. Callers synchronise before (qr
+     * may be in use) and after. */
     const int tok_lo = row0 / g;
     const int n_tok = (row0 + PF_BM - 1) / g - tok_lo + 1;
     auto rotate = [&](int start) {
+        constexpr int NCH = PF_BM * (D / 8) / PF_THREADS; /* 16-byte chunks per thread */
+        constexpr int NB = 2;                             /* loads in flight per batch */
+        static_assert(NCH % NB == 0, "rotation load batches");
+        const T *qg = (const T *)p.q;
+#pragma unroll
+        for (int b0 = 0; b0 < NCH; b0 += NB) {
+            uint4 v[NB];
+#pragma unroll
+            for (int u = 0; u < NB; u++) {
+                const int idx = tid + (b0 + u) * PF_THREADS;
+                const int row = idx / (D / 8), ch = idx % (D / 8);
+                const int gr = row0 + row;
+                v[u] = make_uint4(0u, 0u, 0u, 0u);
+                if (gr < R) {
+                    const int tok = gr / g, head = kvh * g + gr % g;
+                    v[u] = __ldg((const uint4 *)(qg + ((size_t)tok * p.n_q + head) * D + ch * 8));
+                }
+            }
+#pragma unroll
+            for (int u = 0; u < NB; u++) {
+                const int idx = tid + (b0 + u) * PF_THREADS;
+                const int row = idx / (D / 8), ch = idx % (D / 8);
+                *(uint4 *)(qr + swz<D>(row, ch * 8)) = v[u];
+            }
+        }
+        __syncthreads();
         const int np = pe.n_pairs;
         const float sc = p.scale_log2;
         for (int idx = tid; idx < n_tok * (D / 2); idx += PF_THREADS) {
@@ -270,8 +313,8 @@ __global__ void __launch_bounds__(PF_THREADS, 2)
                 float s, c;
                 lkv__turn_sincos(delta, fhi[k], flo[k], &s, &c);
                 for (int row = rlo; row < rhi; row++) {
-                    const float x0 = lkv__elem<T>::to_f(qs[swz<D>(row, i0)]);
-                    const float x1 = lkv__elem<T>::to_f(qs[swz<D>(row, i1)]);
+                    const float x0 = lkv__elem<T>::to_f(qr[swz<D>(row, i0)]);
+                    const float x1 = lkv__elem<T>::to_f(qr[swz<D>(row, i1)]);
                     qr[swz<D>(row, i0)] = lkv__elem<T>::from_f((x0 * c - x1 * s) * sc);
                     qr[swz<D>(row, i1)] = lkv__elem<T>::from_f(fmaf(x0, s, x1 * c) * sc);
                 }
@@ -279,21 +322,28 @@ __global__ void __launch_bounds__(PF_THREADS, 2)
                 const int i0 = 2 * np + 2 * (k - np);
                 for (int row = rlo; row < rhi; row++) {
                     qr[swz<D>(row, i0)] =
-                        lkv__elem<T>::from_f(lkv__elem<T>::to_f(qs[swz<D>(row, i0)]) * sc);
+                        lkv__elem<T>::from_f(lkv__elem<T>::to_f(qr[swz<D>(row, i0)]) * sc);
                     qr[swz<D>(row, i0 + 1)] =
-                        lkv__elem<T>::from_f(lkv__elem<T>::to_f(qs[swz<D>(row, i0 + 1)]) * sc);
+                        lkv__elem<T>::from_f(lkv__elem<T>::to_f(qr[swz<D>(row, i0 + 1)]) * sc);
                 }
             }
         }
     };
 
-    uint32_t qf[D / 16][4];
-    float o[D / 8][4];
+    float o[MI][D / 8][4];
 #pragma unroll
-    for (int n = 0; n < D / 8; n++) {
-        o[n][0] = o[n][1] = o[n][2] = o[n][3] = 0.0f;
+    for (int mi = 0; mi < MI; mi++) {
+#pragma unroll
+        for (int n = 0; n < D / 8; n++) {
+            o[mi][n][0] = o[mi][n][1] = o[mi][n][2] = o[mi][n][3] = 0.0f;
+        }
     }
-    float mrow[2] = {-INFINITY, -INFINITY}, lrow[2] = {0.0f, 0.0f};
+    float mrow[MI][2], lrow[MI][2];
+#pragma unroll
+    for (int mi = 0; mi < MI; mi++) {
+        mrow[mi][0] = mrow[mi][1] = -INFINITY;
+        lrow[mi][0] = lrow[mi][1] = 0.0f;
+    }
 
     tile_desc cur;
     cur.kind = -1;
@@ -310,112 +360,131 @@ __global__ void __launch_bounds__(PF_THREADS, 2)
             issue(nxt, buf ^ 1);
         }
         cp_async_commit();
-        cp_async_wait<1>();
-        __syncthreads();
         if (cur.start != rot_start) {
+            /* Every warp is past the previous tile (barrier at the loop end): qr is free. */
             rot_start = cur.start;
             rotate(cur.start);
-            __syncthreads();
-#pragma unroll
-            for (int kk = 0; kk < D / 16; kk++) {
-                const int m = lane >> 3;
-                const int row = warp * 16 + (m & 1) * 8 + (lane & 7);
-                const int col = kk * 16 + (m >> 1) * 8;
-                ldsm_x4(qf[kk][0], qf[kk][1], qf[kk][2], qf[kk][3], qr + swz<D>(row, col));
-            }
         }
+        cp_async_wait<1>();
+        __syncthreads();
         const T *kt = ks + buf * PF_BN * D;
         const T *vt = vs + buf * PF_BN * D;
         const int *cpos = colpos + buf * PF_BN;
 
-        float sacc[PF_BN / 8][4];
+        /* S = Q K^T: each K fragment feeds the warp's MI row slices. */
+        float sacc[MI][PF_BN / 8][4];
 #pragma unroll
-        for (int n = 0; n < PF_BN / 8; n++) {
-            sacc[n][0] = sacc[n][1] = sacc[n][2] = sacc[n][3] = 0.0f;
+        for (int mi = 0; mi < MI; mi++) {
+#pragma unroll
+            for (int n = 0; n < PF_BN / 8; n++) {
+                sacc[mi][n][0] = sacc[mi][n][1] = sacc[mi][n][2] = sacc[mi][n][3] = 0.0f;
+            }
         }
 #pragma unroll
         for (int kk = 0; kk < D / 16; kk++) {
+            uint32_t qa[MI][4];
+            const int m = lane >> 3;
+#pragma unroll
+            for (int mi = 0; mi < MI; mi++) {
+                const int row = wrow0 + mi * 16 + (m & 1) * 8 + (lane & 7);
+                const int col = kk * 16 + (m >> 1) * 8;
+                ldsm_x4(qa[mi][0], qa[mi][1], qa[mi][2], qa[mi][3], qr + swz<D>(row, col));
+            }
 #pragma unroll
             for (int np2 = 0; np2 < PF_BN / 16; np2++) {
-                const int m = lane >> 3;
                 const int row = np2 * 16 + (m >> 1) * 8 + (lane & 7);
                 const int col = kk * 16 + (m & 1) * 8;
                 uint32_t b0, b1, b2, b3;
                 ldsm_x4(b0, b1, b2, b3, kt + swz<D>(row, col));
-                mma_op<T>::run(sacc[2 * np2], qf[kk], b0, b1);
-                mma_op<T>::run(sacc[2 * np2 + 1], qf[kk], b2, b3);
+#pragma unroll
+                for (int mi = 0; mi < MI; mi++) {
+                    mma_op<T>::run(sacc[mi][2 * np2], qa[mi], b0, b1);
+                    mma_op<T>::run(sacc[mi][2 * np2 + 1], qa[mi], b2, b3);
+                }
             }
         }
         /* Mask and bias (scores are already scaled, log2 domain); online softmax per row. */
         const bool causal = cur.kind == 1;
         if (!cur.full) {
 #pragma unroll
-            for (int hf = 0; hf < 2; hf++) {
+            for (int mi = 0; mi < MI; mi++) {
 #pragma unroll
-                for (int n = 0; n < PF_BN / 8; n++) {
+                for (int hf = 0; hf < 2; hf++) {
+                    const int rp = rowpos[mi][hf];
+                    const float slope = alibi ? rslope(mi, hf) : 0.0f;
 #pragma unroll
-                    for (int e = 0; e < 2; e++) {
-                        const int kp = cpos[n * 8 + (lane & 3) * 2 + e];
-                        float sv = sacc[n][hf * 2 + e];
-                        if (kp < 0 || (causal && kp > rowpos[hf])) {
-                            sv = -INFINITY;
-                        } else if (alibi) {
-                            sv = fmaf(rslope[hf], (float)(kp - rowpos[hf]), sv);
+                    for (int n = 0; n < PF_BN / 8; n++) {
+                        const int2 kp2 = *(const int2 *)(cpos + n * 8 + (lane & 3) * 2);
+#pragma unroll
+                        for (int e = 0; e < 2; e++) {
+                            const int kp = e ? kp2.y : kp2.x;
+                            float sv = sacc[mi][n][hf * 2 + e];
+                            if (kp < 0 || (causal && kp > rp)) {
+                                sv = -INFINITY;
+                            } else if (alibi) {
+                                sv = fmaf(slope, (float)(kp - rp), sv);
+                            }
+                            sacc[mi][n][hf * 2 + e] = sv;
                         }
-                        sacc[n][hf * 2 + e] = sv;
                     }
                 }
             }
         }
 #pragma unroll
-        for (int hf = 0; hf < 2; hf++) {
-            float red[PF_BN / 8];
+        for (int mi = 0; mi < MI; mi++) {
 #pragma unroll
-            for (int n = 0; n < PF_BN / 8; n++) {
-                red[n] = fmaxf(sacc[n][hf * 2], sacc[n][hf * 2 + 1]);
-            }
+            for (int hf = 0; hf < 2; hf++) {
+                float red[PF_BN / 8];
 #pragma unroll
-            for (int w = PF_BN / 16; w >= 1; w >>= 1) {
-#pragma unroll
-                for (int n = 0; n < w; n++) {
-                    red[n] = fmaxf(red[n], red[n + w]);
+                for (int n = 0; n < PF_BN / 8; n++) {
+                    red[n] = fmaxf(sacc[mi][n][hf * 2], sacc[mi][n][hf * 2 + 1]);
                 }
-            }
-            float mx = red[0];
-            mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
-            mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
-            const float mnew = fmaxf(mrow[hf], mx);
-            const float muse = mnew == -INFINITY ? 0.0f : mnew;
-            const float alpha = lkv__ex2(mrow[hf] - muse);
-            mrow[hf] = mnew;
 #pragma unroll
-            for (int n = 0; n < PF_BN / 8; n++) {
-                sacc[n][hf * 2] = lkv__ex2(sacc[n][hf * 2] - muse);
-                sacc[n][hf * 2 + 1] = lkv__ex2(sacc[n][hf * 2 + 1] - muse);
-                red[n] = sacc[n][hf * 2] + sacc[n][hf * 2 + 1];
-            }
+                for (int w = PF_BN / 16; w >= 1; w >>= 1) {
 #pragma unroll
-            for (int w = PF_BN / 16; w >= 1; w >>= 1) {
-#pragma unroll
-                for (int n = 0; n < w; n++) {
-                    red[n] += red[n + w];
+                    for (int n = 0; n < w; n++) {
+                        red[n] = fmaxf(red[n], red[n + w]);
+                    }
                 }
-            }
-            lrow[hf] = lrow[hf] * alpha + red[0];
+                float mx = red[0];
+                mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+                mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+                const float mnew = fmaxf(mrow[mi][hf], mx);
+                const float muse = mnew == -INFINITY ? 0.0f : mnew;
+                const float alpha = lkv__ex2(mrow[mi][hf] - muse);
+                mrow[mi][hf] = mnew;
 #pragma unroll
-            for (int n = 0; n < D / 8; n++) {
-                o[n][hf * 2] *= alpha;
-                o[n][hf * 2 + 1] *= alpha;
+                for (int n = 0; n < PF_BN / 8; n++) {
+                    sacc[mi][n][hf * 2] = lkv__ex2(sacc[mi][n][hf * 2] - muse);
+                    sacc[mi][n][hf * 2 + 1] = lkv__ex2(sacc[mi][n][hf * 2 + 1] - muse);
+                    red[n] = sacc[mi][n][hf * 2] + sacc[mi][n][hf * 2 + 1];
+                }
+#pragma unroll
+                for (int w = PF_BN / 16; w >= 1; w >>= 1) {
+#pragma unroll
+                    for (int n = 0; n < w; n++) {
+                        red[n] += red[n + w];
+                    }
+                }
+                lrow[mi][hf] = lrow[mi][hf] * alpha + red[0];
+#pragma unroll
+                for (int n = 0; n < D / 8; n++) {
+                    o[mi][n][hf * 2] *= alpha;
+                    o[mi][n][hf * 2 + 1] *= alpha;
+                }
             }
         }
-        /* O += P V. */
+        /* O += P V: each V fragment feeds the warp's MI row slices. */
 #pragma unroll
         for (int kc = 0; kc < PF_BN / 16; kc++) {
-            uint32_t pa[4];
-            pa[0] = lkv__elem<T>::pack2(sacc[2 * kc][0], sacc[2 * kc][1]);
-            pa[1] = lkv__elem<T>::pack2(sacc[2 * kc][2], sacc[2 * kc][3]);
-            pa[2] = lkv__elem<T>::pack2(sacc[2 * kc + 1][0], sacc[2 * kc + 1][1]);
-            pa[3] = lkv__elem<T>::pack2(sacc[2 * kc + 1][2], sacc[2 * kc + 1][3]);
+            uint32_t pa[MI][4];
+#pragma unroll
+            for (int mi = 0; mi < MI; mi++) {
+                pa[mi][0] = lkv__elem<T>::pack2(sacc[mi][2 * kc][0], sacc[mi][2 * kc][1]);
+                pa[mi][1] = lkv__elem<T>::pack2(sacc[mi][2 * kc][2], sacc[mi][2 * kc][3]);
+                pa[mi][2] = lkv__elem<T>::pack2(sacc[mi][2 * kc + 1][0], sacc[mi][2 * kc + 1][1]);
+                pa[mi][3] = lkv__elem<T>::pack2(sacc[mi][2 * kc + 1][2], sacc[mi][2 * kc + 1][3]);
+            }
 #pragma unroll
             for (int dp = 0; dp < D / 16; dp++) {
                 const int m = lane >> 3;
@@ -423,8 +492,11 @@ __global__ void __launch_bounds__(PF_THREADS, 2)
                 const int col = dp * 16 + (m >> 1) * 8;
                 uint32_t b0, b1, b2, b3;
                 ldsm_x4_t(b0, b1, b2, b3, vt + swz<D>(row, col));
-                mma_op<T>::run(o[2 * dp], pa, b0, b1);
-                mma_op<T>::run(o[2 * dp + 1], pa, b2, b3);
+#pragma unroll
+                for (int mi = 0; mi < MI; mi++) {
+                    mma_op<T>::run(o[mi][2 * dp], pa[mi], b0, b1);
+                    mma_op<T>::run(o[mi][2 * dp + 1], pa[mi], b2, b3);
+                }
             }
         }
         __syncthreads();
@@ -435,34 +507,39 @@ __global__ void __launch_bounds__(PF_THREADS, 2)
 
     /* Epilogue. */
 #pragma unroll
-    for (int hf = 0; hf < 2; hf++) {
-        float l = lrow[hf];
-        l += __shfl_xor_sync(0xffffffffu, l, 1);
-        l += __shfl_xor_sync(0xffffffffu, l, 2);
-        if (!rowok[hf]) {
-            continue;
-        }
-        const int gr = row0 + warp * 16 + (lane >> 2) + hf * 8;
-        const int tok = gr / g, head = kvh * g + gr % g;
-        const size_t orow = (size_t)tok * p.n_q + head;
-        const float inv = l > 0.0f ? 1.0f / l : 0.0f;
-        if (p.n_splits == 1) {
-            T *out = (T *)p.out + orow * D;
+    for (int mi = 0; mi < MI; mi++) {
 #pragma unroll
-            for (int n = 0; n < D / 8; n++) {
-                const int c = n * 8 + (lane & 3) * 2;
-                *(uint32_t *)(out + c) =
-                    lkv__elem<T>::pack2(o[n][hf * 2] * inv, o[n][hf * 2 + 1] * inv);
+        for (int hf = 0; hf < 2; hf++) {
+            float l = lrow[mi][hf];
+            l += __shfl_xor_sync(0xffffffffu, l, 1);
+            l += __shfl_xor_sync(0xffffffffu, l, 2);
+            const int gr = row0 + wrow0 + mi * 16 + (lane >> 2) + hf * 8;
+            if (gr >= R) {
+                continue;
             }
-        } else {
-            float *po = p.part_o + (orow * p.n_splits + split) * D;
+            const int tok = gr / g, head = kvh * g + gr % g;
+            const size_t orow = (size_t)tok * p.n_q + head;
+            const float inv = l > 0.0f ? 1.0f / l : 0.0f;
+            if (p.n_splits == 1) {
+                T *out = (T *)p.out + orow * D;
 #pragma unroll
-            for (int n = 0; n < D / 8; n++) {
-                const int c = n * 8 + (lane & 3) * 2;
-                *(float2 *)(po + c) = make_float2(o[n][hf * 2] * inv, o[n][hf * 2 + 1] * inv);
-            }
-            if ((lane & 3) == 0) {
-                p.part_lse[orow * p.n_splits + split] = l > 0.0f ? mrow[hf] + log2f(l) : -INFINITY;
+                for (int n = 0; n < D / 8; n++) {
+                    const int c = n * 8 + (lane & 3) * 2;
+                    *(uint32_t *)(out + c) =
+                        lkv__elem<T>::pack2(o[mi][n][hf * 2] * inv, o[mi][n][hf * 2 + 1] * inv);
+                }
+            } else {
+                float *po = p.part_o + (orow * p.n_splits + split) * D;
+#pragma unroll
+                for (int n = 0; n < D / 8; n++) {
+                    const int c = n * 8 + (lane & 3) * 2;
+                    *(float2 *)(po + c) =
+                        make_float2(o[mi][n][hf * 2] * inv, o[mi][n][hf * 2 + 1] * inv);
+                }
+                if ((lane & 3) == 0) {
+                    p.part_lse[orow * p.n_splits + split] =
+                        l > 0.0f ? mrow[mi][hf] + log2f(l) : -INFINITY;
+                }
             }
         }
     }
@@ -599,8 +676,9 @@ static void plan_prefill(const lkv_prefill_args *a, int *n_splits, int *rps)
     }
     const long rows = (long)a->n_new * (s->n_q_heads / s->n_kv_heads);
     const long base = (rows + PF_BM - 1) / PF_BM * s->n_kv_heads;
-    /* Two resident CTAs per SM: aim at two whole waves. */
-    const long target = 4L * lkv__cuda_sm_count();
+    /* Two resident CTAs per SM: aim at one whole wave (more splits only add partials to
+     * write and merge: 64 new tokens over 8k took 113 us at two waves, 80 at one). */
+    const long target = 2L * lkv__cuda_sm_count();
     long splits = target / base;
     const int min_refs = 16; /* At least 16 blocks per split. */
     const long cap = (a->n_refs + min_refs - 1) / min_refs;
@@ -638,7 +716,7 @@ template <typename T, int D>
 static int launch_mma(dim3 grid, cudaStream_t st, const prefill_params &p, const lkv__dev_pe &pe,
                       const lkv__dev_slopes &sl)
 {
-    const size_t smem = (size_t)(2 * PF_BM + 4 * PF_BN) * D * sizeof(T) +
+    const size_t smem = (size_t)(PF_BM + 4 * PF_BN) * D * sizeof(T) +
                         PF_REF_WIN * sizeof(uint64_t) + 2 * PF_BN * sizeof(int) +
                         256 * sizeof(float);
     static bool attr_set; /* One per instantiation; setting it twice is harmless. */

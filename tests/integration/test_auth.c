@@ -162,13 +162,13 @@ static void test_auth(void)
     lkv_it_doc_free(&d);
 }
 
-/* The CLI passes --token; a refused call exits 3, a good token 0. */
+/* The CLI passes --token; a refused call exits 5 (auth), a good token 0. */
 static void test_cli_token(void)
 {
     char addr[200];
     snprintf(addr, sizeof(addr), "--addr=%s", dm.addr);
     const char *cases[][2] = {
-        {NULL, "3"}, {"--token=" TOK_ALICE, "3"}, {"--token=" TOK_ADMIN, "0"}};
+        {NULL, "5"}, {"--token=" TOK_ALICE, "5"}, {"--token=" TOK_ADMIN, "0"}};
     for (int i = 0; i < 3; i++) {
         pid_t pid = fork();
         ASSERT_TRUE(pid >= 0);

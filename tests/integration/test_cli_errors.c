@@ -7,7 +7,7 @@
  *   - every usage error exits 2 with a message on stderr and nothing on stdout;
  *   - auth: no token or a wrong token exits 5 (UNAUTHENTICATED), a tenant lacking the role
  *     exits 5 (PERMISSION_DENIED), the right token (--token, LAZYKV_TOKEN, or --token after the
- *     command word) exits 0, and ping needs no token;
+ *     command word) exits 0, and ping needs no token; LAZYKV_ADDR works and --addr wins;
  *   - an unknown key exits 1;
  *   - the daemon down (stopped, or nothing listening) exits 4 for every command.
  * Token hashes: BLAKE2b-256("lazykv-token-v1:" || token), unkeyed (daemon/lkv_auth.h), as in
@@ -176,6 +176,12 @@ static void test_auth(void)
     ASSERT_EQ(cli_run(addr, "stats", "--json", "hot", NULL), 0);
     ASSERT_TRUE(cli_json_check("d['hot']['docs'] == 1"));
     cli_env_token = NULL;
+    cli_env_addr = dm.addr; /* LAZYKV_ADDR; --addr wins over it. */
+    ASSERT_EQ(cli_run("--token", TOK_ADMIN, "ls", NULL), 0);
+    ASSERT_EQ(cli_run("--addr", "127.0.0.1:1", "--timeout", "3000", "ping", NULL), 4);
+    cli_env_addr = "127.0.0.1:1";
+    ASSERT_EQ(cli_run(addr, "ping", NULL), 0);
+    cli_env_addr = NULL;
     ASSERT_EQ(cli_run("stats", "hot", addr, "--token=" TOK_ADMIN, NULL), 0);
     ASSERT_TRUE(strstr(cli_out, "# Hot") != NULL);
     ASSERT_EQ(cli_run(addr, "--token", TOK_ADMIN, "put", kvpath, NULL), 5); /* no data role */

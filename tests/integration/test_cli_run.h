@@ -3,8 +3,8 @@
  * binary as a child process, capture its stdout and stderr separately, return its exit code.
  *
  * Header-only (static inline functions): each test is one process and includes it once. The child
- * runs with LAZYKV_ADDR and LAZYKV_TOKEN removed from its environment, then with
- * cli_env_token set as LAZYKV_TOKEN when not NULL, so a test controls both.
+ * runs with LAZYKV_ADDR and LAZYKV_TOKEN removed from its environment, then with cli_env_token
+ * and cli_env_addr set as LAZYKV_TOKEN and LAZYKV_ADDR when not NULL, so a test controls both.
  */
 #ifndef TEST_CLI_RUN_H
 #define TEST_CLI_RUN_H
@@ -26,6 +26,7 @@ static char cli_out[CLI_OUT_MAX]; /* stdout of the last run, NUL-terminated. */
 static char cli_err[CLI_OUT_MAX]; /* stderr of the last run, NUL-terminated. */
 static const char *cli_dir;       /* Folder for the capture files (the daemon's temp dir). */
 static const char *cli_env_token; /* LAZYKV_TOKEN of the child, or NULL for none. */
+static const char *cli_env_addr;  /* LAZYKV_ADDR of the child, or NULL for none. */
 
 static inline void cli_slurp(const char *path, char *buf)
 {
@@ -65,6 +66,9 @@ static inline int cli_runv(int n, const char *const *words)
         unsetenv("LAZYKV_TOKEN");
         if (cli_env_token != NULL) {
             setenv("LAZYKV_TOKEN", cli_env_token, 1);
+        }
+        if (cli_env_addr != NULL) {
+            setenv("LAZYKV_ADDR", cli_env_addr, 1);
         }
         execv(argv[0], (char *const *)argv);
         _exit(127);

@@ -847,6 +847,13 @@ int main(int argc, char **argv)
                      rnd(0, 5) == 0};
         run_decode(idx++, &c);
     }
+    /* As many splits as the decode launcher allows (one reference per warp per split): many
+     * partials per row through the merge. */
+    setenv("LKV_ATTN_DECODE_SPLITS", "100000", 1);
+    run_decode(idx++, &fixed_dec[0]);
+    run_decode(idx++, &fixed_dec[1]);
+    run_decode(idx++, &fixed_dec[4]);
+    unsetenv("LKV_ATTN_DECODE_SPLITS");
     idx = 0;
     const pf_cfg fixed_pf[] = {
         {LKV_DTYPE_BF16, 128, 32, 8, 3, 16, 64, 5, 400, 0},
@@ -855,6 +862,10 @@ int main(int argc, char **argv)
         {LKV_DTYPE_BF16, 8, 8, 4, 1, 16, 20, 3, 50, 0},
         {LKV_DTYPE_F16, 128, 16, 16, 5, 32, 40, 2, 100, 0},
         {LKV_DTYPE_BF16, 128, 8, 8, 0, 16, 50, 0, 1, 0},
+        /* Blocks larger than a key tile (B > 32): several tiles per block, partial last. */
+        {LKV_DTYPE_BF16, 128, 32, 8, 3, 64, 70, 3, 300, 0},
+        {LKV_DTYPE_F16, 64, 8, 2, 5, 48, 45, 3, 200, 0},
+        {LKV_DTYPE_BF16, 128, 16, 4, 0, 40, 33, 4, 150, 0},
     };
     for (size_t i = 0; i < sizeof fixed_pf / sizeof fixed_pf[0]; i++) {
         run_prefill(idx++, &fixed_pf[i]);

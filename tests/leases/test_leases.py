@@ -62,8 +62,22 @@ def stats(admin, section, md=None):
     return {e.key: (e.value if not e.text else e.text) for e in r.entries if e.section == section}
 
 
+def quiesce(admin):
+    """Waits until the write-back writer is idle (it pins a document while persisting it)."""
+    deadline = time.monotonic() + H.timeout(10)
+    while stats(admin, "persistence")["wb_pending"] != 0 and time.monotonic() < deadline:
+        time.sleep(0.01)
+
+
+def evict(admin, key):
+    """Admin Evict that must succeed (after the writer has let go of the document)."""
+    quiesce(admin)
+    admin.Evict(admin_pb2.EvictRequest(key=key), timeout=H.timeout(10))
+
+
 def snapshot(admin):
     """What a refused call must not change: lease counts and pinned hot bytes."""
+    quiesce(admin)
     ls = stats(admin, "leases")
     hot = stats(admin, "hot")
     return (ls["live"], ls["docs_pinned"], ls["bytes_pinned"], hot["bytes_pinned"], hot["docs"])
@@ -150,7 +164,7 @@ def test_attach_maps_arena():
         cache.Release(cache_pb2.ReleaseRequest(lease_id=r.lease_id))
         cache.Release(cache_pb2.ReleaseRequest(lease_id=r2.lease_id))
         cold = put(cache, 200, 20)
-        admin.Evict(admin_pb2.EvictRequest(key=cold[2]), timeout=H.timeout(10))
+        evict(admin, cold[2])
         lk = cache.Lookup(cache_pb2.LookupRequest(docs=[key_ref(cold[2])]))
         check(lk.docs[0].tier == cache_pb2.TIER_COLD, "evict did not demote")
         r3 = attach(cache, [key_ref(cold[2])])
@@ -192,7 +206,7 @@ def test_cannot_make_hot():
     with daemon(hot_pages=4) as d:
         cache, admin = stubs(d)
         cold = put(cache, 50, 32)
-        admin.Evict(admin_pb2.EvictRequest(key=cold[2]), timeout=H.timeout(10))
+        evict(admin, cold[2])
         x = put(cache, 51, 32)
         y = put(cache, 52, 32)
         r = attach(cache, [key_ref(x[2]), key_ref(y[2])])  # all 4 pages pinned
@@ -236,7 +250,7 @@ def test_renew_and_release():
         H.expect_rpc_error(lambda: attach(cache, [key_ref(docs[0][2])], lease_id=lid), NOT_FOUND,
                            what="renew a released lease")
         for _, _, k in docs:  # unpinned: evictable, deletable
-            admin.Evict(admin_pb2.EvictRequest(key=k), timeout=H.timeout(10))
+            evict(admin, k)
         cache.Delete(cache_pb2.DeleteRequest(doc=key_ref(docs[0][2])))
 
 
@@ -286,7 +300,7 @@ def test_expiry_and_killed_holder():
         check(ls["live"] == 0 and ls["docs_pinned"] == 0 and ls["expired"] == 2,
               "dead holder's lease still pins: %s" % ls)
         check(stats(admin, "hot")["bytes_pinned"] == 0, "hot pins left after expiry")
-        admin.Evict(admin_pb2.EvictRequest(key=b[2]), timeout=H.timeout(10))
+        evict(admin, b[2])
         H.expect_rpc_error(lambda: attach(cache, [], lease_id=bytes.fromhex(line)), NOT_FOUND,
                            what="renew the dead holder's lease")
 

@@ -1,0 +1,752 @@
+/*
+ * lkv_prefill.cu: LazyAttention prefill on CUDA: n_new new tokens attend to cached documents
+ * (block references, all visible) and causally to themselves.
+ *
+ * Tensor-core path (head_dim 64 or 128, template D): flash-attention 2 style with
+ * mma.sync.m16n8k16 (bf16 or fp16 in, fp32 accumulate), 4 warps, BM = 64 query rows per CTA
+ * (16 per warp), BN = 64 keys per tile, K and V tiles double-buffered in shared memory with
+ * cp.async (zero-filled where a key slot is invalid), 16-byte chunks XOR-swizzled by row so
+ * that ldmatrix is conflict-free. GQA: the rows of a CTA are "packed" (row = token * group +
+ * head-in-group) so one kv head's K/V tile serves all query heads of its group.
+ *
+ * Key tiles. The CTA walks its split's block references in order; a tile is a run of up to
+ * BN / B consecutive references with the SAME document start (a tile never spans two
+ * documents), so one query rotation serves the whole tile. The last split then walks the new
+ * tokens in tiles of BN (only up to the CTA's last query token: causal). References of the
+ * split are staged in shared memory in windows of REF_WIN.
+ *
+ * Lazy RoPE (kernels.md 5.4, option B): the unrotated Q tile stays in shared memory; whenever
+ * a tile's document start differs from the last one, the CTA rotates it by (row position -
+ * start) in fp32 with exact-angle sincos (one per (token, pair), shared by the token's GQA
+ * rows), folds in the softmax scale and log2(e), rounds once to 16 bits into a second buffer,
+ * and each warp reloads its A fragments with ldmatrix. The new tokens are a segment starting
+ * at new_start. ALiBi adds slope * (key position - row position). Tiles whose keys are all
+ * valid and visible (no ALiBi) skip the per-key masking.
+ *
+ * Split-KV: when the grid of (row tiles x kv heads) is too small to fill the GPU, the
+ * references are split over several CTAs and the partials merged by log-sum-exp.
+ *
+ * Generic path (any other head_dim 8..256): one warp per (token, query head), CUDA cores,
+ * fp32 rotated query, keys one by one. Correct everywhere, fast nowhere; it serves small
+ * models (the tiny test model has head_dim 8).
+ */
+#include <limits.h>
+#include <stdlib.h>
+
+#include "lkv_cuda_common.cuh"
+
+extern "C" {
+#include "lkv_attn_cuda.h"
+}
+
+#define PF_BM      64
+#define PF_BN      64
+#define PF_THREADS 128
+#define PF_REF_WIN 256 /* references staged in shared memory at a time */
+static_assert(PF_THREADS == 2 * PF_BN, "tile loads use two threads per key row");
+
+struct prefill_params {
+    const void *q;
+    const void *k_new;
+    const void *v_new;
+    const char *arena;
+    uint64_t page_bytes;
+    const uint64_t *refs;
+    int n_refs, n_new;
+    int new_start;
+    int n_q, n_kv, group, d, B, layer;
+    uint64_t slab_bytes;
+    void *out;
+    float *part_o;   /* [n_new * n_q][n_splits][d] */
+    float *part_lse; /* [n_new * n_q][n_splits] (log2) */
+    int n_splits, refs_per_split;
+    float scale_log2;
+};
+
+/* ---------------------------------------------------------------- PTX wrappers */
+
+#define smem_u32        lkv__smem_u32
+#define ldsm_x4         lkv__ldsm_x4
+#define ldsm_x4_t       lkv__ldsm_x4_t
+#define mma_op          lkv__mma
+#define cp_async16      lkv__cp_async16
+#define cp_async_commit lkv__cp_async_commit
+#define cp_async_wait   lkv__cp_async_wait
+
+/* Swizzled element offset of (row, col) in a [rows][D] 16-bit tile. */
+template <int D> static __device__ __forceinline__ int swz(int row, int col)
+{
+    return row * D + ((((col >> 3) ^ (row & 7))) << 3) + (col & 7);
+}
+
+/* ---------------------------------------------------------------- tiles */
+
+struct tile_desc {
+    int kind;  /* 0: cached blocks, 1: new tokens, -1: done. */
+    int r, nb; /* Cached: references [r, r + nb). */
+    int j0;    /* New: first new key. */
+    int start; /* Document start (cached) or new_start (new): the rotation origin. */
+    int full;  /* Every key valid and visible to every row, no bias: no per-key masking. */
+};
+
+template <typename T, int D>
+__global__ void __launch_bounds__(PF_THREADS, 2)
+    prefill_mma_kernel(const prefill_params p, const lkv__dev_pe pe, const lkv__dev_slopes sl)
+{
+    extern __shared__ __align__(16) unsigned char smem_raw[];
+    T *qs = (T *)smem_raw;                             /* [BM][D] raw query tile */
+    T *qr = qs + PF_BM * D;                            /* [BM][D] rotated */
+    T *ks = qr + PF_BM * D;                            /* [2][BN][D] */
+    T *vs = ks + 2 * PF_BN * D;                        /* [2][BN][D] */
+    uint64_t *rbuf = (uint64_t *)(vs + 2 * PF_BN * D); /* [REF_WIN] */
+    int *colpos = (int *)(rbuf + PF_REF_WIN);          /* [2][BN], -1 = invalid */
+    float *fhi = (float *)(colpos + 2 * PF_BN);        /* [128] */
+    float *flo = fhi + 128;                            /* [128] */
+
+    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+    const int mt = blockIdx.x, kvh = blockIdx.y, split = blockIdx.z;
+    const int g = p.group;
+    const int R = p.n_new * g;
+    const int row0 = mt * PF_BM;
+    const int kend = min(p.n_new, (min(R, row0 + PF_BM) - 1) / g + 1);
+    const int r_lo = min(p.n_refs, split * p.refs_per_split);
+    const int r_hi = split == p.n_splits - 1 ? p.n_refs : min(p.n_refs, r_lo + p.refs_per_split);
+    const bool do_new = split == p.n_splits - 1;
+    const int nbmax = max(1, PF_BN / p.B);
+    const size_t slab_k = ((size_t)(p.layer * 2) * p.n_kv + kvh) * p.slab_bytes;
+    const bool alibi = pe.kind == LKV_POSENC_ALIBI;
+
+    for (int j = tid; j < pe.n_pairs; j += PF_THREADS) {
+        fhi[j] = pe.freq_hi[j];
+        flo[j] = pe.freq_lo[j];
+    }
+    /* Q tile (raw) through cp.async, first group. */
+    for (int idx = tid; idx < PF_BM * (D / 8); idx += PF_THREADS) {
+        const int row = idx / (D / 8), ch = idx % (D / 8);
+        const int gr = row0 + row;
+        const bool ok = gr < R;
+        const T *src = (const T *)p.q;
+        if (ok) {
+            const int tok = gr / g, head = kvh * g + gr % g;
+            src += ((size_t)tok * p.n_q + head) * D + ch * 8;
+        }
+        cp_async16(qs + swz<D>(row, ch * 8), src, ok);
+    }
+    int w0 = r_lo, wcnt = 0;
+    if (r_lo < r_hi) {
+        wcnt = min(PF_REF_WIN, r_hi - r_lo);
+        for (int i = tid; i < wcnt; i += PF_THREADS) {
+            rbuf[i] = p.refs[r_lo + i];
+        }
+    }
+    __syncthreads();
+
+    /* Per-row data of this lane's two rows (r = lane/4 and +8 of the warp's 16). */
+    int rowpos[2];
+    float rslope[2];
+    bool rowok[2];
+#pragma unroll
+    for (int hf = 0; hf < 2; hf++) {
+        const int gr = row0 + warp * 16 + (lane >> 2) + hf * 8;
+        rowok[hf] = gr < R;
+        const int tok = rowok[hf] ? gr / g : 0;
+        rowpos[hf] = p.new_start + tok;
+        rslope[hf] = (alibi && rowok[hf]) ? sl.s[kvh * g + gr % g] * LKV__LOG2E : 0.0f;
+    }
+
+    /* Tile walk (evaluated identically by every thread). */
+    auto first_or_next = [&](const tile_desc &prev, bool first) -> tile_desc {
+        tile_desc t;
+        t.kind = -1;
+        t.r = 0;
+        t.nb = 0;
+        t.j0 = 0;
+        t.start = 0;
+        t.full = 0;
+        int r = first ? r_lo : (prev.kind == 0 ? prev.r + prev.nb : r_hi);
+        if (r < r_hi) {
+            if (r >= w0 + wcnt) { /* Slide the reference window. */
+                __syncthreads();
+                w0 = r;
+                wcnt = min(PF_REF_WIN, r_hi - r);
+                for (int i = tid; i < wcnt; i += PF_THREADS) {
+                    rbuf[i] = p.refs[r + i];
+                }
+                __syncthreads();
+            }
+            t.kind = 0;
+            t.r = r;
+            t.start = (int)lkv_ref_start(rbuf[r - w0]);
+            int nb = 1;
+            bool all = (int)lkv_ref_valid(rbuf[r - w0]) >= p.B;
+            while (nb < nbmax && r + nb < w0 + wcnt &&
+                   (int)lkv_ref_start(rbuf[r + nb - w0]) == t.start) {
+                all = all && (int)lkv_ref_valid(rbuf[r + nb - w0]) >= p.B;
+                nb++;
+            }
+            t.nb = nb;
+            t.full = all && nb * p.B == PF_BN && !alibi;
+            return t;
+        }
+        if (!do_new) {
+            return t;
+        }
+        int j0 = (!first && prev.kind == 1) ? prev.j0 + PF_BN : 0;
+        if (j0 < kend) {
+            t.kind = 1;
+            t.j0 = j0;
+            t.start = p.new_start;
+            /* Causal: the last key of the tile precedes the CTA's first token. */
+            t.full = j0 + PF_BN <= p.n_new && j0 + PF_BN - 1 <= row0 / g && !alibi;
+        }
+        return t;
+    };
+
+    auto issue = [&](const tile_desc &t, int buf) {
+        T *kd = ks + buf * PF_BN * D;
+        T *vd = vs + buf * PF_BN * D;
+        /* Two threads per key row (BN = 64 rows, 128 threads): the row's source is found
+         * once, then the thread copies chunks (tid & 1) + 2i of K and V. */
+        const int c = tid >> 1, half = tid & 1;
+        const char *ksrc = (const char *)p.k_new;
+        const char *vsrc = (const char *)p.v_new;
+        bool ok = false;
+        int cp = -1; /* Key position of the row, -1 if the slot is invalid. */
+        if (t.kind == 0) {
+            const int bi = c / p.B, tt = c - bi * p.B;
+            if (bi < t.nb) {
+                const uint64_t ref = rbuf[t.r + bi - w0];
+                ok = tt < min((int)lkv_ref_valid(ref), p.B);
+                if (ok) {
+                    ksrc = p.arena + (size_t)lkv_ref_page(ref) * p.page_bytes + slab_k +
+                           (size_t)tt * D * sizeof(T);
+                    vsrc = ksrc + (size_t)p.n_kv * p.slab_bytes;
+                    cp = t.start + (int)lkv_ref_block(ref) * p.B + tt;
+                }
+            }
+        } else {
+            const int j = t.j0 + c;
+            ok = j < p.n_new;
+            if (ok) {
+                const size_t off = ((size_t)j * p.n_kv + kvh) * D * sizeof(T);
+                ksrc += off;
+                vsrc += off;
+                cp = p.new_start + j;
+            }
+        }
+        if (half == 0) {
+            colpos[buf * PF_BN + c] = cp;
+        }
+#pragma unroll
+        for (int i = 0; i < D / 16; i++) {
+            const int ch = half + 2 * i;
+            const size_t off = ok ? (size_t)ch * 16 : 0;
+            cp_async16(kd + swz<D>(c, ch * 8), ksrc + off, ok);
+            cp_async16(vd + swz<D>(c, ch * 8), vsrc + off, ok);
+        }
+    };
+
+    /* Rotates the raw Q tile into qr for origin `start` (or copies it), folding in the softmax
+     * scale, rounded once. One sincos per (token, pair), shared by the token's g rows. */
+    const int tok_lo = row0 / g;
+    const int n_tok = (row0 + PF_BM - 1) / g - tok_lo + 1;
+    auto rotate = [&](int start) {
+        const int np = pe.n_pairs;
+        const float sc = p.scale_log2;
+        for (int idx = tid; idx < n_tok * (D / 2); idx += PF_THREADS) {
+            const int tk = idx / (D / 2), k = idx % (D / 2);
+            const int tok = tok_lo + tk;
+            const int rlo = max(0, tok * g - row0), rhi = min(PF_BM, tok * g + g - row0);
+            if (k < np) {
+                int i0, i1;
+                if (pe.pairing == LKV_ROPE_HALF) {
+                    i0 = k;
+                    i1 = k + np;
+                } else {
+                    i0 = 2 * k;
+                    i1 = 2 * k + 1;
+                }
+                const float delta = (float)(p.new_start + min(tok, p.n_new - 1) - start);
+                float s, c;
+                lkv__turn_sincos(delta, fhi[k], flo[k], &s, &c);
+                for (int row = rlo; row < rhi; row++) {
+                    const float x0 = lkv__elem<T>::to_f(qs[swz<D>(row, i0)]);
+                    const float x1 = lkv__elem<T>::to_f(qs[swz<D>(row, i1)]);
+                    qr[swz<D>(row, i0)] = lkv__elem<T>::from_f((x0 * c - x1 * s) * sc);
+                    qr[swz<D>(row, i1)] = lkv__elem<T>::from_f(fmaf(x0, s, x1 * c) * sc);
+                }
+            } else {
+                const int i0 = 2 * np + 2 * (k - np);
+                for (int row = rlo; row < rhi; row++) {
+                    qr[swz<D>(row, i0)] =
+                        lkv__elem<T>::from_f(lkv__elem<T>::to_f(qs[swz<D>(row, i0)]) * sc);
+                    qr[swz<D>(row, i0 + 1)] =
+                        lkv__elem<T>::from_f(lkv__elem<T>::to_f(qs[swz<D>(row, i0 + 1)]) * sc);
+                }
+            }
+        }
+    };
+
+    uint32_t qf[D / 16][4];
+    float o[D / 8][4];
+#pragma unroll
+    for (int n = 0; n < D / 8; n++) {
+        o[n][0] = o[n][1] = o[n][2] = o[n][3] = 0.0f;
+    }
+    float mrow[2] = {-INFINITY, -INFINITY}, lrow[2] = {0.0f, 0.0f};
+
+    tile_desc cur;
+    cur.kind = -1;
+    cur = first_or_next(cur, true);
+    if (cur.kind >= 0) {
+        issue(cur, 0);
+    }
+    cp_async_commit();
+    int buf = 0;
+    int rot_start = INT_MIN;
+    while (cur.kind >= 0) {
+        tile_desc nxt = first_or_next(cur, false);
+        if (nxt.kind >= 0) {
+            issue(nxt, buf ^ 1);
+        }
+        cp_async_commit();
+        cp_async_wait<1>();
+        __syncthreads();
+        if (cur.start != rot_start) {
+            rot_start = cur.start;
+            rotate(cur.start);
+            __syncthreads();
+#pragma unroll
+            for (int kk = 0; kk < D / 16; kk++) {
+                const int m = lane >> 3;
+                const int row = warp * 16 + (m & 1) * 8 + (lane & 7);
+                const int col = kk * 16 + (m >> 1) * 8;
+                ldsm_x4(qf[kk][0], qf[kk][1], qf[kk][2], qf[kk][3], qr + swz<D>(row, col));
+            }
+        }
+        const T *kt = ks + buf * PF_BN * D;
+        const T *vt = vs + buf * PF_BN * D;
+        const int *cpos = colpos + buf * PF_BN;
+
+        float sacc[PF_BN / 8][4];
+#pragma unroll
+        for (int n = 0; n < PF_BN / 8; n++) {
+            sacc[n][0] = sacc[n][1] = sacc[n][2] = sacc[n][3] = 0.0f;
+        }
+#pragma unroll
+        for (int kk = 0; kk < D / 16; kk++) {
+#pragma unroll
+            for (int np2 = 0; np2 < PF_BN / 16; np2++) {
+                const int m = lane >> 3;
+                const int row = np2 * 16 + (m >> 1) * 8 + (lane & 7);
+                const int col = kk * 16 + (m & 1) * 8;
+                uint32_t b0, b1, b2, b3;
+                ldsm_x4(b0, b1, b2, b3, kt + swz<D>(row, col));
+                mma_op<T>::run(sacc[2 * np2], qf[kk], b0, b1);
+                mma_op<T>::run(sacc[2 * np2 + 1], qf[kk], b2, b3);
+            }
+        }
+        /* Mask and bias (scores are already scaled, log2 domain); online softmax per row. */
+        const bool causal = cur.kind == 1;
+        if (!cur.full) {
+#pragma unroll
+            for (int hf = 0; hf < 2; hf++) {
+#pragma unroll
+                for (int n = 0; n < PF_BN / 8; n++) {
+#pragma unroll
+                    for (int e = 0; e < 2; e++) {
+                        const int kp = cpos[n * 8 + (lane & 3) * 2 + e];
+                        float sv = sacc[n][hf * 2 + e];
+                        if (kp < 0 || (causal && kp > rowpos[hf])) {
+                            sv = -INFINITY;
+                        } else if (alibi) {
+                            sv = fmaf(rslope[hf], (float)(kp - rowpos[hf]), sv);
+                        }
+                        sacc[n][hf * 2 + e] = sv;
+                    }
+                }
+            }
+        }
+#pragma unroll
+        for (int hf = 0; hf < 2; hf++) {
+            float red[PF_BN / 8];
+#pragma unroll
+            for (int n = 0; n < PF_BN / 8; n++) {
+                red[n] = fmaxf(sacc[n][hf * 2], sacc[n][hf * 2 + 1]);
+            }
+#pragma unroll
+            for (int w = PF_BN / 16; w >= 1; w >>= 1) {
+#pragma unroll
+                for (int n = 0; n < w; n++) {
+                    red[n] = fmaxf(red[n], red[n + w]);
+                }
+            }
+            float mx = red[0];
+            mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+            mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+            const float mnew = fmaxf(mrow[hf], mx);
+            const float muse = mnew == -INFINITY ? 0.0f : mnew;
+            const float alpha = lkv__ex2(mrow[hf] - muse);
+            mrow[hf] = mnew;
+#pragma unroll
+            for (int n = 0; n < PF_BN / 8; n++) {
+                sacc[n][hf * 2] = lkv__ex2(sacc[n][hf * 2] - muse);
+                sacc[n][hf * 2 + 1] = lkv__ex2(sacc[n][hf * 2 + 1] - muse);
+                red[n] = sacc[n][hf * 2] + sacc[n][hf * 2 + 1];
+            }
+#pragma unroll
+            for (int w = PF_BN / 16; w >= 1; w >>= 1) {
+#pragma unroll
+                for (int n = 0; n < w; n++) {
+                    red[n] += red[n + w];
+                }
+            }
+            lrow[hf] = lrow[hf] * alpha + red[0];
+#pragma unroll
+            for (int n = 0; n < D / 8; n++) {
+                o[n][hf * 2] *= alpha;
+                o[n][hf * 2 + 1] *= alpha;
+            }
+        }
+        /* O += P V. */
+#pragma unroll
+        for (int kc = 0; kc < PF_BN / 16; kc++) {
+            uint32_t pa[4];
+            pa[0] = lkv__elem<T>::pack2(sacc[2 * kc][0], sacc[2 * kc][1]);
+            pa[1] = lkv__elem<T>::pack2(sacc[2 * kc][2], sacc[2 * kc][3]);
+            pa[2] = lkv__elem<T>::pack2(sacc[2 * kc + 1][0], sacc[2 * kc + 1][1]);
+            pa[3] = lkv__elem<T>::pack2(sacc[2 * kc + 1][2], sacc[2 * kc + 1][3]);
+#pragma unroll
+            for (int dp = 0; dp < D / 16; dp++) {
+                const int m = lane >> 3;
+                const int row = kc * 16 + (m & 1) * 8 + (lane & 7);
+                const int col = dp * 16 + (m >> 1) * 8;
+                uint32_t b0, b1, b2, b3;
+                ldsm_x4_t(b0, b1, b2, b3, vt + swz<D>(row, col));
+                mma_op<T>::run(o[2 * dp], pa, b0, b1);
+                mma_op<T>::run(o[2 * dp + 1], pa, b2, b3);
+            }
+        }
+        __syncthreads();
+        cur = nxt;
+        buf ^= 1;
+    }
+    cp_async_wait<0>();
+
+    /* Epilogue. */
+#pragma unroll
+    for (int hf = 0; hf < 2; hf++) {
+        float l = lrow[hf];
+        l += __shfl_xor_sync(0xffffffffu, l, 1);
+        l += __shfl_xor_sync(0xffffffffu, l, 2);
+        if (!rowok[hf]) {
+            continue;
+        }
+        const int gr = row0 + warp * 16 + (lane >> 2) + hf * 8;
+        const int tok = gr / g, head = kvh * g + gr % g;
+        const size_t orow = (size_t)tok * p.n_q + head;
+        const float inv = l > 0.0f ? 1.0f / l : 0.0f;
+        if (p.n_splits == 1) {
+            T *out = (T *)p.out + orow * D;
+#pragma unroll
+            for (int n = 0; n < D / 8; n++) {
+                const int c = n * 8 + (lane & 3) * 2;
+                *(uint32_t *)(out + c) =
+                    lkv__elem<T>::pack2(o[n][hf * 2] * inv, o[n][hf * 2 + 1] * inv);
+            }
+        } else {
+            float *po = p.part_o + (orow * p.n_splits + split) * D;
+#pragma unroll
+            for (int n = 0; n < D / 8; n++) {
+                const int c = n * 8 + (lane & 3) * 2;
+                *(float2 *)(po + c) = make_float2(o[n][hf * 2] * inv, o[n][hf * 2 + 1] * inv);
+            }
+            if ((lane & 3) == 0) {
+                p.part_lse[orow * p.n_splits + split] = l > 0.0f ? mrow[hf] + log2f(l) : -INFINITY;
+            }
+        }
+    }
+}
+
+/* ---------------------------------------------------------------- generic path */
+
+/* One warp per (token, query head); 4 warps per CTA. Lane k holds dims k, k + 32, ... */
+template <typename T>
+__global__ void __launch_bounds__(128)
+    prefill_generic_kernel(const prefill_params p, const lkv__dev_pe pe, const lkv__dev_slopes sl)
+{
+    const int lane = threadIdx.x & 31;
+    const int rowid = blockIdx.x * 4 + (threadIdx.x >> 5);
+    if (rowid >= p.n_new * p.n_q) {
+        return;
+    }
+    const int tok = rowid / p.n_q, head = rowid % p.n_q, kvh = head / p.group;
+    const int d = p.d;
+    const int rowpos = p.new_start + tok;
+    const T *q = (const T *)p.q + (size_t)rowid * d;
+    const bool alibi = pe.kind == LKV_POSENC_ALIBI;
+    const float slope = alibi ? sl.s[head] * LKV__LOG2E : 0.0f;
+    float qraw[8], qrot[8], acc[8];
+#pragma unroll
+    for (int k = 0; k < 8; k++) {
+        const int i = lane + 32 * k;
+        qraw[k] = i < d ? lkv__elem<T>::to_f(q[i]) : 0.0f;
+        acc[k] = 0.0f;
+        qrot[k] = 0.0f;
+    }
+    float m = -INFINITY, l = 0.0f;
+    auto rot = [&](int start) {
+        const float delta = (float)(rowpos - start);
+#pragma unroll
+        for (int k = 0; k < 8; k++) {
+            const int i = lane + 32 * k;
+            int pair = 0, partner = i;
+            const int role = i < d ? lkv__pair_of(i, pe.pairing, pe.n_pairs, &pair, &partner) : 0;
+            float s = 0.0f, c = 1.0f;
+            if (role != 0) {
+                lkv__turn_sincos(delta, pe.freq_hi[pair], pe.freq_lo[pair], &s, &c);
+            }
+            const float xp = role != 0 ? lkv__elem<T>::to_f(q[partner]) : 0.0f;
+            qrot[k] = fmaf(xp, role > 0 ? -s : s, qraw[k] * c) * p.scale_log2;
+        }
+    };
+    auto attend = [&](const T *kr, const T *vr, int kpos, bool masked) {
+        float a = 0.0f;
+#pragma unroll
+        for (int k = 0; k < 8; k++) {
+            const int i = lane + 32 * k;
+            if (i < d) {
+                a = fmaf(qrot[k], lkv__elem<T>::to_f(kr[i]), a);
+            }
+        }
+#pragma unroll
+        for (int off = 16; off > 0; off >>= 1) {
+            a += __shfl_xor_sync(0xffffffffu, a, off);
+        }
+        if (masked) {
+            return;
+        }
+        if (alibi) {
+            a = fmaf(slope, (float)(kpos - rowpos), a);
+        }
+        const float mn = fmaxf(m, a);
+        const float alpha = exp2f(m - mn);
+        const float pv = exp2f(a - mn);
+        l = l * alpha + pv;
+#pragma unroll
+        for (int k = 0; k < 8; k++) {
+            const int i = lane + 32 * k;
+            acc[k] = acc[k] * alpha + (i < d ? pv * lkv__elem<T>::to_f(vr[i]) : 0.0f);
+        }
+        m = mn;
+    };
+    const size_t slab_k = ((size_t)(p.layer * 2) * p.n_kv + kvh) * p.slab_bytes;
+    const size_t slab_v = ((size_t)(p.layer * 2 + 1) * p.n_kv + kvh) * p.slab_bytes;
+    int cur = INT_MIN;
+    for (int r = 0; r < p.n_refs; r++) {
+        const uint64_t ref = p.refs[r];
+        const int start = (int)lkv_ref_start(ref);
+        if (start != cur) {
+            cur = start;
+            rot(start);
+        }
+        const char *base = p.arena + (size_t)lkv_ref_page(ref) * p.page_bytes;
+        const int valid = min((int)lkv_ref_valid(ref), p.B);
+        const int kp0 = start + (int)lkv_ref_block(ref) * p.B;
+        for (int t = 0; t < valid; t++) {
+            attend((const T *)(base + slab_k) + (size_t)t * d,
+                   (const T *)(base + slab_v) + (size_t)t * d, kp0 + t, false);
+        }
+    }
+    rot(p.new_start);
+    for (int j = 0; j <= tok; j++) {
+        const size_t off = ((size_t)j * p.n_kv + kvh) * d;
+        attend((const T *)p.k_new + off, (const T *)p.v_new + off, p.new_start + j, false);
+    }
+    T *out = (T *)p.out + (size_t)rowid * d;
+    const float inv = l > 0.0f ? 1.0f / l : 0.0f;
+#pragma unroll
+    for (int k = 0; k < 8; k++) {
+        const int i = lane + 32 * k;
+        if (i < d) {
+            out[i] = lkv__elem<T>::from_f(acc[k] * inv);
+        }
+    }
+}
+
+/* ---------------------------------------------------------------- launcher */
+
+static int shape_ok(const lkv_kv_shape *s)
+{
+    return s->n_layers >= 1 && s->n_q_heads >= 1 && s->n_q_heads <= LKV_MAX_Q_HEADS &&
+           s->n_kv_heads >= 1 && s->n_q_heads % s->n_kv_heads == 0 && s->head_dim >= 8 &&
+           s->head_dim <= LKV_MAX_HEAD_DIM && s->head_dim % 8 == 0 && s->block_tokens >= 1 &&
+           s->block_tokens <= LKV_MAX_BLOCK_TOKENS;
+}
+
+static bool use_mma(const lkv_kv_shape *s)
+{
+    return s->head_dim == 64 || s->head_dim == 128;
+}
+
+static void plan_prefill(const lkv_prefill_args *a, int *n_splits, int *rps)
+{
+    const lkv_kv_shape *s = &a->shape;
+    *n_splits = 1;
+    *rps = a->n_refs > 0 ? a->n_refs : 1;
+    if (!use_mma(s) || a->n_refs <= 0) {
+        return;
+    }
+    const long rows = (long)a->n_new * (s->n_q_heads / s->n_kv_heads);
+    const long base = (rows + PF_BM - 1) / PF_BM * s->n_kv_heads;
+    /* Two resident CTAs per SM: aim at two whole waves. */
+    const long target = 4L * lkv__cuda_sm_count();
+    long splits = target / base;
+    const int min_refs = 16; /* At least 16 blocks per split. */
+    const long cap = (a->n_refs + min_refs - 1) / min_refs;
+    if (splits > cap) {
+        splits = cap;
+    }
+    if (splits < 1) {
+        splits = 1;
+    }
+    /* Test and benchmark knob: LKV_ATTN_PREFILL_SPLITS=n forces n splits (capped as above). */
+    const char *e = getenv("LKV_ATTN_PREFILL_SPLITS");
+    const int forced = e != NULL ? atoi(e) : 0;
+    if (forced > 0) {
+        splits = forced < cap ? forced : cap;
+    }
+    *rps = (int)((a->n_refs + splits - 1) / splits);
+    *n_splits = (a->n_refs + *rps - 1) / *rps;
+}
+
+extern "C" size_t lkv_attn_prefill_cuda_workspace(const lkv_prefill_args *a)
+{
+    if (a == NULL || !shape_ok(&a->shape) || a->n_new < 1 || a->n_refs < 0) {
+        return 0;
+    }
+    int ns, rps;
+    plan_prefill(a, &ns, &rps);
+    if (ns == 1) {
+        return 0;
+    }
+    const size_t rows = (size_t)a->n_new * a->shape.n_q_heads;
+    return rows * ns * ((size_t)a->shape.head_dim + 1) * sizeof(float) + 256;
+}
+
+template <typename T, int D>
+static int launch_mma(dim3 grid, cudaStream_t st, const prefill_params &p, const lkv__dev_pe &pe,
+                      const lkv__dev_slopes &sl)
+{
+    const size_t smem = (size_t)(2 * PF_BM + 4 * PF_BN) * D * sizeof(T) +
+                        PF_REF_WIN * sizeof(uint64_t) + 2 * PF_BN * sizeof(int) +
+                        256 * sizeof(float);
+    static bool attr_set; /* One per instantiation; setting it twice is harmless. */
+    if (!attr_set) {
+        LKV__CUDA_CHECK(cudaFuncSetAttribute(
+            prefill_mma_kernel<T, D>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
+        attr_set = true;
+    }
+    prefill_mma_kernel<T, D><<<grid, PF_THREADS, smem, st>>>(p, pe, sl);
+    LKV__CUDA_CHECK_LAUNCH();
+    return 0;
+}
+
+extern "C" int lkv_attn_prefill_cuda(const lkv_prefill_args *a, void *workspace,
+                                     size_t workspace_bytes, void *stream)
+{
+    if (a == NULL || !shape_ok(&a->shape) || a->layer < 0 || a->layer >= a->shape.n_layers ||
+        a->n_new < 1 || a->new_start < 0 || a->new_start + a->n_new - 1 > LKV_MAX_POSITION ||
+        a->n_refs < 0 || (a->flags & ~LKV_ATTN_NO_ROTATE) || !isfinite(a->sm_scale) ||
+        a->page_bytes < lkv_block_bytes(&a->shape) || a->page_bytes % 16 != 0 || a->q == NULL ||
+        a->k_new == NULL || a->v_new == NULL || a->out == NULL ||
+        (a->n_refs > 0 && (a->refs == NULL || a->arena == NULL))) {
+        return LKV_EINVAL;
+    }
+    if (a->shape.dtype != LKV_DTYPE_BF16 && a->shape.dtype != LKV_DTYPE_F16) {
+        return LKV_ENOTSUP;
+    }
+    lkv__dev_pe pe;
+    int rc = lkv__dev_pe_fill(&pe, a->pe, a->shape.head_dim, a->flags);
+    if (rc != 0) {
+        return rc;
+    }
+    lkv__dev_slopes sl;
+    memset(&sl, 0, sizeof sl);
+    if (pe.kind == LKV_POSENC_ALIBI) {
+        if (a->pe->n_q_heads < a->shape.n_q_heads) {
+            return LKV_EINVAL;
+        }
+        for (int h = 0; h < a->shape.n_q_heads; h++) {
+            sl.s[h] = a->pe->alibi_slope[h];
+        }
+    }
+    prefill_params p;
+    memset(&p, 0, sizeof p);
+    p.q = a->q;
+    p.k_new = a->k_new;
+    p.v_new = a->v_new;
+    p.arena = (const char *)a->arena;
+    p.page_bytes = a->page_bytes;
+    p.refs = a->refs;
+    p.n_refs = a->n_refs;
+    p.n_new = a->n_new;
+    p.new_start = (int)a->new_start;
+    p.n_q = a->shape.n_q_heads;
+    p.n_kv = a->shape.n_kv_heads;
+    p.group = p.n_q / p.n_kv;
+    p.d = a->shape.head_dim;
+    p.B = a->shape.block_tokens;
+    p.layer = a->layer;
+    p.slab_bytes = lkv_slab_bytes(&a->shape);
+    p.out = a->out;
+    p.scale_log2 = a->sm_scale * LKV__LOG2E;
+    plan_prefill(a, &p.n_splits, &p.refs_per_split);
+    cudaStream_t st = (cudaStream_t)stream;
+    const bool bf = a->shape.dtype == LKV_DTYPE_BF16;
+    if (!use_mma(&a->shape)) {
+        const long rows = (long)a->n_new * p.n_q;
+        const unsigned blocks = (unsigned)((rows + 3) / 4);
+        if (bf) {
+            prefill_generic_kernel<__nv_bfloat16><<<blocks, 128, 0, st>>>(p, pe, sl);
+        } else {
+            prefill_generic_kernel<__half><<<blocks, 128, 0, st>>>(p, pe, sl);
+        }
+        LKV__CUDA_CHECK_LAUNCH();
+        return 0;
+    }
+    if (p.n_splits > 1) {
+        size_t need = lkv_attn_prefill_cuda_workspace(a);
+        if (workspace == NULL) {
+            workspace = lkv__cuda_ws_get(need);
+            if (workspace == NULL) {
+                return LKV_ECUDA;
+            }
+        } else if (workspace_bytes < need) {
+            return LKV_EINVAL;
+        }
+        const size_t rows = (size_t)a->n_new * p.n_q;
+        p.part_o = (float *)workspace;
+        p.part_lse = p.part_o + rows * p.n_splits * p.d;
+    }
+    const long rows = (long)a->n_new * p.group;
+    dim3 grid((unsigned)((rows + PF_BM - 1) / PF_BM), p.n_kv, p.n_splits);
+    if (grid.z > 65535) {
+        return LKV_EINVAL;
+    }
+    if (p.d == 128) {
+        rc = bf ? launch_mma<__nv_bfloat16, 128>(grid, st, p, pe, sl)
+                : launch_mma<__half, 128>(grid, st, p, pe, sl);
+    } else {
+        rc = bf ? launch_mma<__nv_bfloat16, 64>(grid, st, p, pe, sl)
+                : launch_mma<__half, 64>(grid, st, p, pe, sl);
+    }
+    if (rc != 0) {
+        return rc;
+    }
+    if (p.n_splits > 1) {
+        return lkv__merge_launch(a->shape.dtype, p.part_o, p.part_lse, a->n_new * p.n_q, p.n_splits,
+                                 p.d, a->out, NULL, st);
+    }
+    return 0;
+}
