@@ -205,7 +205,7 @@ static const opt opts[] = {
     {"cold_bytes", OPT_SIZE, OFF(cold_bytes), 0, 0, UINT64_MAX, "16GiB",
      "cold tier budget, bytes of block payload (0 = unlimited)"},
     {"policy", OPT_POLICY, OFF(policy_kind), 0, 0, 0, "lru",
-     "eviction policy of both tiers: lru, gdsf"},
+     "eviction policy of both tiers: lru, gdsf, lfuda, tinylfu, tlfu-gdsf"},
     {"policy_cost", OPT_COST, OFF(policy_cost_bytes), 0, 0, 0, "documents",
      "what gdsf optimises: documents (document hit rate) or bytes (byte hit rate)"},
     {"durability", OPT_DURABLE, OFF(durability), 0, 0, 0, "write-back",

@@ -82,8 +82,8 @@ extern "C" int lkv__cuda_sm_count(void)
 #define MERGE_THREADS 256
 template <typename T>
 __global__ void __launch_bounds__(MERGE_THREADS)
-    merge_kernel(const float *__restrict__ part_o, const float *__restrict__ part_lse,
-                 int n_splits, int d, T *__restrict__ out, float *__restrict__ lse)
+    merge_kernel(const float *__restrict__ part_o, const float *__restrict__ part_lse, int n_splits,
+                 int d, T *__restrict__ out, float *__restrict__ lse)
 {
     extern __shared__ __align__(16) float w[]; /* [n_splits] weights, then [ng][d] sums */
     __shared__ float stat[2];                  /* max, 1 / sum */
@@ -123,8 +123,8 @@ __global__ void __launch_bounds__(MERGE_THREADS)
         w[s] = m == -INFINITY ? 0.0f : exp2f(w[s] - m) * inv;
     }
     __syncthreads();
-    const int q4 = d / 4;                 /* float4 per partial row (d % 8 == 0) */
-    const int ng = (int)blockDim.x / q4;  /* groups of splits (>= 4 for d <= 256) */
+    const int q4 = d / 4;                /* float4 per partial row (d % 8 == 0) */
+    const int ng = (int)blockDim.x / q4; /* groups of splits (>= 1) */
     const int gi = (int)threadIdx.x / q4, c = (int)threadIdx.x - gi * q4;
     float *red = w + ((n_splits + 3) & ~3); /* [ng][d], 16-byte aligned */
     if (gi < ng) {

@@ -43,8 +43,8 @@ extern "C" {
 #include "lkv_attn_cuda.h"
 }
 
-#define PF_MI      2               /* 16-row slices per warp */
-#define PF_BM      (64 * PF_MI)    /* query rows per CTA: 4 warps x 16 MI */
+#define PF_MI 2            /* 16-row slices per warp */
+#define PF_BM (64 * PF_MI) /* query rows per CTA: 4 warps x 16 MI */
 #ifndef PF_BN
 #define PF_BN 32 /* keys per tile (32 or 64; v4 measured 64 slower: register spills) */
 #endif

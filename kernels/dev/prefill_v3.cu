@@ -1,6 +1,7 @@
 /*
- * lkv_prefill.cu: LazyAttention prefill on CUDA: n_new new tokens attend to cached documents
- * (block references, all visible) and causally to themselves.
+ * prefill_v3.cu (kernels/dev; kernels/cuda/lkv_prefill.cu before v4): LazyAttention prefill
+ * on CUDA: n_new new tokens attend to cached documents (block references, all visible) and
+ * causally to themselves.
  *
  * Tensor-core path (head_dim 64 or 128, template D): flash-attention 2 style with
  * mma.sync.m16n8k16 (bf16 or fp16 in, fp32 accumulate), 4 warps, BM = 64 query rows per CTA
