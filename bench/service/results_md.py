@@ -38,9 +38,10 @@ def main():
     if d.get("attach", "") != "measured":
         print("| attach | - | %s | | | | | | | | |" % d.get("attach", ""))
     print()
-    print("Date %s; load average at start %s, at end %s; %s CPUs; %s." % (
+    handles = d.get("handles", "own" if "--handles shared" not in d["command"] else "shared")
+    print("Finished %s; load average at start %s, at end %s; %s CPUs; %s; client handles: %s." % (
         d["date"], " ".join("%.2f" % x for x in d["loadavg_start"]),
-        " ".join("%.2f" % x for x in d["loadavg_end"]), d["cpus_online"], d["daemon"]))
+        " ".join("%.2f" % x for x in d["loadavg_end"]), d["cpus_online"], d["daemon"], handles))
 
 
 if __name__ == "__main__":

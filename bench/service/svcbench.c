@@ -743,6 +743,7 @@ static int write_json(const options *o, const double la0[3], const double la1[3]
     json_str(f, o->target ? o->target : "");
     fprintf(f, ",\n  \"daemon\": ");
     json_str(f, daemon_info);
+    fprintf(f, ",\n  \"handles\": \"%s\"", o->shared_handle ? "shared" : "own");
     fprintf(f, ",\n  \"profile\": ");
     json_str(f, o->profile);
     fprintf(f,
@@ -1044,7 +1045,9 @@ int main(int argc, char **argv)
         (void)daemon_stat(&b, "server", "threads", &thr);
         (void)daemon_stat(&b, "hot", "bytes_budget", &hot);
         snprintf(daemon_info, sizeof(daemon_info),
-                 "lazykvd at %s: %.0f polling threads, hot %.0f B", o.target, thr, hot);
+                 "lazykvd at %s: %.0f polling threads, hot %.0f B; clients: %s", o.target, thr, hot,
+                 o.shared_handle ? "one shared handle (one HTTP/2 connection)"
+                                 : "one handle and one connection each");
         fprintf(stderr, "svcbench: %s\n", daemon_info);
 
         if (has_phase(&o, "latency")) {
