@@ -37,8 +37,8 @@ static void vlog(int level, const char *file, int line, const char *fmt, va_list
     const char *base = strrchr(file, '/');
     base = base ? base + 1 : file;
     int n = snprintf(buf, sizeof(buf), "%04d-%02d-%02dT%02d:%02d:%02d.%03ldZ %-5s %s:%d ",
-                     tm.tm_year + 1900, tm.tm_mon + 1, tm.tm_mday, tm.tm_hour, tm.tm_min,
-                     tm.tm_sec, ts.tv_nsec / 1000000, tags[level & 3], base, line);
+                     tm.tm_year + 1900, tm.tm_mon + 1, tm.tm_mday, tm.tm_hour, tm.tm_min, tm.tm_sec,
+                     ts.tv_nsec / 1000000, tags[level & 3], base, line);
     if (n < 0) {
         return;
     }

@@ -37,10 +37,10 @@ void lkv_log_line(int level, const char *file, int line, const char *fmt, ...)
 void lkv_panic_at(const char *file, int line, const char *fmt, ...)
     __attribute__((format(printf, 3, 4), noreturn));
 
-#define LKV_LOGD(...) lkv_log_line(LKV_LOG_DEBUG, __FILE__, __LINE__, __VA_ARGS__)
-#define LKV_LOGI(...) lkv_log_line(LKV_LOG_INFO, __FILE__, __LINE__, __VA_ARGS__)
-#define LKV_LOGW(...) lkv_log_line(LKV_LOG_WARN, __FILE__, __LINE__, __VA_ARGS__)
-#define LKV_LOGE(...) lkv_log_line(LKV_LOG_ERROR, __FILE__, __LINE__, __VA_ARGS__)
+#define LKV_LOGD(...)  lkv_log_line(LKV_LOG_DEBUG, __FILE__, __LINE__, __VA_ARGS__)
+#define LKV_LOGI(...)  lkv_log_line(LKV_LOG_INFO, __FILE__, __LINE__, __VA_ARGS__)
+#define LKV_LOGW(...)  lkv_log_line(LKV_LOG_WARN, __FILE__, __LINE__, __VA_ARGS__)
+#define LKV_LOGE(...)  lkv_log_line(LKV_LOG_ERROR, __FILE__, __LINE__, __VA_ARGS__)
 #define lkv_panic(...) lkv_panic_at(__FILE__, __LINE__, __VA_ARGS__)
 
 /* Evaluates expr (an int status); on a negative value logs #expr and returns it. */

@@ -30,15 +30,15 @@
 /* Position-encoding tables of a model, built once on the host by lkv_posenc_init. Plain data:
  * copy it by value (kernels take it as a kernel parameter or in constant memory). */
 typedef struct lkv_posenc {
-    int kind;                                 /* enum lkv_posenc_kind. */
-    int pairing;                              /* enum lkv_rope_pairing. */
-    int head_dim;                             /* Head dimension the table was built for. */
-    int n_pairs;                              /* Rotated pairs: rotary_dim / 2. */
-    double freq_turns[LKV_MAX_HEAD_DIM / 2];  /* theta_j / (2 pi), scaling applied (fp64). */
-    float freq_hi[LKV_MAX_HEAD_DIM / 2];      /* fp32 part of freq_turns. */
-    float freq_lo[LKV_MAX_HEAD_DIM / 2];      /* freq_turns - freq_hi, as fp32. */
-    int n_q_heads;                            /* Heads with an ALiBi slope. */
-    float alibi_slope[LKV_MAX_Q_HEADS];       /* ALiBi slope per query head (kind ALIBI). */
+    int kind;                                /* enum lkv_posenc_kind. */
+    int pairing;                             /* enum lkv_rope_pairing. */
+    int head_dim;                            /* Head dimension the table was built for. */
+    int n_pairs;                             /* Rotated pairs: rotary_dim / 2. */
+    double freq_turns[LKV_MAX_HEAD_DIM / 2]; /* theta_j / (2 pi), scaling applied (fp64). */
+    float freq_hi[LKV_MAX_HEAD_DIM / 2];     /* fp32 part of freq_turns. */
+    float freq_lo[LKV_MAX_HEAD_DIM / 2];     /* freq_turns - freq_hi, as fp32. */
+    int n_q_heads;                           /* Heads with an ALiBi slope. */
+    float alibi_slope[LKV_MAX_Q_HEADS];      /* ALiBi slope per query head (kind ALIBI). */
 } lkv_posenc;
 
 /* Builds the tables for cfg, head_dim and n_q_heads into *pe (caller-owned storage). Returns

@@ -96,7 +96,7 @@ typedef struct lkv_kv_shape {
     int block_tokens; /* B: tokens per block, 1..64. */
 } lkv_kv_shape;
 
-#define LKV_MAX_HEAD_DIM 256
+#define LKV_MAX_HEAD_DIM     256
 #define LKV_MAX_BLOCK_TOKENS 64
 
 /* Bytes of one (layer, K|V, kv_head) slab of a block: B x head_dim elements. */
@@ -124,14 +124,14 @@ static inline LKV_HD uint32_t lkv_blocks_for_tokens(const lkv_kv_shape *s, uint6
 }
 
 /* Block reference fields. */
-#define LKV_REF_PAGE_BITS 24
+#define LKV_REF_PAGE_BITS  24
 #define LKV_REF_START_BITS 22
 #define LKV_REF_BLOCK_BITS 12
 #define LKV_REF_VALID_BITS 6
-#define LKV_REF_MAX_PAGE ((1u << LKV_REF_PAGE_BITS) - 1u)    /* 16,777,215 */
-#define LKV_REF_MAX_START ((1u << LKV_REF_START_BITS) - 1u)  /* 4,194,303 */
-#define LKV_REF_MAX_BLOCK ((1u << LKV_REF_BLOCK_BITS) - 1u)  /* 4095 */
-#define LKV_MAX_POSITION LKV_REF_MAX_START
+#define LKV_REF_MAX_PAGE   ((1u << LKV_REF_PAGE_BITS) - 1u)  /* 16,777,215 */
+#define LKV_REF_MAX_START  ((1u << LKV_REF_START_BITS) - 1u) /* 4,194,303 */
+#define LKV_REF_MAX_BLOCK  ((1u << LKV_REF_BLOCK_BITS) - 1u) /* 4095 */
+#define LKV_MAX_POSITION   LKV_REF_MAX_START
 
 /* Packs a block reference. Fields are masked, not checked: callers that take the values from
  * input use lkv_ref_pack_checked. page <= LKV_REF_MAX_PAGE, start <= LKV_REF_MAX_START,
