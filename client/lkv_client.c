@@ -1117,19 +1117,26 @@ int lkv_client_delete(lkv_client_t *c, const lkv_docref *ref, int deadline_ms, u
     return 0;
 }
 
-int lkv_client_stats(lkv_client_t *c, const char *section, int deadline_ms, char **info)
+/* One Admin/Stats call for section (NULL or "" for all); *m is the reply, freed by the caller
+ * with lkv_pb_free. */
+static int stats_call(lkv_client_t *c, const char *section, int deadline_ms, ProtobufCMessage **m)
 {
-    err_clear();
-    *info = NULL;
     Lazykv__V1__StatsRequest req = LAZYKV__V1__STATS_REQUEST__INIT;
     char *sec = (char *)section;
     if (section != NULL && section[0] != '\0') {
         req.n_sections = 1;
         req.sections = &sec;
     }
+    return unary(c, "/lazykv.v1.Admin/Stats", &req.base, &lazykv__v1__stats_response__descriptor,
+                 deadline_ms, m);
+}
+
+int lkv_client_stats(lkv_client_t *c, const char *section, int deadline_ms, char **info)
+{
+    err_clear();
+    *info = NULL;
     ProtobufCMessage *m = NULL;
-    int rc = unary(c, "/lazykv.v1.Admin/Stats", &req.base, &lazykv__v1__stats_response__descriptor,
-                   deadline_ms, &m);
+    int rc = stats_call(c, section, deadline_ms, &m);
     if (rc != 0) {
         return rc;
     }
@@ -1144,15 +1151,8 @@ int lkv_client_stats_entries(lkv_client_t *c, const char *section, int deadline_
     err_clear();
     *entries = NULL;
     *n = 0;
-    Lazykv__V1__StatsRequest req = LAZYKV__V1__STATS_REQUEST__INIT;
-    char *sec = (char *)section;
-    if (section != NULL && section[0] != '\0') {
-        req.n_sections = 1;
-        req.sections = &sec;
-    }
     ProtobufCMessage *m = NULL;
-    int rc = unary(c, "/lazykv.v1.Admin/Stats", &req.base, &lazykv__v1__stats_response__descriptor,
-                   deadline_ms, &m);
+    int rc = stats_call(c, section, deadline_ms, &m);
     if (rc != 0) {
         return rc;
     }

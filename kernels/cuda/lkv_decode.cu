@@ -70,6 +70,48 @@ template <int G> struct dec_unroll {
     static const int U = G >= 8 ? 4 : 8; /* Loads of K (and V) per lane per step. */
 };
 
+/* Epilogue shared by both decode kernels (call after __syncthreads): merges the DEC_WARPS
+ * warps' partial softmax states (mw: running max, lw: sum, accw: output, log2 domain) of the
+ * nh heads of this CTA and writes the result: out (+ lse) when the CTA owns the whole sequence,
+ * else this split's partial output and log2 sum for the merge kernel. */
+template <typename T, int G>
+static __device__ __forceinline__ void dec_store(const decode_params &p, const float *mw,
+                                                 const float *lw, const float *accw, int nh, int d,
+                                                 int b, int h0, int split)
+{
+    for (int i = threadIdx.x; i < nh * d; i += blockDim.x) {
+        const int h = i / d, dim = i - h * d;
+        float M = -INFINITY;
+#pragma unroll
+        for (int w = 0; w < DEC_WARPS; w++) {
+            M = fmaxf(M, mw[w * G + h]);
+        }
+        float ls = 0.0f, o = 0.0f;
+        if (M != -INFINITY) {
+#pragma unroll
+            for (int w = 0; w < DEC_WARPS; w++) {
+                const float sc = exp2f(mw[w * G + h] - M);
+                ls += lw[w * G + h] * sc;
+                o += accw[(w * G + h) * d + dim] * sc;
+            }
+        }
+        const size_t row = (size_t)b * p.n_q + h0 + h;
+        const float res = ls > 0.0f ? o / ls : 0.0f;
+        const float lse2 = ls > 0.0f ? M + log2f(ls) : -INFINITY;
+        if (p.n_splits == 1) {
+            ((T *)p.out)[row * d + dim] = lkv__elem<T>::from_f(res);
+            if (dim == 0 && p.lse != NULL) {
+                p.lse[row] = ls > 0.0f ? lse2 * LKV__LN2 : -INFINITY;
+            }
+        } else {
+            p.part_o[(row * p.n_splits + split) * d + dim] = res;
+            if (dim == 0) {
+                p.part_lse[row * p.n_splits + split] = lse2;
+            }
+        }
+    }
+}
+
 template <typename T, int G, int LT>
 __global__ void __launch_bounds__(DEC_WARPS * 32)
     decode_kernel(const decode_params p, const lkv__dev_pe pe, const lkv__dev_slopes sl)
@@ -328,37 +370,7 @@ __global__ void __launch_bounds__(DEC_WARPS * 32)
         }
     }
     __syncthreads();
-    for (int i = threadIdx.x; i < nh * d; i += blockDim.x) {
-        const int h = i / d, dim = i - h * d;
-        float M = -INFINITY;
-#pragma unroll
-        for (int w = 0; w < DEC_WARPS; w++) {
-            M = fmaxf(M, mw[w * G + h]);
-        }
-        float ls = 0.0f, o = 0.0f;
-        if (M != -INFINITY) {
-#pragma unroll
-            for (int w = 0; w < DEC_WARPS; w++) {
-                const float sc = exp2f(mw[w * G + h] - M);
-                ls += lw[w * G + h] * sc;
-                o += accw[(w * G + h) * d + dim] * sc;
-            }
-        }
-        const size_t row = (size_t)b * p.n_q + h0 + h;
-        const float res = ls > 0.0f ? o / ls : 0.0f;
-        const float lse2 = ls > 0.0f ? M + log2f(ls) : -INFINITY;
-        if (p.n_splits == 1) {
-            ((T *)p.out)[row * d + dim] = lkv__elem<T>::from_f(res);
-            if (dim == 0 && p.lse != NULL) {
-                p.lse[row] = ls > 0.0f ? lse2 * LKV__LN2 : -INFINITY;
-            }
-        } else {
-            p.part_o[(row * p.n_splits + split) * d + dim] = res;
-            if (dim == 0) {
-                p.part_lse[row * p.n_splits + split] = lse2;
-            }
-        }
-    }
+    dec_store<T, G>(p, mw, lw, accw, nh, d, b, h0, split);
 }
 
 /* ------------------------------------------------------------------------------------------
@@ -595,37 +607,7 @@ __global__ void __launch_bounds__(DEC_WARPS * 32)
         aw[(2 * tq + 1) * D + mt * 16 + gq + 8] = o[mt][3];
     }
     __syncthreads();
-    for (int i = threadIdx.x; i < nh * D; i += blockDim.x) {
-        const int h = i / D, dim = i - h * D;
-        float M = -INFINITY;
-#pragma unroll
-        for (int w = 0; w < DEC_WARPS; w++) {
-            M = fmaxf(M, mw[w * G + h]);
-        }
-        float ls = 0.0f, ov = 0.0f;
-        if (M != -INFINITY) {
-#pragma unroll
-            for (int w = 0; w < DEC_WARPS; w++) {
-                const float sc = exp2f(mw[w * G + h] - M);
-                ls += lw[w * G + h] * sc;
-                ov += accw[(w * G + h) * D + dim] * sc;
-            }
-        }
-        const size_t row = (size_t)b * p.n_q + h0 + h;
-        const float res = ls > 0.0f ? ov / ls : 0.0f;
-        const float lse2 = ls > 0.0f ? M + log2f(ls) : -INFINITY;
-        if (p.n_splits == 1) {
-            ((T *)p.out)[row * D + dim] = lkv__elem<T>::from_f(res);
-            if (dim == 0 && p.lse != NULL) {
-                p.lse[row] = ls > 0.0f ? lse2 * LKV__LN2 : -INFINITY;
-            }
-        } else {
-            p.part_o[(row * p.n_splits + split) * D + dim] = res;
-            if (dim == 0) {
-                p.part_lse[row * p.n_splits + split] = lse2;
-            }
-        }
-    }
+    dec_store<T, G>(p, mw, lw, accw, nh, D, b, h0, split);
 }
 
 /* Launch plan shared by the workspace query and the launcher. */
