@@ -14,7 +14,7 @@
  * the generated tokens) of one prompt. Its pages are position-free: a prompt places segments at
  * starts of its choosing (seg.start) and attention rotates the query by the offset.
  *
- * QKV dump file (lkv_qkv_dump_write / _read, tool test_kernels_model_dump): everything a GPU
+ * QKV dump file (lkv_qkv_dump_write / _read, tool model_dump): everything a GPU
  * kernel check needs to replay the tiny model's attention for one prompt [doc_a][doc_b]
  * [question] (prefill of the question, then decode of one generated token), layer by layer,
  * with the CPU reference's outputs. Little-endian, no padding, in this order:

@@ -59,7 +59,7 @@
  *     then lkv_rpc_set_principal(rpc, tenant), and tenant->salt keys every store call.
  * A header that is present but too long for buf must be refused (LKV_EUNAUTH), never treated as
  * absent: size buf to gRPC's metadata limit (8 KiB by default), or tell the two apart.
- * tests/auth/auth_edge_server.c is this recipe running on the daemon's RPC engine.
+ * tests/daemon/auth_edge_server.c is this recipe running on the daemon's RPC engine.
  *
  * Thread safety: a table is built single-threaded, then only read; lkv_auth_check and every
  * other const function may run on any number of threads at once.

@@ -12,7 +12,7 @@
  *               tlfu-gdsf)         knowing its heap position: O(log n) per operation.
  * Allocation happens only when the entry array, the hash table or the heap grows (doubling).
  *
- * Invariants (checked after every operation by tests/sim/test_policy.c):
+ * Invariants (checked after every operation by tests/storage/test_policy.c):
  *   used <= budget; pinned <= used; count = entries in the table;
  *   an entry is in the list/heap iff pins == 0;
  *   for heap kinds, clock = priority of the last victim (GDSF aging, monotone).

@@ -1,5 +1,5 @@
 /*
- * test_cli_format.c: client.cli_format. Unit tests of the lazykv CLI's pure helpers, reached by
+ * test_lazykv_cli.c: client.lazykv_cli. Unit tests of the lazykv CLI's pure helpers, reached by
  * including client/lazykv_cli.c with its main() renamed: human units, durations, percentages,
  * number and tier parsing, key-prefix matching, lease ids, token lists, page ranges and the
  * stats views (human and JSON) on a fixed set of entries, captured through a temporary file.

@@ -1,5 +1,5 @@
 #!/usr/bin/python3
-"""lkv_auth at a real gRPC edge: tests/auth/auth_edge_server (the daemon's RPC engine plus
+"""lkv_auth at a real gRPC edge: tests/daemon/auth_edge_server (the daemon's RPC engine plus
 lkv_auth, wired as daemon/lkv_auth.h describes) driven by the lazykv Python client.
 
 Checks what clients see over real gRPC: missing / malformed / wrong tokens give

@@ -1,5 +1,5 @@
 /*
- * test_client_unit.c: client.client_unit. The parts of the client library that need no daemon:
+ * test_client.c: client.client. The parts of the client library that need no daemon:
  * the gRPC status -> LKV_E* table, key hex helpers, option checks, and calls to an address where
  * nothing listens (LKV_EUNAVAIL / LKV_ETIMEDOUT with a message, within the deadline).
  */

@@ -57,7 +57,7 @@ def find_daemon():
     if os.environ.get("LAZYKVD"):
         return os.environ["LAZYKVD"]
     here = os.path.dirname(os.path.abspath(__file__))
-    return os.path.join(here, "..", "..", "build", "bin", "lazykvd")
+    return os.path.join(here, "..", "..", "..", "build", "bin", "lazykvd")
 
 
 LAZYKVD = find_daemon()
@@ -199,7 +199,7 @@ class AnonymousTest(unittest.TestCase):
     def test_rag_example(self):
         import importlib.util
         here = os.path.dirname(os.path.abspath(__file__))
-        path = os.path.join(here, "..", "..", "client", "python", "examples", "rag_pipeline.py")
+        path = os.path.join(here, "..", "..", "..", "client", "python", "examples", "rag_pipeline.py")
         spec = importlib.util.spec_from_file_location("rag_pipeline", path)
         rag = importlib.util.module_from_spec(spec)
         spec.loader.exec_module(rag)

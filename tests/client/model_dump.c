@@ -2,7 +2,7 @@
  * model_dump.c: writes the QKV dump of the tiny model (format in client/lkv_model.h) for a
  * fixed prompt [doc_a][doc_b][question], for GPU kernel checks that cannot run the model.
  *
- *   test_kernels_model_dump MODEL_DIR OUT_FILE [BLOCK_TOKENS (16)] [DTYPE f32|f16|bf16 (f32)]
+ *   model_dump MODEL_DIR OUT_FILE [BLOCK_TOKENS (16)] [DTYPE f32|f16|bf16 (f32)]
  *
  * MODEL_DIR holds stories260K.bin and tok512.bin. Prints the dump's dimensions.
  */

@@ -1,6 +1,6 @@
 /*
  * auth_edge_server.c: a test server that runs lkv_auth at a real gRPC edge (the daemon's RPC
- * engine, daemon/lkv_server.h) exactly as lazykvd is meant to, so that tests/auth/
+ * engine, daemon/lkv_server.h) exactly as lazykvd is meant to, so that tests/daemon/
  * test_auth_edge.py can drive it with the Python client over real gRPC: the bearer token in the
  * "authorization" metadata, gRPC core's peer strings for loopback, the status codes and messages
  * clients see.

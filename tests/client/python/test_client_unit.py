@@ -4,12 +4,12 @@
 1. Error mapping: every gRPC status code gives the right typed error.
 2. Request building: document references, the Put stream (header first, block indices, message
    packing under the size budget), local argument checks.
-3. Token hashing: the same known-answer vectors as tests/auth/test_auth.c (C and Python agree).
+3. Token hashing: the same known-answer vectors as tests/daemon/test_auth.c (C and Python agree).
 4. The client end to end against an in-process fake of lazykv.v1.Cache/Admin and
    grpc.health.v1 (grpcio server on a loopback port): streaming Put and Get, the bearer token
    in the metadata, server errors arriving as typed errors.
 
-Run: PYTHONPATH=<build>/python /usr/bin/python3 tests/python/test_client_unit.py
+Run: PYTHONPATH=<build>/python /usr/bin/python3 tests/client/python/test_client_unit.py
 """
 
 import hashlib
@@ -157,7 +157,7 @@ class RequestBuildingTest(unittest.TestCase):
 
 class AuthTest(unittest.TestCase):
     def test_known_answers(self):
-        # The same vectors as tests/auth/test_auth.c.
+        # The same vectors as tests/daemon/test_auth.c.
         self.assertEqual(
             lazykv.hash_token("secret-alice"),
             "blake2b:383935774b5e80e9b9fdfbe8ec970d01ec360e7a071b83f1b825c141e8117d61")
