@@ -1,5 +1,5 @@
 /*
- * lkv_server.c: the RPC engine over gRPC C core 1.51 (see lkv_server.h; notes/grpc-core.md).
+ * lkv_server.c: the RPC engine over gRPC C core 1.51 (see lkv_server.h; DESIGN.md 9).
  *
  * Threads and queues. `threads` workers, each with one completion queue (created for next) that
  * only it polls. Every method is registered once; each worker keeps ARMED requests outstanding
@@ -21,7 +21,7 @@
  * finish(), before the final batch starts. Byte buffers handed to SEND_MESSAGE are destroyed
  * only after their batch completes.
  *
- * Shutdown (notes/grpc-core.md B3): draining=1; grpc_server_shutdown_and_notify on worker 0's
+ * Shutdown (DESIGN.md 9.3): draining=1; grpc_server_shutdown_and_notify on worker 0's
  * queue; wait up to the grace period for the shutdown tag and for every context to be freed;
  * then grpc_server_cancel_all_calls and wait again; then shut the queues down, join the
  * workers (each drains to GRPC_QUEUE_SHUTDOWN), destroy the server, the queues, grpc_shutdown.

@@ -1,6 +1,6 @@
 /*
  * lkv_attn.h: LazyAttention, the C API shared by the CPU reference (lkv_attn_cpu.c) and the
- * CUDA kernels (lkv_attn_cuda.h). Read DESIGN.md section 1 and kernels.md section 5.
+ * CUDA kernels (lkv_attn_cuda.h). Read DESIGN.md sections 1 and 10.
  *
  * Cached documents are stored with keys rotated at document-local positions (lkv_layout.h).
  * A document placed at start s of a prompt is attended by a query at absolute position p by

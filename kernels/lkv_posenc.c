@@ -9,7 +9,7 @@
  *           theta_j / factor; otherwise smooth = (orig/wavelen - low) / (high - low) and
  *           theta_j' = (1 - smooth) theta_j / factor + smooth theta_j (HF/vLLM "llama3").
  * Stored as turns f_j = theta_j / (2 pi) in fp64, plus f_hi = (float)f_j and
- * f_lo = (float)(f_j - f_hi) for device code (fp32 hi/lo products, kernels.md 5.5).
+ * f_lo = (float)(f_j - f_hi) for device code (fp32 hi/lo products, DESIGN.md 10.5).
  */
 #include <math.h>
 #include <string.h>

@@ -1,7 +1,7 @@
 /*
  * lkv_pb.c: protobuf-c <-> grpc_byte_buffer (see lkv_pb.h).
  *
- * Ownership rules of gRPC core 1.51 honoured here (notes/grpc-core.md B2, B3):
+ * Ownership rules of gRPC core 1.51 honoured here (DESIGN.md 9.2, 9.3):
  *   - grpc_raw_byte_buffer_create takes its own reference on the slice, so ours is dropped.
  *   - grpc_byte_buffer_reader_init returns 0 on failure (bad compressed payload); the reader is
  *     destroyed on every path after a successful init; readall returns a slice we must unref.

@@ -8,7 +8,7 @@
 #
 # Run from the repository root. Binaries come from BIN (default build/bin): lazykvd, lazykv and
 # lkv_ipc_reader (built when nvcc is found). On the lent H200 they travel with their libraries
-# (see bench/gpu/daemon_hbm_check.sh and notes/toolchain.md):
+# (see bench/gpu/daemon_hbm_check.sh and DESIGN.md 11.2):
 #     export LD_LIBRARY_PATH=$PWD/.gpu/lib:$(bash .gpu/lib/nccl-path):/usr/local/cuda/lib64
 #     bash bench/gpu/ipc_check.sh
 # BACKEND=host runs the same flow with a shared-memory arena and lkv_shm_reader (any machine).

@@ -4,7 +4,7 @@
  * - lkv__dev_pe: the part of lkv_posenc the kernels read, passed BY VALUE as a kernel
  *   parameter (about 1.1 KB; well under the 4 KB classic parameter limit). ALiBi slopes are
  *   passed per launch as a separate pointer-free array only where needed (lkv__dev_slopes).
- * - Exact-angle sincos (kernels.md 5.5): an integer offset delta (|delta| < 2^23, exact in fp32)
+ * - Exact-angle sincos (DESIGN.md 10.5): an integer offset delta (|delta| < 2^23, exact in fp32)
  *   times the frequency in turns, held as an fp32 hi/lo pair; the product is reduced in turns
  *   (keep the fraction) with an FMA error term, then sincospif. About 1e-7 rad at any offset.
  * - 16-bit element helpers for bf16 and fp16 (type traits over __nv_bfloat16 / __half).

@@ -18,7 +18,7 @@
  *
  * Tensor-core path (head_dim 64 or 128, decode_mma_kernel): keys are the M dimension of
  * mma.m16n8k16 and the (up to 8) query heads of the chunk the N = 8 dimension:
- *   S^T = K Q^T, then O^T += V^T P^T   (kernels.md 5.3),
+ *   S^T = K Q^T, then O^T += V^T P^T   (DESIGN.md 10.3),
  * with ldmatrix from an XOR-swizzled ring and two movmatrix transposes to turn the S^T
  * accumulator into the P^T operand. The rotated, scaled query is rounded once to 16 bits.
  *
@@ -27,7 +27,7 @@
  * lanes with xor shuffles; the rotated query stays fp32. G (1, 2, 4 or 8) is a template
  * constant, L a runtime value: 8 instantiations per element type.
  *
- * Lazy RoPE (option B of kernels.md 5.2): keys are stored rotated at document-local positions,
+ * Lazy RoPE (option B of DESIGN.md 10.2): keys are stored rotated at document-local positions,
  * so only the query is rotated, by q_pos - start, whenever the warp's walk enters a reference
  * with a new document start (the tensor-core path computes one sincos per pair per warp and
  * shares it through shared memory). Angles use the exact integer offset (hi/lo turns,
@@ -377,7 +377,7 @@ __global__ void __launch_bounds__(DEC_WARPS * 32)
  * Tensor-core decode (head_dim 64 or 128): per warp, 16 keys at a time,
  *   S^T[16 keys x 8 heads] = K[16 x D] . Q^T[D x 8]          (mma m16n8k16, keys as M)
  *   O^T[D x 8 heads]     += V^T[D x 16] . P^T[16 keys x 8]     (dims as M)
- * so the GQA group (up to 8 query heads of one kv head) fills the N = 8 slot (kernels.md 5.3).
+ * so the GQA group (up to 8 query heads of one kv head) fills the N = 8 slot (DESIGN.md 10.3).
  * K and V rows of the step land in a per-warp cp.async ring (DEC_NST stages, 16-byte chunks
  * XOR-swizzled by row for conflict-free ldmatrix); P goes from the S^T accumulator layout to the
  * B-operand layout with two movmatrix transposes. The rotated, scaled query is rounded once to

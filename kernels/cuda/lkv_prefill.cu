@@ -18,7 +18,7 @@
  * last query token: causal). References of the split are staged in shared memory in windows
  * of REF_WIN.
  *
- * Lazy RoPE (kernels.md 5.4, option B): whenever a tile's document start differs from the last
+ * Lazy RoPE (DESIGN.md 10.4, option B): whenever a tile's document start differs from the last
  * one, the CTA re-reads its raw query rows from global memory (16-byte loads, L2-resident)
  * into the shared Q tile and rotates them there in place by (row position - start), in fp32
  * with exact-angle sincos (one per (token, pair), shared by the token's GQA rows), folding in

@@ -15,7 +15,7 @@
  * reduced over the L lanes of a row with xor shuffles. L is a template constant for head_dim
  * 128 (the tuned path) and a runtime value otherwise (generic path, any head_dim 8..256).
  *
- * Lazy RoPE (option B of kernels.md 5.2): keys are stored rotated at document-local positions,
+ * Lazy RoPE (option B of DESIGN.md 10.2): keys are stored rotated at document-local positions,
  * so only the query is rotated, by q_pos - start, whenever the warp's walk enters a reference
  * with a new document start. Angles use the exact integer offset (hi/lo turns, sincospif);
  * the rotation is fp32 and the rotated query stays fp32 (the softmax scale and log2(e) folded

@@ -16,7 +16,7 @@
  * tokens in tiles of BN (only up to the CTA's last query token: causal). References of the
  * split are staged in shared memory in windows of REF_WIN.
  *
- * Lazy RoPE (kernels.md 5.4, option B): the unrotated Q tile stays in shared memory; whenever
+ * Lazy RoPE (DESIGN.md 10.4, option B): the unrotated Q tile stays in shared memory; whenever
  * a tile's document start differs from the last one, the CTA rotates it by (row position -
  * start) in fp32 with exact-angle sincos (one per (token, pair), shared by the token's GQA
  * rows), folds in the softmax scale and log2(e), rounds once to 16 bits into a second buffer,

@@ -110,7 +110,7 @@ static void test_exact_angles(void)
     ASSERT_NEAR(lkv_rope_turns(0.25, LKV_MAX_POSITION), -0.25, 1e-15);
 }
 
-/* The device recipe (kernels.md 5.5) emulated in fp32 with the table's hi/lo split: the angle
+/* The device recipe (DESIGN.md 10.5) emulated in fp32 with the table's hi/lo split: the angle
  * stays within ~1e-6 rad of exact at every offset up to LKV_MAX_POSITION. */
 static void test_hi_lo_device_recipe(void)
 {
