@@ -135,8 +135,7 @@ struct lkv_server {
 
 static void finish(lkv_rpc *rpc, int rc);
 
-/* ---- Status mapping (the one table is proto/lkv_status.c)
- * --------------------------------------------------- */
+/* ---- Status mapping (the one table is proto/lkv_status.c) ---------------------------- */
 
 int lkv_server_status_code(int rc)
 {
