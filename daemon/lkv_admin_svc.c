@@ -403,8 +403,9 @@ static int list(void *arg, lkv_rpc *rpc, const ProtobufCMessage *m)
         return lkv_rpc_errorf(rpc, LKV_EINVAL, "List: after_key is %zu bytes, expected %d",
                               req->after_key.len, LKV_DOCKEY_BYTES);
     }
-    if (req->profile[0] != '\0' && lkv_store_profile_find(a->store, req->profile) == NULL) {
-        return lkv_rpc_errorf(rpc, LKV_EPROFILE, "List: unknown profile '%.64s'", req->profile);
+    const lkv_profile *lp = NULL;
+    if (req->profile[0] != '\0' && lkv_store_profile_get(a->store, req->profile, &lp) != 0) {
+        return lkv_rpc_errorf(rpc, LKV_EPROFILE, "List: %s", lkv_store_why());
     }
     list_ctx c;
     memset(&c, 0, sizeof(c));

@@ -70,64 +70,28 @@ static void wire_of(const lkv_cache_svc *svc, const lkv_rpc *rpc, const lkv_dock
     lkv_wirekey_encode(call_wire(svc, rpc), k, out->b);
 }
 
-/* Writes "a, b, c" (the configured profile names) into buf. */
-static void known_profiles(lkv_store *st, char *buf, size_t len)
+/* Fails the call with rc and the store's reason for it (lkv_store_why), prefixed by what. */
+static int store_refused(lkv_rpc *rpc, int rc, const char *what)
 {
-    size_t n = 0;
-    buf[0] = '\0';
-    for (int i = 0; i < lkv_store_profile_count(st) && n < len; i++) {
-        int w =
-            snprintf(buf + n, len - n, "%s%s", i ? ", " : "", lkv_store_profile_at(st, i)->name);
-        n += w > 0 ? (size_t)w : 0;
-    }
+    const char *why = lkv_store_why();
+    return lkv_rpc_errorf(rpc, rc, "%s: %s", what, why[0] ? why : lkv_strerror(rc));
 }
 
-/* Finds the profile or fails the call naming it and the known ones. */
+/* Finds the profile or fails the call with the store's reason (it names the known ones). */
 static int find_profile(lkv_cache_svc *svc, lkv_rpc *rpc, const char *what, const char *name,
                         const lkv_profile **out)
 {
-    if (name == NULL || name[0] == '\0') {
-        return lkv_rpc_errorf(rpc, LKV_EPROFILE,
-                              "%s: profile is empty (a model profile name is "
-                              "required)",
-                              what);
-    }
-    const lkv_profile *p = lkv_store_profile_find(svc->store, name);
-    if (p == NULL) {
-        char list[512];
-        known_profiles(svc->store, list, sizeof(list));
-        return lkv_rpc_errorf(rpc, LKV_EPROFILE, "%s: unknown profile '%.64s' (known: %s)", what,
-                              name, list);
-    }
-    *out = p;
-    return 0;
+    int rc = lkv_store_profile_get(svc->store, name, out);
+    return rc != 0 ? store_refused(rpc, rc, what) : 0;
 }
 
-/* Validates tokens of profile p: 1..max_doc_tokens ids, each < vocab_size. */
+/* Validates tokens of profile p (the one token check, lkv_profile_check_tokens). */
 static int check_tokens(lkv_rpc *rpc, const char *what, const lkv_profile *p,
                         const uint32_t *tokens, size_t n)
 {
-    if (n == 0) {
-        return lkv_rpc_errorf(rpc, LKV_EINVAL,
-                              "%s: token_ids is empty (a document has at least "
-                              "one token)",
-                              what);
-    }
-    if (n > p->max_doc_tokens) {
-        return lkv_rpc_errorf(rpc, LKV_EINVAL,
-                              "%s: %zu tokens, more than the %" PRIu32
-                              " a document of profile '%s' may have",
-                              what, n, p->max_doc_tokens, p->name);
-    }
-    for (size_t i = 0; i < n; i++) {
-        if (tokens[i] >= p->vocab_size) {
-            return lkv_rpc_errorf(rpc, LKV_EINVAL,
-                                  "%s: token_ids[%zu] = %" PRIu32
-                                  " is not below vocab_size %" PRIu32 " of profile '%s'",
-                                  what, i, tokens[i], p->vocab_size, p->name);
-        }
-    }
-    return 0;
+    char why[256];
+    int rc = lkv_profile_check_tokens(p, tokens, n, why, (int)sizeof(why));
+    return rc != 0 ? lkv_rpc_errorf(rpc, rc, "%s: %s", what, why) : 0;
 }
 
 /* Resolves a DocRef to a key. Fails the call on a bad reference. what names it in messages. */
@@ -224,63 +188,35 @@ typedef struct put_state {
     int exists;              /* The document was stored already. */
     uint32_t n_tokens;       /* Tokens of the document. */
     uint32_t n_blocks;       /* Blocks expected. */
-    uint32_t next;           /* Next block index expected. */
-    uint64_t block_bytes;    /* Bytes per block. */
 } put_state;
 
+/* Opens the put: the store checks the profile, the tokens and the room, and says why it refuses
+ * (lkv_store_why); only the header's own n_blocks field is checked here. */
 static int put_header(lkv_cache_svc *svc, lkv_rpc *rpc, const Lazykv__V1__PutHeader *h)
 {
-    const lkv_profile *p = NULL;
-    int rc = find_profile(svc, rpc, "Put header", h->profile, &p);
-    if (rc == 0) {
-        rc = check_tokens(rpc, "Put header", p, h->token_ids, h->n_token_ids);
-    }
-    if (rc != 0) {
-        return rc;
-    }
-    uint32_t n_tokens = (uint32_t)h->n_token_ids;
-    uint32_t want = lkv_blocks_for_tokens(&p->shape, n_tokens);
-    if (h->n_blocks != 0 && h->n_blocks != want) {
-        return lkv_rpc_errorf(rpc, LKV_EINVAL,
-                              "Put header: n_blocks = %" PRIu32 " but %" PRIu32
-                              " tokens in blocks of %d make %" PRIu32,
-                              h->n_blocks, n_tokens, p->shape.block_tokens, want);
-    }
-    rc = lkv_rpc_check_deadline(rpc);
+    int rc = lkv_rpc_check_deadline(rpc);
     if (rc != 0) {
         return rc;
     }
     put_state *st = lkv_xcalloc(1, sizeof(*st));
     lkv_rpc_set_state(rpc, st);
-    rc = lkv_store_put_begin(svc->store, call_salt(svc, rpc), p->name, h->token_ids, n_tokens,
-                             &st->tx, &st->key, &st->exists);
+    rc = lkv_store_put_begin(svc->store, call_salt(svc, rpc), h->profile, h->token_ids,
+                             (uint32_t)h->n_token_ids, &st->tx, &st->key, &st->exists);
     if (rc != 0) {
-        char b[32], hb[32], pb[32];
-        lkv_store_stats ss;
         st->tx = NULL;
-        switch (rc) {
-        case LKV_ENOSPC:
-            lkv_store_stats_get(svc->store, &ss);
-            return lkv_rpc_errorf(
-                rpc, rc,
-                "no room for the document: it needs %" PRIu32 " hot pages of %s (%s); the hot "
-                "budget is %" PRIu64 " pages (%s) and what is not free is pinned or being "
-                "written (retry later, or raise hot_bytes)",
-                want, lkv_format_bytes(ss.hot_page_bytes, pb, sizeof(pb)),
-                lkv_format_bytes((uint64_t)want * ss.hot_page_bytes, b, sizeof(b)),
-                ss.hot_pages_total, lkv_format_bytes(ss.hot_budget, hb, sizeof(hb)));
-        case LKV_ESHUTDOWN:
-            return lkv_rpc_errorf(rpc, rc, "the daemon is shutting down; retry elsewhere");
-        default:
-            return lkv_rpc_errorf(rpc, rc, "Put refused by the store: %s", lkv_strerror(rc));
-        }
+        return store_refused(rpc, rc, "Put header");
     }
-    st->prof = p;
-    st->n_tokens = n_tokens;
+    st->prof = lkv_store_profile_find(svc->store, h->profile);
+    st->n_tokens = (uint32_t)h->n_token_ids;
     st->n_blocks = lkv_store_put_n_blocks(st->tx);
-    st->block_bytes = lkv_store_put_block_bytes(st->tx);
-    st->next = 0;
-    assert(st->n_blocks == want);
+    assert(st->prof != NULL);
+    if (h->n_blocks != 0 && h->n_blocks != st->n_blocks) {
+        return lkv_rpc_errorf(rpc, LKV_EINVAL,
+                              "Put header: n_blocks = %" PRIu32 " but %" PRIu32
+                              " tokens in blocks of %d make %" PRIu32,
+                              h->n_blocks, st->n_tokens, st->prof->shape.block_tokens,
+                              st->n_blocks);
+    }
     return 0;
 }
 
@@ -308,39 +244,11 @@ static int put_on_message(void *arg, lkv_rpc *rpc, const ProtobufCMessage *m)
     }
     for (size_t i = 0; i < req->n_blocks; i++) {
         const Lazykv__V1__Block *b = req->blocks[i];
-        if (b->index >= st->n_blocks) {
-            return lkv_rpc_errorf(rpc, LKV_EINVAL,
-                                  "block index %" PRIu32 " out of range: the document has %" PRIu32
-                                  " blocks (index 0..%" PRIu32 ")",
-                                  b->index, st->n_blocks, st->n_blocks - 1);
-        }
-        if (b->index != st->next) {
-            return lkv_rpc_errorf(rpc, LKV_EINVAL,
-                                  "block index %" PRIu32 " out of order: expected index %" PRIu32
-                                  " (blocks go in order, each once)",
-                                  b->index, st->next);
-        }
-        if (b->data.len != st->block_bytes) {
-            const lkv_kv_shape *s = &st->prof->shape;
-            return lkv_rpc_errorf(rpc, LKV_EINVAL,
-                                  "block %" PRIu32 " is %zu bytes, expected %" PRIu64
-                                  " (profile '%s': %d layers x 2 x %d kv heads x %d tokens x %d "
-                                  "dims x %zu bytes)",
-                                  b->index, b->data.len, st->block_bytes, st->prof->name,
-                                  s->n_layers, s->n_kv_heads, s->block_tokens, s->head_dim,
-                                  lkv_dtype_size(s->dtype));
-        }
+        /* The store checks the index, the order, the size and the zero tail. */
         rc = lkv_store_put_block(st->tx, b->index, b->data.data, b->data.len);
-        if (rc == LKV_EINVAL) {
-            return lkv_rpc_errorf(rpc, rc,
-                                  "block %" PRIu32 ": the token slots past the document's end "
-                                  "(token %" PRIu32 " on) must be zero",
-                                  b->index, st->n_tokens);
-        }
         if (rc != 0) {
-            return lkv_rpc_errorf(rpc, rc, "block %" PRIu32 ": %s", b->index, lkv_strerror(rc));
+            return store_refused(rpc, rc, "Put");
         }
-        st->next++;
     }
     return 0;
 }
@@ -352,21 +260,15 @@ static int put_on_end(void *arg, lkv_rpc *rpc)
     if (st == NULL) {
         return lkv_rpc_errorf(rpc, LKV_EINVAL, "empty Put stream: no header was sent");
     }
-    if (st->next != st->n_blocks) {
-        return lkv_rpc_errorf(rpc, LKV_EINVAL,
-                              "Put stream ended after %" PRIu32 " of %" PRIu32 " blocks (%" PRIu32
-                              " tokens in blocks of %d)",
-                              st->next, st->n_blocks, st->n_tokens, st->prof->shape.block_tokens);
-    }
     int rc = lkv_rpc_check_deadline(rpc);
     if (rc != 0) {
         return rc;
     }
     lkv_store_put *tx = st->tx;
-    st->tx = NULL; /* put_commit frees it, also on error. */
-    rc = lkv_store_put_commit(tx);
+    st->tx = NULL;                 /* put_commit frees it, also on error. */
+    rc = lkv_store_put_commit(tx); /* Also checks that every block came. */
     if (rc != 0) {
-        return lkv_rpc_errorf(rpc, rc, "Put could not be committed: %s", lkv_strerror(rc));
+        return store_refused(rpc, rc, "Put");
     }
     Lazykv__V1__PutResponse resp = LAZYKV__V1__PUT_RESPONSE__INIT;
     lkv_dockey wire;

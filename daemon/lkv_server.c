@@ -50,6 +50,7 @@
 #include "lkv_err.h"
 #include "lkv_log.h"
 #include "lkv_pb.h"
+#include "lkv_status.h"
 
 #define ARMED         4   /* Outstanding requests per (worker, method). */
 #define ARMED_GENERIC 1   /* Outstanding generic requests per worker. */
@@ -88,6 +89,7 @@ struct lkv_rpc {
     grpc_byte_buffer *send_buf; /* In-flight SEND_MESSAGE buffer. */
     grpc_byte_buffer *staged;   /* Packed by reply/send, not yet started. */
     grpc_slice status_slice;    /* Final status details (kept until free). */
+    grpc_metadata trail_md;     /* Final "lkv-code" trailing metadata (static slices). */
     int status_slice_set;       /* status_slice needs an unref. */
     int cancelled;              /* RECV_CLOSE_ON_SERVER out-param. */
     int pending;                /* Batches in flight. */
@@ -133,72 +135,16 @@ struct lkv_server {
 
 static void finish(lkv_rpc *rpc, int rc);
 
-/* ---- Status mapping (the one table) --------------------------------------------------- */
+/* ---- Status mapping (the one table is proto/lkv_status.c) ---------------------------- */
 
 int lkv_server_status_code(int rc)
 {
-    switch (rc) {
-    case LKV_OK:
-        return GRPC_STATUS_OK;
-    case LKV_EINVAL:
-    case LKV_EPROTO:
-    case LKV_EPROFILE:
-    case LKV_ECONFIG:
-        return GRPC_STATUS_INVALID_ARGUMENT;
-    case LKV_ENOTFOUND:
-        return GRPC_STATUS_NOT_FOUND;
-    case LKV_EEXIST:
-        return GRPC_STATUS_ALREADY_EXISTS;
-    case LKV_ENOSPC:
-    case LKV_ETOOBIG:
-    case LKV_ENOMEM:
-        return GRPC_STATUS_RESOURCE_EXHAUSTED;
-    case LKV_EBUSY:
-        return GRPC_STATUS_FAILED_PRECONDITION;
-    case LKV_ETIMEDOUT:
-        return GRPC_STATUS_DEADLINE_EXCEEDED;
-    case LKV_ECANCELLED:
-        return GRPC_STATUS_CANCELLED;
-    case LKV_EUNAUTH:
-        return GRPC_STATUS_UNAUTHENTICATED;
-    case LKV_EPERM:
-        return GRPC_STATUS_PERMISSION_DENIED;
-    case LKV_EUNAVAIL:
-    case LKV_ESHUTDOWN:
-    case LKV_EAGAIN:
-        return GRPC_STATUS_UNAVAILABLE;
-    case LKV_ENOTSUP:
-        return GRPC_STATUS_UNIMPLEMENTED;
-    case LKV_ECORRUPT:
-        return GRPC_STATUS_DATA_LOSS;
-    default:
-        return GRPC_STATUS_INTERNAL;
-    }
+    return lkv_status_from_err(rc);
 }
 
 const char *lkv_server_status_name(int code)
 {
-    static const char *names[] = {"OK",
-                                  "CANCELLED",
-                                  "UNKNOWN",
-                                  "INVALID_ARGUMENT",
-                                  "DEADLINE_EXCEEDED",
-                                  "NOT_FOUND",
-                                  "ALREADY_EXISTS",
-                                  "PERMISSION_DENIED",
-                                  "RESOURCE_EXHAUSTED",
-                                  "FAILED_PRECONDITION",
-                                  "ABORTED",
-                                  "OUT_OF_RANGE",
-                                  "UNIMPLEMENTED",
-                                  "INTERNAL",
-                                  "UNAVAILABLE",
-                                  "DATA_LOSS",
-                                  "UNAUTHENTICATED"};
-    if (code >= 0 && code < (int)(sizeof(names) / sizeof(names[0]))) {
-        return names[code];
-    }
-    return "UNKNOWN";
+    return lkv_status_name(code);
 }
 
 /* Server-side failures are logged at warn; the caller's mistakes at info. */
@@ -419,7 +365,15 @@ static void finish(lkv_rpc *rpc, int rc)
     rpc->status_slice = grpc_slice_from_copied_string(rpc->msg);
     rpc->status_slice_set = 1;
     ops[n].op = GRPC_OP_SEND_STATUS_FROM_SERVER;
-    ops[n].data.send_status_from_server.trailing_metadata_count = 0;
+    if (rc != 0) {
+        /* The exact code, so that clients never parse the message (lkv_status.h). */
+        rpc->trail_md.key = grpc_slice_from_static_string(LKV_STATUS_MD_KEY);
+        rpc->trail_md.value = grpc_slice_from_static_string(lkv_status_md_value(rc));
+        ops[n].data.send_status_from_server.trailing_metadata_count = 1;
+        ops[n].data.send_status_from_server.trailing_metadata = &rpc->trail_md;
+    } else {
+        ops[n].data.send_status_from_server.trailing_metadata_count = 0;
+    }
     ops[n].data.send_status_from_server.status = (grpc_status_code)rpc->status;
     ops[n].data.send_status_from_server.status_details = rc != 0 ? &rpc->status_slice : NULL;
     n++;

@@ -26,8 +26,10 @@
  * The engine checks the call's deadline before every callback (DEADLINE_EXCEEDED), stops a
  * stream whose client went away (cleanup only), unpacks with the size limit (malformed:
  * INVALID_ARGUMENT), answers methods it does not know with UNIMPLEMENTED, maps LKV_* codes to
- * gRPC status codes in one place (lkv_server_status_code), and logs every refused call once
- * (client errors at info, server errors at warn) with the method, the peer and the message.
+ * gRPC status codes in one place (proto/lkv_status.h), sends the exact LKV_* code of every failed
+ * call as "lkv-code" trailing metadata (its name, e.g. "LKV_ENOSPC"), and logs every refused
+ * call once (client errors at info, server errors at warn) with the method, the peer and the
+ * message.
  *
  * Shutdown is a drain (lkv_server_shutdown): stop accepting calls, let in-flight calls finish
  * for a grace period, cancel the rest, wait for every callback and cleanup, stop the threads.
@@ -159,15 +161,11 @@ uint64_t lkv_rpc_max_message_bytes(const lkv_rpc *rpc);
 /* 1 if the server is draining (see lkv_server_draining). */
 int lkv_rpc_server_draining(const lkv_rpc *rpc);
 
-/* Maps an LKV_* code to the numeric grpc_status_code the edge returns for it (0 is OK). The one
- * mapping table of the daemon: EINVAL, EPROTO, EPROFILE -> INVALID_ARGUMENT; ENOTFOUND ->
- * NOT_FOUND; EEXIST -> ALREADY_EXISTS; ENOSPC, ETOOBIG, ENOMEM -> RESOURCE_EXHAUSTED; EBUSY ->
- * FAILED_PRECONDITION; ETIMEDOUT -> DEADLINE_EXCEEDED; ECANCELLED -> CANCELLED; EUNAUTH ->
- * UNAUTHENTICATED; EPERM -> PERMISSION_DENIED; EUNAVAIL, ESHUTDOWN, EAGAIN -> UNAVAILABLE;
- * ENOTSUP -> UNIMPLEMENTED; ECORRUPT -> DATA_LOSS; anything else -> INTERNAL. */
+/* Maps an LKV_* code to the numeric grpc_status_code the edge returns for it (0 is OK): the
+ * table is proto/lkv_status.c (lkv_status_from_err); this is that call. */
 int lkv_server_status_code(int rc);
 
-/* Returns the static canonical name of a gRPC status code ("INVALID_ARGUMENT"). */
+/* Returns the static canonical name of a gRPC status code ("INVALID_ARGUMENT"): lkv_status_name. */
 const char *lkv_server_status_name(int code);
 
 #endif

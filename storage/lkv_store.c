@@ -36,7 +36,10 @@
 
 #include <assert.h>
 #include <errno.h>
+#include <inttypes.h>
 #include <pthread.h>
+#include <stdarg.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -1006,6 +1009,61 @@ const lkv_profile *lkv_store_profile_find(const lkv_store *s, const char *name)
     return i >= 0 ? &s->profiles[i] : NULL;
 }
 
+/* ---- refusal reasons (lkv_store_why) ------------------------------------------------------ */
+
+static _Thread_local char tl_why[512]; /* This thread's last refusal reason ("" if none). */
+
+const char *lkv_store_why(void)
+{
+    return tl_why;
+}
+
+static int why(int rc, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+/* Records which check refused the call and why, and returns rc. */
+static int why(int rc, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(tl_why, sizeof(tl_why), fmt, ap);
+    va_end(ap);
+    return rc;
+}
+
+/* n bytes as "18 MiB" when a whole number of MiB, else "N bytes" (into buf, returned). */
+static const char *fmt_bytes(uint64_t n, char *buf, size_t len)
+{
+    if (n >= (1u << 20) && n % (1u << 20) == 0) {
+        snprintf(buf, len, "%" PRIu64 " MiB", n >> 20);
+    } else {
+        snprintf(buf, len, "%" PRIu64 " bytes", n);
+    }
+    return buf;
+}
+
+int lkv_store_profile_get(const lkv_store *s, const char *name, const lkv_profile **out)
+{
+    tl_why[0] = '\0';
+    *out = NULL;
+    if (name == NULL || name[0] == '\0') {
+        return why(LKV_EPROFILE, "profile is empty (a model profile name is required)");
+    }
+    const lkv_profile *p = lkv_store_profile_find(s, name);
+    if (p == NULL) {
+        char known[384];
+        size_t n = 0;
+        known[0] = '\0';
+        for (int i = 0; i < s->n_profiles && n < sizeof(known); i++) {
+            int w =
+                snprintf(known + n, sizeof(known) - n, "%s%s", i ? ", " : "", s->profiles[i].name);
+            n += w > 0 ? (size_t)w : 0;
+        }
+        return why(LKV_EPROFILE, "unknown profile '%.64s' (known: %s)", name, known);
+    }
+    *out = p;
+    return 0;
+}
+
 static void fill_info(lkv_store *s, const doc *d, lkv_doc_info *o)
 {
     memset(o, 0, sizeof *o);
@@ -1109,20 +1167,16 @@ int lkv_store_put_begin(lkv_store *s, const uint8_t salt[LKV_SALT_BYTES], const 
     int rc;
 
     *out = NULL;
-    p = lkv_store_profile_find(s, profile);
-    if (p == NULL) {
-        return LKV_EPROFILE;
+    rc = lkv_store_profile_get(s, profile, &p);
+    if (rc != 0) {
+        return rc;
     }
-    if (salt == NULL || tokens == NULL || n_tokens == 0) {
-        return LKV_EINVAL;
+    if (salt == NULL) {
+        return why(LKV_EINVAL, "no tenant salt");
     }
-    if (n_tokens > p->max_doc_tokens) {
-        return LKV_ETOOBIG;
-    }
-    for (uint32_t i = 0; i < n_tokens; i++) {
-        if (tokens[i] >= p->vocab_size) {
-            return LKV_EINVAL;
-        }
+    rc = lkv_profile_check_tokens(p, tokens, n_tokens, tl_why, (int)sizeof(tl_why));
+    if (rc != 0) {
+        return rc;
     }
     lkv_dockey_compute(salt, p->fingerprint, tokens, n_tokens, &k);
     uint32_t n_blocks = lkv_blocks_for_tokens(&p->shape, n_tokens);
@@ -1137,7 +1191,7 @@ int lkv_store_put_begin(lkv_store *s, const uint8_t salt[LKV_SALT_BYTES], const 
 
     pthread_mutex_lock(&s->mu);
     if (s->stopping) {
-        rc = LKV_ESHUTDOWN;
+        rc = why(LKV_ESHUTDOWN, "the store is closing (the daemon is shutting down)");
         goto fail;
     }
     doc *e = kidx_find(s, &k);
@@ -1153,13 +1207,24 @@ int lkv_store_put_begin(lkv_store *s, const uint8_t salt[LKV_SALT_BYTES], const 
         *out = tx;
         return 0;
     }
+    char b1[32], b2[32], b3[32];
     if ((uint64_t)n_blocks * s->page_bytes > lkv_policy_budget(s->hotp)) {
-        rc = LKV_ENOSPC;
+        rc = why(LKV_ENOSPC,
+                 "the document needs %" PRIu32 " hot pages of %s (%s), more than the whole hot "
+                 "budget of %" PRIu64 " pages (%s): raise hot_bytes",
+                 n_blocks, fmt_bytes(s->page_bytes, b1, sizeof(b1)),
+                 fmt_bytes((uint64_t)n_blocks * s->page_bytes, b2, sizeof(b2)),
+                 lkv_policy_budget(s->hotp) / s->page_bytes,
+                 fmt_bytes(lkv_policy_budget(s->hotp), b3, sizeof(b3)));
         goto fail;
     }
     if (s->cfg.durability == LKV_DURABILITY_WRITE_THROUGH &&
         (uint64_t)n_blocks * block_bytes > lkv_policy_budget(s->coldp)) {
-        rc = LKV_ENOSPC;
+        rc = why(LKV_ENOSPC,
+                 "the document is %s, more than the whole cold budget of %s (write-through "
+                 "puts must fit the cold tier): raise cold_bytes",
+                 fmt_bytes((uint64_t)n_blocks * block_bytes, b1, sizeof(b1)),
+                 fmt_bytes(lkv_policy_budget(s->coldp), b2, sizeof(b2)));
         goto fail;
     }
     doc *d = slot_new(s);
@@ -1176,6 +1241,16 @@ int lkv_store_put_begin(lkv_store *s, const uint8_t salt[LKV_SALT_BYTES], const 
     rc = hot_admit(s, d);
     if (rc != 0) {
         slot_free(s, d);
+        if (rc == LKV_ENOSPC) {
+            why(rc,
+                "no room for the document: it needs %" PRIu32 " hot pages of %s (%s) and what "
+                "is not free of the %" PRIu64 " pages (%s) is pinned or being written (retry "
+                "later, or raise hot_bytes)",
+                n_blocks, fmt_bytes(s->page_bytes, b1, sizeof(b1)),
+                fmt_bytes((uint64_t)n_blocks * s->page_bytes, b2, sizeof(b2)),
+                lkv_policy_budget(s->hotp) / s->page_bytes,
+                fmt_bytes(lkv_policy_budget(s->hotp), b3, sizeof(b3)));
+        }
         goto fail;
     }
     hot_pin(s, d);
@@ -1227,17 +1302,42 @@ static int tail_is_zero(const lkv_kv_shape *sh, const uint8_t *data, uint32_t va
 
 int lkv_store_put_block(lkv_store_put *tx, uint32_t index, const void *data, size_t len)
 {
-    if (tx == NULL || data == NULL) {
-        return LKV_EINVAL;
+    tl_why[0] = '\0';
+    if (tx == NULL) {
+        return why(LKV_EINVAL, "block %" PRIu32 ": no put", index);
     }
-    if (index != tx->next || index >= tx->n_blocks || len != tx->block_bytes) {
-        return LKV_EINVAL;
+    if (index >= tx->n_blocks) {
+        return why(LKV_EINVAL,
+                   "block index %" PRIu32 " out of range: the document has %" PRIu32
+                   " blocks (index 0..%" PRIu32 ")",
+                   index, tx->n_blocks, tx->n_blocks - 1);
+    }
+    if (index != tx->next) {
+        return why(LKV_EINVAL,
+                   "block index %" PRIu32 " out of order: expected index %" PRIu32
+                   " (blocks go in order, each once)",
+                   index, tx->next);
+    }
+    if (len != tx->block_bytes) {
+        const lkv_kv_shape *sh = &tx->profile->shape;
+        return why(LKV_EINVAL,
+                   "block %" PRIu32 " is %zu bytes, expected %" PRIu64
+                   " (profile '%s': %d layers x 2 x %d kv heads x %d tokens x %d dims x %zu "
+                   "bytes)",
+                   index, len, tx->block_bytes, tx->profile->name, sh->n_layers, sh->n_kv_heads,
+                   sh->block_tokens, sh->head_dim, lkv_dtype_size(sh->dtype));
+    }
+    if (data == NULL) {
+        return why(LKV_EINVAL, "block %" PRIu32 ": no data", index);
     }
     if (index == tx->n_blocks - 1) {
         uint32_t bt = (uint32_t)tx->profile->shape.block_tokens;
         uint32_t valid = tx->n_tokens - index * bt;
         if (valid < bt && !tail_is_zero(&tx->profile->shape, data, valid)) {
-            return LKV_EINVAL;
+            return why(LKV_EINVAL,
+                       "block %" PRIu32 ": the token slots past the document's end (token %" PRIu32
+                       " on) must be zero",
+                       index, tx->n_tokens);
         }
     }
     if (tx->d != NULL) {
@@ -1298,7 +1398,12 @@ int lkv_store_put_commit(lkv_store_put *tx)
     doc *d = tx->d;
     int rc = 0;
 
+    tl_why[0] = '\0';
     if (tx->next != tx->n_blocks) {
+        why(LKV_EINVAL,
+            "Put ended after %" PRIu32 " of %" PRIu32 " blocks (%" PRIu32
+            " tokens in blocks of %d)",
+            tx->next, tx->n_blocks, tx->n_tokens, tx->profile->shape.block_tokens);
         lkv_store_put_abort(tx);
         return LKV_EINVAL;
     }

@@ -148,6 +148,18 @@ int lkv_store_profile_count(const lkv_store *s);
 const lkv_profile *lkv_store_profile_at(const lkv_store *s, int index);
 /* Returns the profile named name, or NULL. */
 const lkv_profile *lkv_store_profile_find(const lkv_store *s, const char *name);
+/* The checked form: 0 and *out (borrowed), or LKV_EPROFILE (*out = NULL) with lkv_store_why()
+ * saying why: the name is empty, or it is unknown (the reason lists the known profiles). */
+int lkv_store_profile_get(const lkv_store *s, const char *name, const lkv_profile **out);
+
+/* Which check refused this thread's last call of lkv_store_profile_get, lkv_store_put_begin,
+ * lkv_store_put_block or lkv_store_put_commit, and why, with the values involved (e.g. "block 1
+ * is 2047 bytes, expected 2048 (profile 'itest': ...)"), for people (an RPC status message);
+ * "" if that call succeeded or failed without a reason of its own (then lkv_strerror(rc) is
+ * all there is). Each of those calls resets it first; other store calls leave it alone. The
+ * string is per thread (like errno): read it on the thread that made the call, before that
+ * thread's next one of those calls. Never NULL. */
+const char *lkv_store_why(void);
 
 /* What a lookup or get reports about one document. */
 typedef struct lkv_doc_info {
@@ -179,8 +191,9 @@ int lkv_store_lookup_tokens(lkv_store *s, const uint8_t salt[LKV_SALT_BYTES], co
 /* ---- Put transactions ----------------------------------------------------------------- */
 
 /* Begins putting the document tokens[0..n_tokens) of profile (name) under salt. Validates the
- * input and changes nothing on error: LKV_EPROFILE unknown profile; LKV_EINVAL n_tokens == 0 or
- * a token >= vocab_size; LKV_ETOOBIG n_tokens > max_doc_tokens; LKV_ENOSPC the hot tier cannot
+ * input (lkv_store_profile_get, lkv_profile_check_tokens) and changes nothing on error, saying
+ * why in lkv_store_why(): LKV_EPROFILE unknown profile; LKV_EINVAL n_tokens == 0, n_tokens >
+ * max_doc_tokens or a token >= vocab_size; LKV_ENOSPC the hot tier cannot
  * make room (budget held by pinned or in-flight data, or the document is larger than the hot
  * budget) or, in write-through mode with a cold budget, the document is larger than the cold
  * budget; LKV_ESHUTDOWN the store is closing. On success reserves hot pages for every block
@@ -199,14 +212,16 @@ uint64_t lkv_store_put_block_bytes(const lkv_store_put *tx);
 /* Stages block index of the put: data (borrowed, len bytes, host memory) is copied into the
  * arena. Blocks must come in order 0, 1, ... (LKV_EINVAL otherwise), len must equal the block
  * size (LKV_EINVAL), and in the last block the token slots past the document's end must be zero
- * (LKV_EINVAL). An error leaves the transaction open and unchanged (the caller usually aborts). */
+ * (LKV_EINVAL); lkv_store_why() says which. An error leaves the transaction open and unchanged
+ * (the caller usually aborts). */
 int lkv_store_put_block(lkv_store_put *tx, uint32_t index, const void *data, size_t len);
 
 /* Commits the put and frees tx (always, also on error). LKV_EINVAL if not every block was
- * staged (nothing becomes visible). Write-back: the document is visible in the hot tier and
- * queued for persistence when this returns. Write-through: it is durable in RocksDB (synced)
- * and visible; a RocksDB failure returns LKV_EIO / LKV_EROCKSDB and nothing becomes visible.
- * If the same document was committed meanwhile, returns 0 and keeps the existing one. */
+ * staged (nothing becomes visible; lkv_store_why() says how many were). Write-back: the document is
+ * visible in the hot tier and queued for persistence when this returns. Write-through: it is
+ * durable in RocksDB (synced) and visible; a RocksDB failure returns LKV_EIO / LKV_EROCKSDB and
+ * nothing becomes visible. If the same document was committed meanwhile, returns 0 and keeps the
+ * existing one. */
 int lkv_store_put_commit(lkv_store_put *tx);
 
 /* Abandons the put (e.g. the client disconnected) and frees tx: releases its pages; nothing

@@ -18,6 +18,7 @@
 #include "lkv_client.h"
 #include "lkv_log.h"
 #include "lkv_server.h"
+#include "lkv_status.h"
 #include "lkv_test.h"
 
 #define MAX_MSG (64 * 1024)
@@ -70,7 +71,8 @@ static int stats(void *svc, lkv_rpc *rpc, const ProtobufCMessage *m)
     return lkv_rpc_reply(rpc, &r.base);
 }
 
-/* Lookup: profile "big" replies over the message limit; otherwise echoes one status per doc. */
+/* Lookup: profile "big" replies over the message limit; profile "fail" fails with the code
+ * -token_ids[0]; otherwise echoes one status per doc. */
 static int lookup(void *svc, lkv_rpc *rpc, const ProtobufCMessage *m)
 {
     (void)svc;
@@ -78,6 +80,11 @@ static int lookup(void *svc, lkv_rpc *rpc, const ProtobufCMessage *m)
     const char *prof = req->n_docs > 0 && req->docs[0]->tokens ? req->docs[0]->tokens->profile : "";
     static char big[2 * MAX_MSG];
     Lazykv__V1__DocStatus st = LAZYKV__V1__DOC_STATUS__INIT, *stp = &st;
+    if (strcmp(prof, "fail") == 0 && req->docs[0]->tokens->n_token_ids > 0) {
+        /* Fails with the code -ids[0], under a message that names another cause. */
+        return lkv_rpc_errorf(rpc, -(int)req->docs[0]->tokens->token_ids[0],
+                              "Received message larger than max (budget exhausted, not found)");
+    }
     if (strcmp(prof, "big") == 0) {
         memset(big, 'x', sizeof(big) - 1);
         st.profile = big;
@@ -282,6 +289,38 @@ static void test_unary_reply_limits(void)
     lkv_client_destroy(c);
 }
 
+/* Every code a handler fails with reaches the client exactly, through the "lkv-code" trailing
+ * metadata, whatever the message says; a code outside lkv_err.h arrives as LKV_EINTERNAL. */
+static void test_exact_codes(void)
+{
+    lkv_client_t *c = client(NULL);
+    lkv_doc_status st;
+    int n = 0;
+#define CHECK_ONE(name, val, msg)                                                                  \
+    do {                                                                                           \
+        uint32_t tok = (uint32_t)(-(val));                                                         \
+        lkv_docref ref = {.profile = "fail", .tokens = &tok, .n_tokens = 1};                       \
+        int rc = lkv_client_lookup(c, &ref, 1, 0, &st);                                            \
+        if (rc != (val)) {                                                                         \
+            LKV_FAIL("handler failed with %s, the client got %s", "LKV_" #name, lkv_err_name(rc)); \
+        }                                                                                          \
+        ASSERT_EQ(lkv_client_last_status(), lkv_status_from_err(val));                             \
+        ASSERT_TRUE(strstr(lkv_client_last_error(), "larger than max") != NULL);                   \
+        n++;                                                                                       \
+    } while (0);
+    LKV_ERR_MAP(CHECK_ONE)
+#undef CHECK_ONE
+    ASSERT_EQ(n, 23);
+    uint32_t tok = 5; /* -EIO, an -errno */
+    lkv_docref ref = {.profile = "fail", .tokens = &tok, .n_tokens = 1};
+    ASSERT_ERR(lkv_client_lookup(c, &ref, 1, 0, &st), LKV_EINTERNAL);
+    ASSERT_EQ(lkv_client_last_status(), 13); /* INTERNAL */
+    /* A reply over the limit: LKV_ETOOBIG (not the message-less family guess of another). */
+    ref.profile = "big";
+    ASSERT_ERR(lkv_client_lookup(c, &ref, 1, 0, &st), LKV_ETOOBIG);
+    lkv_client_destroy(c);
+}
+
 static int on_block(void *ctx, const lkv_get_header *h, uint32_t index, const void *data,
                     size_t len)
 {
@@ -415,6 +454,7 @@ int main(void)
 
     LKV_RUN(test_admission);
     LKV_RUN(test_unary_reply_limits);
+    LKV_RUN(test_exact_codes);
     LKV_RUN(test_server_stream);
     LKV_RUN(test_client_stream);
     LKV_RUN(test_concurrency);

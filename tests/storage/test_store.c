@@ -115,11 +115,20 @@ static void test_put_validation(void)
 
     lkv_tenant_salt_default(salt);
     su_doc_tokens(5, 300, t);
+    /* Each refusal says which check failed, with the values (lkv_store_why). */
     ASSERT_ERR(lkv_store_put_begin(s, salt, "nope", t, 10, &tx, NULL, NULL), LKV_EPROFILE);
+    ASSERT_TRUE(strstr(lkv_store_why(), "unknown profile 'nope'") != NULL);
+    ASSERT_TRUE(strstr(lkv_store_why(), "tiny") != NULL); /* The known profiles. */
+    ASSERT_ERR(lkv_store_put_begin(s, salt, "", t, 10, &tx, NULL, NULL), LKV_EPROFILE);
+    ASSERT_TRUE(strstr(lkv_store_why(), "profile is empty") != NULL);
     ASSERT_ERR(lkv_store_put_begin(s, salt, "tiny", t, 0, &tx, NULL, NULL), LKV_EINVAL);
-    ASSERT_ERR(lkv_store_put_begin(s, salt, "tiny", t, 257, &tx, NULL, NULL), LKV_ETOOBIG);
+    ASSERT_TRUE(strstr(lkv_store_why(), "token_ids is empty") != NULL);
+    /* Over max_doc_tokens: LKV_EINVAL (INVALID_ARGUMENT on the wire, as the daemon always said). */
+    ASSERT_ERR(lkv_store_put_begin(s, salt, "tiny", t, 257, &tx, NULL, NULL), LKV_EINVAL);
+    ASSERT_TRUE(strstr(lkv_store_why(), "257 tokens, more than the 256") != NULL);
     t[3] = 512;
     ASSERT_ERR(lkv_store_put_begin(s, salt, "tiny", t, 10, &tx, NULL, NULL), LKV_EINVAL);
+    ASSERT_TRUE(strstr(lkv_store_why(), "token_ids[3] = 512 is not below vocab_size") != NULL);
     t[3] = 511;
 
     /* Blocks: order, size, zero tail. */
@@ -131,8 +140,13 @@ static void test_put_validation(void)
     ASSERT_EQ(lkv_store_put_block_bytes(tx), TINY_BB);
     ASSERT_EQ(su_stats(s).puts_inflight, 1);
     ASSERT_ERR(lkv_store_put_block(tx, 1, kv + TINY_BB, TINY_BB), LKV_EINVAL);
+    ASSERT_TRUE(strstr(lkv_store_why(), "block index 1 out of order: expected index 0") != NULL);
+    ASSERT_ERR(lkv_store_put_block(tx, 3, kv, TINY_BB), LKV_EINVAL);
+    ASSERT_TRUE(strstr(lkv_store_why(), "block index 3 out of range") != NULL);
     ASSERT_ERR(lkv_store_put_block(tx, 0, kv, TINY_BB - 1), LKV_EINVAL);
+    ASSERT_TRUE(strstr(lkv_store_why(), "is 1023 bytes, expected 1024") != NULL);
     ASSERT_OK(lkv_store_put_block(tx, 0, kv, TINY_BB));
+    ASSERT_TRUE(lkv_store_why()[0] == '\0'); /* A success resets the reason. */
     ASSERT_ERR(lkv_store_put_block(tx, 0, kv, TINY_BB), LKV_EINVAL);
     ASSERT_OK(lkv_store_put_block(tx, 1, kv + TINY_BB, TINY_BB));
     memcpy(blk, kv + 2 * TINY_BB, TINY_BB);
@@ -141,11 +155,14 @@ static void test_put_validation(void)
     blk[2 * 32 + 3] = 0;
     blk[TINY_BB - 1] = 1; /* Last slab's last token slot. */
     ASSERT_ERR(lkv_store_put_block(tx, 2, blk, TINY_BB), LKV_EINVAL);
+    ASSERT_TRUE(strstr(lkv_store_why(), "past the document's end (token 10 on) must be zero") !=
+                NULL);
     /* Not visible before commit. */
     ASSERT_OK(lkv_store_lookup(s, &k, 1, &in));
     ASSERT_EQ(in.present, 0);
     /* Commit with a block missing: nothing becomes visible, pages come back. */
     ASSERT_ERR(lkv_store_put_commit(tx), LKV_EINVAL);
+    ASSERT_TRUE(strstr(lkv_store_why(), "after 2 of 3 blocks") != NULL);
     ASSERT_OK(lkv_store_lookup(s, &k, 1, &in));
     ASSERT_EQ(in.present, 0);
     lkv_store_stats st = su_stats(s);

@@ -1,7 +1,8 @@
 #!/usr/bin/python3
 """Unit tests of the lazykv Python package that need no daemon.
 
-1. Error mapping: every gRPC status code gives the right typed error.
+1. Error mapping: every gRPC status code gives the right typed error; the exact code comes from
+   the lkv-code trailing metadata (never from the message).
 2. Request building: document references, the Put stream (header first, block indices, message
    packing under the size budget), local argument checks.
 3. Token hashing: the same known-answer vectors as tests/daemon/test_auth.c (C and Python agree).
@@ -27,15 +28,18 @@ from lazykv._health.v1 import health_pb2, health_pb2_grpc
 
 
 class FakeRpcError(grpc.RpcError):
-    def __init__(self, code, details):
+    def __init__(self, code, details, trailing=None):
         super().__init__()
-        self._code, self._details = code, details
+        self._code, self._details, self._trailing = code, details, trailing
 
     def code(self):
         return self._code
 
     def details(self):
         return self._details
+
+    def trailing_metadata(self):
+        return self._trailing
 
 
 class ErrorMappingTest(unittest.TestCase):
@@ -64,6 +68,38 @@ class ErrorMappingTest(unittest.TestCase):
             e = errors.from_rpc_error(FakeRpcError(code, "x"))
             self.assertIs(type(e), lazykv.LazyKVError)
             self.assertEqual(e.code, code)
+
+    def test_exact_code_from_metadata(self):
+        RE = grpc.StatusCode.RESOURCE_EXHAUSTED
+        # The message says one thing, the code another: the code wins, the message is kept.
+        e = errors.from_rpc_error(FakeRpcError(RE, "Received message larger than max",
+                                               (("x-other", "1"), ("lkv-code", "LKV_ENOSPC"))))
+        self.assertIs(type(e), lazykv.ResourceExhausted)
+        self.assertEqual(e.lkv_code, "LKV_ENOSPC")
+        self.assertEqual(e.details, "Received message larger than max")
+        e = errors.from_rpc_error(FakeRpcError(RE, "hot budget exhausted",
+                                               (("lkv-code", b"LKV_ETOOBIG"),)))
+        self.assertEqual(e.lkv_code, "LKV_ETOOBIG")
+        # No metadata (gRPC core itself, a proxy, an old daemon) or a malformed value: None.
+        for md in (None, (), (("lkv-code", ""),), (("lkv-code", "-1005"),),
+                   (("lkv-code", "LKV_E NOSPC"),), (("lkv-codes", "LKV_ENOSPC"),)):
+            e = errors.from_rpc_error(FakeRpcError(RE, "x", md))
+            self.assertIs(type(e), lazykv.ResourceExhausted)
+            self.assertIsNone(e.lkv_code, md)
+        # Objects without trailing_metadata (or one that raises) still map.
+        class Bare:
+            def code(self):
+                return grpc.StatusCode.NOT_FOUND
+
+        class Raising(FakeRpcError):
+            def trailing_metadata(self):
+                raise RuntimeError("no status yet")
+
+        self.assertIsNone(errors.from_rpc_error(Bare()).lkv_code)
+        e = errors.from_rpc_error(Raising(grpc.StatusCode.INTERNAL, "x"))
+        self.assertIs(type(e), lazykv.LazyKVError)
+        self.assertIsNone(e.lkv_code)
+        self.assertIsNone(lazykv.NotFound("local").lkv_code)
 
     def test_builtin_bases(self):
         self.assertIsInstance(lazykv.NotFound("x"), LookupError)
@@ -237,6 +273,10 @@ class FakeCache(cache_pb2_grpc.CacheServicer):
                 header = req.header
                 if header.profile.startswith("abort-"):
                     context.abort(getattr(grpc.StatusCode, header.profile[6:]), "as asked")
+                if header.profile.startswith("lkv-"):  # lkv-<STATUS>-<LKV code name>
+                    status, name = header.profile[4:].split("-", 1)
+                    context.set_trailing_metadata(((errors.LKV_CODE_KEY, name),))
+                    context.abort(getattr(grpc.StatusCode, status), "message larger than max")
             for b in req.blocks:
                 if b.index != len(blocks) or len(b.data) != BLOCK:
                     context.abort(grpc.StatusCode.INVALID_ARGUMENT,
@@ -363,8 +403,17 @@ class FakeServerTest(unittest.TestCase):
             for code, cls in (("RESOURCE_EXHAUSTED", lazykv.ResourceExhausted),
                               ("PERMISSION_DENIED", lazykv.PermissionDenied),
                               ("UNAVAILABLE", lazykv.Unavailable)):
-                with self.assertRaises(cls):
+                with self.assertRaises(cls) as cm:
                     kv.put("abort-" + code, [1], [b"x" * BLOCK])
+                self.assertIsNone(cm.exception.lkv_code)  # No metadata: status only.
+            # Through a real grpcio call: the trailing metadata reaches lkv_code.
+            for code, cls, name in (("RESOURCE_EXHAUSTED", lazykv.ResourceExhausted, "LKV_ENOSPC"),
+                                    ("INVALID_ARGUMENT", lazykv.InvalidArgument, "LKV_EPROFILE"),
+                                    ("UNAVAILABLE", lazykv.Unavailable, "LKV_ESHUTDOWN")):
+                with self.assertRaises(cls) as cm:
+                    kv.put(f"lkv-{code}-{name}", [1], [b"x" * BLOCK])
+                self.assertEqual(cm.exception.lkv_code, name)
+                self.assertEqual(cm.exception.details, "message larger than max")
 
     def test_wrong_token(self):
         for token in ("nope", None):
