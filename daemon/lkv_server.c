@@ -64,6 +64,7 @@
 #include <stdarg.h>
 #include <stdatomic.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
@@ -195,6 +196,7 @@ struct lkv_server {
     struct lkv_rpc *jq_tail;
     int pool_stop;            /* 1: threads exit once the queue is empty. */
     atomic_long pool_backlog; /* Jobs queued or running. */
+    int fault_job_delay_ms;   /* Tests: each job sleeps this long first (a slow disk). */
 };
 
 static void finish(lkv_rpc *rpc, int rc);
@@ -707,6 +709,11 @@ static void *pool_main(void *arg)
         }
         rpc->job = NULL;
         pthread_mutex_unlock(&s->pool_mu);
+        if (s->fault_job_delay_ms > 0) {
+            struct timespec d = {s->fault_job_delay_ms / 1000,
+                                 (long)(s->fault_job_delay_ms % 1000) * 1000000L};
+            nanosleep(&d, NULL);
+        }
         /* Only work, svc and rarg are read here: set before the job was queued, unchanged
          * until the continuation runs. */
         rpc->work(s->methods[rpc->mi].svc, rpc->rarg);
@@ -1201,6 +1208,12 @@ int lkv_server_create(const lkv_server_opts *opts, const lkv_method *methods, in
     pthread_mutex_init(&s->pool_mu, NULL);
     pthread_cond_init(&s->pool_cv, NULL);
     s->n_pool = opts->pool_threads;
+    const char *fd = getenv("LKV_FAULT_POOL_DELAY_MS");
+    s->fault_job_delay_ms = fd != NULL ? atoi(fd) : 0;
+    if (s->fault_job_delay_ms > 0) {
+        LKV_LOGW("fault injection: every pool job sleeps %d ms first (LKV_FAULT_POOL_DELAY_MS)",
+                 s->fault_job_delay_ms);
+    }
 
     grpc_arg args[3];
     memset(args, 0, sizeof(args));

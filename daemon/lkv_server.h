@@ -85,7 +85,9 @@ typedef struct lkv_server_opts {
     lkv_admit_fn admit;
     void *admit_ctx;  /* Passed to admit (borrowed until destroy). */
     int pool_threads; /* Worker pool for lkv_rpc_offload, >= 0 (0: work runs inline on the
-                       * polling thread, as if it did not block). */
+                       * polling thread, as if it did not block). Fault injection (tests): with
+                       * the environment variable LKV_FAULT_POOL_DELAY_MS=n at create, every
+                       * pool job sleeps n ms before its work, as on a slow disk. */
 } lkv_server_opts;
 
 /* Creates the server, registers methods[0..n) (the array and what it points to are borrowed

@@ -1,0 +1,163 @@
+/*
+ * test_pool.c: integration.pool. The real lazykvd keeps answering while its worker pool runs
+ * slow blocking work. The daemon runs in write-through mode with one pool thread and
+ * LKV_FAULT_POOL_DELAY_MS (every pool job sleeps first, as a slow disk would), so a Put commit
+ * and, after a restart, a Get of the then cold document (its promotion reads RocksDB) each take
+ * at least the delay; meanwhile Health (grpc.health.v1 Check) must answer within 100 ms (500
+ * under sanitizers) and a Lookup must proceed. Prints the measured latencies.
+ */
+#include <pthread.h>
+#include <signal.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "lkv_client.h"
+#include "lkv_daemon_harness.h"
+#include "lkv_it_util.h"
+#include "lkv_test.h"
+
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+#define LKV_SANITIZED 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer) || __has_feature(thread_sanitizer)
+#define LKV_SANITIZED 1
+#endif
+#endif
+#ifdef LKV_SANITIZED
+#define BOUND_MS 500.0
+#else
+#define BOUND_MS 100.0
+#endif
+#define DELAY_MS 800
+
+static lkv_daemon dm;
+static it_doc doc;
+static atomic_int slow_done;
+static double slow_ms;
+static int slow_rc;
+
+static double now_ms(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec * 1e3 + (double)t.tv_nsec / 1e6;
+}
+
+static void *slow_put(void *arg)
+{
+    lkv_client_t *c = arg;
+    double t0 = now_ms();
+    slow_rc = lkv_client_put(c, lkv_it_itest.profile, doc.tokens, doc.n_tokens, doc.blocks,
+                             doc.n_blocks, doc.block_bytes, 0, NULL);
+    slow_ms = now_ms() - t0;
+    atomic_store(&slow_done, 1);
+    return NULL;
+}
+
+static int count_blocks(void *ctx, const lkv_get_header *h, uint32_t index, const void *data,
+                        size_t len)
+{
+    (void)h;
+    (void)len;
+    it_doc *d = ctx;
+    if (data != NULL && memcmp(data, d->blocks + (size_t)index * d->block_bytes, len) != 0) {
+        return -1;
+    }
+    return 0;
+}
+
+static void *slow_get(void *arg)
+{
+    lkv_client_t *c = arg;
+    lkv_docref ref = lkv_it_ref(&lkv_it_itest, &doc);
+    lkv_get_header h;
+    double t0 = now_ms();
+    slow_rc = lkv_client_get(c, &ref, 0, &h, count_blocks, &doc);
+    slow_ms = now_ms() - t0;
+    atomic_store(&slow_done, 1);
+    return NULL;
+}
+
+/* Probes Health and Lookup until the slow call is done; checks the worst Health latency. */
+static void probe_while(const char *what)
+{
+    lkv_client_t *c = lkv_it_client(&dm);
+    uint32_t tok[3] = {1, 2, 3};
+    lkv_docref other = {.profile = lkv_it_itest.profile, .tokens = tok, .n_tokens = 3};
+    lkv_doc_status st;
+    double worst = 0, worst_lookup = 0;
+    int n = 0;
+    usleep(100000); /* Let the slow call reach the pool. */
+    while (!atomic_load(&slow_done)) {
+        double t0 = now_ms();
+        ASSERT_OK(lkv_client_ping(c, "", 5000));
+        double ms = now_ms() - t0;
+        worst = ms > worst ? ms : worst;
+        t0 = now_ms();
+        ASSERT_OK(lkv_client_lookup(c, &other, 1, 5000, &st));
+        ms = now_ms() - t0;
+        worst_lookup = ms > worst_lookup ? ms : worst_lookup;
+        n++;
+        usleep(20000);
+    }
+    fprintf(stderr,
+            "   %s took %.0f ms (pool delay %d ms); meanwhile %d Health checks, worst %.1f ms "
+            "(bound %.0f), worst Lookup %.1f ms\n",
+            what, slow_ms, DELAY_MS, n, worst, BOUND_MS, worst_lookup);
+    ASSERT_TRUE(n >= 5);
+    ASSERT_TRUE(worst < BOUND_MS);
+    ASSERT_TRUE(worst_lookup < BOUND_MS);
+    lkv_client_destroy(c);
+}
+
+static void test_health_during_slow_jobs(void)
+{
+    lkv_it_doc_make(&lkv_it_itest, 4242, 40, &doc);
+    setenv("LKV_FAULT_POOL_DELAY_MS", "800", 1);
+    lkv_it_start(&dm);
+    lkv_client_t *c = lkv_it_client(&dm);
+    pthread_t th;
+    atomic_store(&slow_done, 0);
+    ASSERT_EQ(pthread_create(&th, NULL, slow_put, c), 0);
+    probe_while("write-through Put (commit on the pool)");
+    pthread_join(th, NULL);
+    ASSERT_OK(slow_rc);
+    ASSERT_TRUE(slow_ms >= DELAY_MS);
+    lkv_client_destroy(c);
+
+    /* After a restart the document is cold: Get promotes it on the pool. */
+    ASSERT_TRUE(WIFEXITED(lkv_daemon_stop(&dm, SIGTERM, 10000)));
+    lkv_it_start(&dm);
+    c = lkv_it_client(&dm);
+    atomic_store(&slow_done, 0);
+    ASSERT_EQ(pthread_create(&th, NULL, slow_get, c), 0);
+    probe_while("Get of a cold document (promotion on the pool)");
+    pthread_join(th, NULL);
+    ASSERT_OK(slow_rc);
+    ASSERT_TRUE(slow_ms >= DELAY_MS);
+    /* Now hot: a second Get does not go to the pool. */
+    atomic_store(&slow_done, 0);
+    slow_get(c);
+    fprintf(stderr, "   Get of the now hot document: %.1f ms\n", slow_ms);
+    ASSERT_OK(slow_rc);
+    ASSERT_TRUE(slow_ms < DELAY_MS);
+    lkv_client_destroy(c);
+    lkv_daemon_stop(&dm, SIGTERM, 10000);
+    unsetenv("LKV_FAULT_POOL_DELAY_MS");
+    lkv_it_doc_free(&doc);
+}
+
+int main(void)
+{
+    const char *args[] = {LKV_IT_PROFILE_ARGS, "--set", "durability=write-through", "--set",
+                          "pool_threads=1",    NULL};
+    lkv_daemon_init(&dm, args);
+    LKV_RUN(test_health_during_slow_jobs);
+    lkv_daemon_cleanup(&dm);
+    return 0;
+}
