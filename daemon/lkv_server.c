@@ -568,13 +568,27 @@ static void send_next(lkv_rpc *rpc)
 
 /* ---- Parking ------------------------------------------------------------------------ */
 
-/* Posts the call's STEP_WAKE tag on its own queue, now, from any thread (see the file comment:
- * a connectivity watch on the lame channel with a deadline in the past completes at once). */
-static void post_wake(lkv_rpc *rpc)
+/* Where a call's wake-up goes, read under park_mu: once the lock is released in state RESUMED
+ * the call thread may run the continuation and free the call, so the poster must not touch
+ * the context after that (only these copies). */
+typedef struct wake {
+    grpc_channel *lame;        /* The server's lame channel. */
+    grpc_completion_queue *cq; /* The call's queue. */
+    void *tag;                 /* Its STEP_WAKE tag. */
+} wake;
+
+static wake wake_of(lkv_rpc *rpc)
 {
-    grpc_channel_watch_connectivity_state(rpc->srv->lame, GRPC_CHANNEL_IDLE,
-                                          gpr_inf_past(GPR_CLOCK_MONOTONIC), rpc->w->cq,
-                                          &rpc->tags[STEP_WAKE]);
+    wake k = {rpc->srv->lame, rpc->w->cq, &rpc->tags[STEP_WAKE]};
+    return k;
+}
+
+/* Posts the wake-up tag on the call's own queue, now, from any thread (see the file comment: a
+ * connectivity watch on the lame channel with a deadline in the past completes at once). */
+static void post_wake(wake k)
+{
+    grpc_channel_watch_connectivity_state(k.lame, GRPC_CHANNEL_IDLE,
+                                          gpr_inf_past(GPR_CLOCK_MONOTONIC), k.cq, k.tag);
 }
 
 /* Frees rpc's ticket slot (park_mu held): every ticket naming it goes stale. */
@@ -717,12 +731,13 @@ static void *pool_main(void *arg)
         /* Only work, svc and rarg are read here: set before the job was queued, unchanged
          * until the continuation runs. */
         rpc->work(s->methods[rpc->mi].svc, rpc->rarg);
+        atomic_fetch_sub(&s->pool_backlog, 1);
         pthread_mutex_lock(&s->park_mu);
         assert(rpc->park_state == PARK_PARKED && rpc->park_mode == PARK_HOLD);
         rpc->park_state = PARK_RESUMED;
+        wake k = wake_of(rpc);
         pthread_mutex_unlock(&s->park_mu);
-        atomic_fetch_sub(&s->pool_backlog, 1);
-        post_wake(rpc);
+        post_wake(k); /* rpc may be gone from here on. */
     }
 }
 
@@ -1066,6 +1081,7 @@ int lkv_rpc_resume(lkv_rpc_ticket t, lkv_resume_fn fn, void *arg)
         return LKV_EINVAL;
     }
     lkv_rpc *rpc = NULL;
+    wake k;
     pthread_mutex_lock(&s->park_mu);
     if (i - 1 < s->n_slots && s->slots[i - 1].gen == gen && s->slots[i - 1].rpc != NULL) {
         rpc = s->slots[i - 1].rpc;
@@ -1074,13 +1090,16 @@ int lkv_rpc_resume(lkv_rpc_ticket t, lkv_resume_fn fn, void *arg)
         rpc->park_state = PARK_RESUMED;
         rpc->rfn = fn;
         rpc->rarg = arg;
+        k = wake_of(rpc);
     }
+    uint32_t n_slots = s->n_slots;
     pthread_mutex_unlock(&s->park_mu);
     if (rpc == NULL) {
-        return i - 1 < s->n_slots || gen != 0 ? LKV_ECANCELLED : LKV_EINVAL;
+        return i - 1 < n_slots || gen != 0 ? LKV_ECANCELLED : LKV_EINVAL;
     }
-    /* RESUMED: the call thread neither frees nor abandons the call before STEP_WAKE. */
-    post_wake(rpc);
+    /* RESUMED: the call thread neither frees nor abandons the call before STEP_WAKE, but it
+     * may do both as soon as the tag is posted: only the copies in k are used. */
+    post_wake(k);
     return 0;
 }
 
