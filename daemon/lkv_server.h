@@ -29,7 +29,11 @@
  *   cleanup(svc, rpc): always called exactly once at the end of every call that reached a
  *                   callback (success, error, cancellation, shutdown): release lkv_rpc_state
  *                   (e.g. abort an unfinished put). May be NULL.
- * Request messages passed to callbacks are borrowed: valid until the callback returns.
+ *   Any of unary, on_message, on_end, start and next may instead park the call and return
+ *   LKV_EAGAIN (lkv_rpc_defer, lkv_rpc_offload); the resume or done function then stands for
+ *   the callback and returns what it would have.
+ * Request messages passed to callbacks are borrowed: valid until the callback returns (a
+ * callback that parks copies what its continuation needs).
  *
  * The engine checks the call's deadline before every callback (DEADLINE_EXCEEDED), stops a
  * stream whose client went away (cleanup only), unpacks with the size limit (malformed:
