@@ -1292,13 +1292,7 @@ int lkv_server_create(const lkv_server_opts *opts, const lkv_method *methods, in
             arm(s, w, -1);
         }
     }
-    for (int i = 0; i < s->n_workers; i++) {
-        int e = pthread_create(&s->workers[i].thread, NULL, worker_main, &s->workers[i]);
-        if (e != 0) {
-            lkv_panic("pthread_create: %s", strerror(e));
-        }
-        s->workers[i].started = 1;
-    }
+    /* The wake-up channel and the pool exist before any callback can park a call. */
     s->lame = grpc_lame_client_channel_create(NULL, GRPC_STATUS_UNAVAILABLE, "lazykvd wake-up");
     s->pool = lkv_xcalloc((size_t)(s->n_pool > 0 ? s->n_pool : 1), sizeof(pthread_t));
     for (int i = 0; i < s->n_pool; i++) {
@@ -1306,6 +1300,13 @@ int lkv_server_create(const lkv_server_opts *opts, const lkv_method *methods, in
         if (e != 0) {
             lkv_panic("pthread_create: %s", strerror(e));
         }
+    }
+    for (int i = 0; i < s->n_workers; i++) {
+        int e = pthread_create(&s->workers[i].thread, NULL, worker_main, &s->workers[i]);
+        if (e != 0) {
+            lkv_panic("pthread_create: %s", strerror(e));
+        }
+        s->workers[i].started = 1;
     }
     *out = s;
     return 0;
