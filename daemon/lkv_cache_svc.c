@@ -22,6 +22,15 @@
  * every reference) before lkv_lease_attach pins anything; the lease table pins all-or-nothing.
  * The reply carries the arena mapping (lkv_store_arena_info_get) and each document's layout and
  * pages. If the reply of a new lease cannot be sent, the lease is released at once.
+ *
+ * Blocking work runs on the engine's worker pool (lkv_rpc_offload), so polling threads only
+ * move bytes: a Get or Attach of a document lkv_store_tier reports cold (the promotion reads the
+ * whole document from RocksDB), the block reads of a Get streamed from the cold tier, and in
+ * write-through mode the Put commit and the Delete (synced RocksDB writes). Each splits into a
+ * work function (the store call, on a pool thread, touching only its job) and a done function
+ * (the reply, on the call's thread). The engine runs cleanup only after done, so a job never
+ * races the call's cleanup. Hot reads, write-back commits and lookups stay inline. The tier
+ * check is a hint: a document demoted between it and the read is promoted inline.
  */
 #include "lkv_cache_svc.h"
 
@@ -188,6 +197,9 @@ typedef struct put_state {
     int exists;              /* The document was stored already. */
     uint32_t n_tokens;       /* Tokens of the document. */
     uint32_t n_blocks;       /* Blocks expected. */
+    lkv_store_put *commit;   /* Write-through: the transaction the pool commits. */
+    int commit_rc;           /* Its result. */
+    char commit_why[256];    /* lkv_store_why() of a failed pool commit (per thread). */
 } put_state;
 
 /* Opens the put: the store checks the profile, the tokens and the room, and says why it refuses
@@ -253,6 +265,10 @@ static int put_on_message(void *arg, lkv_rpc *rpc, const ProtobufCMessage *m)
     return 0;
 }
 
+static void put_commit_work(void *arg, void *job);
+static int put_commit_done(void *arg, lkv_rpc *rpc, void *job);
+static int put_reply(lkv_cache_svc *svc, lkv_rpc *rpc, put_state *st, int rc);
+
 static int put_on_end(void *arg, lkv_rpc *rpc)
 {
     lkv_cache_svc *svc = arg;
@@ -265,8 +281,38 @@ static int put_on_end(void *arg, lkv_rpc *rpc)
         return rc;
     }
     lkv_store_put *tx = st->tx;
-    st->tx = NULL;                 /* put_commit frees it, also on error. */
-    rc = lkv_store_put_commit(tx); /* Also checks that every block came. */
+    st->tx = NULL; /* put_commit frees it, also on error; it also checks that every block came. */
+    if (svc->durability == LKV_DURABILITY_WRITE_THROUGH) {
+        st->commit = tx; /* A synced RocksDB write: on the pool. */
+        return lkv_rpc_offload(rpc, put_commit_work, put_commit_done, st);
+    }
+    return put_reply(svc, rpc, st, lkv_store_put_commit(tx));
+}
+
+static void put_commit_work(void *arg, void *job)
+{
+    (void)arg;
+    put_state *st = job;
+    st->commit_rc = lkv_store_put_commit(st->commit);
+    st->commit = NULL;
+    /* The store's reason is per thread: copy it here, on the pool thread that failed. */
+    snprintf(st->commit_why, sizeof(st->commit_why), "%s", st->commit_rc ? lkv_store_why() : "");
+}
+
+static int put_commit_done(void *arg, lkv_rpc *rpc, void *job)
+{
+    put_state *st = job;
+    if (st->commit_rc != 0) {
+        const char *why = st->commit_why;
+        return lkv_rpc_errorf(rpc, st->commit_rc, "Put: %s",
+                              why[0] ? why : lkv_strerror(st->commit_rc));
+    }
+    return put_reply(arg, rpc, st, 0);
+}
+
+/* Replies to a Put whose commit returned rc. */
+static int put_reply(lkv_cache_svc *svc, lkv_rpc *rpc, put_state *st, int rc)
+{
     if (rc != 0) {
         return store_refused(rpc, rc, "Put");
     }
@@ -436,7 +482,49 @@ typedef struct get_state {
     uint32_t next;      /* Next block to send. */
     uint32_t per_msg;   /* Blocks per message. */
     uint8_t *buf;       /* per_msg * block_bytes staging bytes. */
+    int cold;           /* Streamed from a RocksDB snapshot: reads go to the pool. */
+    int job_rc;         /* Pool job result (begin or the reads of one message). */
+    uint32_t job_k;     /* Blocks the read job covers. */
+    uint32_t job_bad;   /* The block it failed at. */
 } get_state;
+
+static int get_started(lkv_cache_svc *svc, lkv_rpc *rpc, get_state *st, int rc);
+static int get_send(const lkv_cache_svc *svc, lkv_rpc *rpc, get_state *st);
+
+/* Pool jobs of a Get: begin (a cold document is promoted: whole-document RocksDB reads) and the
+ * reads of one message of a document streamed from the cold tier. */
+static void get_begin_work(void *arg, void *job)
+{
+    lkv_cache_svc *svc = arg;
+    get_state *st = job;
+    st->job_rc = lkv_store_get_begin(svc->store, &st->key, &st->rd, &st->info);
+}
+
+static int get_begin_done(void *arg, lkv_rpc *rpc, void *job)
+{
+    return get_started(arg, rpc, job, ((get_state *)job)->job_rc);
+}
+
+static void get_read(get_state *st)
+{
+    uint64_t bb = st->info.block_bytes;
+    st->job_rc = 0;
+    for (uint32_t i = 0; i < st->job_k && st->job_rc == 0; i++) {
+        st->job_bad = st->next + i;
+        st->job_rc = lkv_store_get_block(st->rd, st->next + i, st->buf + (size_t)i * bb, bb);
+    }
+}
+
+static void get_read_work(void *arg, void *job)
+{
+    (void)arg;
+    get_read(job);
+}
+
+static int get_read_done(void *arg, lkv_rpc *rpc, void *job)
+{
+    return get_send(arg, rpc, job);
+}
 
 static int get_start(void *arg, lkv_rpc *rpc, const ProtobufCMessage *m)
 {
@@ -450,7 +538,16 @@ static int get_start(void *arg, lkv_rpc *rpc, const ProtobufCMessage *m)
     get_state *st = lkv_xcalloc(1, sizeof(*st));
     lkv_rpc_set_state(rpc, st);
     st->key = key;
-    rc = lkv_store_get_begin(svc->store, &key, &st->rd, &st->info);
+    if (lkv_store_tier(svc->store, &key) == LKV_TIER_COLD) {
+        return lkv_rpc_offload(rpc, get_begin_work, get_begin_done, st); /* Promotion. */
+    }
+    return get_started(svc, rpc, st, lkv_store_get_begin(svc->store, &key, &st->rd, &st->info));
+}
+
+/* The rest of get_start, once lkv_store_get_begin returned rc. */
+static int get_started(lkv_cache_svc *svc, lkv_rpc *rpc, get_state *st, int rc)
+{
+    lkv_dockey key = st->key;
     char hex[LKV_DOCKEY_HEX_LEN + 1];
     if (rc == LKV_ENOTFOUND) {
         st->rd = NULL;
@@ -486,6 +583,7 @@ static int get_start(void *arg, lkv_rpc *rpc, const ProtobufCMessage *m)
     }
     st->per_msg = (uint32_t)(per > 0 ? per : 1);
     st->buf = lkv_xmalloc((size_t)st->per_msg * bb);
+    st->cold = lkv_store_get_pages(st->rd) == NULL;
 
     Lazykv__V1__GetHeader h = LAZYKV__V1__GET_HEADER__INIT;
     lkv_dockey wire;
@@ -506,15 +604,23 @@ static int get_start(void *arg, lkv_rpc *rpc, const ProtobufCMessage *m)
 
 static int get_next(void *arg, lkv_rpc *rpc)
 {
-    const lkv_cache_svc *svc = arg;
     get_state *st = lkv_rpc_state(rpc);
     if (st->next >= st->info.n_blocks) {
         return 0; /* Done. */
     }
     uint32_t k = st->info.n_blocks - st->next;
-    if (k > st->per_msg) {
-        k = st->per_msg;
+    st->job_k = k > st->per_msg ? st->per_msg : k;
+    if (st->cold) {
+        return lkv_rpc_offload(rpc, get_read_work, get_read_done, st); /* RocksDB reads. */
     }
+    get_read(st); /* Copies out of the hot arena. */
+    return get_send(arg, rpc, st);
+}
+
+/* Sends the job_k blocks get_read read (or fails the call as it says). */
+static int get_send(const lkv_cache_svc *svc, lkv_rpc *rpc, get_state *st)
+{
+    uint32_t k = st->job_k;
     uint64_t bb = st->info.block_bytes;
     Lazykv__V1__Block blocks[64];
     Lazykv__V1__Block *bp[64];
@@ -528,28 +634,26 @@ static int get_next(void *arg, lkv_rpc *rpc)
         b = heap;
         p = heapp;
     }
-    int rc = 0;
-    for (uint32_t i = 0; i < k; i++) {
-        uint32_t idx = st->next + i;
-        uint8_t *dst = st->buf + (size_t)i * bb;
-        rc = lkv_store_get_block(st->rd, idx, dst, bb);
-        if (rc != 0) {
-            char hex[LKV_DOCKEY_HEX_LEN + 1];
-            if (rc == LKV_ECORRUPT) {
-                rc = lkv_rpc_errorf(rpc, rc,
-                                    "block %" PRIu32 " of document %s failed its "
-                                    "checksum; the document was dropped (re-put it)",
-                                    idx, key_hex(&st->key, hex));
-            } else {
-                rc = lkv_rpc_errorf(rpc, rc, "reading block %" PRIu32 " of %s: %s", idx,
-                                    key_hex(&st->key, hex), lkv_strerror(rc));
-            }
-            goto out;
+    int rc = st->job_rc;
+    if (rc != 0) {
+        uint32_t idx = st->job_bad;
+        char hex[LKV_DOCKEY_HEX_LEN + 1];
+        if (rc == LKV_ECORRUPT) {
+            rc = lkv_rpc_errorf(rpc, rc,
+                                "block %" PRIu32 " of document %s failed its "
+                                "checksum; the document was dropped (re-put it)",
+                                idx, key_hex(&st->key, hex));
+        } else {
+            rc = lkv_rpc_errorf(rpc, rc, "reading block %" PRIu32 " of %s: %s", idx,
+                                key_hex(&st->key, hex), lkv_strerror(rc));
         }
+        goto out;
+    }
+    for (uint32_t i = 0; i < k; i++) {
         Lazykv__V1__Block init = LAZYKV__V1__BLOCK__INIT;
         b[i] = init;
-        b[i].index = idx;
-        b[i].data.data = dst;
+        b[i].index = st->next + i;
+        b[i].data.data = st->buf + (size_t)i * bb;
         b[i].data.len = bb;
         p[i] = &b[i];
     }
@@ -581,6 +685,15 @@ static void get_cleanup(void *arg, lkv_rpc *rpc)
 
 /* ---- Delete --------------------------------------------------------------------------- */
 
+typedef struct delete_job {
+    lkv_dockey key; /* The document (the request is gone by the time the job runs). */
+    int rc;         /* lkv_store_delete's result. */
+} delete_job;
+
+static void delete_work(void *arg, void *job);
+static int delete_done(void *arg, lkv_rpc *rpc, void *job);
+static int delete_reply(lkv_cache_svc *svc, lkv_rpc *rpc, const lkv_dockey *kp, int rc);
+
 static int delete_doc(void *arg, lkv_rpc *rpc, const ProtobufCMessage *m)
 {
     lkv_cache_svc *svc = arg;
@@ -593,8 +706,34 @@ static int delete_doc(void *arg, lkv_rpc *rpc, const ProtobufCMessage *m)
     if (rc != 0) {
         return rc;
     }
+    if (svc->durability == LKV_DURABILITY_WRITE_THROUGH) {
+        delete_job *j = lkv_xcalloc(1, sizeof(*j)); /* Freed by delete_done. */
+        j->key = key;
+        return lkv_rpc_offload(rpc, delete_work, delete_done, j); /* A synced RocksDB delete. */
+    }
+    return delete_reply(svc, rpc, &key, lkv_store_delete(svc->store, &key));
+}
+
+static void delete_work(void *arg, void *job)
+{
+    lkv_cache_svc *svc = arg;
+    delete_job *j = job;
+    j->rc = lkv_store_delete(svc->store, &j->key);
+}
+
+static int delete_done(void *arg, lkv_rpc *rpc, void *job)
+{
+    delete_job *j = job;
+    int rc = delete_reply(arg, rpc, &j->key, j->rc);
+    free(j);
+    return rc;
+}
+
+/* Replies to a Delete of key whose store call returned rc. */
+static int delete_reply(lkv_cache_svc *svc, lkv_rpc *rpc, const lkv_dockey *kp, int rc)
+{
+    lkv_dockey key = *kp;
     char hex[LKV_DOCKEY_HEX_LEN + 1];
-    rc = lkv_store_delete(svc->store, &key);
     if (rc == LKV_ENOTFOUND) {
         return lkv_rpc_errorf(rpc, rc, "document %s is not cached", key_hex(&key, hex));
     }
@@ -644,6 +783,35 @@ static int check_lease_id(lkv_rpc *rpc, const char *what, const ProtobufCBinaryD
     return 0;
 }
 
+/* An Attach between validation and reply (attach_work may run on the pool). */
+typedef struct attach_job {
+    size_t n;                             /* Documents. */
+    int renew;                            /* 1: renew lease_id. */
+    uint64_t ttl;                         /* Asked TTL, ms. */
+    int owner;                            /* The caller's tenant index. */
+    uint8_t lease_id[LKV_LEASE_ID_BYTES]; /* Renew: the lease (copied from the request). */
+    lkv_dockey *keys;                     /* n store keys. */
+    lkv_lease_doc *docs;                  /* n results (pages malloc'ed by the lease table). */
+    uint8_t id[LKV_LEASE_ID_BYTES];       /* The lease. */
+    uint64_t expires;                     /* Its expiry, Unix ms. */
+    uint32_t lease_docs;                  /* Documents in it. */
+    int bad;                              /* The failing document, or -1. */
+    int rc;                               /* lkv_lease_attach's result. */
+} attach_job;
+
+static void attach_job_free(attach_job *j)
+{
+    for (size_t i = 0; i < j->n; i++) {
+        free(j->docs[i].pages);
+    }
+    free(j->keys);
+    free(j->docs);
+    free(j);
+}
+
+static void attach_work(void *arg, void *job);
+static int attach_done(void *arg, lkv_rpc *rpc, void *job);
+
 static int attach(void *arg, lkv_rpc *rpc, const ProtobufCMessage *m)
 {
     lkv_cache_svc *svc = arg;
@@ -681,32 +849,71 @@ static int attach(void *arg, lkv_rpc *rpc, const ProtobufCMessage *m)
                               " (max_lease_docs)",
                               n, lim->max_docs);
     }
-    lkv_dockey *keys = lkv_xmalloc((n ? n : 1) * sizeof(*keys));
-    lkv_lease_doc *docs = lkv_xcalloc(n ? n : 1, sizeof(*docs));
+    attach_job *j = lkv_xcalloc(1, sizeof(*j)); /* Freed by attach_done. */
+    j->n = n;
+    j->renew = renew;
+    j->ttl = ttl;
+    j->owner = call_index(svc, rpc);
+    if (renew) {
+        memcpy(j->lease_id, req->lease_id.data, LKV_LEASE_ID_BYTES);
+    }
+    j->keys = lkv_xmalloc((n ? n : 1) * sizeof(*j->keys));
+    j->docs = lkv_xcalloc(n ? n : 1, sizeof(*j->docs));
+    for (size_t i = 0; i < n && rc == 0; i++) {
+        char what[48];
+        snprintf(what, sizeof(what), "Attach docs[%zu]", i);
+        rc = resolve_ref(svc, rpc, what, req->docs[i], &j->keys[i], NULL);
+    }
+    if (rc == 0) {
+        rc = lkv_rpc_check_deadline(rpc);
+    }
+    if (rc != 0) {
+        j->n = 0; /* Nothing attached: nothing to free per document. */
+        attach_job_free(j);
+        return rc;
+    }
+    int cold = 0;
+    for (size_t i = 0; i < n && !cold; i++) {
+        cold = lkv_store_tier(svc->store, &j->keys[i]) == LKV_TIER_COLD;
+    }
+    if (cold) {
+        return lkv_rpc_offload(rpc, attach_work, attach_done, j); /* Pins promote: RocksDB. */
+    }
+    attach_work(svc, j);
+    return attach_done(svc, rpc, j);
+}
+
+static void attach_work(void *arg, void *job)
+{
+    lkv_cache_svc *svc = arg;
+    attach_job *j = job;
+    j->bad = -1;
+    j->rc = lkv_lease_attach(svc->leases, j->owner, j->renew ? j->lease_id : NULL, (uint32_t)j->ttl,
+                             j->keys, (uint32_t)j->n, j->id, &j->expires, &j->lease_docs, j->docs,
+                             &j->bad);
+}
+
+/* Replies to an Attach once lkv_lease_attach ran (attach_work), and frees the job. */
+static int attach_done(void *arg, lkv_rpc *rpc, void *job)
+{
+    lkv_cache_svc *svc = arg;
+    attach_job *j = job;
+    const lkv_lease_limits *lim = lkv_lease_limits_get(svc->leases);
+    size_t n = j->n;
+    int renew = j->renew;
+    uint64_t ttl = j->ttl;
+    int owner = j->owner;
+    lkv_dockey *keys = j->keys;
+    lkv_lease_doc *docs = j->docs;
+    uint8_t *id = j->id;
+    int bad = j->bad;
+    int rc = j->rc;
     Lazykv__V1__DocStatus *ds = lkv_xcalloc(n ? n : 1, sizeof(*ds));
     Lazykv__V1__DocStatus **dsp = lkv_xmalloc((n ? n : 1) * sizeof(*dsp));
     Lazykv__V1__AttachedDoc *ad = lkv_xcalloc(n ? n : 1, sizeof(*ad));
     Lazykv__V1__AttachedDoc **adp = lkv_xmalloc((n ? n : 1) * sizeof(*adp));
     Lazykv__V1__BlockLayout *lay = lkv_xcalloc(n ? n : 1, sizeof(*lay));
     lkv_dockey *wires = lkv_xmalloc((n ? n : 1) * sizeof(*wires));
-    for (size_t i = 0; i < n && rc == 0; i++) {
-        char what[48];
-        snprintf(what, sizeof(what), "Attach docs[%zu]", i);
-        rc = resolve_ref(svc, rpc, what, req->docs[i], &keys[i], NULL);
-    }
-    if (rc == 0) {
-        rc = lkv_rpc_check_deadline(rpc);
-    }
-    if (rc != 0) {
-        goto out;
-    }
-    uint8_t id[LKV_LEASE_ID_BYTES];
-    uint64_t expires = 0;
-    uint32_t lease_docs = 0;
-    int bad = -1;
-    int owner = call_index(svc, rpc);
-    rc = lkv_lease_attach(svc->leases, owner, renew ? req->lease_id.data : NULL, (uint32_t)ttl,
-                          keys, (uint32_t)n, id, &expires, &lease_docs, docs, &bad);
     if (rc != 0) {
         char hex[LKV_DOCKEY_HEX_LEN + 1];
         if (bad >= 0) {
@@ -800,28 +1007,24 @@ static int attach(void *arg, lkv_rpc *rpc, const ProtobufCMessage *m)
     }
     Lazykv__V1__AttachResponse resp = LAZYKV__V1__ATTACH_RESPONSE__INIT;
     resp.lease_id.data = id;
-    resp.lease_id.len = sizeof(id);
-    resp.expires_unix_ms = expires;
+    resp.lease_id.len = LKV_LEASE_ID_BYTES;
+    resp.expires_unix_ms = j->expires;
     resp.n_docs = n;
     resp.docs = dsp;
     resp.arena = &arena;
     resp.n_attached = n;
     resp.attached = adp;
     resp.ttl_ms = (uint32_t)ttl;
-    resp.lease_docs = lease_docs;
+    resp.lease_docs = j->lease_docs;
     rc = lkv_rpc_reply(rpc, &resp.base);
     if (rc != 0 && !renew) {
         /* The worker never learns the id: end the lease now rather than at expiry. */
         lkv_lease_release(svc->leases, owner, id, NULL);
     }
     LKV_LOGD("attach: %s lease, %zu document(s), %u in the lease, ttl %" PRIu64 " ms",
-             renew ? "renewed" : "new", n, lease_docs, ttl);
+             renew ? "renewed" : "new", n, j->lease_docs, ttl);
 out:
-    for (size_t i = 0; i < n; i++) {
-        free(docs[i].pages);
-    }
-    free(keys);
-    free(docs);
+    attach_job_free(j);
     free(ds);
     free(dsp);
     free(ad);

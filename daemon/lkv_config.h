@@ -54,6 +54,7 @@ typedef struct lkv_config {
     int policy_cost_bytes;        /* 1: GDSF cost = bytes (byte hit rate); 0: cost 1 per doc. */
     int durability;               /* enum lkv_durability. */
     int threads;                  /* gRPC polling threads (one completion queue each). */
+    int pool_threads;             /* Worker threads for blocking work (0: run it inline). */
     uint64_t max_message_bytes;   /* Largest gRPC message received or sent, bytes. */
     int log_level;                /* enum lkv_log_level. */
     uint64_t shutdown_grace_ms;   /* SIGTERM: how long in-flight calls may finish, ms. */

@@ -239,6 +239,7 @@ int main(int argc, char **argv)
 
     lkv_server_opts so = {.listen = cfg.listen,
                           .threads = cfg.threads,
+                          .pool_threads = cfg.pool_threads,
                           .max_message_bytes = cfg.max_message_bytes,
                           .admit = admit,
                           .admit_ctx = auth};
@@ -252,8 +253,9 @@ int main(int argc, char **argv)
         return 1;
     }
     lkv_admin_svc_set_server(&admin, srv);
-    LKV_LOGI("listening on %s (%d polling threads, max message %s)", lkv_server_address(srv),
-             cfg.threads, lkv_format_bytes(cfg.max_message_bytes, hb, sizeof(hb)));
+    LKV_LOGI("listening on %s (%d polling threads, %d pool threads, max message %s)",
+             lkv_server_address(srv), cfg.threads, cfg.pool_threads,
+             lkv_format_bytes(cfg.max_message_bytes, hb, sizeof(hb)));
     printf("lazykvd listening on %s\n", lkv_server_address(srv));
     fflush(stdout);
 

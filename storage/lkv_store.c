@@ -1156,6 +1156,20 @@ int lkv_store_lookup_tokens(lkv_store *s, const uint8_t salt[LKV_SALT_BYTES], co
     return 0;
 }
 
+int lkv_store_tier(lkv_store *s, const lkv_dockey *key)
+{
+    lkv_doc_info info;
+    int tier = LKV_TIER_NONE;
+    pthread_mutex_lock(&s->mu);
+    doc *d = kidx_find(s, key);
+    if (d != NULL && d->state == ST_VISIBLE && d->profile >= 0) {
+        fill_info(s, d, &info);
+        tier = d->promoting ? LKV_TIER_COLD : info.tier;
+    }
+    pthread_mutex_unlock(&s->mu);
+    return tier;
+}
+
 /* ---- puts --------------------------------------------------------------------------------- */
 
 int lkv_store_put_begin(lkv_store *s, const uint8_t salt[LKV_SALT_BYTES], const char *profile,

@@ -188,6 +188,11 @@ int lkv_store_lookup_tokens(lkv_store *s, const uint8_t salt[LKV_SALT_BYTES], co
                             const uint32_t *tokens, uint32_t n_tokens, lkv_dockey *key_out,
                             lkv_doc_info *out);
 
+/* The tier key is in now (enum lkv_tier; LKV_TIER_COLD also while it is being promoted), without
+ * counting a hit or miss or touching recency: a hint for the daemon, which runs reads of cold
+ * documents (promotions, RocksDB) on its worker pool. The answer may be stale at once. */
+int lkv_store_tier(lkv_store *s, const lkv_dockey *key);
+
 /* ---- Put transactions ----------------------------------------------------------------- */
 
 /* Begins putting the document tokens[0..n_tokens) of profile (name) under salt. Validates the

@@ -293,8 +293,12 @@ class FakeCache(cache_pb2_grpc.CacheServicer):
                                      durability=cache_pb2.DURABILITY_HOT,
                                      already_present=present, tier=cache_pb2.TIER_HOT)
 
+    lookup_delay = 0.0  # Seconds Lookup sleeps first (a slow server, for deadline tests).
+
     def Lookup(self, request, context):
         self._auth(context)
+        if self.lookup_delay:
+            time.sleep(self.lookup_delay)
         out = []
         for ref in request.docs:
             key = self._key(ref, context)
@@ -455,9 +459,17 @@ class FakeServerTest(unittest.TestCase):
         with lazykv.Client("127.0.0.1:1", timeout=2) as kv:
             with self.assertRaises(lazykv.Unavailable):
                 kv.lookup([bytes(32)])
-        with self.client() as kv:
-            with self.assertRaises(lazykv.DeadlineExceeded):
-                kv.lookup([bytes(32)], timeout=1e-6)
+        # A deadline shorter than the server takes: raised by the client whatever the load (a
+        # 1 us deadline on an idle in-process server can be met, which made this flaky).
+        self.cache.lookup_delay = 0.5
+        try:
+            with self.client() as kv:
+                t0 = time.monotonic()
+                with self.assertRaises(lazykv.DeadlineExceeded):
+                    kv.lookup([bytes(32)], timeout=0.1)
+                self.assertLess(time.monotonic() - t0, 0.45)
+        finally:
+            self.cache.lookup_delay = 0.0
 
 
 if __name__ == "__main__":
