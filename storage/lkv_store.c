@@ -13,6 +13,7 @@
 #include <assert.h>
 #include <errno.h>
 #include <pthread.h>
+#include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -72,6 +73,172 @@ const char *lkv_miss_cause_name(int c)
     static const char *const names[LKV_MISS__COUNT] = {"none", "never", "evicted", "deleted",
                                                        "profile"};
     return c >= 0 && c < LKV_MISS__COUNT ? names[c] : "unknown";
+}
+
+/* ---- the stats registration ------------------------------------------------------------- */
+
+/* Values that are not a field of lkv_store_stats. */
+enum { V_FIELD, V_BUDGET, V_RATIO_DOCS, V_RATIO_BLOCKS };
+
+/* One registered stat: where its value comes from, and its description. Admin Stats shows them
+ * in this order. */
+typedef struct store_stat {
+    int src;         /* V_*. */
+    size_t off;      /* V_FIELD, V_BUDGET: offset of the uint64_t in lkv_store_stats. */
+    lkv_stat_desc d; /* Name, labels, kind, unit, help, section, key. */
+} store_stat;
+
+#define FLD(f)   V_FIELD, offsetof(lkv_store_stats, f)
+#define CAUSE(c) V_FIELD, offsetof(lkv_store_stats, misses_by_cause) + sizeof(uint64_t) * (c)
+#define D(nm, lb, kd, un, hl, sc, ky)                                                              \
+    {                                                                                              \
+        .name = nm, .labels = lb, .kind = kd, .unit = un, .help = hl, .section = sc, .key = ky     \
+    }
+
+static const store_stat store_stats[] = {
+    {FLD(hot_docs), D("store_docs", "tier=hot", LKV_STAT_GAUGE, "docs",
+                      "Visible documents in the tier.", "hot", "docs")},
+    {FLD(hot_blocks), D("store_blocks", "tier=hot", LKV_STAT_GAUGE, "blocks",
+                        "Blocks of the visible documents in the tier.", "hot", "blocks")},
+    {FLD(hot_bytes),
+     D("store_bytes_used", "tier=hot", LKV_STAT_GAUGE, "bytes",
+       "Bytes held in the tier (hot: documents, in-flight puts, readers).", "hot", "bytes_used")},
+    {FLD(hot_bytes_pinned),
+     D("store_bytes_pinned", "tier=hot", LKV_STAT_GAUGE, "bytes",
+       "Hot bytes pinned (pins, reads, in-flight puts).", "hot", "bytes_pinned")},
+    {FLD(hot_budget), D("store_bytes_budget", "tier=hot", LKV_STAT_GAUGE, "bytes",
+                        "Budget of the tier (0: unlimited).", "hot", "bytes_budget")},
+    {FLD(hot_page_bytes), D("store_page_bytes", NULL, LKV_STAT_GAUGE, "bytes",
+                            "Bytes of one arena page.", "hot", "page_bytes")},
+    {FLD(hot_pages_total),
+     D("store_pages_total", NULL, LKV_STAT_GAUGE, "pages", "Arena pages.", "hot", "pages_total")},
+    {FLD(hot_pages_free), D("store_pages_free", NULL, LKV_STAT_GAUGE, "pages", "Arena pages free.",
+                            "hot", "pages_free")},
+    {FLD(cold_docs), D("store_docs", "tier=cold", LKV_STAT_GAUGE, "docs",
+                       "Visible documents in the tier.", "cold", "docs")},
+    {FLD(cold_blocks), D("store_blocks", "tier=cold", LKV_STAT_GAUGE, "blocks",
+                         "Blocks of the visible documents in the tier.", "cold", "blocks")},
+    {FLD(cold_bytes), D("store_bytes_used", "tier=cold", LKV_STAT_GAUGE, "bytes",
+                        "Bytes held in the tier (cold: block payload).", "cold", "bytes_used")},
+    {V_BUDGET, offsetof(lkv_store_stats, cold_budget),
+     D("store_bytes_budget", "tier=cold", LKV_STAT_GAUGE, "bytes",
+       "Budget of the tier (0: unlimited).", "cold", "bytes_budget")},
+    {FLD(hits_hot),
+     D("store_hits", "tier=hot", LKV_STAT_COUNTER, "docs",
+       "Lookups that found the document, by the tier it was in.", "lookups", "hits_hot")},
+    {FLD(hits_cold),
+     D("store_hits", "tier=cold", LKV_STAT_COUNTER, "docs",
+       "Lookups that found the document, by the tier it was in.", "lookups", "hits_cold")},
+    {FLD(misses), D("store_lookup_misses", NULL, LKV_STAT_COUNTER, "docs",
+                    "Lookups that did not find the document.", "lookups", "misses")},
+    {FLD(hit_blocks_hot), D("store_hit_blocks", "tier=hot", LKV_STAT_COUNTER, "blocks",
+                            "Blocks of the documents lookups found.", "lookups", "hit_blocks_hot")},
+    {FLD(hit_blocks_cold),
+     D("store_hit_blocks", "tier=cold", LKV_STAT_COUNTER, "blocks",
+       "Blocks of the documents lookups found.", "lookups", "hit_blocks_cold")},
+    {FLD(miss_blocks),
+     D("store_miss_blocks", NULL, LKV_STAT_COUNTER, "blocks",
+       "Blocks of the documents token lookups did not find.", "lookups", "miss_blocks")},
+    {CAUSE(LKV_MISS_NEVER), D("store_misses", "cause=never", LKV_STAT_COUNTER, "docs",
+                              "Lookup misses by cause.", "lookups", "misses_never")},
+    {CAUSE(LKV_MISS_EVICTED), D("store_misses", "cause=evicted", LKV_STAT_COUNTER, "docs",
+                                "Lookup misses by cause.", "lookups", "misses_evicted")},
+    {CAUSE(LKV_MISS_DELETED), D("store_misses", "cause=deleted", LKV_STAT_COUNTER, "docs",
+                                "Lookup misses by cause.", "lookups", "misses_deleted")},
+    {CAUSE(LKV_MISS_PROFILE), D("store_misses", "cause=profile", LKV_STAT_COUNTER, "docs",
+                                "Lookup misses by cause.", "lookups", "misses_profile")},
+    {V_RATIO_DOCS, 0,
+     D("store_hit_ratio", "by=docs", LKV_STAT_GAUGE, "ratio",
+       "Hits / lookups since start (0 before the first).", "lookups", "hit_rate_docs")},
+    {V_RATIO_BLOCKS, 0,
+     D("store_hit_ratio", "by=blocks", LKV_STAT_GAUGE, "ratio",
+       "Hit blocks / looked-up blocks since start.", "lookups", "hit_rate_blocks")},
+    {FLD(evictions_hot),
+     D("store_evictions", "tier=hot", LKV_STAT_COUNTER, "docs",
+       "Documents evicted from the tier by its budget.", "movement", "evictions_hot")},
+    {FLD(evictions_cold),
+     D("store_evictions", "tier=cold", LKV_STAT_COUNTER, "docs",
+       "Documents evicted from the tier by its budget.", "movement", "evictions_cold")},
+    {FLD(demotions), D("store_demotions", NULL, LKV_STAT_COUNTER, "docs",
+                       "Hot victims written to the cold tier.", "movement", "demotions")},
+    {FLD(drops), D("store_drops", NULL, LKV_STAT_COUNTER, "docs",
+                   "Hot victims lost (the cold tier could not take them).", "movement", "drops")},
+    {FLD(promotions), D("store_promotions", NULL, LKV_STAT_COUNTER, "docs",
+                        "Cold documents copied into the hot tier.", "movement", "promotions")},
+    {FLD(puts), D("store_puts", "result=stored", LKV_STAT_COUNTER, "docs",
+                  "Finished puts by result.", "puts", "puts")},
+    {FLD(puts_existing), D("store_puts", "result=existing", LKV_STAT_COUNTER, "docs",
+                           "Finished puts by result.", "puts", "puts_existing")},
+    {FLD(puts_aborted), D("store_puts", "result=aborted", LKV_STAT_COUNTER, "docs",
+                          "Finished puts by result.", "puts", "puts_aborted")},
+    {FLD(puts_inflight), D("store_puts_inflight", NULL, LKV_STAT_GAUGE, "docs",
+                           "Open put transactions.", "puts", "puts_inflight")},
+    {FLD(deletes), D("store_deletes", NULL, LKV_STAT_COUNTER, "docs",
+                     "Documents deleted by callers.", "puts", "deletes")},
+    {FLD(reads_inflight), D("store_reads_inflight", NULL, LKV_STAT_GAUGE, "docs",
+                            "Open read handles.", "puts", "reads_inflight")},
+    {FLD(wb_pending),
+     D("store_wb_pending", NULL, LKV_STAT_GAUGE, "docs",
+       "Write-back documents queued, not yet persisted.", "persistence", "wb_pending")},
+    {FLD(wb_persisted),
+     D("store_wb_persisted", NULL, LKV_STAT_COUNTER, "docs",
+       "Documents persisted by the write-back writer.", "persistence", "wb_persisted")},
+    {FLD(wb_failed),
+     D("store_wb_failed", NULL, LKV_STAT_COUNTER, "docs",
+       "Write-back failures (the document stays hot only).", "persistence", "wb_failed")},
+    {FLD(corrupt_blocks), D("store_corrupt_blocks", NULL, LKV_STAT_COUNTER, "blocks",
+                            "Blocks or records failing their check, or missing (document dropped).",
+                            "persistence", "corrupt_blocks")},
+};
+#define N_STORE_STATS ((int)(sizeof(store_stats) / sizeof(store_stats[0])))
+#undef FLD
+#undef CAUSE
+#undef D
+
+static double ratio(uint64_t a, uint64_t b)
+{
+    return a + b ? (double)a / (double)(a + b) : 0.0;
+}
+
+/* The group's read fn: one snapshot under the store lock (registry lock held by the caller). */
+static void stats_read(void *ctx, double *vals, int n)
+{
+    lkv_store_stats st;
+    lkv_store_stats_get(ctx, &st);
+    for (int i = 0; i < n && i < N_STORE_STATS; i++) {
+        const store_stat *e = &store_stats[i];
+        uint64_t v = 0;
+        if (e->src == V_FIELD || e->src == V_BUDGET) {
+            memcpy(&v, (const char *)&st + e->off, sizeof(v));
+        }
+        switch (e->src) {
+        case V_BUDGET:
+            vals[i] = v == UINT64_MAX ? 0.0 : (double)v;
+            break;
+        case V_RATIO_DOCS:
+            vals[i] = ratio(st.hits_hot + st.hits_cold, st.misses);
+            break;
+        case V_RATIO_BLOCKS:
+            vals[i] = ratio(st.hit_blocks_hot + st.hit_blocks_cold, st.miss_blocks);
+            break;
+        default:
+            vals[i] = (double)v;
+        }
+    }
+}
+
+static int stats_register(lkv_store *s)
+{
+    lkv_stat_desc d[N_STORE_STATS];
+    for (int i = 0; i < N_STORE_STATS; i++) {
+        d[i] = store_stats[i].d;
+    }
+    return lkv_stats_register(s->stats, d, N_STORE_STATS, stats_read, s, &s->stats_group);
+}
+
+lkv_stats *lkv_store_stats_registry(lkv_store *s)
+{
+    return s->stats;
 }
 
 /* ---- open / close ------------------------------------------------------------------------- */
@@ -209,6 +376,17 @@ int lkv_store_open(const lkv_store_config *cfg, lkv_store **out)
         lkv_store_close(s);
         return rc;
     }
+    if (cfg->stats != NULL) {
+        s->stats = cfg->stats;
+    } else {
+        lkv_stats_create(&s->own_stats);
+        s->stats = s->own_stats;
+    }
+    rc = stats_register(s);
+    if (rc != 0) {
+        lkv_store_close(s);
+        return rc;
+    }
     lkv__writer_start(s);
     LKV_LOGI("store: open %s: hot %s %llu pages x %llu B, cold %llu docs (budget %llu B), "
              "%s, %s, %d profiles",
@@ -232,6 +410,7 @@ int lkv_store_close(lkv_store *s)
     if (s == NULL) {
         return 0;
     }
+    lkv_stats_unregister(s->stats, s->stats_group); /* No stats_read runs after this. */
     lkv__writer_stop(s);
     if (s->st.wb_failed != s->wb_failed_seen) {
         rc = LKV_EIO;
@@ -248,6 +427,7 @@ int lkv_store_close(lkv_store *s)
     pthread_cond_destroy(&s->cv);
     pthread_cond_destroy(&s->wcv);
     pthread_mutex_destroy(&s->mu);
+    lkv_stats_destroy(s->own_stats);
     free(s->scratch);
     free(s->profiles);
     free(s);

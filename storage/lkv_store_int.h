@@ -126,12 +126,15 @@ typedef struct gone_ent {
 
 struct lkv_store {
     /* Immutable after open. */
-    lkv_store_config cfg;  /* Copy; pointers inside are not kept. */
-    lkv_profile *profiles; /* Owned copies, finished. */
-    int n_profiles;        /* Entries. */
-    lkv_arena *arena;      /* Hot tier memory (thread-safe copies; alloc/free under mu). */
-    lkv_cold *cold;        /* Cold tier (thread-safe). */
-    uint64_t page_bytes;   /* Arena page size. */
+    lkv_store_config cfg;        /* Copy; pointers inside are not kept. */
+    lkv_profile *profiles;       /* Owned copies, finished. */
+    int n_profiles;              /* Entries. */
+    lkv_arena *arena;            /* Hot tier memory (thread-safe copies; alloc/free under mu). */
+    lkv_cold *cold;              /* Cold tier (thread-safe). */
+    uint64_t page_bytes;         /* Arena page size. */
+    lkv_stats *stats;            /* Registry of the store's stats (cfg.stats or own_stats). */
+    lkv_stats *own_stats;        /* Owned registry when cfg.stats was NULL, else NULL. */
+    lkv_stat_group *stats_group; /* The store's registration (NULL until registered). */
     /* Guarded by mu. */
     pthread_mutex_t mu;      /* Guards everything below. */
     pthread_cond_t cv;       /* Broadcast on commits, promotions, writer progress. */
