@@ -47,6 +47,13 @@
  * lkv_store_put / lkv_store_read handle is used by one thread at a time. Block copies into and
  * out of the arena and RocksDB reads of a get run without the store lock; the lock is held for
  * metadata and for demotion writes.
+ *
+ * Statistics: every counter below is also registered in a statistics registry (lkv_stats.h;
+ * lkv_store_stats_registry), which is how Admin Stats and other consumers read them.
+ *
+ * Implementation: lkv_store.c (this API), lkv_store_index.c (the document index),
+ * lkv_store_tier.c (tier engine and write-back writer); internals, invariants and which lock
+ * guards what in lkv_store_int.h.
  */
 #ifndef LKV_STORE_H
 #define LKV_STORE_H
