@@ -199,6 +199,9 @@ struct lkv_server {
     int pool_stop;            /* 1: threads exit once the queue is empty. */
     atomic_long pool_backlog; /* Jobs queued or running. */
     int fault_job_delay_ms;   /* Tests: each job sleeps this long first (a slow disk). */
+
+    lkv_stats *registry;         /* opts.stats (borrowed), or NULL. */
+    lkv_stat_group *stats_group; /* The per-method counters there, or NULL. */
 };
 
 static void finish(lkv_rpc *rpc, int rc);
@@ -1154,6 +1157,74 @@ long lkv_server_pool_backlog(const lkv_server *s)
 
 /* ---- Server lifecycle ----------------------------------------------------------------- */
 
+/* Registry read fn: 4 values per method (see lkv_server_opts.stats). */
+static void method_stats_read(void *ctx, double *vals, int n)
+{
+    const lkv_server *s = ctx;
+    for (int i = 0; i < s->n_methods && 4 * i + 3 < n; i++) {
+        double calls = (double)atomic_load(&s->stats[i].calls);
+        double usec = (double)atomic_load(&s->stats[i].usec);
+        vals[4 * i] = calls;
+        vals[4 * i + 1] = (double)atomic_load(&s->stats[i].errors);
+        vals[4 * i + 2] = calls > 0 ? usec / calls : 0.0;
+        vals[4 * i + 3] = usec;
+    }
+}
+
+static int method_stats_register(lkv_server *s, lkv_stats *r)
+{
+    static const char *const names[4] = {"rpc_calls", "rpc_errors", "rpc_usec_per_call",
+                                         "rpc_usec"};
+    static const char *const helps[4] = {"Calls finished.", "Calls finished with a non-OK status.",
+                                         "Mean wall time of a finished call.",
+                                         "Total wall time of finished calls."};
+    static const char *const suffix[3] = {"calls", "errors", "usec_per_call"};
+    typedef struct texts {
+        char labels[192];  /* service=...,method=... */
+        char keys[3][160]; /* Cache.Put.calls, .errors, .usec_per_call */
+    } texts;
+    int n = s->n_methods;
+    if (n == 0) {
+        return 0;
+    }
+    lkv_stat_desc *d = lkv_xcalloc((size_t)n * 4, sizeof(*d));
+    texts *tx = lkv_xcalloc((size_t)n, sizeof(*tx));
+    for (int i = 0; i < n; i++) {
+        /* "/lazykv.v1.Cache/Put": service lazykv.v1.Cache, method Put, short name Cache.Put. */
+        const char *path = s->methods[i].path;
+        const char *svc = path[0] == '/' ? path + 1 : path;
+        const char *slash = strrchr(svc, '/');
+        slash = slash != NULL ? slash : svc;
+        const char *dot = svc;
+        for (const char *q = svc; q < slash; q++) {
+            dot = *q == '.' ? q + 1 : dot;
+        }
+        snprintf(tx[i].labels, sizeof(tx[i].labels), "service=%.*s,method=%s", (int)(slash - svc),
+                 svc, slash + 1);
+        for (int k = 0; k < 4; k++) {
+            lkv_stat_desc *e = &d[4 * i + k];
+            e->name = names[k];
+            e->labels = tx[i].labels;
+            e->kind = k == 2 ? LKV_STAT_GAUGE : LKV_STAT_COUNTER;
+            e->unit = k < 2 ? "calls" : "us";
+            e->help = helps[k];
+            if (k < 3) {
+                snprintf(tx[i].keys[k], sizeof(tx[i].keys[k]), "%.*s.%s.%s", (int)(slash - dot),
+                         dot, slash + 1, suffix[k]);
+                e->section = "calls";
+                e->key = tx[i].keys[k];
+            }
+        }
+    }
+    int rc = lkv_stats_register(r, d, 4 * n, method_stats_read, s, &s->stats_group);
+    if (rc == 0) {
+        s->registry = r;
+    }
+    free(tx);
+    free(d);
+    return rc;
+}
+
 int lkv_server_create(const lkv_server_opts *opts, const lkv_method *methods, int n,
                       lkv_server **out, char *err, size_t errlen)
 {
@@ -1261,6 +1332,14 @@ int lkv_server_create(const lkv_server_opts *opts, const lkv_method *methods, in
             lkv_panic("pthread_create: %s", strerror(e));
         }
         s->workers[i].started = 1;
+    }
+    if (opts->stats != NULL) {
+        int rc = method_stats_register(s, opts->stats);
+        if (rc != 0) {
+            snprintf(err, errlen, "cannot register the per-method stats: %s", lkv_strerror(rc));
+            lkv_server_destroy(s);
+            return rc;
+        }
     }
     *out = s;
     return 0;
@@ -1410,6 +1489,7 @@ void lkv_server_destroy(lkv_server *s)
     if (s == NULL) {
         return;
     }
+    lkv_stats_unregister(s->registry, s->stats_group); /* No method_stats_read after this. */
     lkv_server_shutdown(s, 0);
     grpc_server_destroy(s->server);
     grpc_channel_destroy(s->lame);

@@ -54,6 +54,8 @@
 
 #include <protobuf-c/protobuf-c.h>
 
+#include "lkv_stats.h"
+
 typedef struct lkv_server lkv_server; /* Opaque. */
 typedef struct lkv_rpc lkv_rpc;       /* Opaque: one call. */
 
@@ -94,6 +96,11 @@ typedef struct lkv_server_opts {
                        * polling thread, as if it did not block). Fault injection (tests): with
                        * the environment variable LKV_FAULT_POOL_DELAY_MS=n at create, every
                        * pool job sleeps n ms before its work, as on a slow disk. */
+    /* Optional (NULL: none). Registry the per-method counters are registered in (borrowed until
+     * destroy), section "calls": rpc_calls, rpc_errors, rpc_usec_per_call (keys
+     * "<Service>.<Method>.calls", ".errors", ".usec_per_call") and rpc_usec (not in INFO),
+     * labelled service=lazykv.v1.Cache,method=Put. */
+    lkv_stats *stats;
 } lkv_server_opts;
 
 /* Creates the server, registers methods[0..n) (the array and what it points to are borrowed
@@ -108,7 +115,8 @@ int lkv_server_create(const lkv_server_opts *opts, const lkv_method *methods, in
 const char *lkv_server_address(const lkv_server *s);
 int lkv_server_port(const lkv_server *s);
 
-/* Per-method counters (Redis commandstats style) of method i (0..n-1, the registration order):
+/* Per-method counters (Redis commandstats style; also in opts.stats) of method i (0..n-1, the
+ * registration order):
  * *path borrowed (static), calls finished, of which failed, total wall time in microseconds.
  * Returns 0, or LKV_EINVAL for a bad i. Thread-safe. */
 int lkv_server_method_stats(const lkv_server *s, int i, const char **path, uint64_t *calls,

@@ -144,8 +144,13 @@ int main(int argc, char **argv)
         LKV_LOGE("option 'data_dir': cannot create %s: %s", cfg.data_dir, strerror(-rc));
         return 1;
     }
+    /* One statistics registry for the process: the store, the lease table and the RPC engine
+     * register in it; Admin Stats reads it. */
+    lkv_stats *stats = NULL;
+    lkv_stats_create(&stats);
     lkv_store_config scfg;
     lkv_config_to_store(&cfg, &scfg);
+    scfg.stats = stats;
     lkv_store *store = NULL;
     rc = lkv_store_open(&scfg, &store);
     if (rc != 0) {
@@ -223,7 +228,6 @@ int main(int argc, char **argv)
     cache.leases = leases;
 
     lkv_admin_svc_init(&admin, store, lkv_durability_name(cfg.durability), cfg.threads);
-    admin.leases = leases;
     admin.n_tenants = n_idx;
     admin.isolate = isolate;
     admin.index_of = tenant_index;
@@ -242,7 +246,8 @@ int main(int argc, char **argv)
                           .pool_threads = cfg.pool_threads,
                           .max_message_bytes = cfg.max_message_bytes,
                           .admit = admit,
-                          .admit_ctx = auth};
+                          .admit_ctx = auth,
+                          .stats = stats};
     lkv_server *srv = NULL;
     rc = lkv_server_create(&so, methods, n, &srv, err, sizeof(err));
     if (rc != 0) {
@@ -279,6 +284,7 @@ int main(int argc, char **argv)
                  lkv_strerror(rc));
         return 1;
     }
+    lkv_stats_destroy(stats);
     LKV_LOGI("shutdown: store closed (%" PRIu64 " queued document(s) flushed); bye", pending);
     return 0;
 }

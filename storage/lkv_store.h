@@ -47,6 +47,13 @@
  * lkv_store_put / lkv_store_read handle is used by one thread at a time. Block copies into and
  * out of the arena and RocksDB reads of a get run without the store lock; the lock is held for
  * metadata and for demotion writes.
+ *
+ * Statistics: every counter below is also registered in a statistics registry (lkv_stats.h;
+ * lkv_store_stats_registry), which is how Admin Stats and other consumers read them.
+ *
+ * Implementation: lkv_store.c (this API), lkv_store_index.c (the document index),
+ * lkv_store_tier.c (tier engine and write-back writer); internals, invariants and which lock
+ * guards what in lkv_store_int.h.
  */
 #ifndef LKV_STORE_H
 #define LKV_STORE_H
@@ -56,6 +63,7 @@
 
 #include "lkv_dockey.h"
 #include "lkv_profile.h"
+#include "lkv_stats.h"
 
 typedef struct lkv_store lkv_store;           /* Opaque. */
 typedef struct lkv_store_put lkv_store_put;   /* Opaque put transaction. */
@@ -118,6 +126,8 @@ typedef struct lkv_store_config {
     int n_profiles;               /* >= 1. */
     uint32_t evicted_memory;      /* Recently evicted keys remembered; 0 = 65536. */
     uint64_t cold_min_blob_bytes; /* RocksDB min_blob_size; 0 = 64 KiB. */
+    lkv_stats *stats; /* Registry the store registers its stats in (borrowed: it must outlive
+                       * the store; one store per registry); NULL: the store makes its own. */
 } lkv_store_config;
 
 /* Opens (or creates) the store. Validates cfg (LKV_ECONFIG with a log line naming the field:
@@ -126,11 +136,13 @@ typedef struct lkv_store_config {
  * RocksDB (LKV_EROCKSDB) and loads the metadata of every document already stored there into
  * the cold index, so they are served after a restart (documents over the cold budget are
  * evicted; documents of profiles no longer configured are indexed but miss with
- * LKV_MISS_PROFILE). Starts the write-back writer thread. *out is owned by the caller and
- * released with lkv_store_close. */
+ * LKV_MISS_PROFILE). Starts the write-back writer thread and registers the store's stats
+ * (lkv_store_stats_registry; LKV_EEXIST if cfg->stats already holds another store's). *out is
+ * owned by the caller and released with lkv_store_close. */
 int lkv_store_open(const lkv_store_config *cfg, lkv_store **out);
 
-/* Closes the store: persists every queued write-back document, joins the writer, flushes and
+/* Closes the store: unregisters its stats, persists every queued write-back document, joins
+ * the writer, flushes and
  * closes RocksDB, unlinks the shared memory and frees everything. Callers must first finish
  * every put and read handle (closing with open handles is a bug: they are freed under them).
  * Returns 0, or LKV_EIO if a write-back write failed since the last flush (the store is freed
@@ -341,6 +353,15 @@ typedef struct lkv_store_stats {
 
 /* Fills *out (caller-owned) with a consistent snapshot of the counters. */
 void lkv_store_stats_get(lkv_store *s, lkv_store_stats *out);
+
+/* The registry holding the store's stats (cfg.stats, or the store's own; borrowed, valid until
+ * close). Every field of lkv_store_stats is registered there as one group (read under the
+ * store lock, so an iteration sees one consistent snapshot), with the Admin Stats section and
+ * key it is shown under ("hot"/"docs", "lookups"/"hits_hot", ...) and a metric name with labels
+ * (store_docs{tier="hot"}, store_hits{tier="hot"}, store_misses{cause="evicted"}, ...), plus
+ * the hit ratios "lookups"/"hit_rate_docs" and "hit_rate_blocks". Other modules of the same
+ * process may register theirs in it too. */
+lkv_stats *lkv_store_stats_registry(lkv_store *s);
 
 /* The hot arena, for zero-copy attach by a co-located process (borrowed, valid until close). */
 typedef struct lkv_store_arena_info {

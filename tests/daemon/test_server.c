@@ -1059,15 +1059,47 @@ static void test_shutdown_parked(void)
     }
 }
 
+/* The per-method counters as the registry shows them. */
+typedef struct get_stats {
+    double calls, errors, usec_per_call, usec;
+    int seen;
+} get_stats;
+
+static int get_visit(void *ctx, const lkv_stat_desc *d, double v)
+{
+    get_stats *g = ctx;
+    if (strcmp(d->labels, "service=lazykv.v1.Cache,method=Get") != 0) {
+        return 0;
+    }
+    g->seen++;
+    if (strcmp(d->name, "rpc_calls") == 0) {
+        ASSERT_TRUE(strcmp(d->section, "calls") == 0 && strcmp(d->key, "Cache.Get.calls") == 0);
+        g->calls = v;
+    } else if (strcmp(d->name, "rpc_errors") == 0) {
+        ASSERT_TRUE(strcmp(d->key, "Cache.Get.errors") == 0);
+        g->errors = v;
+    } else if (strcmp(d->name, "rpc_usec_per_call") == 0) {
+        ASSERT_TRUE(strcmp(d->key, "Cache.Get.usec_per_call") == 0 && d->kind == LKV_STAT_GAUGE);
+        g->usec_per_call = v;
+    } else if (strcmp(d->name, "rpc_usec") == 0) {
+        ASSERT_TRUE(d->section == NULL);
+        g->usec = v;
+    }
+    return 0;
+}
+
 int main(void)
 {
     char err[256];
+    lkv_stats *reg;
+    ASSERT_OK(lkv_stats_create(&reg));
     lkv_server_opts o = {.listen = "127.0.0.1:0",
                          .threads = 2,
                          .max_message_bytes = MAX_MSG,
                          .admit = admit,
                          .admit_ctx = NULL,
-                         .pool_threads = 2};
+                         .pool_threads = 2,
+                         .stats = reg};
     lkv_log_set_level(LKV_LOG_WARN);
     ASSERT_OK(lkv_server_create(&o, methods, (int)(sizeof(methods) / sizeof(methods[0])), &srv, err,
                                 sizeof(err)));
@@ -1119,9 +1151,21 @@ int main(void)
         sleep_ms(10); /* A call is counted out when its last batch completes. */
     }
     ASSERT_EQ(lkv_server_calls_in_flight(srv), 0);
+    /* The same counters through the registry (4 stats per method, 3 of them in INFO). */
+    int n_methods = (int)(sizeof(methods) / sizeof(methods[0]));
+    ASSERT_EQ(lkv_stats_count(reg), 4 * n_methods);
+    get_stats g = {0};
+    ASSERT_OK(lkv_stats_foreach(reg, NULL, get_visit, &g));
+    ASSERT_EQ(g.seen, 4);
+    ASSERT_EQ(g.calls, calls);
+    ASSERT_EQ(g.errors, 2);
+    ASSERT_TRUE(g.usec >= (double)usec && g.usec > 0);
+    ASSERT_NEAR(g.usec_per_call, g.usec / g.calls, 1e-9 * g.usec);
     LKV_RUN(test_shutdown_parked);
     ASSERT_TRUE(lkv_server_draining(srv));
     lkv_server_destroy(srv);
+    ASSERT_EQ(lkv_stats_count(reg), 0); /* Unregistered by destroy. */
+    lkv_stats_destroy(reg);
     grpc_channel_destroy(raw_ch);
     grpc_completion_queue_shutdown(raw_cq);
     while (grpc_completion_queue_next(raw_cq, gpr_inf_future(GPR_CLOCK_REALTIME), NULL).type !=

@@ -15,6 +15,7 @@ Run: PYTHONPATH=<build>/python /usr/bin/python3 tests/client/python/test_client_
 
 import hashlib
 import threading
+import time
 import unittest
 from concurrent import futures
 
