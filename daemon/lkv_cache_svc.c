@@ -176,6 +176,12 @@ static int resolve_ref(lkv_cache_svc *svc, lkv_rpc *rpc, const char *what,
     return 0;
 }
 
+/* The weights identity of profile p for replies ("" when p is NULL or declares none). */
+static char *model_id_pb(const lkv_profile *p)
+{
+    return p != NULL ? (char *)p->model_id : (char *)protobuf_c_empty_string;
+}
+
 static Lazykv__V1__Tier tier_pb(int tier)
 {
     switch (tier) {
@@ -508,6 +514,11 @@ static int lookup(void *arg, lkv_rpc *rpc, const ProtobufCMessage *m)
                                             : miss_pb(infos[i].miss_cause);
         ds[i].profile = infos[i].profile != NULL ? (char *)infos[i].profile->name
                                                  : (char *)protobuf_c_empty_string;
+        ds[i].model_id =
+            model_id_pb(infos[i].profile != NULL ? infos[i].profile
+                        : req->docs[i]->tokens != NULL
+                            ? lkv_store_profile_find(svc->store, req->docs[i]->tokens->profile)
+                            : NULL);
         dsp[i] = &ds[i];
     }
     Lazykv__V1__LookupResponse resp = LAZYKV__V1__LOOKUP_RESPONSE__INIT;
@@ -742,6 +753,31 @@ static int check_lease_id(lkv_rpc *rpc, const char *what, const ProtobufCBinaryD
     return 0;
 }
 
+/* ATTACH_MODE_PRESENT: the reply entries of a document that was not pinned (status from
+ * lkv_lease_attach_present: LKV_ENOTFOUND not cached, LKV_ENOSPC cached but no hot room). p is
+ * the profile when the reference named one (tokens), else NULL. wire is the document's wire key
+ * (kept alive by the caller until the reply is sent). */
+static void attach_fill_skipped(int status, const lkv_profile *p, const lkv_dockey *wire,
+                                Lazykv__V1__DocStatus *ds, Lazykv__V1__AttachedDoc *ad)
+{
+    Lazykv__V1__DocStatus dinit = LAZYKV__V1__DOC_STATUS__INIT;
+    *ds = dinit;
+    ds->present = status == LKV_ENOSPC;
+    ds->tier = status == LKV_ENOSPC ? LAZYKV__V1__TIER__TIER_COLD : LAZYKV__V1__TIER__TIER_ABSENT;
+    ds->miss_cause = status == LKV_ENOSPC ? LAZYKV__V1__MISS_CAUSE__MISS_CAUSE_NONE
+                                          : LAZYKV__V1__MISS_CAUSE__MISS_CAUSE_UNKNOWN;
+    ds->key.data = (uint8_t *)wire->b;
+    ds->key.len = LKV_DOCKEY_BYTES;
+    ds->profile = p != NULL ? (char *)p->name : (char *)protobuf_c_empty_string;
+    ds->model_id = model_id_pb(p);
+    Lazykv__V1__AttachedDoc ainit = LAZYKV__V1__ATTACHED_DOC__INIT;
+    *ad = ainit;
+    ad->key.data = (uint8_t *)wire->b;
+    ad->key.len = LKV_DOCKEY_BYTES;
+    ad->profile = ds->profile;
+    ad->model_id = ds->model_id;
+}
+
 static int attach(void *arg, lkv_rpc *rpc, const ProtobufCMessage *m)
 {
     lkv_cache_svc *svc = arg;
@@ -787,10 +823,13 @@ static int attach(void *arg, lkv_rpc *rpc, const ProtobufCMessage *m)
     Lazykv__V1__AttachedDoc **adp = lkv_xmalloc((n ? n : 1) * sizeof(*adp));
     Lazykv__V1__BlockLayout *lay = lkv_xcalloc(n ? n : 1, sizeof(*lay));
     lkv_dockey *wires = lkv_xmalloc((n ? n : 1) * sizeof(*wires));
+    const int partial = req->mode == LAZYKV__V1__ATTACH_MODE__ATTACH_MODE_PRESENT;
+    int *status = lkv_xcalloc(n ? n : 1, sizeof(*status));              /* partial only */
+    const lkv_profile **rprof = lkv_xcalloc(n ? n : 1, sizeof(*rprof)); /* partial only */
     for (size_t i = 0; i < n && rc == 0; i++) {
         char what[48];
         snprintf(what, sizeof(what), "Attach docs[%zu]", i);
-        rc = resolve_ref(svc, rpc, what, req->docs[i], &keys[i], NULL);
+        rc = resolve_ref(svc, rpc, what, req->docs[i], &keys[i], &rprof[i]);
     }
     if (rc == 0) {
         rc = lkv_rpc_check_deadline(rpc);
@@ -803,8 +842,12 @@ static int attach(void *arg, lkv_rpc *rpc, const ProtobufCMessage *m)
     uint32_t lease_docs = 0;
     int bad = -1;
     int owner = call_index(svc, rpc);
-    rc = lkv_lease_attach(svc->leases, owner, renew ? req->lease_id.data : NULL, (uint32_t)ttl,
-                          keys, (uint32_t)n, id, &expires, &lease_docs, docs, &bad);
+    rc = partial ? lkv_lease_attach_present(svc->leases, owner, renew ? req->lease_id.data : NULL,
+                                            (uint32_t)ttl, keys, (uint32_t)n, id, &expires,
+                                            &lease_docs, docs, status, &bad)
+                 : lkv_lease_attach(svc->leases, owner, renew ? req->lease_id.data : NULL,
+                                    (uint32_t)ttl, keys, (uint32_t)n, id, &expires, &lease_docs,
+                                    docs, &bad);
     if (rc != 0) {
         char hex[LKV_DOCKEY_HEX_LEN + 1];
         if (bad >= 0) {
@@ -863,10 +906,18 @@ static int attach(void *arg, lkv_rpc *rpc, const ProtobufCMessage *m)
         arena.cuda_ipc_handle.data = ai.cuda_ipc;
         arena.cuda_ipc_handle.len = sizeof(ai.cuda_ipc);
     }
+    uint32_t n_pinned = 0;
     for (size_t i = 0; i < n; i++) {
         const lkv_doc_info *inf = &docs[i].info;
         const lkv_profile *p = inf->profile;
         wire_of(svc, rpc, &keys[i], &wires[i]);
+        if (partial && status[i] != 0) {
+            attach_fill_skipped(status[i], rprof[i], &wires[i], &ds[i], &ad[i]);
+            dsp[i] = &ds[i];
+            adp[i] = &ad[i];
+            continue;
+        }
+        n_pinned++;
         Lazykv__V1__DocStatus dinit = LAZYKV__V1__DOC_STATUS__INIT;
         ds[i] = dinit;
         ds[i].present = 1;
@@ -876,6 +927,7 @@ static int attach(void *arg, lkv_rpc *rpc, const ProtobufCMessage *m)
         ds[i].key.data = wires[i].b;
         ds[i].key.len = LKV_DOCKEY_BYTES;
         ds[i].profile = (char *)p->name;
+        ds[i].model_id = model_id_pb(p);
         dsp[i] = &ds[i];
         Lazykv__V1__BlockLayout linit = LAZYKV__V1__BLOCK_LAYOUT__INIT;
         lay[i] = linit;
@@ -894,11 +946,12 @@ static int attach(void *arg, lkv_rpc *rpc, const ProtobufCMessage *m)
         ad[i].n_tokens = inf->n_tokens;
         ad[i].n_pages = inf->n_blocks;
         ad[i].pages = docs[i].pages;
+        ad[i].model_id = model_id_pb(p);
         adp[i] = &ad[i];
     }
     Lazykv__V1__AttachResponse resp = LAZYKV__V1__ATTACH_RESPONSE__INIT;
     resp.lease_id.data = id;
-    resp.lease_id.len = sizeof(id);
+    resp.lease_id.len = partial && !renew && lease_docs == 0 ? 0 : sizeof(id); /* no lease made */
     resp.expires_unix_ms = expires;
     resp.n_docs = n;
     resp.docs = dsp;
@@ -908,12 +961,13 @@ static int attach(void *arg, lkv_rpc *rpc, const ProtobufCMessage *m)
     resp.ttl_ms = (uint32_t)ttl;
     resp.lease_docs = lease_docs;
     rc = lkv_rpc_reply(rpc, &resp.base);
-    if (rc != 0 && !renew) {
+    if (rc != 0 && !renew && resp.lease_id.len > 0) {
         /* The worker never learns the id: end the lease now rather than at expiry. */
         lkv_lease_release(svc->leases, owner, id, NULL);
     }
-    LKV_LOGD("attach: %s lease, %zu document(s), %u in the lease, ttl %" PRIu64 " ms",
-             renew ? "renewed" : "new", n, lease_docs, ttl);
+    LKV_LOGD("attach: %s lease, %zu document(s) (%u pinned%s), %u in the lease, ttl %" PRIu64 " ms",
+             renew ? "renewed" : "new", n, n_pinned, partial ? ", mode present" : "", lease_docs,
+             ttl);
 out:
     for (size_t i = 0; i < n; i++) {
         free(docs[i].pages);
@@ -926,6 +980,8 @@ out:
     free(adp);
     free(lay);
     free(wires);
+    free(status);
+    free(rprof);
     return rc;
 }
 
