@@ -129,7 +129,8 @@ int lkv_runner_forward(lkv_runner *r, lkv_model_kv *kv, const lkv_model_seg *ctx
     }
     while (seg->n_blocks < need) {
         uint32_t pg = kv->n_used++;
-        be->fill_zero(be->ctx, kv->base + (uint64_t)pg * kv->page_bytes, kv->page_bytes);
+        be->fill_zero(be->ctx, kv->base + (uint64_t)pg * kv->page_bytes,
+                      lkv_block_bytes(&kv->shape));
         seg->pages[seg->n_blocks++] = pg;
     }
     const int decode = n == 1 && n0 > 0;
