@@ -21,6 +21,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include <sodium.h>
 
@@ -34,6 +35,8 @@
 #define DEFAULT_DEADLINE_MS 10000
 #define DEFAULT_TTL_MS      30000u
 #define DEFAULT_LOCAL_PAGES 2048u
+#define DEFAULT_RETRY_MS    2000
+#define RETRY_STEP_MS       100
 
 struct lkv_worker {
     lkv_worker_opts o; /* Options; strings below are owned copies. */
@@ -120,6 +123,7 @@ int lkv_worker_create(const lkv_worker_opts *o, lkv_worker **out, char *err, siz
     w->o.deadline_ms = o->deadline_ms > 0 ? o->deadline_ms : DEFAULT_DEADLINE_MS;
     w->o.lease_ttl_ms = o->lease_ttl_ms > 0 ? o->lease_ttl_ms : DEFAULT_TTL_MS;
     w->o.local_pages = o->local_pages > 0 ? o->local_pages : DEFAULT_LOCAL_PAGES;
+    w->o.retry_ms = o->retry_ms > 0 ? o->retry_ms : o->retry_ms < 0 ? 0 : DEFAULT_RETRY_MS;
     w->be = o->backend != NULL ? o->backend : lkv_backend_cpu();
     int rc = lkv_model_load(w->model_path, &w->m);
     if (rc != 0) {
@@ -374,6 +378,20 @@ static int layout_matches(const lkv_worker *w, const lkv_attached_doc *d, char *
     return 1;
 }
 
+/* Replaces the client by a fresh one (a new channel, connecting at once). */
+static int reconnect(lkv_worker *w)
+{
+    lkv_client_t *c;
+    lkv_client_options co = {.default_deadline_ms = w->o.deadline_ms, .bearer_token = w->token};
+    int rc = lkv_client_create(w->target, &co, &c);
+    if (rc == 0) {
+        lkv_client_destroy(w->cl);
+        w->cl = c;
+        w->st.reconnects++;
+    }
+    return rc;
+}
+
 /* Steps 1-2: Lookup, identity check, Attach (present mode), arena mapping. */
 static int step_cache(req_state *s, const lkv_docref *refs)
 {
@@ -384,6 +402,18 @@ static int step_cache(req_state *s, const lkv_docref *refs)
     int dl = left_ms(s);
     int rc =
         dl > 0 ? lkv_client_lookup(w->cl, refs, (size_t)q->n_docs, dl, s->status) : LKV_ETIMEDOUT;
+    /* A daemon restarting answers UNAVAILABLE at once: retry for up to retry_ms of the
+     * deadline before giving up, each time on a fresh channel (an old one may sit in gRPC's
+     * reconnect backoff, up to minutes, long after the daemon is back). */
+    while (rc == LKV_EUNAVAIL && now_ms() - t < (double)w->o.retry_ms && left_ms(s) > 100) {
+        usleep(RETRY_STEP_MS * 1000);
+        if (reconnect(w) != 0) {
+            break;
+        }
+        dl = left_ms(s);
+        rc = dl > 0 ? lkv_client_lookup(w->cl, refs, (size_t)q->n_docs, dl, s->status)
+                    : LKV_ETIMEDOUT;
+    }
     res->lookup_ms = now_ms() - t;
     if (rc != 0) {
         if (rc == LKV_EPROFILE || rc == LKV_EINVAL) {

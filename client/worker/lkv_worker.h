@@ -21,8 +21,9 @@
  * Timing: TTFT is from the call to the first sampled token (lookup, attach, misses and prefill
  * included); TPOT is the mean time per later token.
  *
- * Failure model: every daemon call has the request's remaining deadline. A daemon that is
- * unreachable or restarting fails the request with a message naming the daemon, or (option
+ * Failure model: every daemon call has the request's remaining deadline. An UNAVAILABLE Lookup
+ * is retried every 100 ms for up to retry_ms (a restarting daemon). A daemon that stays
+ * unreachable, or hangs, fails the request with a message naming the daemon, or (option
  * local_fallback) computes every document locally and says so in the result. Bad input (empty
  * document or question, a token id outside the vocabulary, a prompt past the model's maximum
  * position) is refused before anything is sent.
@@ -59,6 +60,8 @@ typedef struct lkv_worker_opts {
     int block_tokens;           /* Profile layout: tokens per block; 0: 16. */
     int dtype;                  /* Profile layout: enum lkv_dtype of stored KV (default f32). */
     int deadline_ms;            /* Deadline of a request's daemon calls, ms; 0: 10000. */
+    int retry_ms;               /* Retry an UNAVAILABLE Lookup (a restarting daemon) this long,
+                                   within the deadline; 0: 2000; < 0: never. */
     uint32_t lease_ttl_ms;      /* Lease TTL, ms; 0: 30000 (renewed at half-life). */
     int local_fallback;         /* 1: daemon unavailable -> compute locally, say so. */
     uint32_t local_pages;       /* Worker pages (misses, question, copies); 0: 2048. */
@@ -133,6 +136,7 @@ typedef struct lkv_worker_stats {
     uint64_t hit_tokens, miss_tokens;
     uint64_t arena_maps;       /* Times the daemon's arena was mapped (once per arena). */
     uint64_t leases, renewals; /* Leases made, renewed. */
+    uint64_t reconnects;       /* Fresh channels made after UNAVAILABLE. */
 } lkv_worker_stats;
 
 /* Creates a worker: loads and hashes the checkpoint, loads the tokenizer, connects (lazily) to
