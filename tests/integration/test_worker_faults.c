@@ -6,6 +6,9 @@
  *   - an unreachable daemon: a clear error naming it, fast; with local_fallback a local answer
  *     that says so and equals the local-only answer;
  *   - a hung daemon (SIGSTOP): the request ends by its deadline, never later;
+ *   - a generation longer than the lease TTL renews the lease (and nothing expires);
+ *   - Attach in ATTACH_MODE_PRESENT over the wire: present documents pinned (a cold one
+ *     promoted), absent ones reported, no lease when nothing is present;
  *   - a daemon killed mid-request (kill -9 during decode): the request completes from the
  *     mapped pages (bitwise the normal output) and says the Release failed; after a restart the
  *     same worker maps the new arena and serves again;
@@ -271,6 +274,77 @@ static void test_hung_daemon(void)
     kill(dm.pid, SIGCONT);
 }
 
+/* A generation longer than the lease TTL: the worker renews the lease at half-life. */
+static void test_lease_renewal(void)
+{
+    slow = *lkv_backend_cpu();
+    slow.attn_decode = slow_decode;
+    lkv_worker *w = make_worker(dm.addr, NULL, NULL, 0, 20000, 400, &slow);
+    lkv_rag_result res;
+    ASSERT_OK(run(w, 2, &res)); /* cached (again) */
+    lkv_rag_result_free(&res);
+    lkv_client_t *c = lkv_it_client(&dm);
+    double renewals0 = stat_of(c, "leases", "renewals");
+    ASSERT_OK(run(w, 12, &res)); /* ~1.1 s of decode under a 400 ms lease */
+    ASSERT_EQ(res.hit_docs, 2);
+    lkv_worker_stats st;
+    lkv_worker_stats_get(w, &st);
+    fprintf(stderr, "   lease renewal: %llu renewals in %.0f ms (TTL 400 ms)\n",
+            (unsigned long long)st.renewals, res.total_ms);
+    ASSERT_TRUE(st.renewals >= 3);
+    ASSERT_TRUE(stat_of(c, "leases", "renewals") - renewals0 >= 3);
+    ASSERT_EQ(stat_of(c, "leases", "expired"), 1); /* only the killed worker's */
+    ASSERT_EQ(stat_of(c, "leases", "live"), 0);
+    lkv_rag_result_free(&res);
+    lkv_client_destroy(c);
+    lkv_worker_destroy(w);
+}
+
+/* ATTACH_MODE_PRESENT over the wire: what is present is pinned (a cold one promoted), the rest
+ * is reported, and nothing present makes no lease. */
+static void test_attach_present_rpc(void)
+{
+    lkv_client_t *c = lkv_it_client(&dm);
+    it_doc a, b;
+    lkv_it_doc_make(&lkv_it_itest, 500, 40, &a);
+    lkv_it_doc_make(&lkv_it_itest, 501, 40, &b);
+    lkv_put_reply pr;
+    ASSERT_OK(lkv_client_put(c, "itest", a.tokens, a.n_tokens, a.blocks, a.n_blocks, a.block_bytes,
+                             0, &pr));
+    lkv_docref refs[2] = {lkv_it_ref(&lkv_it_itest, &a), lkv_it_ref(&lkv_it_itest, &b)};
+    lkv_lease l;
+    ASSERT_ERR(lkv_client_attach(c, refs, 2, NULL, 5000, 0, &l), LKV_ENOTFOUND); /* all mode */
+    ASSERT_OK(lkv_client_attach_present(c, refs, 2, NULL, 5000, 0, &l));
+    ASSERT_EQ(l.live, 1);
+    ASSERT_EQ(l.lease_docs, 1);
+    ASSERT_TRUE(l.docs[0].attached && l.docs[0].n_pages == a.n_blocks);
+    ASSERT_EQ(l.docs[0].tier, LKV_WIRE_TIER_HOT);
+    ASSERT_TRUE(!l.docs[1].attached && !l.docs[1].present && l.docs[1].n_pages == 0);
+    ASSERT_EQ(l.docs[1].tier, LKV_WIRE_TIER_ABSENT);
+    ASSERT_TRUE(strcmp(l.docs[1].profile, "itest") == 0);
+    ASSERT_OK(lkv_client_release(c, l.id, 0, NULL));
+    lkv_lease_free(&l);
+    /* Nothing present: no lease. */
+    ASSERT_OK(lkv_client_attach_present(c, &refs[1], 1, NULL, 5000, 0, &l));
+    ASSERT_EQ(l.live, 0);
+    ASSERT_EQ(l.docs[0].attached, 0);
+    lkv_lease_free(&l);
+    /* A document moved to the cold tier is promoted and pinned. */
+    sleep(1); /* let the write-back writer persist it */
+    int rc;
+    for (int i = 0; i < 50 && (rc = lkv_client_evict(c, pr.key, 0)) != 0; i++) {
+        usleep(100 * 1000);
+    }
+    ASSERT_OK(rc);
+    ASSERT_OK(lkv_client_attach_present(c, refs, 1, NULL, 5000, 0, &l));
+    ASSERT_TRUE(l.live && l.docs[0].attached && l.docs[0].n_pages == a.n_blocks);
+    ASSERT_OK(lkv_client_release(c, l.id, 0, NULL));
+    lkv_lease_free(&l);
+    lkv_it_doc_free(&a);
+    lkv_it_doc_free(&b);
+    lkv_client_destroy(c);
+}
+
 /* A backend that kills the daemon during the third decode step. */
 static lkv_backend killer;
 static int killer_calls;
@@ -429,6 +503,8 @@ int main(int argc, char **argv)
     LKV_RUN(test_unreachable);
     LKV_RUN(test_kill9_attached);
     LKV_RUN(test_hung_daemon);
+    LKV_RUN(test_lease_renewal);
+    LKV_RUN(test_attach_present_rpc);
     LKV_RUN(test_killed_mid_request);
     lkv_daemon_cleanup(&dm);
     return 0;
