@@ -14,23 +14,19 @@
  *    the folder.
  * Exit status: 0 on success, 1 if anything failed.
  */
-#include <errno.h>
-#include <fcntl.h>
-#include <ftw.h>
 #include <getopt.h>
 #include <math.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/prctl.h>
-#include <sys/wait.h>
 #include <time.h>
-#include <unistd.h>
 
+#include "lkv_corpus.h"
 #include "lkv_err.h"
 #include "lkv_log.h"
 #include "lkv_request.h"
+#include "lkv_spawn.h"
 #include "lkv_worker.h"
 
 #ifndef LKV_DEFAULT_MODEL_DIR
@@ -43,8 +39,7 @@
 #define MAX_DOCS 256
 #define MAX_K    8
 
-static char dir[256];
-static pid_t daemon_pid;
+static lkv_spawn daemon_proc;
 
 static double now_ms(void)
 {
@@ -53,76 +48,9 @@ static double now_ms(void)
     return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec / 1e6;
 }
 
-static int rm_entry(const char *path, const struct stat *sb, int flag, struct FTW *ftw)
-{
-    (void)sb;
-    (void)flag;
-    (void)ftw;
-    return remove(path);
-}
-
 static void cleanup(void)
 {
-    if (daemon_pid > 0) {
-        kill(daemon_pid, SIGKILL);
-        waitpid(daemon_pid, NULL, 0);
-        daemon_pid = 0;
-    }
-    if (dir[0] != '\0' && getenv("LKV_KEEP_TMP") == NULL) {
-        nftw(dir, rm_entry, 16, FTW_DEPTH | FTW_PHYS);
-        dir[0] = '\0';
-    }
-}
-
-/* Starts lazykvd; writes "HOST:PORT" into addr. */
-static int start_daemon(const char *bin, char *addr, size_t len)
-{
-    char log[512], data[512];
-    snprintf(log, sizeof(log), "%s/lazykvd.log", dir);
-    snprintf(data, sizeof(data), "%s/data", dir);
-    pid_t pid = fork();
-    if (pid < 0) {
-        return -1;
-    }
-    if (pid == 0) {
-        prctl(PR_SET_PDEATHSIG, SIGKILL);
-        int fd = open(log, O_WRONLY | O_CREAT | O_APPEND, 0600);
-        if (fd >= 0) {
-            dup2(fd, 1);
-            dup2(fd, 2);
-        }
-        execl(bin, bin, "--listen", "127.0.0.1:0", "--data_dir", data, "--hot_backend", "host",
-              "--hot_bytes", "64MiB", "--log_level", "warn", (char *)NULL);
-        fprintf(stderr, "exec %s: %s\n", bin, strerror(errno));
-        _exit(127);
-    }
-    daemon_pid = pid;
-    double t0 = now_ms();
-    while (now_ms() - t0 < 30000) {
-        FILE *f = fopen(log, "r");
-        char line[512];
-        while (f != NULL && fgets(line, sizeof(line), f) != NULL) {
-            const char *p = strstr(line, "lazykvd listening on ");
-            if (p != NULL) {
-                snprintf(addr, len, "%s", p + strlen("lazykvd listening on "));
-                addr[strcspn(addr, "\r\n")] = '\0';
-                fclose(f);
-                return 0;
-            }
-        }
-        if (f != NULL) {
-            fclose(f);
-        }
-        int st;
-        if (waitpid(pid, &st, WNOHANG) == pid) {
-            daemon_pid = 0;
-            fprintf(stderr, "demo: lazykvd exited at start (log: %s)\n", log);
-            return -1;
-        }
-        usleep(20000);
-    }
-    fprintf(stderr, "demo: lazykvd did not start within 30 s (log: %s)\n", log);
-    return -1;
+    lkv_spawn_cleanup(&daemon_proc);
 }
 
 /* Zipf(s) over n ranks by inverse CDF; rng is xorshift64*. */
@@ -196,19 +124,14 @@ int main(int argc, char **argv)
         return 2;
     }
     double t_start = now_ms();
-    const char *tmp = getenv("TMPDIR");
-    snprintf(dir, sizeof(dir), "%s/lazykv-demo-XXXXXX", tmp != NULL ? tmp : "/tmp");
-    if (mkdtemp(dir) == NULL) {
-        fprintf(stderr, "demo: mkdtemp: %s\n", strerror(errno));
-        return 1;
-    }
     atexit(cleanup);
     signal(SIGPIPE, SIG_IGN);
-    char addr[128];
-    if (start_daemon(daemon_bin, addr, sizeof(addr)) != 0) {
+    if (lkv_spawn_start(&daemon_proc, daemon_bin, "64MiB", NULL) != 0) {
         return 1;
     }
-    printf("== lazykv demo: lazykvd at %s (folder %s, hot tier 64 MiB = 32 pages)\n", addr, dir);
+    const char *addr = daemon_proc.addr;
+    printf("== lazykv demo: lazykvd at %s (folder %s, hot tier 64 MiB = 32 pages)\n", addr,
+           daemon_proc.dir);
 
     char model[600], tokp[600], err[512];
     snprintf(model, sizeof(model), "%s/stories260K.bin", model_dir);
@@ -222,36 +145,16 @@ int main(int argc, char **argv)
     const lkv_tokenizer *tok = lkv_worker_tokenizer(w);
 
     /* The corpus: stories the model writes itself (locally, no cache). */
-    static const char *const names[] = {"Lily", "Tom", "Sue", "Max", "Ben", "Anna",
-                                        "Sam",  "Mia", "Tim", "Zoe", "Leo", "Amy"};
-    static const char *const things[] = {"a red ball",  "a big tree", "a little dog",
-                                         "a shiny key", "a blue car", "a soft bear"};
-    char **corpus = lkv_xcalloc((size_t)n_docs, sizeof(char *));
+    char **corpus;
+    if (lkv_corpus_make(w, n_docs, 48, &corpus) != 0) {
+        return 1;
+    }
     uint64_t corpus_tokens = 0;
     for (int i = 0; i < n_docs; i++) {
-        char prompt[160];
-        snprintf(prompt, sizeof(prompt), "%s found %s.", names[i % 12], things[(i / 2) % 6]);
-        lkv_request_defaults def = {
-            .max_tokens = 48,
-            .sampling = {.temperature = 0.8f, .top_p = 0.9f, .seed = (uint64_t)i + 1}};
-        lkv_request rq;
-        if (lkv_request_from_text(NULL, 0, prompt, tok, &def, "story", &rq, err, sizeof(err)) !=
-            0) {
-            fprintf(stderr, "demo: %s\n", err);
-            return 1;
+        int ids[1024], n;
+        if (lkv_tokenizer_encode(tok, corpus[i], 1, ids, 1024, &n) == 0) {
+            corpus_tokens += (uint64_t)n;
         }
-        rq.rag.no_cache = 1;
-        lkv_rag_result res;
-        if (lkv_worker_run(w, &rq.rag, &res) != 0) {
-            fprintf(stderr, "demo: story %d: %s\n", i, res.error);
-            return 1;
-        }
-        size_t n = strlen(prompt) + strlen(res.text) + 1;
-        corpus[i] = lkv_xmalloc(n);
-        snprintf(corpus[i], n, "%s%s", prompt, res.text);
-        corpus_tokens += (uint64_t)rq.rag.n_question + (uint64_t)res.n_out + 1;
-        lkv_rag_result_free(&res);
-        lkv_request_free(&rq);
     }
     printf("== corpus: %d stories written by the model (%.0f tokens each on average); e.g.\n"
            "   doc 0: %.160s\n",
@@ -393,27 +296,13 @@ int main(int argc, char **argv)
     lkv_rag_result_free(&again);
     lkv_request_free(&rq);
     lkv_worker_destroy(w);
-    for (int i = 0; i < n_docs; i++) {
-        free(corpus[i]);
-    }
-    free(corpus);
+    lkv_corpus_free(corpus, n_docs);
     free(ttft_cold);
     free(ttft_warm);
     free(ttft_mixed);
 
     /* Stop the daemon cleanly. */
-    kill(daemon_pid, SIGTERM);
-    int ws = 0;
-    double t0 = now_ms();
-    while (waitpid(daemon_pid, &ws, WNOHANG) == 0) {
-        if (now_ms() - t0 > 15000) {
-            fprintf(stderr, "demo: lazykvd did not stop within 15 s\n");
-            return 1;
-        }
-        usleep(20000);
-    }
-    daemon_pid = 0;
-    int clean = WIFEXITED(ws) && WEXITSTATUS(ws) == 0;
+    int clean = lkv_spawn_stop(&daemon_proc, 15000);
     printf("== lazykvd stopped (%s); demo took %.1f s\n",
            clean ? "SIGTERM, exit 0" : "abnormal exit", (now_ms() - t_start) / 1e3);
     return failed == 0 && clean && rc == 0 ? 0 : 1;
