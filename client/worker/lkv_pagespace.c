@@ -3,9 +3,10 @@
  *
  * Mapping order: reserve the whole range PROT_NONE (private anonymous, MAP_NORESERVE), then map
  * the shm object over its start (MAP_FIXED | MAP_SHARED, PROT_READ) and fresh anonymous memory
- * over the rest (MAP_FIXED | MAP_PRIVATE, read-write). Worker pages are touched only as far as a
- * block reaches (the runner zeroes block_bytes, not the whole page), so a large daemon page size
- * costs address space, not memory.
+ * over the rest (MAP_FIXED | MAP_PRIVATE | MAP_NORESERVE, read-write: with 2 MiB daemon pages,
+ * 2048 worker pages are 4 GiB of address space, of which a request touches a few blocks). Worker
+ * pages are touched only as far as a block reaches (the runner zeroes block_bytes, not the whole
+ * page), so a large daemon page size costs address space, not memory.
  */
 #include "lkv_pagespace.h"
 
@@ -62,8 +63,8 @@ static int reserve(lkv_pagespace *ps, uint64_t page_bytes, uint32_t n_daemon)
     }
     uint8_t *local = (uint8_t *)p + (uint64_t)n_daemon * page_bytes;
     uint64_t lbytes = (uint64_t)ps->n_local * page_bytes;
-    if (mmap(local, lbytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED, -1,
-             0) == MAP_FAILED) {
+    if (mmap(local, lbytes, PROT_READ | PROT_WRITE,
+             MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED | MAP_NORESERVE, -1, 0) == MAP_FAILED) {
         snprintf(ps->err, sizeof(ps->err), "mapping %" PRIu32 " worker pages: %s", ps->n_local,
                  strerror(errno));
         munmap(p, bytes);

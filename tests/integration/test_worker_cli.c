@@ -145,6 +145,14 @@ static void test_command_line(void)
     ASSERT_TRUE(strstr(out, "doc 1: miss (absent)") != NULL);
     ASSERT_TRUE(strstr(out, "text: ") != NULL);
     free(out);
+    /* Requests on standard input ("-"). */
+    snprintf(cmd, sizeof cmd,
+             "printf '%%s\\n' '{\"docs\": [\"Sue had a cat.\"], \"question\": \"One day,\", "
+             "\"max_tokens\": 3}' | %s --daemon %s --requests - --json",
+             LKV_WORKER_BIN, dm.addr);
+    ASSERT_EQ(run_cmd(cmd, &out), 0);
+    ASSERT_TRUE(strstr(out, "\"ok\":true") != NULL && strstr(out, "\"hit_docs\":1") != NULL);
+    free(out);
     /* Usage errors: exit 2 with a message. */
     snprintf(cmd, sizeof cmd, "%s --doc x 2>&1", LKV_WORKER_BIN);
     ASSERT_EQ(run_cmd(cmd, &out), 2);
