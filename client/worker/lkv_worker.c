@@ -430,6 +430,9 @@ static int step_cache(req_state *s, const lkv_docref *refs)
         res->docs[i].tier = s->status[i].tier;
         lkv_key_to_hex(s->status[i].key, res->docs[i].key_hex);
     }
+    if (w->o.after_lookup != NULL) {
+        w->o.after_lookup(w->o.hook_arg);
+    }
     /* Attach the present ones under one lease. */
     lkv_docref *present = lkv_xcalloc((size_t)q->n_docs, sizeof(*present));
     int *idx = lkv_xcalloc((size_t)q->n_docs, sizeof(*idx));

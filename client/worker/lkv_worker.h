@@ -68,6 +68,10 @@ typedef struct lkv_worker_opts {
     int max_position;           /* Largest prompt + output length; 0: the model's seq_len. */
     int threads;                /* Attention threads (lkv_attn_cpu_set_threads); 0: all. */
     const lkv_backend *backend; /* NULL: the CPU backend. Borrowed. */
+    /* Fault injection (tests): called between a request's Lookup and its Attach, e.g. to evict
+     * a document there. NULL: none. */
+    void (*after_lookup)(void *arg);
+    void *hook_arg; /* Passed to after_lookup; borrowed. */
 } lkv_worker_opts;
 
 /* One document of a request: token ids (borrowed). */

@@ -8,7 +8,8 @@
  *   - a hung daemon (SIGSTOP): the request ends by its deadline, never later;
  *   - a generation longer than the lease TTL renews the lease (and nothing expires);
  *   - Attach in ATTACH_MODE_PRESENT over the wire: present documents pinned (a cold one
- *     promoted), absent ones reported, no lease when nothing is present;
+ *     promoted), absent ones reported, no lease when nothing is present; and at the worker, a
+ *     document deleted between Lookup and Attach costs one miss (same output), not the request;
  *   - a daemon killed mid-request (kill -9 during decode): the request completes from the
  *     mapped pages (bitwise the normal output) and says the Release failed; after a restart the
  *     same worker maps the new arena and serves again;
@@ -345,6 +346,59 @@ static void test_attach_present_rpc(void)
     lkv_client_destroy(c);
 }
 
+/* A document evicted from every tier between the worker's Lookup and its Attach (the race
+ * ATTACH_MODE_PRESENT exists for): one miss, computed and stored again; the output is the same
+ * as a fully warm request's. */
+static lkv_client_t *race_client;
+static uint8_t race_key[32];
+static int race_fired;
+static void delete_after_lookup(void *arg)
+{
+    (void)arg;
+    if (race_fired++ == 0) {
+        ASSERT_OK(lkv_client_delete(race_client, &(lkv_docref){.key = race_key}, 0, NULL));
+    }
+}
+
+static void test_evicted_between_lookup_and_attach(void)
+{
+    race_client = lkv_it_client(&dm);
+    lkv_worker *w = make_worker(dm.addr, NULL, NULL, 0, 0, 0, NULL);
+    lkv_rag_result warm, res;
+    ASSERT_OK(run(w, 8, &warm));
+    ASSERT_OK(run(w, 8, &res));
+    ASSERT_EQ(res.hit_docs, 2);
+    lkv_rag_result_free(&warm);
+    warm = res;
+    uint8_t keys[2][32];
+    int tiers[2];
+    doc_keys(race_client, w, keys, tiers);
+    memcpy(race_key, keys[1], 32);
+    lkv_worker_destroy(w);
+    lkv_worker_opts o = {.target = dm.addr,
+                         .model_path = MODEL,
+                         .tokenizer_path = TOKP,
+                         .after_lookup = delete_after_lookup};
+    char err[256];
+    ASSERT_OK(lkv_worker_create(&o, &w, err, sizeof err));
+    race_fired = 0;
+    ASSERT_OK(run(w, 8, &res));
+    ASSERT_EQ(race_fired, 1);
+    ASSERT_EQ(res.docs[0].hit, 1);
+    ASSERT_EQ(res.docs[1].hit, 0);
+    ASSERT_EQ(res.docs[1].tier, LKV_WIRE_TIER_HOT); /* what Lookup saw */
+    ASSERT_EQ(res.docs[1].stored, 1);               /* computed again and stored */
+    ASSERT_TRUE(memcmp(res.tokens, warm.tokens, (size_t)warm.n_out * sizeof(int)) == 0);
+    fprintf(stderr, "   deleted between Lookup and Attach: 1 hit + 1 miss, same output\n");
+    lkv_rag_result_free(&res);
+    ASSERT_OK(run(w, 8, &res));
+    ASSERT_EQ(res.hit_docs, 2);
+    lkv_rag_result_free(&res);
+    lkv_rag_result_free(&warm);
+    lkv_worker_destroy(w);
+    lkv_client_destroy(race_client);
+}
+
 /* A backend that kills the daemon during the third decode step. */
 static lkv_backend killer;
 static int killer_calls;
@@ -505,6 +559,7 @@ int main(int argc, char **argv)
     LKV_RUN(test_hung_daemon);
     LKV_RUN(test_lease_renewal);
     LKV_RUN(test_attach_present_rpc);
+    LKV_RUN(test_evicted_between_lookup_and_attach);
     LKV_RUN(test_killed_mid_request);
     lkv_daemon_cleanup(&dm);
     return 0;
