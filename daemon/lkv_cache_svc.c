@@ -21,7 +21,10 @@
  * Attach validates everything (lease id length, TTL against max_lease_ttl, document count,
  * every reference) before lkv_lease_attach pins anything; the lease table pins all-or-nothing.
  * The reply carries the arena mapping (lkv_store_arena_info_get) and each document's layout and
- * pages. If the reply of a new lease cannot be sent, the lease is released at once.
+ * pages. If the reply of a new lease cannot be sent, the lease is released at once. In
+ * ATTACH_MODE_PRESENT (the RAG request) lkv_lease_attach_present pins what is present and
+ * attach_fill_skipped reports the rest; nothing present makes no lease (empty lease_id).
+ * Lookup and Attach replies carry each profile's model_id (the weights identity).
  */
 #include "lkv_cache_svc.h"
 
