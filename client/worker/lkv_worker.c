@@ -10,8 +10,10 @@
  * computed once and placed twice. In materialise mode every document segment is replaced by a
  * re-rotated copy in worker pages, placed at start 0 (lkv_attn.h, materialise).
  *
- * Deadline: one deadline per request (opts.deadline_ms from the start of the call); each daemon
- * call gets what is left of it, so no call can hang past it.
+ * Deadline: opts.deadline_ms covers the daemon calls before the first token (from the start of
+ * the call: Lookup, Attach), and again those after the last one (Put, Release); each call gets
+ * what is left of its window, so none can hang past it. A lease renewal gets a full window. A
+ * generation itself is not bounded by it (its length is max_tokens).
  */
 #include "lkv_worker.h"
 
@@ -241,6 +243,8 @@ typedef struct req_state {
     const lkv_rag_request *req;
     lkv_rag_result *res;
     double t0;              /* Start of the call (ms, monotonic). */
+    double t_phase;         /* Start of the current deadline window: the call (Lookup, Attach),
+                               then the end of generation (Put, Release). */
     int use_daemon;         /* 1: talk to lazykvd for this request. */
     lkv_doc_status *status; /* [n_docs] Lookup replies. */
     lkv_lease lease;        /* The request's lease (live when lease.live). */
@@ -268,10 +272,10 @@ static void note(lkv_rag_result *res, const char *fmt, ...)
     va_end(ap);
 }
 
-/* Milliseconds left of the request's deadline (at least 1 while not passed), or 0 if passed. */
+/* Milliseconds left of the current phase's deadline (at least 1 while not passed), or 0. */
 static int left_ms(const req_state *s)
 {
-    double left = (double)s->w->o.deadline_ms - (now_ms() - s->t0);
+    double left = (double)s->w->o.deadline_ms - (now_ms() - s->t_phase);
     return left >= 1.0 ? (int)left : 0;
 }
 
@@ -529,9 +533,8 @@ static int renew_lease(req_state *s)
         return 0;
     }
     lkv_lease r;
-    int dl = left_ms(s);
     int rc = lkv_client_attach_present(s->w->cl, NULL, 0, s->lease.id, s->w->o.lease_ttl_ms,
-                                       dl > 0 ? dl : 1000, &r);
+                                       s->w->o.deadline_ms, &r);
     if (rc != 0) {
         /* The pages may be reused once the lease ends: stop reading them. */
         return errf(s->res->error, sizeof(s->res->error), rc,
@@ -802,6 +805,7 @@ int lkv_worker_run(lkv_worker *w, const lkv_rag_request *q, lkv_rag_result *res)
 {
     memset(res, 0, sizeof(*res));
     req_state s = {.w = w, .req = q, .res = res, .t0 = now_ms()};
+    s.t_phase = s.t0;
     w->st.requests++;
     int rc = check_request(w, q, res);
     if (rc != 0) {
@@ -864,6 +868,7 @@ int lkv_worker_run(lkv_worker *w, const lkv_rag_request *q, lkv_rag_result *res)
     if (rc != 0) {
         goto out;
     }
+    s.t_phase = now_ms(); /* Put and Release get a deadline of their own after generation. */
     if (s.use_daemon) {
         step_put(&s, refs);
     }

@@ -59,7 +59,8 @@ typedef struct lkv_worker_opts {
     const char *bearer_token;   /* Sent to the daemon; NULL: none. */
     int block_tokens;           /* Profile layout: tokens per block; 0: 16. */
     int dtype;                  /* Profile layout: enum lkv_dtype of stored KV (default f32). */
-    int deadline_ms;            /* Deadline of a request's daemon calls, ms; 0: 10000. */
+    int deadline_ms;            /* Deadline of the daemon calls before the first token, and
+                                   again of those after the last, ms; 0: 10000. */
     int retry_ms;               /* Retry an UNAVAILABLE Lookup (a restarting daemon) this long,
                                    within the deadline; 0: 2000; < 0: never. */
     uint32_t lease_ttl_ms;      /* Lease TTL, ms; 0: 30000 (renewed at half-life). */

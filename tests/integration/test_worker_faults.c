@@ -297,6 +297,23 @@ static void test_lease_renewal(void)
     ASSERT_EQ(stat_of(c, "leases", "expired"), 1); /* only the killed worker's */
     ASSERT_EQ(stat_of(c, "leases", "live"), 0);
     lkv_rag_result_free(&res);
+    lkv_worker_destroy(w);
+    /* The deadline bounds the daemon calls, not the generation: a miss is still stored after a
+     * generation three times longer than deadline_ms. */
+    w = make_worker(dm.addr, NULL, NULL, 0, 400, 400, &slow);
+    const char *doc[1] = {"Ben had a kite. It flew very high over the hill."};
+    lkv_request_defaults def = {.max_tokens = 12};
+    lkv_request rq;
+    char err[256];
+    ASSERT_OK(lkv_request_from_text(doc, 1, QUESTION, lkv_worker_tokenizer(w), &def, "d", &rq, err,
+                                    sizeof err));
+    rq.rag.stop_at_eos = 0;
+    ASSERT_OK(lkv_worker_run(w, &rq.rag, &res));
+    ASSERT_EQ(res.miss_docs, 1);
+    ASSERT_TRUE(res.total_ms > 1000);
+    ASSERT_EQ(res.docs[0].stored, 1);
+    lkv_rag_result_free(&res);
+    lkv_request_free(&rq);
     lkv_client_destroy(c);
     lkv_worker_destroy(w);
 }
