@@ -613,7 +613,9 @@ static void step_put(req_state *s, const lkv_docref *refs)
             cap = need;
         }
         for (int b = 0; b < g->n_blocks; b++) {
-            memcpy(buf + (size_t)b * bb, s->kv.base + (uint64_t)g->pages[b] * s->kv.page_bytes, bb);
+            /* Worker pages are backend memory: copied out through the backend. */
+            s->w->be->to_host(s->w->be->ctx, buf + (size_t)b * bb,
+                              s->kv.base + (uint64_t)g->pages[b] * s->kv.page_bytes, bb);
         }
         int dl = left_ms(s);
         int rc = dl > 0 ? lkv_client_put(s->w->cl, s->w->profile, refs[i].tokens, refs[i].n_tokens,
