@@ -54,6 +54,7 @@ static void usage(FILE *f)
             "  --local-pages N       worker KV pages (default 2048)\n"
             "  --block-tokens N      the profile's block size (default 16)\n"
             "  --threads N           attention threads (default: all CPUs)\n"
+            "  --stats               print the worker's totals to stderr at the end\n"
             "  --help\n",
             LKV_DEFAULT_MODEL_DIR, LKV_DEFAULT_MODEL_DIR);
 }
@@ -111,6 +112,7 @@ int main(int argc, char **argv)
         O_PAGES,
         O_BLOCK,
         O_THREADS,
+        O_STATS,
         O_HELP
     };
     static const struct option opts[] = {
@@ -135,6 +137,7 @@ int main(int argc, char **argv)
         {"local-pages", required_argument, NULL, O_PAGES},
         {"block-tokens", required_argument, NULL, O_BLOCK},
         {"threads", required_argument, NULL, O_THREADS},
+        {"stats", no_argument, NULL, O_STATS},
         {"help", no_argument, NULL, O_HELP},
         {NULL, 0, NULL, 0},
     };
@@ -142,7 +145,7 @@ int main(int argc, char **argv)
     lkv_request_defaults def = {.max_tokens = 64, .mode = LKV_RAG_LAZY};
     const char *requests = NULL, *question = NULL;
     const char *docs[MAX_CLI_DOCS];
-    int n_docs = 0, json = 0, c;
+    int n_docs = 0, json = 0, stats = 0, c;
     char model[4096], tokp[4096];
     snprintf(model, sizeof(model), "%s/stories260K.bin", LKV_DEFAULT_MODEL_DIR);
     snprintf(tokp, sizeof(tokp), "%s/tok512.bin", LKV_DEFAULT_MODEL_DIR);
@@ -246,6 +249,9 @@ int main(int argc, char **argv)
         case O_FALLBACK:
             wo.local_fallback = 1;
             break;
+        case O_STATS:
+            stats = 1;
+            break;
         case O_HELP:
             usage(stdout);
             return 0;
@@ -318,6 +324,22 @@ int main(int argc, char **argv)
         if (f != stdin) {
             fclose(f);
         }
+    }
+    if (stats) {
+        lkv_worker_stats st;
+        lkv_worker_stats_get(w, &st);
+        uint64_t docs = st.hit_docs + st.miss_docs, toks = st.hit_tokens + st.miss_tokens;
+        fprintf(stderr,
+                "# worker: %llu requests (%llu failed); documents %llu hit / %llu (%.1f%%), "
+                "tokens %llu hit / %llu (%.1f%%); arena mapped %llu time(s); leases %llu, "
+                "renewals %llu; reconnects %llu\n",
+                (unsigned long long)st.requests, (unsigned long long)st.failed,
+                (unsigned long long)st.hit_docs, (unsigned long long)docs,
+                docs ? 100.0 * (double)st.hit_docs / (double)docs : 0.0,
+                (unsigned long long)st.hit_tokens, (unsigned long long)toks,
+                toks ? 100.0 * (double)st.hit_tokens / (double)toks : 0.0,
+                (unsigned long long)st.arena_maps, (unsigned long long)st.leases,
+                (unsigned long long)st.renewals, (unsigned long long)st.reconnects);
     }
     lkv_worker_destroy(w);
     return failed ? 1 : 0;

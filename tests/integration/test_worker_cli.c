@@ -82,7 +82,8 @@ static void test_requests_file(void)
     ASSERT_TRUE(fd >= 0 && write(fd, REQUESTS, strlen(REQUESTS)) == (ssize_t)strlen(REQUESTS));
     close(fd);
     char cmd[1024], *out;
-    snprintf(cmd, sizeof cmd, "%s --daemon %s --json --requests %s", LKV_WORKER_BIN, dm.addr, path);
+    snprintf(cmd, sizeof cmd, "%s --daemon %s --json --stats --requests %s 2>%s.err",
+             LKV_WORKER_BIN, dm.addr, path, path);
     int st = run_cmd(cmd, &out);
     fprintf(stderr, "%s", out);
     ASSERT_EQ(st, 1); /* some requests failed */
@@ -125,6 +126,18 @@ static void test_requests_file(void)
         json_decref(x);
     }
     ASSERT_TRUE(*cur == '\0');
+    /* --stats: the totals on stderr (5 lines reached the worker, 2 of them refused there; the
+     * other 3 bad lines were refused by the parser). */
+    char errpath[64], line[512] = "";
+    snprintf(errpath, sizeof errpath, "%s.err", path);
+    FILE *ef = fopen(errpath, "r");
+    ASSERT_TRUE(ef != NULL && fgets(line, sizeof line, ef) != NULL);
+    fclose(ef);
+    unlink(errpath);
+    fprintf(stderr, "%s", line);
+    ASSERT_TRUE(strstr(line, "5 requests (2 failed)") != NULL);
+    ASSERT_TRUE(strstr(line, "documents 4 hit / 6") != NULL);
+    ASSERT_TRUE(strstr(line, "arena mapped 1 time(s)") != NULL);
     json_decref(a);
     json_decref(b);
     json_decref(c);
