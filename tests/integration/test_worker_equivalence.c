@@ -11,7 +11,9 @@
  *       arena pages (those an Attach reports) at the document's start, and the arena is mapped
  *       once per daemon;
  *   (4) after a clean restart the documents come back from the cold tier and give bitwise the
- *       same output again (and the new arena is mapped once more).
+ *       same output again (and the new arena is mapped once more);
+ *   (5) the same with a bf16 profile of 5-token blocks (KV converted on write and read, partial
+ *       blocks everywhere): warm == cold bitwise, zero copy, lazy vs materialise within bf16.
  *
  * Tolerances. The cache holds fp32 KV (profile stories260k). (a) lazy vs materialise differ only
  * in where the RoPE rotation is rounded: the baseline rounds re-rotated keys to fp32 once, the
