@@ -41,18 +41,22 @@
 #define RETRY_STEP_MS       100
 
 struct lkv_worker {
-    lkv_worker_opts o; /* Options; strings below are owned copies. */
-    char *target, *profile, *model_path, *model_id, *token;
-    lkv_model *m;      /* Owned. */
-    lkv_tokenizer tok; /* Loaded when have_tok. */
-    int have_tok;
+    lkv_worker_opts o;     /* Options (defaults filled in; strings point at the copies). */
+    char *target;          /* Daemon address (owned), NULL in local mode. */
+    char *profile;         /* Profile name (owned). */
+    char *model_path;      /* Checkpoint path (owned). */
+    char *model_id;        /* Revision to confirm (owned), or NULL. */
+    char *token;           /* Bearer token (owned), or NULL. */
+    lkv_model *m;          /* The model (owned). */
+    lkv_tokenizer tok;     /* The tokenizer, when have_tok. */
+    int have_tok;          /* 1 if a tokenizer was loaded. */
     lkv_runner run;        /* The model on the backend. */
     const lkv_backend *be; /* Borrowed. */
     lkv_client_t *cl;      /* NULL in local mode. */
     lkv_pagespace ps;      /* Daemon arena + worker pages. */
     lkv_kv_shape shape;    /* The profile's layout for this model. */
     char hash[80];         /* "blake2b:<hex>" of the checkpoint. */
-    lkv_worker_stats st;
+    lkv_worker_stats st;   /* Totals (arena_maps read from ps). */
 };
 
 static double now_ms(void)
@@ -122,6 +126,12 @@ int lkv_worker_create(const lkv_worker_opts *o, lkv_worker **out, char *err, siz
     w->model_path = lkv_xstrdup(o->model_path);
     w->model_id = dup_or_null(o->model_id);
     w->token = dup_or_null(o->bearer_token);
+    w->o.target = w->target; /* The copies, not the caller's strings. */
+    w->o.profile = w->profile;
+    w->o.model_path = w->model_path;
+    w->o.model_id = w->model_id;
+    w->o.bearer_token = w->token;
+    w->o.tokenizer_path = NULL;
     w->o.deadline_ms = o->deadline_ms > 0 ? o->deadline_ms : DEFAULT_DEADLINE_MS;
     w->o.lease_ttl_ms = o->lease_ttl_ms > 0 ? o->lease_ttl_ms : DEFAULT_TTL_MS;
     w->o.local_pages = o->local_pages > 0 ? o->local_pages : DEFAULT_LOCAL_PAGES;
