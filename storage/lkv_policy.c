@@ -30,11 +30,13 @@
  * holds more than its share (window x budget) its LRU entry is the candidate, and the main
  * region's LRU entries (probation first, then protected) that would free as many bytes are
  * its rivals (at most ADMIT_MAX_VICTIMS); the candidate moves to the head of probation and
- * the rivals are evicted if estimate x cost of the candidate exceeds their sum, otherwise
- * the candidate is evicted. With the window within its share, the main region's LRU entry
- * goes (then the window's). While the budget is not full, window overflow moves to
- * probation unopposed. A hit in probation promotes to protected; protected over 80% of the
- * main region demotes its LRU entry to the head of probation. The hill climber (record
+ * the rivals are evicted if the candidate's density (sketch estimate x cost / bytes) exceeds
+ * every rival's, otherwise the candidate is evicted (with cost = bytes: a TinyLFU frequency
+ * contest; with cost = 1: a size-aware one, as GDSF ranks). A new id larger than the window's
+ * share must win the same contest at the door (lkv_policy_would_admit). With the window within its
+ * share, the main region's LRU entry goes (then the window's). While the budget is not full, window
+ * overflow moves to probation unopposed. A hit in probation promotes to protected; protected over
+ * 80% of the main region demotes its LRU entry to the head of probation. The hill climber (record
  * counts requests, touch hits) moves the window share; see lkv_policy.h.
  *
  * Residency. Priority tiers -1 and +1 have their own LRU lists (low, high), outside the
@@ -58,19 +60,21 @@
 #define SKETCH_MAX        65535
 #define SKETCH_MIN_WIDTH  4096u
 #define ADMIT_MAX_VICTIMS 8
-#define SEG_WINDOW        0      /* Adaptive: admission window. */
-#define SEG_PROBATION     1      /* Adaptive: main region, seen once there. */
-#define SEG_PROTECTED     2      /* Adaptive: main region, hit in probation. */
-#define SEG_NONE          3      /* Other kinds, and priority tiers -1 / +1. */
-#define PROTECTED_SHARE   0.8    /* Protected share of the main region. */
-#define HC_WINDOW0        0.01   /* Initial window share. */
-#define HC_STEP0          0.0625 /* Initial (and restart) step of the window share. */
-#define HC_STEP_MIN       0.005  /* Step floor: keeps following a drifting workload. */
-#define HC_DECAY          0.98   /* Step decay per sample. */
-#define HC_RESTART        0.05   /* Hit-rate jump that restarts the step. */
-#define HC_MIN_SAMPLE     512    /* Requests per sample, at least. */
-#define HOLD_ID           1u     /* held: operator hold of the id. */
-#define HOLD_CLASS        2u     /* held: covered by a class hold. */
+#define SEG_WINDOW        0     /* Adaptive: admission window. */
+#define SEG_PROBATION     1     /* Adaptive: main region, seen once there. */
+#define SEG_PROTECTED     2     /* Adaptive: main region, hit in probation. */
+#define SEG_NONE          3     /* Other kinds, and priority tiers -1 / +1. */
+#define PROTECTED_SHARE   0.9   /* Protected share of the main region. */
+#define HC_WINDOW0        0.01  /* Initial window share. */
+#define HC_STEP0          0.03  /* Initial (and restart) step of the window share. */
+#define HC_STEP_MIN       0.005 /* Step floor: keeps following a drifting workload. */
+#define HC_DECAY          0.98  /* Step decay per sample. */
+#define HC_RESTART        0.05  /* Hit-rate jump that restarts the step. */
+#define HC_MIN_SAMPLE     16384 /* Requests per sample, at least (8 x entries). */
+#define HC_AGE            16    /* Sketch halving: every 10 x HC_AGE x entries... */
+#define HC_MIN_AGE        1024  /* ... records, at least this many. */
+#define HOLD_ID           1u    /* held: operator hold of the id. */
+#define HOLD_CLASS        2u    /* held: covered by a class hold. */
 #define MAX_CLASS_HOLDS   16
 
 /* An intrusive doubly linked list of entry indices: most recent at head, victim at tail. */
@@ -229,6 +233,20 @@ static void sketch_halve(lkv_policy *p)
 
 static void climb(lkv_policy *p);
 
+/* Records between two halvings of the sketch: 10 x width (TinyLFU's W); for adaptive, 10 x
+ * HC_AGE x the entries present (at least HC_MIN_AGE, at most 10 x width), so the history is
+ * about as long as the cache's own turnover and a drifting popularity is followed. */
+static uint64_t halving_period(const lkv_policy *p)
+{
+    uint64_t w = 10ull * (p->smask + 1);
+    if (p->kind != LKV_POLICY_ADAPTIVE) {
+        return w;
+    }
+    uint64_t a = 10ull * HC_AGE * p->count;
+    a = a < HC_MIN_AGE ? HC_MIN_AGE : a;
+    return a < w ? a : w;
+}
+
 void lkv_policy_record(lkv_policy *p, uint64_t id)
 {
     if (!p->sketch_kind) {
@@ -254,7 +272,7 @@ void lkv_policy_record(lkv_policy *p, uint64_t id)
             p->sketch[slots[r]]++;
         }
     }
-    if (++p->ssamples >= 10ull * (p->smask + 1)) {
+    if (++p->ssamples >= halving_period(p)) {
         sketch_halve(p);
     }
 }
@@ -647,11 +665,30 @@ static double adaptive_score(const lkv_policy *p, const entry *x)
     return (double)sketch_estimate(p, x->id) * x->cost;
 }
 
+/* Folds rival x into acc, the contest's running value: the largest rival density. */
+static double rival_add(const lkv_policy *p, double acc, const entry *x)
+{
+    double d = adaptive_score(p, x) / (double)(x->bytes ? x->bytes : 1);
+    return d > acc ? d : acc;
+}
+
+/* 1 if a candidate of estimate est, cost and bytes beats every rival folded into acc. */
+static int wins(double est, double cost, uint64_t bytes, double acc)
+{
+    return est * cost / (double)(bytes ? bytes : 1) > acc;
+}
+
 /* Evicts one victim group (see the design comment). The kind has an unpinned tier-0 entry. */
 static void adaptive_evict(lkv_policy *p, lkv_policy_evict_fn evict, void *ctx)
 {
     uint32_t cand = p->seg[SEG_WINDOW].tail;
     if (cand != NIL && (double)p->seg_bytes[SEG_WINDOW] > window_target(p)) {
+        double main_share = (double)p->budget - window_target(p);
+        if ((double)(p->seg_bytes[SEG_PROBATION] + p->seg_bytes[SEG_PROTECTED] +
+                     p->ents[cand].bytes) <= main_share) {
+            seg_move(p, cand, SEG_PROBATION); /* Main under its share: unopposed. */
+            return;
+        }
         uint32_t v[ADMIT_MAX_VICTIMS];
         int nv = 0;
         uint64_t freed = 0, need = p->ents[cand].bytes;
@@ -661,10 +698,12 @@ static void adaptive_evict(lkv_policy *p, lkv_policy_evict_fn evict, void *ctx)
                  e = p->ents[e].prev) {
                 v[nv++] = e;
                 freed += p->ents[e].bytes;
-                rivals += adaptive_score(p, &p->ents[e]);
+                rivals = rival_add(p, rivals, &p->ents[e]);
             }
         }
-        if (nv > 0 && freed >= need && adaptive_score(p, &p->ents[cand]) > rivals) {
+        const entry *c = &p->ents[cand];
+        if (nv > 0 && freed >= need &&
+            wins((double)sketch_estimate(p, c->id), c->cost, c->bytes, rivals)) {
             seg_move(p, cand, SEG_PROBATION);
             for (int i = 0; i < nv; i++) {
                 dlist_unlink(p, &p->seg[p->ents[v[i]].seg], v[i]);
@@ -941,13 +980,41 @@ static double admit_weight(const lkv_policy *p, uint64_t id, uint64_t bytes, dou
     return (double)est;
 }
 
+/* A new id enters the window unopposed if it fits in the window's share (the contest comes
+ * when it leaves the window); a larger one must win, as TinyLFU's filter would, against the
+ * entries make_room would take (window LRU first, then probation, then protected): estimate
+ * x cost above the sum of theirs. */
+static int adaptive_would_admit(const lkv_policy *p, uint64_t id, uint64_t bytes, double cost)
+{
+    if ((double)bytes <= window_target(p)) {
+        return 1;
+    }
+    uint64_t need = bytes - (p->budget - p->used);
+    double rivals = 0;
+    int v = 0;
+    for (int s = SEG_WINDOW; s <= SEG_PROTECTED; s++) {
+        for (uint32_t e = p->seg[s].tail; e != NIL && v < ADMIT_MAX_VICTIMS;
+             e = p->ents[e].prev, v++) {
+            rivals = rival_add(p, rivals, &p->ents[e]);
+            if (p->ents[e].bytes >= need) {
+                return wins((double)sketch_estimate(p, id), cost, bytes, rivals);
+            }
+            need -= p->ents[e].bytes;
+        }
+    }
+    return 0;
+}
+
 int lkv_policy_would_admit(const lkv_policy *p, uint64_t id, uint64_t bytes, double cost)
 {
     if (bytes > p->budget - p->pinned) {
         return 0;
     }
-    if (!p->sketch_kind || p->budget - p->used >= bytes || p->kind == LKV_POLICY_ADAPTIVE) {
-        return 1; /* adaptive: every id enters the window; the contest is at eviction. */
+    if (!p->sketch_kind || p->budget - p->used >= bytes) {
+        return 1;
+    }
+    if (p->kind == LKV_POLICY_ADAPTIVE) {
+        return adaptive_would_admit(p, id, bytes, cost);
     }
     double cand = admit_weight(p, id, bytes, cost);
     uint64_t freed = p->budget - p->used;

@@ -21,17 +21,22 @@
  *         behind the same admission filter comparing freq * cost / size instead of freq.
  *   adaptive  W-TinyLFU with a hill-climbing window (after the design of the Caffeine cache):
  *         a small LRU admission window in front of a segmented LRU main region (probation,
- *         protected = 80% of main). A new id always enters the window; when the window is over
- *         its share of the budget and room is needed, its LRU entry (the candidate) competes
- *         with the main region's victims for the bytes it occupies: it moves into main only if
- *         sketch frequency x cost exceeds the sum over the victims it displaces (size-aware),
- *         else it is the one evicted. The window's share starts at 1% and is moved by a hill
- *         climber on the hit rate (lkv_policy_record counts requests, lkv_policy_touch hits):
- *         every sample (8 x entries present, at least 512 requests) it steps in the direction
- *         that last raised the hit rate, reverses when it fell, and the step decays (0.98) and
- *         restarts (6.25%) on a jump of 5 points. Window 100% is LRU; window 0 is TinyLFU on an
- *         SLRU, so the policy follows whichever the traffic favours. O(1) per operation (an
- *         eviction compares at most 8 victims).
+ *         protected = 90% of main). A new id enters the window (one larger than the window's
+ *         share must first win the contest below against what it would displace). When the
+ *         window is over its share and room is needed, its LRU entry (the candidate) competes
+ *         with the main region's LRU entries that would free as many bytes: it moves into main
+ *         only if its density, sketch estimate x cost / bytes, exceeds each of theirs (size-
+ *         aware: cost = bytes is a frequency contest, cost = 1 favours small documents as GDSF
+ *         does), else it is the one evicted. The sketch halves every 160 x entries present
+ *         records (at least 1024, at most tinylfu's period), so history lasts about as long as
+ *         the cache's own turnover and a drifting popularity is followed. The window's share
+ *         starts at 1% and is moved by a hill climber on the hit rate (lkv_policy_record
+ *         counts requests, lkv_policy_touch hits): every sample (8 x entries present, at least
+ *         16384 requests) it steps in the direction that last raised the hit rate, reverses
+ *         when it fell; the step (3%) decays by 0.98 a sample to a floor of 0.5% and restarts
+ *         on a jump of 5 points. Window 100% is LRU; window 0 is TinyLFU on an SLRU, so the
+ *         policy follows whichever the traffic favours. O(1) per operation (a contest looks at
+ *         most at 8 rivals).
  *   (more kinds may be added; lkv_policy_names lists them all)
  *
  * Pinned entries (leases) are never chosen as victims. Not thread-safe: the caller serialises.
