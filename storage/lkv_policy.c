@@ -65,7 +65,7 @@
 #define SEG_PROTECTED     2     /* Adaptive: main region, hit in probation. */
 #define SEG_NONE          3     /* Other kinds, and priority tiers -1 / +1. */
 #define PROTECTED_SHARE   0.9   /* Protected share of the main region. */
-#define HC_WINDOW0        0.01  /* Initial window share. */
+#define HC_WINDOW0        0.0   /* Initial window share (pure TinyLFU until it climbs). */
 #define HC_STEP0          0.03  /* Initial (and restart) step of the window share. */
 #define HC_STEP_MIN       0.005 /* Step floor: keeps following a drifting workload. */
 #define HC_DECAY          0.98  /* Step decay per sample. */

@@ -30,7 +30,7 @@
  *         does), else it is the one evicted. The sketch halves every 160 x entries present
  *         records (at least 1024, at most tinylfu's period), so history lasts about as long as
  *         the cache's own turnover and a drifting popularity is followed. The window's share
- *         starts at 1% and is moved by a hill climber on the hit rate (lkv_policy_record
+ *         starts at 0 (TinyLFU) and is moved by a hill climber on the hit rate (lkv_policy_record
  *         counts requests, lkv_policy_touch hits): every sample (8 x entries present, at least
  *         16384 requests) it steps in the direction that last raised the hit rate, reverses
  *         when it fell; the step (3%) decays by 0.98 a sample to a floor of 0.5% and restarts
