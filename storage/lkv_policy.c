@@ -980,16 +980,27 @@ static double admit_weight(const lkv_policy *p, uint64_t id, uint64_t bytes, dou
     return (double)est;
 }
 
+/* Bytes the first ADMIT_MAX_VICTIMS unpinned priority -1 entries would free (they go first). */
+static uint64_t low_room(const lkv_policy *p)
+{
+    uint64_t b = 0;
+    uint32_t e = p->low.tail;
+    for (int v = 0; v < ADMIT_MAX_VICTIMS && e != NIL; v++, e = p->ents[e].prev) {
+        b += p->ents[e].bytes;
+    }
+    return b;
+}
+
 /* A new id enters the window unopposed if it fits in the window's share (the contest comes
  * when it leaves the window); a larger one must win, as TinyLFU's filter would, against the
  * entries make_room would take (window LRU first, then probation, then protected): estimate
  * x cost above the sum of theirs. */
-static int adaptive_would_admit(const lkv_policy *p, uint64_t id, uint64_t bytes, double cost)
+static int adaptive_would_admit(const lkv_policy *p, uint64_t id, uint64_t need, uint64_t bytes,
+                                double cost)
 {
     if ((double)bytes <= window_target(p)) {
         return 1;
     }
-    uint64_t need = bytes - (p->budget - p->used);
     double rivals = 0;
     int v = 0;
     for (int s = SEG_WINDOW; s <= SEG_PROTECTED; s++) {
@@ -1010,14 +1021,14 @@ int lkv_policy_would_admit(const lkv_policy *p, uint64_t id, uint64_t bytes, dou
     if (bytes > p->budget - p->pinned) {
         return 0;
     }
-    if (!p->sketch_kind || p->budget - p->used >= bytes) {
-        return 1;
+    uint64_t freed = p->budget - p->used + low_room(p);
+    if (!p->sketch_kind || freed >= bytes) {
+        return 1; /* Free bytes and priority -1 entries give room unopposed. */
     }
     if (p->kind == LKV_POLICY_ADAPTIVE) {
-        return adaptive_would_admit(p, id, bytes, cost);
+        return adaptive_would_admit(p, id, bytes - freed, bytes, cost);
     }
     double cand = admit_weight(p, id, bytes, cost);
-    uint64_t freed = p->budget - p->used;
     if (p->heap_kind) {
         /* Best-first walk of the heap's smallest entries: a tiny frontier of positions. */
         uint32_t frontier[2 * ADMIT_MAX_VICTIMS + 1];
