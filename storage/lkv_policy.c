@@ -27,17 +27,19 @@
  * Adaptive (W-TinyLFU). Every entry of the kind carries a segment (window, probation,
  * protected) and sits, while unpinned, in its segment's intrusive LRU list; seg_bytes counts
  * each segment's bytes, pinned or not. Room is made one victim group at a time: if the window
- * holds more than its share (window x budget) its LRU entry is the candidate, and the main
+ * holds more than its share (window x budget) its LRU entry is the candidate; if the main
+ * region is within its share the candidate joins probation unopposed, otherwise the main
  * region's LRU entries (probation first, then protected) that would free as many bytes are
- * its rivals (at most ADMIT_MAX_VICTIMS); the candidate moves to the head of probation and
+ * its rivals (at most ADMIT_MAX_VICTIMS): the candidate moves to the head of probation and
  * the rivals are evicted if the candidate's density (sketch estimate x cost / bytes) exceeds
- * every rival's, otherwise the candidate is evicted (with cost = bytes: a TinyLFU frequency
- * contest; with cost = 1: a size-aware one, as GDSF ranks). A new id larger than the window's
- * share must win the same contest at the door (lkv_policy_would_admit). With the window within its
- * share, the main region's LRU entry goes (then the window's). While the budget is not full, window
- * overflow moves to probation unopposed. A hit in probation promotes to protected; protected over
- * 80% of the main region demotes its LRU entry to the head of probation. The hill climber (record
- * counts requests, touch hits) moves the window share; see lkv_policy.h.
+ * every rival's, otherwise the candidate is evicted (cost = bytes: a TinyLFU frequency
+ * contest; cost = 1: a size-aware one, as GDSF ranks). A new id larger than the window's
+ * share must win the same contest at the door (lkv_policy_would_admit). With the window
+ * within its share, the main region's LRU entry goes (then the window's). While the budget is
+ * not full, window overflow moves to probation unopposed. A hit in probation promotes to
+ * protected; protected over 90% of the main region demotes its LRU entry to the head of
+ * probation. The hill climber (record counts requests, touch hits) moves the window share;
+ * see lkv_policy.h.
  *
  * Residency. Priority tiers -1 and +1 have their own LRU lists (low, high), outside the
  * kind's structures: a victim comes from low, else from the kind, else from high. Holds are
