@@ -437,7 +437,8 @@ static const series study_series[] = {
     {LKV_SIM_AGNOSTIC, LKV_POLICY_GDSF},    {LKV_SIM_AGNOSTIC, LKV_POLICY_LFUDA},
     {LKV_SIM_AGNOSTIC, LKV_POLICY_TINYLFU}, {LKV_SIM_AGNOSTIC, LKV_POLICY_TLFU_GDSF},
     {LKV_SIM_EXACT, LKV_POLICY_TLFU_GDSF},  {LKV_SIM_COPY, LKV_POLICY_TLFU_GDSF},
-    {LKV_SIM_ORACLE, LKV_POLICY_LRU},
+    {LKV_SIM_ORACLE, LKV_POLICY_LRU},       {LKV_SIM_AGNOSTIC, LKV_POLICY_ADAPTIVE},
+    {LKV_SIM_BELADY, LKV_POLICY_LRU},
 };
 #define NSTUDY ((int)(sizeof(study_series) / sizeof(study_series[0])))
 
@@ -541,8 +542,8 @@ static int cmd_study(opts *o)
             fprintf(md, " %s |", name);
         }
         fprintf(md, " agn-lru/copy | agn-lru/exact | best/lru | best/copy | best/exact |"
-                    " best/copy-best |\n|---|---|");
-        for (int i = 0; i < NSTUDY + 6; i++) {
+                    " best/copy-best | belady - best | belady - adaptive |\n|---|---|");
+        for (int i = 0; i < NSTUDY + 8; i++) {
             fprintf(md, "---|");
         }
         fprintf(md, "\n");
@@ -560,12 +561,13 @@ static int cmd_study(opts *o)
             for (int i = 0; i < NSTUDY; i++) {
                 fprintf(md, " %.2f |", v[i]);
             }
-            fprintf(md, " %.2fx | %.2fx | %.2fx | %.2fx | %.2fx | %.2fx |\n", v[3] / v[2],
-                    v[3] / v[1], best / v[3], best / v[2], best / v[1], best / v[9]);
+            fprintf(md, " %.2fx | %.2fx | %.2fx | %.2fx | %.2fx | %.2fx | %.2f | %.2f |\n",
+                    v[3] / v[2], v[3] / v[1], best / v[3], best / v[2], best / v[1], best / v[9],
+                    v[12] - best, v[12] - v[11]);
             if (metric == 0) {
                 fprintf(md,
-                        "| paper | | %.2f | %.2f | %.2f | %.2f | | | | | | | | %.2fx | %.2fx "
-                        "| | | | |\n",
+                        "| paper | | %.2f | %.2f | %.2f | %.2f | | | | | | | | | | %.2fx | %.2fx "
+                        "| | | | | | |\n",
                         paper[row][0], paper[row][1], paper[row][2], paper[row][3],
                         paper[row][3] / paper[row][2], paper[row][3] / paper[row][1]);
             }
@@ -579,8 +581,8 @@ static int cmd_study(opts *o)
         series_name(&study_series[i], name, sizeof(name));
         fprintf(md, " %s |", name);
     }
-    fprintf(md, " agn-lru/copy | best/copy | best/lru |\n|---|---|---|");
-    for (int i = 0; i < NSTUDY + 3; i++) {
+    fprintf(md, " agn-lru/copy | best/copy | best/lru | belady - best |\n|---|---|---|");
+    for (int i = 0; i < NSTUDY + 4; i++) {
         fprintf(md, "---|");
     }
     fprintf(md, "\n");
@@ -640,8 +642,8 @@ static int cmd_study(opts *o)
             for (int i = 0; i < NSTUDY; i++) {
                 fprintf(md, " %.2f |", blk[i]);
             }
-            fprintf(md, " %.2fx | %.2fx | %.2fx |\n", blk[3] / blk[2], best / blk[2],
-                    best / blk[3]);
+            fprintf(md, " %.2fx | %.2fx | %.2fx | %.2f |\n", blk[3] / blk[2], best / blk[2],
+                    best / blk[3], blk[12] - best);
         }
     }
 
