@@ -926,6 +926,8 @@ typedef struct bel {
     uint32_t *heap[64]; /* Per size class (floor(log2(bytes))): max-heap on key. */
     uint32_t hlen[64];
     uint32_t hcap[64];
+    uint32_t *taken;     /* Scratch: victims taken out while deciding an admission. */
+    uint64_t ntaken_cap; /* Its capacity. */
 } bel;
 
 static inline int bel_cls(const bel *b, uint32_t d)
@@ -1066,18 +1068,33 @@ static void run_belady(sim *s)
             }
             b.key[d] = nxt[i];
             if (!hit && bytes <= budget - pinned) {
-                int admit = 1;
-                if (budget - used < bytes) {
+                /* Take victims, largest score first, while each scores above d; if they free
+                 * enough, d is cached and they go, else they are put back (bypass). */
+                int admit = budget - used >= bytes;
+                uint64_t freed = budget - used, np = 0;
+                double sd = bel_score(&b, d, nxt[i], i);
+                while (!admit && nxt[i] != NEVER) {
                     uint32_t v = bel_victim(&b, i);
-                    assert(v != BEL_NIL);
-                    admit = nxt[i] != NEVER &&
-                            bel_score(&b, d, nxt[i], i) < bel_score(&b, v, b.key[v], i);
-                    while (admit && budget - used < bytes) {
-                        v = bel_victim(&b, i);
-                        bel_erase(&b, v);
+                    if (v == BEL_NIL || !(bel_score(&b, v, b.key[v], i) > sd)) {
+                        break;
+                    }
+                    bel_erase(&b, v);
+                    if (np == b.ntaken_cap) {
+                        b.ntaken_cap = b.ntaken_cap ? 2 * b.ntaken_cap : 64;
+                        b.taken = lkv_xrealloc(b.taken, b.ntaken_cap * sizeof(uint32_t));
+                    }
+                    b.taken[np++] = v;
+                    freed += doc_bytes(s, v);
+                    admit = freed >= bytes;
+                }
+                for (uint64_t k = 0; k < np; k++) {
+                    uint32_t v = b.taken[k];
+                    if (admit) {
                         b.res[v] = 0;
                         used -= doc_bytes(s, v);
                         s->r->evictions++;
+                    } else {
+                        bel_push(&b, v);
                     }
                 }
                 if (admit) {
@@ -1098,6 +1115,7 @@ static void run_belady(sim *s)
     for (int k = 0; k < 64; k++) {
         free(b.heap[k]);
     }
+    free(b.taken);
     free(b.key);
     free(b.pins);
     free(b.res);
