@@ -52,6 +52,16 @@
  *             no other unpinned entry is left); LRU order within the -1 and +1 tiers.
  *   ttl       an expiry time in the caller's clock (0: none); lkv_policy_expire evicts what
  *             expired (a sweep over the entries, O(n): call it periodically, not per request).
+ *
+ * Store integration (proposed, not wired yet): class id = tenant << 32 | profile index. Put
+ * with options {prio, ttl_ms, hold} calls lkv_policy_admit_ex on both tiers with expires =
+ * now_ms + ttl_ms, then lkv_policy_hold if asked. Admin Hold(key | tenant | profile, on) maps
+ * to lkv_policy_hold (promoting a cold document first) or lkv_policy_hold_class with mask
+ * 0xffffffff00000000 (tenant), 0x00000000ffffffff (profile) or ~0 (both), on the hot policy;
+ * Admin Evict(tenant | profile) to lkv_policy_evict_class on the hot policy with the store's
+ * usual eviction callback (demote to cold) and, for a purge, on the cold policy (delete). The
+ * maintenance thread calls lkv_policy_expire(hot, now_ms, ...) and (cold, ...) every second.
+ * Holds are policy state, not persisted: the store re-applies them from its metadata on open.
  */
 #ifndef LKV_POLICY_H
 #define LKV_POLICY_H
