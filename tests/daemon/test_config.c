@@ -50,7 +50,7 @@ static void test_defaults(void)
     ASSERT_EQ(c.hot_bytes, 1ull << 30);
     ASSERT_EQ(c.hot_backend, LKV_HOT_AUTO);
     ASSERT_EQ(c.durability, LKV_DURABILITY_WRITE_BACK);
-    ASSERT_EQ(c.policy_kind, LKV_POLICY_LRU);
+    ASSERT_EQ(c.policy_kind, LKV_POLICY_ADAPTIVE);
     ASSERT_EQ(c.max_message_bytes, 64ull << 20);
     ASSERT_EQ(c.threads, 2);
     ASSERT_EQ(c.pool_threads, 4);
