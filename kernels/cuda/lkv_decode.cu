@@ -1,7 +1,7 @@
 /*
  * lkv_decode.cu: LazyAttention decode on CUDA (one query token per sequence, paged KV).
  *
- * Work split. One CTA of DEC_WARPS warps per (split, kv head x head chunk, sequence). A head
+ * Work split. One CTA of W warps per (split, kv head x head chunk, sequence). A head
  * chunk is up to G query heads of one GQA group (so each K/V slab is read once per chunk and
  * shared by its heads; bigger groups, e.g. MQA with 32 heads, take several chunks). A split is
  * a contiguous range of the sequence's block references; inside a CTA, warp w takes
@@ -46,8 +46,10 @@ extern "C" {
 #include "lkv_attn_cuda.h"
 }
 
-#define DEC_WARPS 4
-#define DEC_NST   3 /* cp.async stages per warp (2 in flight while one is computed) */
+#define GEN_WARPS      4    /* Warps per CTA of the generic kernel. */
+#define MMA_WARPS      8    /* Warps per CTA of the tensor-core kernel (one CTA per SM). */
+#define DEC_NST        3    /* cp.async stages per warp (2 in flight while one is computed) */
+#define DEC_MAX_SPLITS 1024 /* Splits per sequence at most (the merge weights live in smem). */
 
 struct decode_params {
     const void *q;
@@ -60,6 +62,7 @@ struct decode_params {
     float *lse;
     float *part_o;   /* [batch * n_q][n_splits][d] when n_splits > 1. */
     float *part_lse; /* [batch * n_q][n_splits], log2 domain. */
+    int *counters;   /* [batch][n_kv * head_chunks] arrivals (n_splits > 1), zero between runs. */
     int n_q, n_kv, group, head_chunks, d, L, B, layer;
     uint64_t slab_bytes;
     int n_splits, refs_per_split;
@@ -70,11 +73,71 @@ template <int G> struct dec_unroll {
     static const int U = G >= 8 ? 4 : 8; /* Loads of K (and V) per lane per step. */
 };
 
-/* Epilogue shared by both decode kernels (call after __syncthreads): merges the DEC_WARPS
- * warps' partial softmax states (mw: running max, lw: sum, accw: output, log2 domain) of the
- * nh heads of this CTA and writes the result: out (+ lse) when the CTA owns the whole sequence,
- * else this split's partial output and log2 sum for the merge kernel. */
-template <typename T, int G>
+/* The reference walk of one warp, shared by both decode kernels: warp w of a CTA takes the
+ * references r_first, r_first + W, ... below r_end, each in steps of `step` tokens (the last
+ * step of a partial block is masked by the consumer). Each reference is loaded from global
+ * memory exactly once, one reference ahead of its use (the load is off the critical path), and
+ * travels with its step through the cp.async ring (dec_queue): the consumer never reloads it. */
+struct dec_walk {
+    const uint64_t *refs;
+    int r, r1, stride, t0;
+    uint64_t cur, nxt;
+    __device__ __forceinline__ void init(const uint64_t *rf, int first, int end, int w)
+    {
+        refs = rf;
+        r = first;
+        r1 = end;
+        stride = w;
+        t0 = 0;
+        cur = r < r1 ? __ldg(refs + r) : 0;
+        nxt = r + w < r1 ? __ldg(refs + r + w) : 0;
+    }
+    /* Takes the next step: returns its first token and sets *ref, or returns -1 at the end. */
+    __device__ __forceinline__ int take(int step, int B, uint64_t *ref)
+    {
+        if (r >= r1) {
+            return -1;
+        }
+        const int tt = t0;
+        *ref = cur;
+        t0 += step;
+        if (t0 >= min((int)lkv_ref_valid(cur), B)) {
+            t0 = 0;
+            r += stride;
+            cur = nxt;
+            if (r + stride < r1) {
+                nxt = __ldg(refs + r + stride);
+            }
+        }
+        return tt;
+    }
+};
+
+/* The steps in flight in a warp's ring, oldest first (DEC_NST - 1 of them between the
+ * producer's issue and the consumer's wait): reference and first token (-1: no step). Plain
+ * registers shifted at each step, so no run-time indexed array. */
+struct dec_queue {
+    uint64_t ref[DEC_NST - 1];
+    int t0[DEC_NST - 1];
+    __device__ __forceinline__ void push_pop(uint64_t r_in, int t_in, uint64_t *r_out, int *t_out)
+    {
+        *r_out = ref[0];
+        *t_out = t0[0];
+#pragma unroll
+        for (int i = 0; i + 1 < DEC_NST - 1; i++) {
+            ref[i] = ref[i + 1];
+            t0[i] = t0[i + 1];
+        }
+        ref[DEC_NST - 2] = r_in;
+        t0[DEC_NST - 2] = t_in;
+    }
+};
+
+/* Epilogue shared by both decode kernels (call after __syncthreads): merges the W warps'
+ * partial softmax states (mw: running max, lw: sum, accw: output, log2 domain) of the nh heads
+ * of this CTA and writes the result: out (+ lse) when the CTA owns the whole sequence, else
+ * this split's partial output and log2 sum (dec_merge_last merges them). */
+template <typename T, int G, int W>
 static __device__ __forceinline__ void dec_store(const decode_params &p, const float *mw,
                                                  const float *lw, const float *accw, int nh, int d,
                                                  int b, int h0, int split)
@@ -83,13 +146,13 @@ static __device__ __forceinline__ void dec_store(const decode_params &p, const f
         const int h = i / d, dim = i - h * d;
         float M = -INFINITY;
 #pragma unroll
-        for (int w = 0; w < DEC_WARPS; w++) {
+        for (int w = 0; w < W; w++) {
             M = fmaxf(M, mw[w * G + h]);
         }
         float ls = 0.0f, o = 0.0f;
         if (M != -INFINITY) {
 #pragma unroll
-            for (int w = 0; w < DEC_WARPS; w++) {
+            for (int w = 0; w < W; w++) {
                 const float sc = exp2f(mw[w * G + h] - M);
                 ls += lw[w * G + h] * sc;
                 o += accw[(w * G + h) * d + dim] * sc;
@@ -112,10 +175,149 @@ static __device__ __forceinline__ void dec_store(const decode_params &p, const f
     }
 }
 
+/* Split-KV merge folded into the decode launch. Every CTA of a split sequence has written its
+ * partial (dec_store); each then counts its arrival on the (sequence, kv head chunk) counter,
+ * and the last to arrive merges the n_splits partials of its nh rows by log-sum-exp, writes
+ * out (+ lse) and resets the counter to 0 for the next launch. The partials are read through
+ * L2 (ld.global.cg): they were written by other SMs in this launch. sm: the CTA's dynamic
+ * shared memory, free again (the caller synchronised after its last use), at least
+ * (G * n_splits + 2 * G + 4 * NT) floats (the plan checks it). */
+template <typename T, int G, int NT>
+static __device__ __forceinline__ void dec_merge_last(const decode_params &p, float *sm, int nh,
+                                                      int d, int b, int h0)
+{
+    __shared__ int is_last;
+    __threadfence(); /* This thread's partial stores are visible device-wide ... */
+    __syncthreads(); /* ... for every thread of the CTA, before the arrival is counted. */
+    int *ctr = p.counters + (size_t)b * gridDim.y + blockIdx.y;
+    if (threadIdx.x == 0) {
+        is_last = atomicAdd(ctr, 1) == p.n_splits - 1;
+    }
+    __syncthreads();
+    if (!is_last) {
+        return;
+    }
+    __threadfence(); /* Acquire: the other CTAs' partials are read after their arrivals. */
+    const int S = p.n_splits;
+    const size_t row0 = (size_t)b * p.n_q + h0;
+    float *w = sm;                                             /* [nh][S] weights */
+    float *stat = w + G * S;                                   /* [G][2]: max, sum */
+    float4 *red = (float4 *)(sm + ((G * S + 2 * G + 3) & ~3)); /* [NT] group sums */
+    for (int i = threadIdx.x; i < nh * S; i += NT) {
+        w[i] = __ldcg(p.part_lse + row0 * S + i);
+    }
+    __syncthreads();
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    for (int h = warp; h < nh; h += NT / 32) {
+        float m = -INFINITY;
+        for (int s = lane; s < S; s += 32) {
+            m = fmaxf(m, w[h * S + s]);
+        }
+#pragma unroll
+        for (int off = 16; off > 0; off >>= 1) {
+            m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, off));
+        }
+        float sum = 0.0f;
+        if (m != -INFINITY) {
+            for (int s = lane; s < S; s += 32) {
+                sum += exp2f(w[h * S + s] - m);
+            }
+        }
+#pragma unroll
+        for (int off = 16; off > 0; off >>= 1) {
+            sum += __shfl_xor_sync(0xffffffffu, sum, off);
+        }
+        const float inv = sum > 0.0f ? 1.0f / sum : 0.0f;
+        __syncwarp();
+        for (int s = lane; s < S; s += 32) {
+            w[h * S + s] = m == -INFINITY ? 0.0f : exp2f(w[h * S + s] - m) * inv;
+        }
+        if (lane == 0) {
+            stat[2 * h] = m;
+            stat[2 * h + 1] = sum;
+        }
+    }
+    __syncthreads();
+    /* Items are (head, float4 of dims); when there are fewer items than threads, ng groups of
+     * threads take interleaved splits of each item and their sums are added through smem. */
+    const int q4 = d / 4, items = nh * q4;
+    const int ng = items < NT ? NT / items : 1;
+    for (int t = threadIdx.x; t < items * ng; t += NT) {
+        const int it = t % items, g = t / items;
+        const int h = it / q4, c = it - h * q4;
+        const float4 *po = (const float4 *)(p.part_o + (row0 + h) * S * d) + c;
+        const float *wh = w + h * S;
+        float4 a0 = make_float4(0.0f, 0.0f, 0.0f, 0.0f), a1 = a0;
+        int s = g;
+        for (; s + ng < S; s += 2 * ng) {
+            const float4 v0 = __ldcg(po + (size_t)s * q4);
+            const float4 v1 = __ldcg(po + (size_t)(s + ng) * q4);
+            const float w0 = wh[s], w1 = wh[s + ng];
+            a0.x = fmaf(w0, v0.x, a0.x);
+            a0.y = fmaf(w0, v0.y, a0.y);
+            a0.z = fmaf(w0, v0.z, a0.z);
+            a0.w = fmaf(w0, v0.w, a0.w);
+            a1.x = fmaf(w1, v1.x, a1.x);
+            a1.y = fmaf(w1, v1.y, a1.y);
+            a1.z = fmaf(w1, v1.z, a1.z);
+            a1.w = fmaf(w1, v1.w, a1.w);
+        }
+        if (s < S) {
+            const float4 v0 = __ldcg(po + (size_t)s * q4);
+            const float w0 = wh[s];
+            a0.x = fmaf(w0, v0.x, a0.x);
+            a0.y = fmaf(w0, v0.y, a0.y);
+            a0.z = fmaf(w0, v0.z, a0.z);
+            a0.w = fmaf(w0, v0.w, a0.w);
+        }
+        a0 = make_float4(a0.x + a1.x, a0.y + a1.y, a0.z + a1.z, a0.w + a1.w);
+        if (ng == 1) {
+            uint2 o2 = make_uint2(lkv__elem<T>::pack2(a0.x, a0.y), lkv__elem<T>::pack2(a0.z, a0.w));
+            *(uint2 *)((T *)p.out + (row0 + h) * d + 4 * c) = o2;
+        } else {
+            red[t] = a0;
+        }
+    }
+    if (ng > 1) {
+        __syncthreads();
+        for (int it = threadIdx.x; it < items; it += NT) {
+            const int h = it / q4, c = it - h * q4;
+            float4 a = red[it];
+            for (int g = 1; g < ng; g++) {
+                const float4 v = red[g * items + it];
+                a = make_float4(a.x + v.x, a.y + v.y, a.z + v.z, a.w + v.w);
+            }
+            uint2 o2 = make_uint2(lkv__elem<T>::pack2(a.x, a.y), lkv__elem<T>::pack2(a.z, a.w));
+            *(uint2 *)((T *)p.out + (row0 + h) * d + 4 * c) = o2;
+        }
+    }
+    if (p.lse != NULL && (int)threadIdx.x < nh) {
+        const float m = stat[2 * threadIdx.x], sum = stat[2 * threadIdx.x + 1];
+        p.lse[row0 + threadIdx.x] =
+            (m == -INFINITY || !(sum > 0.0f)) ? -INFINITY : (m + log2f(sum)) * LKV__LN2;
+    }
+    if (threadIdx.x == 0) {
+        *ctr = 0; /* Ready for the next launch (kernel boundaries order it). */
+    }
+}
+
+/* Common tail of both kernels: store (out or partial), then the folded merge when split. */
+template <typename T, int G, int W>
+static __device__ __forceinline__ void
+dec_finish(const decode_params &p, float *smem, const float *mw, const float *lw, const float *accw,
+           int nh, int d, int b, int h0, int split)
+{
+    dec_store<T, G, W>(p, mw, lw, accw, nh, d, b, h0, split);
+    if (p.n_splits > 1) {
+        dec_merge_last<T, G, W * 32>(p, smem, nh, d, b, h0);
+    }
+}
+
 template <typename T, int G, int LT>
-__global__ void __launch_bounds__(DEC_WARPS * 32)
+__global__ void __launch_bounds__(GEN_WARPS * 32)
     decode_kernel(const decode_params p, const lkv__dev_pe pe, const lkv__dev_slopes sl)
 {
+    constexpr int W = GEN_WARPS;
     constexpr int U = dec_unroll<G>::U;
     extern __shared__ __align__(16) float smem[];
     const int L = LT ? LT : p.L;
@@ -128,12 +330,12 @@ __global__ void __launch_bounds__(DEC_WARPS * 32)
     const int h0 = kvh * p.group + hchunk * G;
     const int nh = min(G, p.group - hchunk * G);
 
-    float *q_raw = smem;              /* [G][d] */
-    float *fhi = q_raw + G * d;       /* [128] */
-    float *flo = fhi + 128;           /* [128] */
-    float *mw = flo + 128;            /* [W][G] */
-    float *lw = mw + DEC_WARPS * G;   /* [W][G] */
-    float *accw = lw + DEC_WARPS * G; /* [W][G][d] */
+    float *q_raw = smem;        /* [G][d] */
+    float *fhi = q_raw + G * d; /* [128] */
+    float *flo = fhi + 128;     /* [128] */
+    float *mw = flo + 128;      /* [W][G] */
+    float *lw = mw + W * G;     /* [W][G] */
+    float *accw = lw + W * G;   /* [W][G][d] */
 
     const T *q = (const T *)p.q + ((size_t)b * p.n_q + h0) * d;
     for (int i = threadIdx.x; i < G * d; i += blockDim.x) {
@@ -173,16 +375,18 @@ __global__ void __launch_bounds__(DEC_WARPS * 32)
     }
     /* Per-warp cp.async ring: stage s holds, per lane, U chunks of K then U chunks of V
      * (16 bytes each, [U][32 lanes]). Every lane writes and reads only its own slots. */
-    uint4 *ring = (uint4 *)(accw + DEC_WARPS * G * d) + (size_t)warp * DEC_NST * 2 * U * 32;
+    uint4 *ring = (uint4 *)(accw + W * G * d) + (size_t)warp * DEC_NST * 2 * U * 32;
     const int step = U * TPI;
 
-    /* Producer: the next step (block pr, first token pt0) to fetch. */
-    int pr = r0 + warp, pt0 = 0;
-    uint64_t pref = pr < r1 ? __ldg(p.refs + pr) : 0;
-    uint64_t pref_next = pr + DEC_WARPS < r1 ? __ldg(p.refs + pr + DEC_WARPS) : 0;
+    /* Producer: the warp's reference walk; each issued step travels through the queue. */
+    dec_walk wk;
+    wk.init(p.refs, r0 + warp, r1, W);
+    dec_queue qu;
     int pslot = 0;
-    auto issue = [&]() {
-        if (pr < r1) {
+    auto issue = [&](uint64_t *ref_out, int *t_out) {
+        uint64_t pref = 0;
+        const int pt0 = wk.take(step, p.B, &pref);
+        if (pt0 >= 0) {
             const int valid = min((int)lkv_ref_valid(pref), p.B);
             const char *base = p.arena + (size_t)lkv_ref_page(pref) * p.page_bytes;
             uint4 *st = ring + (size_t)pslot * 2 * U * 32;
@@ -194,28 +398,27 @@ __global__ void __launch_bounds__(DEC_WARPS * 32)
                 lkv__cp_async16(st + u * 32 + lane, base + slab_k + off, ok);
                 lkv__cp_async16(st + (U + u) * 32 + lane, base + slab_v + off, ok);
             }
-            pt0 += step;
-            if (pt0 >= valid) {
-                pt0 = 0;
-                pr += DEC_WARPS;
-                pref = pref_next;
-                if (pr + DEC_WARPS < r1) {
-                    pref_next = __ldg(p.refs + pr + DEC_WARPS);
-                }
-            }
         }
         lkv__cp_async_commit();
         pslot = pslot + 1 == DEC_NST ? 0 : pslot + 1;
+        *ref_out = pref;
+        *t_out = pt0;
     };
 #pragma unroll
     for (int s = 0; s < DEC_NST - 1; s++) {
-        issue();
+        issue(&qu.ref[s], &qu.t0[s]);
     }
 
     int64_t cur_start = -1;
     int cslot = 0;
-    for (int r = r0 + warp; r < r1; r += DEC_WARPS) {
-        const uint64_t ref = __ldg(p.refs + r);
+    for (;;) {
+        uint64_t nref, ref;
+        int nt0, t0;
+        issue(&nref, &nt0);
+        qu.push_pop(nref, nt0, &ref, &t0);
+        if (t0 < 0) {
+            break;
+        }
         const int64_t start = lkv_ref_start(ref);
         const int blk = (int)lkv_ref_block(ref);
         const int valid = min((int)lkv_ref_valid(ref), p.B);
@@ -241,8 +444,7 @@ __global__ void __launch_bounds__(DEC_WARPS * 32)
             }
         }
         const float kbias = alibi ? (float)(start + (int64_t)blk * p.B - pos) : 0.0f;
-        for (int t0 = 0; t0 < valid; t0 += step) {
-            issue();
+        {
             lkv__cp_async_wait<DEC_NST - 1>();
             const uint4 *st = ring + (size_t)cslot * 2 * U * 32;
             cslot = cslot + 1 == DEC_NST ? 0 : cslot + 1;
@@ -370,7 +572,7 @@ __global__ void __launch_bounds__(DEC_WARPS * 32)
         }
     }
     __syncthreads();
-    dec_store<T, G>(p, mw, lw, accw, nh, d, b, h0, split);
+    dec_finish<T, G, W>(p, smem, mw, lw, accw, nh, d, b, h0, split);
 }
 
 /* ------------------------------------------------------------------------------------------
@@ -389,9 +591,10 @@ template <int D> static __device__ __forceinline__ int dswz(int row, int col)
 }
 
 template <typename T, int D>
-__global__ void __launch_bounds__(DEC_WARPS * 32)
+__global__ void __launch_bounds__(MMA_WARPS * 32)
     decode_mma_kernel(const decode_params p, const lkv__dev_pe pe, const lkv__dev_slopes sl)
 {
+    constexpr int W = MMA_WARPS;
     constexpr int G = 8;
     constexpr int STAGE = 2 * 16 * D; /* elements of K then V rows of one step */
     extern __shared__ __align__(16) float smem[];
@@ -402,14 +605,14 @@ __global__ void __launch_bounds__(DEC_WARPS * 32)
     const int h0 = kvh * p.group + hchunk * G;
     const int nh = min(G, p.group - hchunk * G);
 
-    float *q_raw = smem;                                  /* [G][D] */
-    float *fhi = q_raw + G * D;                           /* [128] */
-    float *flo = fhi + 128;                               /* [128] */
-    float *mw = flo + 128;                                /* [W][G] */
-    float *lw = mw + DEC_WARPS * G;                       /* [W][G] */
-    float *csw = lw + DEC_WARPS * G + (size_t)warp * D;   /* [W][D/2][2] cos, sin per pair */
-    T *ring0 = (T *)(lw + DEC_WARPS * G + DEC_WARPS * D); /* [W][NST][STAGE] */
-    float *accw = (float *)ring0; /* [W][G][D], reuses the ring after the loop */
+    float *q_raw = smem;                        /* [G][D] */
+    float *fhi = q_raw + G * D;                 /* [128] */
+    float *flo = fhi + 128;                     /* [128] */
+    float *mw = flo + 128;                      /* [W][G] */
+    float *lw = mw + W * G;                     /* [W][G] */
+    float *csw = lw + W * G + (size_t)warp * D; /* [W][D/2][2] cos, sin per pair */
+    T *ring0 = (T *)(lw + W * G + W * D);       /* [W][NST][STAGE] */
+    float *accw = (float *)ring0;               /* [W][G][D], reuses the ring after the loop */
     T *ring = ring0 + (size_t)warp * DEC_NST * STAGE;
 
     /* Latency chain at small batch: ref_offset -> refs -> the first K/V loads. The first
@@ -422,12 +625,16 @@ __global__ void __launch_bounds__(DEC_WARPS * 32)
     const size_t slab_v = ((size_t)(p.layer * 2 + 1) * p.n_kv + kvh) * p.slab_bytes;
     const bool alibi = pe.kind == LKV_POSENC_ALIBI;
 
-    /* Producer: cp.async of step (block pr, tokens pt0 .. pt0 + 15) into the ring. */
-    int pr = r0 + warp, pt0 = 0, pslot = 0;
-    uint64_t pref = pr < r1 ? __ldg(p.refs + pr) : 0;
-    uint64_t pref_next = pr + DEC_WARPS < r1 ? __ldg(p.refs + pr + DEC_WARPS) : 0;
-    auto issue = [&]() {
-        if (pr < r1) {
+    /* Producer: the warp's reference walk; cp.async of step (reference, tokens pt0 .. pt0 +
+     * 15) into the ring; each issued step travels through the queue to the consumer. */
+    dec_walk wk;
+    wk.init(p.refs, r0 + warp, r1, W);
+    dec_queue qu;
+    int pslot = 0;
+    auto issue = [&](uint64_t *ref_out, int *t_out) {
+        uint64_t pref = 0;
+        const int pt0 = wk.take(16, p.B, &pref);
+        if (pt0 >= 0) {
             const int valid = min((int)lkv_ref_valid(pref), p.B);
             const char *base = p.arena + (size_t)lkv_ref_page(pref) * p.page_bytes;
             T *st = ring + (size_t)pslot * STAGE;
@@ -441,22 +648,15 @@ __global__ void __launch_bounds__(DEC_WARPS * 32)
                 lkv__cp_async16(st + dswz<D>(row, c * 8), base + slab_k + off, ok);
                 lkv__cp_async16(st + 16 * D + dswz<D>(row, c * 8), base + slab_v + off, ok);
             }
-            pt0 += 16;
-            if (pt0 >= valid) {
-                pt0 = 0;
-                pr += DEC_WARPS;
-                pref = pref_next;
-                if (pr + DEC_WARPS < r1) {
-                    pref_next = __ldg(p.refs + pr + DEC_WARPS);
-                }
-            }
         }
         lkv__cp_async_commit();
         pslot = pslot + 1 == DEC_NST ? 0 : pslot + 1;
+        *ref_out = pref;
+        *t_out = pt0;
     };
 #pragma unroll
     for (int s = 0; s < DEC_NST - 1; s++) {
-        issue();
+        issue(&qu.ref[s], &qu.t0[s]);
     }
 
     const T *q = (const T *)p.q + ((size_t)b * p.n_q + h0) * D;
@@ -486,8 +686,14 @@ __global__ void __launch_bounds__(DEC_WARPS * 32)
     float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};
     int64_t cur_start = -1;
     int cslot = 0;
-    for (int r = r0 + warp; r < r1; r += DEC_WARPS) {
-        const uint64_t ref = __ldg(p.refs + r);
+    for (;;) {
+        uint64_t nref, ref;
+        int nt0, t0;
+        issue(&nref, &nt0);
+        qu.push_pop(nref, nt0, &ref, &t0);
+        if (t0 < 0) {
+            break;
+        }
         const int64_t start = lkv_ref_start(ref);
         const int blk = (int)lkv_ref_block(ref);
         const int valid = min((int)lkv_ref_valid(ref), p.B);
@@ -522,8 +728,7 @@ __global__ void __launch_bounds__(DEC_WARPS * 32)
             __syncwarp(); /* csw is rewritten at the next document. */
         }
         const float kbias = alibi ? (float)(start + (int64_t)blk * p.B - pos) : 0.0f;
-        for (int t0 = 0; t0 < valid; t0 += 16) {
-            issue();
+        {
             lkv__cp_async_wait<DEC_NST - 1>();
             __syncwarp();
             const T *st = ring + (size_t)cslot * STAGE;
@@ -607,13 +812,47 @@ __global__ void __launch_bounds__(DEC_WARPS * 32)
         aw[(2 * tq + 1) * D + mt * 16 + gq + 8] = o[mt][3];
     }
     __syncthreads();
-    dec_store<T, G>(p, mw, lw, accw, nh, D, b, h0, split);
+    dec_finish<T, G, W>(p, smem, mw, lw, accw, nh, D, b, h0, split);
 }
 
-/* Launch plan shared by the workspace query and the launcher. */
-struct decode_plan {
-    int mma; /* Tensor-core kernel (head_dim 64 or 128). */
-    int G, head_chunks, L, n_splits, refs_per_split;
+/* ------------------------------------------------------------------------------------------
+ * Host side: the plan (kernel choice, grid, split factor, tables, workspace layout) and the
+ * launchers. plan_fill does all host work and no CUDA call except device queries and the
+ * kernel attributes; lkv_decode_plan_run only fills the per-run pointers and launches.
+ * ---------------------------------------------------------------------------------------- */
+
+typedef void (*dec_launch_fn)(dim3 grid, size_t smem, cudaStream_t st, const decode_params &p,
+                              const lkv__dev_pe &pe, const lkv__dev_slopes &sl);
+
+template <typename T, int G, int LT>
+static void launch_gen(dim3 grid, size_t smem, cudaStream_t st, const decode_params &p,
+                       const lkv__dev_pe &pe, const lkv__dev_slopes &sl)
+{
+    decode_kernel<T, G, LT><<<grid, GEN_WARPS * 32, smem, st>>>(p, pe, sl);
+}
+
+template <typename T, int D>
+static void launch_mma(dim3 grid, size_t smem, cudaStream_t st, const decode_params &p,
+                       const lkv__dev_pe &pe, const lkv__dev_slopes &sl)
+{
+    decode_mma_kernel<T, D><<<grid, MMA_WARPS * 32, smem, st>>>(p, pe, sl);
+}
+
+struct lkv_decode_plan {
+    lkv_kv_shape shape;
+    int batch, max_refs;
+    int mma, G, head_chunks, L, n_splits, refs_per_split, threads;
+    size_t smem;             /* Dynamic shared memory per CTA. */
+    size_t off_lse, off_ctr; /* Workspace layout: part_o at 0, part_lse, counters. */
+    size_t ws_need;          /* Workspace bytes (0 when n_splits == 1). */
+    size_t n_ctr;            /* Counters: batch * n_kv * head_chunks. */
+    const void *kernel;      /* The kernel function (attributes, occupancy). */
+    dec_launch_fn launch;
+    decode_params base; /* Everything but the per-run pointers. */
+    lkv__dev_pe pe;
+    lkv__dev_slopes sl;
+    void *ws;     /* Workspace (device). */
+    int ws_owned; /* The plan allocated ws. */
 };
 
 static int pow2_at_least(int x)
@@ -625,47 +864,6 @@ static int pow2_at_least(int x)
     return p;
 }
 
-static void plan_decode(const lkv_kv_shape *s, int batch, int max_refs, decode_plan *pl)
-{
-    const int group = s->n_q_heads / s->n_kv_heads;
-    pl->mma = s->head_dim == 64 || s->head_dim == 128;
-    pl->G = (group >= 8 || pl->mma) ? 8 : pow2_at_least(group);
-    pl->head_chunks = (group + pl->G - 1) / pl->G;
-    pl->L = pow2_at_least(s->head_dim / 8);
-    if (max_refs < 1) {
-        max_refs = 1;
-    }
-    const long base = (long)batch * s->n_kv_heads * pl->head_chunks;
-    /* Two resident CTAs per SM: aim at one whole wave (two waves were slower at batch 1 and
-     * 16: more partials to merge, a ragged second wave; kernels/dev/README.md). */
-    const long target = 2L * lkv__cuda_sm_count();
-    /* At least 2 references per warp per split, so a split is worth its merge. */
-    const int min_refs = 2 * DEC_WARPS;
-    long splits = target / base;
-    long cap = (max_refs + min_refs - 1) / min_refs;
-    if (splits > cap) {
-        splits = cap;
-    }
-    /* Test and benchmark knob: LKV_ATTN_DECODE_SPLITS=n forces n splits (at most one
-     * reference per warp per split). */
-    const char *e = getenv("LKV_ATTN_DECODE_SPLITS");
-    const int forced = e != NULL ? atoi(e) : 0;
-    if (forced > 0) {
-        const long cap1 = (max_refs + DEC_WARPS - 1) / DEC_WARPS;
-        splits = forced < cap1 ? forced : cap1;
-    }
-    if (splits < 1) {
-        splits = 1;
-    }
-    int rps = (int)((max_refs + splits - 1) / splits);
-    rps = (rps + DEC_WARPS - 1) / DEC_WARPS * DEC_WARPS;
-    pl->refs_per_split = rps;
-    pl->n_splits = (max_refs + rps - 1) / rps;
-    if (pl->n_splits < 1) {
-        pl->n_splits = 1;
-    }
-}
-
 static int shape_ok(const lkv_kv_shape *s)
 {
     return s->n_layers >= 1 && s->n_q_heads >= 1 && s->n_q_heads <= LKV_MAX_Q_HEADS &&
@@ -674,119 +872,257 @@ static int shape_ok(const lkv_kv_shape *s)
            s->block_tokens <= LKV_MAX_BLOCK_TOKENS;
 }
 
-extern "C" size_t lkv_attn_decode_cuda_workspace(const lkv_kv_shape *shape, int batch,
-                                                 int max_refs_per_seq)
+template <typename T> static void pick_kernel(lkv_decode_plan *pl)
 {
-    if (shape == NULL || !shape_ok(shape) || batch < 1) {
-        return 0;
-    }
-    decode_plan pl;
-    plan_decode(shape, batch, max_refs_per_seq, &pl);
-    if (pl.n_splits == 1) {
-        return 0;
-    }
-    size_t rows = (size_t)batch * shape->n_q_heads;
-    return rows * pl.n_splits * ((size_t)shape->head_dim + 1) * sizeof(float) + 256;
-}
-
-template <typename T, int G, int LT>
-static void launch_one(dim3 grid, size_t smem, cudaStream_t st, const decode_params &p,
-                       const lkv__dev_pe &pe, const lkv__dev_slopes &sl)
-{
-    smem += (size_t)DEC_WARPS * DEC_NST * 2 * dec_unroll<G>::U * 32 * 16;
-    static bool attr_set; /* One per instantiation; setting it twice is harmless. */
-    if (!attr_set) {
-        if (cudaFuncSetAttribute(
-                decode_kernel<T, G, LT>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                (int)(48 * 1024 + DEC_WARPS * DEC_NST * 2 * 8 * 32 * 16 + 32768)) != cudaSuccess) {
-            return; /* The launch below reports the error. */
+    if (pl->mma) {
+        if (pl->shape.head_dim == 128) {
+            pl->kernel = (const void *)decode_mma_kernel<T, 128>;
+            pl->launch = launch_mma<T, 128>;
+        } else {
+            pl->kernel = (const void *)decode_mma_kernel<T, 64>;
+            pl->launch = launch_mma<T, 64>;
         }
-        attr_set = true;
-    }
-    decode_kernel<T, G, LT><<<grid, DEC_WARPS * 32, smem, st>>>(p, pe, sl);
-}
-
-template <typename T, int D>
-static void launch_mma(dim3 grid, cudaStream_t st, const decode_params &p, const lkv__dev_pe &pe,
-                       const lkv__dev_slopes &sl)
-{
-    const size_t smem = (size_t)(8 * D + 256 + 2 * DEC_WARPS * 8 + DEC_WARPS * D) * sizeof(float) +
-                        (size_t)DEC_WARPS * DEC_NST * 2 * 16 * D * sizeof(T);
-    static bool attr_set; /* One per instantiation; setting it twice is harmless. */
-    if (!attr_set) {
-        if (cudaFuncSetAttribute(decode_mma_kernel<T, D>,
-                                 cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                 (int)smem) != cudaSuccess) {
-            return; /* The launch below reports the error. */
-        }
-        attr_set = true;
-    }
-    decode_mma_kernel<T, D><<<grid, DEC_WARPS * 32, smem, st>>>(p, pe, sl);
-}
-
-template <typename T>
-static void launch_typed(const decode_plan &pl, dim3 grid, size_t smem, cudaStream_t st,
-                         const decode_params &p, const lkv__dev_pe &pe, const lkv__dev_slopes &sl)
-{
-    if (pl.mma) {
-        p.d == 128 ? launch_mma<T, 128>(grid, st, p, pe, sl)
-                   : launch_mma<T, 64>(grid, st, p, pe, sl);
         return;
     }
-    switch (pl.G) {
+    switch (pl->G) {
     case 1:
-        launch_one<T, 1, 0>(grid, smem, st, p, pe, sl);
+        pl->kernel = (const void *)decode_kernel<T, 1, 0>;
+        pl->launch = launch_gen<T, 1, 0>;
         break;
     case 2:
-        launch_one<T, 2, 0>(grid, smem, st, p, pe, sl);
+        pl->kernel = (const void *)decode_kernel<T, 2, 0>;
+        pl->launch = launch_gen<T, 2, 0>;
         break;
     case 4:
-        launch_one<T, 4, 0>(grid, smem, st, p, pe, sl);
+        pl->kernel = (const void *)decode_kernel<T, 4, 0>;
+        pl->launch = launch_gen<T, 4, 0>;
         break;
     default:
-        launch_one<T, 8, 0>(grid, smem, st, p, pe, sl);
+        pl->kernel = (const void *)decode_kernel<T, 8, 0>;
+        pl->launch = launch_gen<T, 8, 0>;
         break;
     }
 }
 
-extern "C" int lkv_attn_decode_cuda(const lkv_decode_args *a, int max_refs_per_seq, void *workspace,
-                                    size_t workspace_bytes, void *stream)
+/* Fills *pl from cfg: validation, kernel choice and attributes, occupancy, split factor and
+ * workspace layout. No allocation. */
+static int plan_fill(const lkv_decode_plan_cfg *cfg, lkv_decode_plan *pl)
 {
-    if (a == NULL || !shape_ok(&a->shape) || a->layer < 0 || a->layer >= a->shape.n_layers ||
-        a->batch < 0 || (a->flags & ~LKV_ATTN_NO_ROTATE) || !isfinite(a->sm_scale) ||
-        a->page_bytes < lkv_block_bytes(&a->shape) || a->page_bytes % 16 != 0 ||
-        max_refs_per_seq < 0) {
+    if (cfg == NULL || !shape_ok(&cfg->shape) || cfg->batch < 1 || cfg->batch > 65535 ||
+        cfg->max_refs_per_seq < 0 || (cfg->flags & ~LKV_ATTN_NO_ROTATE) ||
+        !isfinite(cfg->sm_scale) || cfg->splits < 0) {
         return LKV_EINVAL;
     }
-    if (a->shape.dtype != LKV_DTYPE_BF16 && a->shape.dtype != LKV_DTYPE_F16) {
+    const lkv_kv_shape *s = &cfg->shape;
+    if (s->dtype != LKV_DTYPE_BF16 && s->dtype != LKV_DTYPE_F16) {
         return LKV_ENOTSUP;
     }
-    if (a->batch == 0) {
-        return 0;
-    }
-    if (a->q == NULL || a->q_pos == NULL || a->out == NULL || a->ref_offset == NULL ||
-        (max_refs_per_seq > 0 && (a->refs == NULL || a->arena == NULL))) {
-        return LKV_EINVAL;
-    }
-    lkv__dev_pe pe;
-    int rc = lkv__dev_pe_fill(&pe, a->pe, a->shape.head_dim, a->flags);
+    memset(pl, 0, sizeof *pl);
+    pl->shape = *s;
+    pl->batch = cfg->batch;
+    pl->max_refs = cfg->max_refs_per_seq > 0 ? cfg->max_refs_per_seq : 1;
+    int rc = lkv__dev_pe_fill(&pl->pe, cfg->pe, s->head_dim, cfg->flags);
     if (rc != 0) {
         return rc;
     }
-    lkv__dev_slopes sl;
-    memset(&sl, 0, sizeof sl);
-    if (pe.kind == LKV_POSENC_ALIBI) {
-        if (a->pe->n_q_heads < a->shape.n_q_heads) {
+    if (pl->pe.kind == LKV_POSENC_ALIBI) {
+        if (cfg->pe->n_q_heads < s->n_q_heads) {
             return LKV_EINVAL;
         }
-        for (int h = 0; h < a->shape.n_q_heads; h++) {
-            sl.s[h] = a->pe->alibi_slope[h];
+        for (int h = 0; h < s->n_q_heads; h++) {
+            pl->sl.s[h] = cfg->pe->alibi_slope[h];
         }
     }
-    decode_plan pl;
-    plan_decode(&a->shape, a->batch, max_refs_per_seq, &pl);
-    decode_params p;
-    memset(&p, 0, sizeof p);
+    const int group = s->n_q_heads / s->n_kv_heads;
+    const int d = s->head_dim;
+    pl->mma = d == 64 || d == 128;
+    pl->G = (group >= 8 || pl->mma) ? 8 : pow2_at_least(group);
+    pl->head_chunks = (group + pl->G - 1) / pl->G;
+    pl->L = pow2_at_least(d / 8);
+    const int W = pl->mma ? MMA_WARPS : GEN_WARPS;
+    pl->threads = W * 32;
+    if (pl->mma) {
+        pl->smem = (size_t)(8 * d + 256 + 2 * W * 8 + W * d) * sizeof(float) +
+                   (size_t)W * DEC_NST * 2 * 16 * d * 2;
+    } else {
+        const int U = pl->G >= 8 ? dec_unroll<8>::U : dec_unroll<1>::U;
+        pl->smem =
+            ((size_t)pl->G * d + 256 + 2 * W * pl->G + (size_t)W * pl->G * d) * sizeof(float) +
+            (size_t)W * DEC_NST * 2 * U * 32 * 16;
+    }
+    if (s->dtype == LKV_DTYPE_BF16) {
+        pick_kernel<__nv_bfloat16>(pl);
+    } else {
+        pick_kernel<__half>(pl);
+    }
+
+    /* Split factor: the grid of (kv heads x chunks x sequences) CTAs, times splits, aims at one
+     * full wave of resident CTAs (two waves were slower: more partials, a ragged second wave;
+     * kernels/dev/README.md), with at least 2 references per warp per split. */
+    const long base = (long)cfg->batch * s->n_kv_heads * pl->head_chunks;
+    const int max_refs = pl->max_refs;
+    long splits;
+    if (cfg->splits > 0) {
+        const long cap1 = (max_refs + W - 1) / W; /* at most one reference per warp per split */
+        splits = cfg->splits < cap1 ? cfg->splits : cap1;
+    } else {
+        int dev = 0, sms = 1, per_sm = 1;
+        LKV__CUDA_CHECK(cudaGetDevice(&dev));
+        LKV__CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
+        LKV__CUDA_CHECK(cudaFuncSetAttribute(
+            pl->kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)pl->smem));
+        LKV__CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, pl->kernel,
+                                                                      pl->threads, pl->smem));
+        if (per_sm < 1) {
+            per_sm = 1;
+        }
+        const long target = (long)per_sm * sms;
+        splits = target / base;
+        const long cap = (max_refs + 2 * W - 1) / (2 * W);
+        if (splits > cap) {
+            splits = cap;
+        }
+    }
+    if (splits > DEC_MAX_SPLITS) {
+        splits = DEC_MAX_SPLITS;
+    }
+    if (splits < 1) {
+        splits = 1;
+    }
+    int rps = (int)((max_refs + splits - 1) / splits);
+    rps = (rps + W - 1) / W * W;
+    pl->refs_per_split = rps;
+    pl->n_splits = (max_refs + rps - 1) / rps;
+    if (pl->n_splits < 1) {
+        pl->n_splits = 1;
+    }
+    /* The folded merge reuses the CTA's shared memory. */
+    const size_t merge_smem =
+        ((size_t)((pl->G * pl->n_splits + 2 * pl->G + 3) & ~3) + 4 * (size_t)pl->threads) *
+        sizeof(float);
+    if (pl->n_splits > 1 && merge_smem > pl->smem) {
+        pl->smem = merge_smem;
+    }
+    LKV__CUDA_CHECK(cudaFuncSetAttribute(pl->kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                         (int)pl->smem));
+    const size_t rows = (size_t)cfg->batch * s->n_q_heads;
+    pl->n_ctr = (size_t)base;
+    if (pl->n_splits > 1) {
+        pl->off_lse = rows * pl->n_splits * d * sizeof(float);
+        pl->off_ctr = (pl->off_lse + rows * pl->n_splits * sizeof(float) + 255) & ~(size_t)255;
+        pl->ws_need = pl->off_ctr + pl->n_ctr * sizeof(int);
+    }
+
+    decode_params *p = &pl->base;
+    p->n_q = s->n_q_heads;
+    p->n_kv = s->n_kv_heads;
+    p->group = group;
+    p->head_chunks = pl->head_chunks;
+    p->d = d;
+    p->L = pl->L;
+    p->B = s->block_tokens;
+    p->slab_bytes = lkv_slab_bytes(s);
+    p->n_splits = pl->n_splits;
+    p->refs_per_split = pl->refs_per_split;
+    p->scale_log2 = cfg->sm_scale * LKV__LOG2E;
+    return 0;
+}
+
+/* Points the plan's parameters at workspace ws (ws_need bytes at least). */
+static void plan_bind(lkv_decode_plan *pl, void *ws)
+{
+    pl->ws = ws;
+    if (pl->n_splits > 1) {
+        pl->base.part_o = (float *)ws;
+        pl->base.part_lse = (float *)((char *)ws + pl->off_lse);
+        pl->base.counters = (int *)((char *)ws + pl->off_ctr);
+    }
+}
+
+extern "C" size_t lkv_decode_plan_workspace_bytes(const lkv_decode_plan_cfg *cfg)
+{
+    lkv_decode_plan pl;
+    return plan_fill(cfg, &pl) == 0 ? pl.ws_need : 0;
+}
+
+extern "C" int lkv_decode_plan_create(const lkv_decode_plan_cfg *cfg, lkv_decode_plan **out)
+{
+    if (out == NULL) {
+        return LKV_EINVAL;
+    }
+    *out = NULL;
+    lkv_decode_plan *pl = (lkv_decode_plan *)malloc(sizeof *pl);
+    if (pl == NULL) {
+        return LKV_ENOMEM;
+    }
+    int rc = plan_fill(cfg, pl);
+    if (rc != 0) {
+        free(pl);
+        return rc;
+    }
+    void *ws = cfg->workspace;
+    if (pl->ws_need > 0) {
+        if (ws == NULL) {
+            cudaError_t ce = cudaMalloc(&ws, pl->ws_need);
+            if (ce != cudaSuccess) {
+                LKV_LOGE("cudaMalloc(%zu) for a decode plan: %s", pl->ws_need,
+                         cudaGetErrorString(ce));
+                free(pl);
+                return LKV_ECUDA;
+            }
+            pl->ws_owned = 1;
+        } else if (cfg->workspace_bytes < pl->ws_need) {
+            free(pl);
+            return LKV_EINVAL;
+        }
+        cudaError_t ce = cudaMemset((char *)ws + pl->off_ctr, 0, pl->n_ctr * sizeof(int));
+        if (ce == cudaSuccess) {
+            ce = cudaDeviceSynchronize();
+        }
+        if (ce != cudaSuccess) {
+            LKV_LOGE("zeroing the decode plan counters: %s", cudaGetErrorString(ce));
+            if (pl->ws_owned) {
+                cudaFree(ws);
+            }
+            free(pl);
+            return LKV_ECUDA;
+        }
+    }
+    plan_bind(pl, ws);
+    *out = pl;
+    return 0;
+}
+
+extern "C" void lkv_decode_plan_destroy(lkv_decode_plan *plan)
+{
+    if (plan == NULL) {
+        return;
+    }
+    if (plan->ws_owned) {
+        cudaFree(plan->ws);
+    }
+    free(plan);
+}
+
+extern "C" int lkv_decode_plan_splits(const lkv_decode_plan *plan)
+{
+    return plan != NULL ? plan->n_splits : 0;
+}
+
+extern "C" int lkv_decode_plan_ctas(const lkv_decode_plan *plan)
+{
+    return plan != NULL ? (int)(plan->n_ctr * (size_t)plan->n_splits) : 0;
+}
+
+extern "C" int lkv_decode_plan_run(const lkv_decode_plan *plan, const lkv_decode_run_args *a,
+                                   void *stream)
+{
+    if (plan == NULL || a == NULL || a->layer < 0 || a->layer >= plan->shape.n_layers ||
+        a->page_bytes % 16 != 0 || a->page_bytes < lkv_block_bytes(&plan->shape) || a->q == NULL ||
+        a->q_pos == NULL || a->out == NULL || a->ref_offset == NULL) {
+        return LKV_EINVAL;
+    }
+    decode_params p = plan->base;
     p.q = a->q;
     p.q_pos = a->q_pos;
     p.arena = (const char *)a->arena;
@@ -795,49 +1131,86 @@ extern "C" int lkv_attn_decode_cuda(const lkv_decode_args *a, int max_refs_per_s
     p.ref_offset = a->ref_offset;
     p.out = a->out;
     p.lse = a->lse;
-    p.n_q = a->shape.n_q_heads;
-    p.n_kv = a->shape.n_kv_heads;
-    p.group = p.n_q / p.n_kv;
-    p.head_chunks = pl.head_chunks;
-    p.d = a->shape.head_dim;
-    p.L = pl.L;
-    p.B = a->shape.block_tokens;
     p.layer = a->layer;
-    p.slab_bytes = lkv_slab_bytes(&a->shape);
-    p.n_splits = pl.n_splits;
-    p.refs_per_split = pl.refs_per_split;
-    p.scale_log2 = a->sm_scale * LKV__LOG2E;
+    const dim3 grid(plan->n_splits, plan->shape.n_kv_heads * plan->head_chunks, plan->batch);
+    plan->launch(grid, plan->smem, (cudaStream_t)stream, p, plan->pe, plan->sl);
+    LKV__CUDA_CHECK_LAUNCH();
+    return 0;
+}
+
+/* ---------------------------------------------------------------- one-shot launcher */
+
+extern "C" size_t lkv_attn_decode_cuda_workspace(const lkv_kv_shape *shape, int batch,
+                                                 int max_refs_per_seq)
+{
+    if (shape == NULL) {
+        return 0;
+    }
+    lkv_posenc pe; /* The split factor does not depend on the encoding. */
+    memset(&pe, 0, sizeof pe);
+    pe.kind = LKV_POSENC_NONE;
+    pe.head_dim = shape->head_dim;
+    lkv_decode_plan_cfg c;
+    memset(&c, 0, sizeof c);
+    c.shape = *shape;
+    c.pe = &pe;
+    c.batch = batch;
+    c.max_refs_per_seq = max_refs_per_seq;
+    c.sm_scale = 1.0f;
+    return lkv_decode_plan_workspace_bytes(&c);
+}
+
+extern "C" int lkv_attn_decode_cuda(const lkv_decode_args *a, int max_refs_per_seq, void *workspace,
+                                    size_t workspace_bytes, void *stream)
+{
+    if (a == NULL || a->batch < 0 || max_refs_per_seq < 0) {
+        return LKV_EINVAL;
+    }
+    if (a->batch == 0) {
+        return shape_ok(&a->shape) ? 0 : LKV_EINVAL;
+    }
+    lkv_decode_plan_cfg c;
+    memset(&c, 0, sizeof c);
+    c.shape = a->shape;
+    c.pe = a->pe;
+    c.batch = a->batch;
+    c.max_refs_per_seq = max_refs_per_seq;
+    c.sm_scale = a->sm_scale;
+    c.flags = a->flags;
+    lkv_decode_plan pl;
+    int rc = plan_fill(&c, &pl);
+    if (rc != 0) {
+        return rc;
+    }
+    if (a->layer < 0 || a->layer >= a->shape.n_layers ||
+        a->page_bytes < lkv_block_bytes(&a->shape) || a->page_bytes % 16 != 0 || a->q == NULL ||
+        a->q_pos == NULL || a->out == NULL || a->ref_offset == NULL ||
+        (max_refs_per_seq > 0 && (a->refs == NULL || a->arena == NULL))) {
+        return LKV_EINVAL;
+    }
     cudaStream_t st = (cudaStream_t)stream;
-    if (pl.n_splits > 1) {
-        size_t need = lkv_attn_decode_cuda_workspace(&a->shape, a->batch, max_refs_per_seq);
+    if (pl.ws_need > 0) {
         if (workspace == NULL) {
-            workspace = lkv__cuda_ws_get(need);
+            workspace = lkv__cuda_ws_get(pl.ws_need);
             if (workspace == NULL) {
                 return LKV_ECUDA;
             }
-        } else if (workspace_bytes < need) {
+        } else if (workspace_bytes < pl.ws_need) {
             return LKV_EINVAL;
         }
-        size_t rows = (size_t)a->batch * p.n_q;
-        p.part_o = (float *)workspace;
-        p.part_lse = p.part_o + rows * pl.n_splits * p.d;
+        LKV__CUDA_CHECK(
+            cudaMemsetAsync((char *)workspace + pl.off_ctr, 0, pl.n_ctr * sizeof(int), st));
     }
-    if (a->batch > 65535 || pl.n_splits > (1 << 30)) {
-        return LKV_EINVAL;
-    }
-    dim3 grid(pl.n_splits, p.n_kv * pl.head_chunks, a->batch);
-    size_t smem =
-        ((size_t)pl.G * p.d + 256 + 2 * DEC_WARPS * pl.G + (size_t)DEC_WARPS * pl.G * p.d) *
-        sizeof(float);
-    if (a->shape.dtype == LKV_DTYPE_BF16) {
-        launch_typed<__nv_bfloat16>(pl, grid, smem, st, p, pe, sl);
-    } else {
-        launch_typed<__half>(pl, grid, smem, st, p, pe, sl);
-    }
-    LKV__CUDA_CHECK_LAUNCH();
-    if (pl.n_splits > 1) {
-        return lkv__merge_launch(a->shape.dtype, p.part_o, p.part_lse, a->batch * p.n_q,
-                                 pl.n_splits, p.d, a->out, a->lse, st);
-    }
-    return 0;
+    plan_bind(&pl, workspace);
+    lkv_decode_run_args r;
+    r.layer = a->layer;
+    r.q = a->q;
+    r.q_pos = a->q_pos;
+    r.arena = a->arena;
+    r.page_bytes = a->page_bytes;
+    r.refs = a->refs;
+    r.ref_offset = a->ref_offset;
+    r.out = a->out;
+    r.lse = a->lse;
+    return lkv_decode_plan_run(&pl, &r, stream);
 }
