@@ -71,6 +71,9 @@ typedef struct lkv_decode_plan_cfg {
     float sm_scale;       /* Softmax scale. */
     unsigned flags;       /* LKV_ATTN_* flags. */
     int splits;           /* 0: the planner's split factor; n > 0 forces n (tests, benchmarks). */
+    int variant;          /* Kernel variant (tuning; head_dim 64/128 only): 0 the default, 1 the
+                             3-stage ring at two CTAs per SM, 2 the deep 6-stage ring at one CTA
+                             per SM. Results are identical; only the speed differs. */
     void *workspace;      /* Optional DEVICE scratch of at least lkv_decode_plan_workspace_bytes
                              bytes (borrowed until destroy); NULL: the plan allocates its own. */
     size_t workspace_bytes;

@@ -47,8 +47,9 @@ extern "C" {
 }
 
 #define GEN_WARPS      4    /* Warps per CTA of the generic kernel. */
-#define MMA_WARPS      8    /* Warps per CTA of the tensor-core kernel (one CTA per SM). */
+#define MMA_WARPS      4    /* Warps per CTA of the tensor-core kernel. */
 #define DEC_NST        3    /* cp.async stages per warp (2 in flight while one is computed) */
+#define DEC_NST_DEEP   6    /* Deep-ring variant of the tensor-core kernel (one CTA per SM). */
 #define DEC_MAX_SPLITS 1024 /* Splits per sequence at most (the merge weights live in smem). */
 
 struct decode_params {
@@ -113,23 +114,23 @@ struct dec_walk {
     }
 };
 
-/* The steps in flight in a warp's ring, oldest first (DEC_NST - 1 of them between the
+/* The steps in flight in a warp's ring, oldest first (NST - 1 of them between the
  * producer's issue and the consumer's wait): reference and first token (-1: no step). Plain
  * registers shifted at each step, so no run-time indexed array. */
-struct dec_queue {
-    uint64_t ref[DEC_NST - 1];
-    int t0[DEC_NST - 1];
+template <int NST> struct dec_queue {
+    uint64_t ref[NST - 1];
+    int t0[NST - 1];
     __device__ __forceinline__ void push_pop(uint64_t r_in, int t_in, uint64_t *r_out, int *t_out)
     {
         *r_out = ref[0];
         *t_out = t0[0];
 #pragma unroll
-        for (int i = 0; i + 1 < DEC_NST - 1; i++) {
+        for (int i = 0; i + 1 < NST - 1; i++) {
             ref[i] = ref[i + 1];
             t0[i] = t0[i + 1];
         }
-        ref[DEC_NST - 2] = r_in;
-        t0[DEC_NST - 2] = t_in;
+        ref[NST - 2] = r_in;
+        t0[NST - 2] = t_in;
     }
 };
 
@@ -139,25 +140,36 @@ struct dec_queue {
  * this split's partial output and log2 sum (dec_merge_last merges them). */
 template <typename T, int G, int W>
 static __device__ __forceinline__ void dec_store(const decode_params &p, const float *mw,
-                                                 const float *lw, const float *accw, int nh, int d,
-                                                 int b, int h0, int split)
+                                                 const float *lw, const float *accw, float *scr,
+                                                 int nh, int d, int b, int h0, int split)
 {
-    for (int i = threadIdx.x; i < nh * d; i += blockDim.x) {
-        const int h = i / d, dim = i - h * d;
+    /* Per head: the common max, each warp's scale and the total sum, once (scr: [W][G] scales,
+     * then [G][2] max and sum; shared memory not otherwise in use here). */
+    for (int h = threadIdx.x; h < nh; h += blockDim.x) {
         float M = -INFINITY;
 #pragma unroll
         for (int w = 0; w < W; w++) {
             M = fmaxf(M, mw[w * G + h]);
         }
-        float ls = 0.0f, o = 0.0f;
-        if (M != -INFINITY) {
+        float ls = 0.0f;
 #pragma unroll
-            for (int w = 0; w < W; w++) {
-                const float sc = exp2f(mw[w * G + h] - M);
-                ls += lw[w * G + h] * sc;
-                o += accw[(w * G + h) * d + dim] * sc;
-            }
+        for (int w = 0; w < W; w++) {
+            const float sc = M == -INFINITY ? 0.0f : exp2f(mw[w * G + h] - M);
+            scr[w * G + h] = sc;
+            ls += lw[w * G + h] * sc;
         }
+        scr[W * G + 2 * h] = M;
+        scr[W * G + 2 * h + 1] = ls;
+    }
+    __syncthreads();
+    for (int i = threadIdx.x; i < nh * d; i += blockDim.x) {
+        const int h = i / d, dim = i - h * d;
+        float o = 0.0f;
+#pragma unroll
+        for (int w = 0; w < W; w++) {
+            o = fmaf(accw[(w * G + h) * d + dim], scr[w * G + h], o);
+        }
+        const float M = scr[W * G + 2 * h], ls = scr[W * G + 2 * h + 1];
         const size_t row = (size_t)b * p.n_q + h0 + h;
         const float res = ls > 0.0f ? o / ls : 0.0f;
         const float lse2 = ls > 0.0f ? M + log2f(ls) : -INFINITY;
@@ -247,30 +259,24 @@ static __device__ __forceinline__ void dec_merge_last(const decode_params &p, fl
         const int h = it / q4, c = it - h * q4;
         const float4 *po = (const float4 *)(p.part_o + (row0 + h) * S * d) + c;
         const float *wh = w + h * S;
-        float4 a0 = make_float4(0.0f, 0.0f, 0.0f, 0.0f), a1 = a0;
-        int s = g;
-        for (; s + ng < S; s += 2 * ng) {
-            const float4 v0 = __ldcg(po + (size_t)s * q4);
-            const float4 v1 = __ldcg(po + (size_t)(s + ng) * q4);
-            const float w0 = wh[s], w1 = wh[s + ng];
-            a0.x = fmaf(w0, v0.x, a0.x);
-            a0.y = fmaf(w0, v0.y, a0.y);
-            a0.z = fmaf(w0, v0.z, a0.z);
-            a0.w = fmaf(w0, v0.w, a0.w);
-            a1.x = fmaf(w1, v1.x, a1.x);
-            a1.y = fmaf(w1, v1.y, a1.y);
-            a1.z = fmaf(w1, v1.z, a1.z);
-            a1.w = fmaf(w1, v1.w, a1.w);
+        float4 a0 = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+        for (int s0 = g; s0 < S; s0 += 8 * ng) {
+            float4 v[8]; /* eight independent L2 loads in flight */
+            float ws[8];
+#pragma unroll
+            for (int u = 0; u < 8; u++) {
+                const int s = s0 + u * ng;
+                v[u] = s < S ? __ldcg(po + (size_t)s * q4) : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+                ws[u] = s < S ? wh[s] : 0.0f;
+            }
+#pragma unroll
+            for (int u = 0; u < 8; u++) {
+                a0.x = fmaf(ws[u], v[u].x, a0.x);
+                a0.y = fmaf(ws[u], v[u].y, a0.y);
+                a0.z = fmaf(ws[u], v[u].z, a0.z);
+                a0.w = fmaf(ws[u], v[u].w, a0.w);
+            }
         }
-        if (s < S) {
-            const float4 v0 = __ldcg(po + (size_t)s * q4);
-            const float w0 = wh[s];
-            a0.x = fmaf(w0, v0.x, a0.x);
-            a0.y = fmaf(w0, v0.y, a0.y);
-            a0.z = fmaf(w0, v0.z, a0.z);
-            a0.w = fmaf(w0, v0.w, a0.w);
-        }
-        a0 = make_float4(a0.x + a1.x, a0.y + a1.y, a0.z + a1.z, a0.w + a1.w);
         if (ng == 1) {
             uint2 o2 = make_uint2(lkv__elem<T>::pack2(a0.x, a0.y), lkv__elem<T>::pack2(a0.z, a0.w));
             *(uint2 *)((T *)p.out + (row0 + h) * d + 4 * c) = o2;
@@ -305,9 +311,9 @@ static __device__ __forceinline__ void dec_merge_last(const decode_params &p, fl
 template <typename T, int G, int W>
 static __device__ __forceinline__ void
 dec_finish(const decode_params &p, float *smem, const float *mw, const float *lw, const float *accw,
-           int nh, int d, int b, int h0, int split)
+           float *scr, int nh, int d, int b, int h0, int split)
 {
-    dec_store<T, G, W>(p, mw, lw, accw, nh, d, b, h0, split);
+    dec_store<T, G, W>(p, mw, lw, accw, scr, nh, d, b, h0, split);
     if (p.n_splits > 1) {
         dec_merge_last<T, G, W * 32>(p, smem, nh, d, b, h0);
     }
@@ -381,7 +387,7 @@ __global__ void __launch_bounds__(GEN_WARPS * 32)
     /* Producer: the warp's reference walk; each issued step travels through the queue. */
     dec_walk wk;
     wk.init(p.refs, r0 + warp, r1, W);
-    dec_queue qu;
+    dec_queue<DEC_NST> qu;
     int pslot = 0;
     auto issue = [&](uint64_t *ref_out, int *t_out) {
         uint64_t pref = 0;
@@ -572,7 +578,7 @@ __global__ void __launch_bounds__(GEN_WARPS * 32)
         }
     }
     __syncthreads();
-    dec_finish<T, G, W>(p, smem, mw, lw, accw, nh, d, b, h0, split);
+    dec_finish<T, G, W>(p, smem, mw, lw, accw, q_raw, nh, d, b, h0, split);
 }
 
 /* ------------------------------------------------------------------------------------------
@@ -590,7 +596,7 @@ template <int D> static __device__ __forceinline__ int dswz(int row, int col)
     return row * D + ((((col >> 3) ^ (row & 7))) << 3) + (col & 7);
 }
 
-template <typename T, int D>
+template <typename T, int D, int NST>
 __global__ void __launch_bounds__(MMA_WARPS * 32)
     decode_mma_kernel(const decode_params p, const lkv__dev_pe pe, const lkv__dev_slopes sl)
 {
@@ -613,7 +619,7 @@ __global__ void __launch_bounds__(MMA_WARPS * 32)
     float *csw = lw + W * G + (size_t)warp * D; /* [W][D/2][2] cos, sin per pair */
     T *ring0 = (T *)(lw + W * G + W * D);       /* [W][NST][STAGE] */
     float *accw = (float *)ring0;               /* [W][G][D], reuses the ring after the loop */
-    T *ring = ring0 + (size_t)warp * DEC_NST * STAGE;
+    T *ring = ring0 + (size_t)warp * NST * STAGE;
 
     /* Latency chain at small batch: ref_offset -> refs -> the first K/V loads. The first
      * steps are issued before the query is staged, so the query loads overlap them. */
@@ -629,7 +635,7 @@ __global__ void __launch_bounds__(MMA_WARPS * 32)
      * 15) into the ring; each issued step travels through the queue to the consumer. */
     dec_walk wk;
     wk.init(p.refs, r0 + warp, r1, W);
-    dec_queue qu;
+    dec_queue<NST> qu;
     int pslot = 0;
     auto issue = [&](uint64_t *ref_out, int *t_out) {
         uint64_t pref = 0;
@@ -650,12 +656,12 @@ __global__ void __launch_bounds__(MMA_WARPS * 32)
             }
         }
         lkv__cp_async_commit();
-        pslot = pslot + 1 == DEC_NST ? 0 : pslot + 1;
+        pslot = pslot + 1 == NST ? 0 : pslot + 1;
         *ref_out = pref;
         *t_out = pt0;
     };
 #pragma unroll
-    for (int s = 0; s < DEC_NST - 1; s++) {
+    for (int s = 0; s < NST - 1; s++) {
         issue(&qu.ref[s], &qu.t0[s]);
     }
 
@@ -706,33 +712,81 @@ __global__ void __launch_bounds__(MMA_WARPS * 32)
                 lkv__turn_sincos(delta, fhi[j], flo[j], &csw[2 * j + 1], &csw[2 * j]);
             }
             __syncwarp();
+            const float sc = p.scale_log2;
+            if (pe.n_pairs == D / 2 && pe.pairing == LKV_ROPE_HALF) {
+                /* Fast path, half-split pairs over the whole head: dims i < D/2 pair with
+                 * i + D/2, so the fragments of blocks kk and kk + D/32 rotate together. */
 #pragma unroll
-            for (int kk = 0; kk < D / 16; kk++) {
-                float v[4];
+                for (int kk = 0; kk < D / 32; kk++) {
+                    float lo[4], hi[4];
 #pragma unroll
-                for (int e = 0; e < 4; e++) {
-                    const int i = kk * 16 + 2 * tq + (e & 1) + (e >> 1) * 8;
-                    int pair = 0, partner = i;
-                    const int role = lkv__pair_of(i, pe.pairing, pe.n_pairs, &pair, &partner);
-                    float sn = 0.0f, cs = 1.0f;
-                    if (role != 0) {
-                        cs = csw[2 * pair];
-                        sn = csw[2 * pair + 1];
+                    for (int e2 = 0; e2 < 2; e2++) {
+                        const int i = kk * 16 + 2 * tq + e2 * 8;
+                        const float2 x = *(const float2 *)(xq + i);
+                        const float2 xp = *(const float2 *)(xq + i + D / 2);
+                        const float4 cs = *(const float4 *)(csw + 2 * i); /* c0 s0 c1 s1 */
+                        lo[2 * e2] = fmaf(-xp.x, cs.y, x.x * cs.x) * sc;
+                        hi[2 * e2] = fmaf(x.x, cs.y, xp.x * cs.x) * sc;
+                        lo[2 * e2 + 1] = fmaf(-xp.y, cs.w, x.y * cs.z) * sc;
+                        hi[2 * e2 + 1] = fmaf(x.y, cs.w, xp.y * cs.z) * sc;
                     }
-                    const float xp = role != 0 ? xq[partner] : 0.0f;
-                    v[e] = fmaf(xp, role > 0 ? -sn : sn, xq[i] * cs) * p.scale_log2;
+                    qb[kk][0] = lkv__elem<T>::pack2(lo[0], lo[1]);
+                    qb[kk][1] = lkv__elem<T>::pack2(lo[2], lo[3]);
+                    qb[kk + D / 32][0] = lkv__elem<T>::pack2(hi[0], hi[1]);
+                    qb[kk + D / 32][1] = lkv__elem<T>::pack2(hi[2], hi[3]);
                 }
-                qb[kk][0] = lkv__elem<T>::pack2(v[0], v[1]);
-                qb[kk][1] = lkv__elem<T>::pack2(v[2], v[3]);
+            } else if (pe.n_pairs == D / 2 && pe.pairing == LKV_ROPE_INTERLEAVED) {
+                /* Fast path, interleaved pairs over the whole head: a lane's two adjacent
+                 * dims (2tq, 2tq + 1) of a fragment are one pair. */
+#pragma unroll
+                for (int kk = 0; kk < D / 16; kk++) {
+#pragma unroll
+                    for (int e2 = 0; e2 < 2; e2++) {
+                        const int i = kk * 16 + 2 * tq + e2 * 8;
+                        const float2 x = *(const float2 *)(xq + i);
+                        const float2 cs = *(const float2 *)(csw + i); /* pair i / 2: c, s */
+                        qb[kk][e2] = lkv__elem<T>::pack2(fmaf(-x.y, cs.y, x.x * cs.x) * sc,
+                                                         fmaf(x.x, cs.y, x.y * cs.x) * sc);
+                    }
+                }
+            } else if (pe.n_pairs == 0) {
+#pragma unroll
+                for (int kk = 0; kk < D / 16; kk++) {
+#pragma unroll
+                    for (int e2 = 0; e2 < 2; e2++) {
+                        const float2 x = *(const float2 *)(xq + kk * 16 + 2 * tq + e2 * 8);
+                        qb[kk][e2] = lkv__elem<T>::pack2(x.x * sc, x.y * sc);
+                    }
+                }
+            } else {
+#pragma unroll
+                for (int kk = 0; kk < D / 16; kk++) {
+                    float v[4];
+#pragma unroll
+                    for (int e = 0; e < 4; e++) {
+                        const int i = kk * 16 + 2 * tq + (e & 1) + (e >> 1) * 8;
+                        int pair = 0, partner = i;
+                        const int role = lkv__pair_of(i, pe.pairing, pe.n_pairs, &pair, &partner);
+                        float sn = 0.0f, cs = 1.0f;
+                        if (role != 0) {
+                            cs = csw[2 * pair];
+                            sn = csw[2 * pair + 1];
+                        }
+                        const float xp = role != 0 ? xq[partner] : 0.0f;
+                        v[e] = fmaf(xp, role > 0 ? -sn : sn, xq[i] * cs) * sc;
+                    }
+                    qb[kk][0] = lkv__elem<T>::pack2(v[0], v[1]);
+                    qb[kk][1] = lkv__elem<T>::pack2(v[2], v[3]);
+                }
             }
             __syncwarp(); /* csw is rewritten at the next document. */
         }
         const float kbias = alibi ? (float)(start + (int64_t)blk * p.B - pos) : 0.0f;
         {
-            lkv__cp_async_wait<DEC_NST - 1>();
+            lkv__cp_async_wait<NST - 1>();
             __syncwarp();
             const T *st = ring + (size_t)cslot * STAGE;
-            cslot = cslot + 1 == DEC_NST ? 0 : cslot + 1;
+            cslot = cslot + 1 == NST ? 0 : cslot + 1;
             /* S^T = K Q^T. */
             float sacc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
 #pragma unroll
@@ -812,7 +866,7 @@ __global__ void __launch_bounds__(MMA_WARPS * 32)
         aw[(2 * tq + 1) * D + mt * 16 + gq + 8] = o[mt][3];
     }
     __syncthreads();
-    dec_finish<T, G, W>(p, smem, mw, lw, accw, nh, D, b, h0, split);
+    dec_finish<T, G, W>(p, smem, mw, lw, accw, q_raw, nh, D, b, h0, split);
 }
 
 /* ------------------------------------------------------------------------------------------
@@ -831,18 +885,19 @@ static void launch_gen(dim3 grid, size_t smem, cudaStream_t st, const decode_par
     decode_kernel<T, G, LT><<<grid, GEN_WARPS * 32, smem, st>>>(p, pe, sl);
 }
 
-template <typename T, int D>
+template <typename T, int D, int NST>
 static void launch_mma(dim3 grid, size_t smem, cudaStream_t st, const decode_params &p,
                        const lkv__dev_pe &pe, const lkv__dev_slopes &sl)
 {
-    decode_mma_kernel<T, D><<<grid, MMA_WARPS * 32, smem, st>>>(p, pe, sl);
+    decode_mma_kernel<T, D, NST><<<grid, MMA_WARPS * 32, smem, st>>>(p, pe, sl);
 }
 
 struct lkv_decode_plan {
     lkv_kv_shape shape;
     int batch, max_refs;
     int mma, G, head_chunks, L, n_splits, refs_per_split, threads;
-    size_t smem;             /* Dynamic shared memory per CTA. */
+    int nst;     /* cp.async stages per warp (DEC_NST, or DEC_NST_DEEP for the deep variant). */
+    size_t smem; /* Dynamic shared memory per CTA. */
     size_t off_lse, off_ctr; /* Workspace layout: part_o at 0, part_lse, counters. */
     size_t ws_need;          /* Workspace bytes (0 when n_splits == 1). */
     size_t n_ctr;            /* Counters: batch * n_kv * head_chunks. */
@@ -872,16 +927,21 @@ static int shape_ok(const lkv_kv_shape *s)
            s->block_tokens <= LKV_MAX_BLOCK_TOKENS;
 }
 
+template <typename T, int NST> static void pick_mma(lkv_decode_plan *pl)
+{
+    if (pl->shape.head_dim == 128) {
+        pl->kernel = (const void *)decode_mma_kernel<T, 128, NST>;
+        pl->launch = launch_mma<T, 128, NST>;
+    } else {
+        pl->kernel = (const void *)decode_mma_kernel<T, 64, NST>;
+        pl->launch = launch_mma<T, 64, NST>;
+    }
+}
+
 template <typename T> static void pick_kernel(lkv_decode_plan *pl)
 {
     if (pl->mma) {
-        if (pl->shape.head_dim == 128) {
-            pl->kernel = (const void *)decode_mma_kernel<T, 128>;
-            pl->launch = launch_mma<T, 128>;
-        } else {
-            pl->kernel = (const void *)decode_mma_kernel<T, 64>;
-            pl->launch = launch_mma<T, 64>;
-        }
+        pl->nst == DEC_NST_DEEP ? pick_mma<T, DEC_NST_DEEP>(pl) : pick_mma<T, DEC_NST>(pl);
         return;
     }
     switch (pl->G) {
@@ -941,9 +1001,16 @@ static int plan_fill(const lkv_decode_plan_cfg *cfg, lkv_decode_plan *pl)
     pl->L = pow2_at_least(d / 8);
     const int W = pl->mma ? MMA_WARPS : GEN_WARPS;
     pl->threads = W * 32;
+    /* Variant of the tensor-core kernel: the 3-stage ring (two CTAs per SM) unless the deep
+     * ring (6 stages, one CTA per SM: more bytes in flight per SM, but one CTA's prologue and
+     * epilogue leave the SM idle) is asked for. */
+    if (cfg->variant < 0 || cfg->variant > 2) {
+        return LKV_EINVAL;
+    }
+    pl->nst = (pl->mma && cfg->variant == 2) ? DEC_NST_DEEP : DEC_NST;
     if (pl->mma) {
         pl->smem = (size_t)(8 * d + 256 + 2 * W * 8 + W * d) * sizeof(float) +
-                   (size_t)W * DEC_NST * 2 * 16 * d * 2;
+                   (size_t)W * pl->nst * 2 * 16 * d * 2;
     } else {
         const int U = pl->G >= 8 ? dec_unroll<8>::U : dec_unroll<1>::U;
         pl->smem =
