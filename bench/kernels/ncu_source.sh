@@ -1,14 +1,15 @@
 #!/usr/bin/env bash
-# ncu_source.sh KERNEL_REGEX LKV_BENCH_ONLY OUT_CSV: one Nsight Compute report (--set full) of
-# the third launch of KERNEL_REGEX in bench_attn restricted to LKV_BENCH_ONLY, exported as the
-# per-SASS-instruction source page (CSV: stall samples, executed instructions per line), for
-# finding where a kernel's warps wait. Run on the GPU machine after run_gpu.sh built $BUILD.
+# ncu_source.sh OUT_CSV KERNEL_REGEX SKIP PROGRAM [ARGS...]: one Nsight Compute report
+# (--set full) of launch SKIP+1 of KERNEL_REGEX in PROGRAM, exported as the per-SASS-instruction
+# source page (CSV: stall samples, executed instructions, L2 sectors per instruction), for
+# finding where a kernel's warps wait. For bench_attn set LKV_BENCH_ONLY and LKV_BENCH_REPS=1
+# (SKIP 2 = the first timed launch). Run on the GPU machine after run_gpu.sh built the programs.
 set -uo pipefail
-B=${BUILD:-build-gpu}
-k=$1; only=$2; out=$3
-LKV_BENCH_ONLY=$only LKV_BENCH_REPS=1 timeout 300 ncu --clock-control none -k "regex:$k" \
-  --launch-skip 2 --launch-count 1 --set full --import-source no -f -o /tmp/lkv_src \
-  "$B/bin/bench_attn" /tmp/ncu_src.jsonl >/tmp/ncu_src.log 2>&1
-echo "ncu rc=$?"; tail -3 /tmp/ncu_src.log
+out=$1; k=$2; skip=$3; shift 3
+timeout 300 ncu --clock-control none -k "regex:$k" --launch-skip "$skip" --launch-count 1 \
+  --set full --import-source no -f -o /tmp/lkv_src "$@" >/tmp/ncu_src.log 2>&1
+echo "ncu rc=$? ($*)"; grep -E "==PROF==|error" /tmp/ncu_src.log | tail -2
+ncu -i /tmp/lkv_src.ncu-rep --page details >"${out%.csv}.txt" 2>&1
 ncu -i /tmp/lkv_src.ncu-rep --page source --csv --print-source sass >"$out" 2>&1
 echo "source page rc=$? ($(wc -l <"$out") lines)"
+grep -E "Duration|DRAM Throughput|L2 Hit Rate|Registers Per" "${out%.csv}.txt" | head -6

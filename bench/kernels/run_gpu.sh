@@ -6,7 +6,8 @@
 # Compute. At most 8 files land in $OUT (the device tool brings back no more):
 #   build.log check.log bench.log ours.jsonl sdpa.jsonl kernels_bench.json table.md ncu.txt
 # Knobs (environment):
-#   STEPS        words among: check bench sdpa merge ncu (default: check bench sdpa merge)
+#   STEPS        words among: check bench sdpa merge ncu dev (default: check bench sdpa merge);
+#                dev builds and runs the kernels/dev workshop programs (output in bench.log)
 #   QUICK=1      skip batches above 16 (bench and sdpa)
 #   BENCH_ONLY   LKV_BENCH_ONLY for bench_attn (e.g. "decode:1:4096,copy")
 #   NCU          space-separated "kernel-regex|LKV_BENCH_ONLY[|set]" items (set: a ncu --set name,
@@ -23,9 +24,11 @@ log() { echo "== $* ($(date -u +%H:%M:%S))"; }
 rc_all=0
 
 log "configure + build ($BUILD)"
+DEV=OFF; TARGETS="test_attn_gpu bench_attn"
+if has dev; then DEV=ON; TARGETS="$TARGETS dev_decode_v1 dev_decode_v4 dev_decode_current"; fi
 if ! { cmake -S . -B "$BUILD" -G Ninja -DLAZYKV_KERNELS_ONLY=ON -DCMAKE_BUILD_TYPE=Release \
-         -DCMAKE_CUDA_ARCHITECTURES=90 >"$OUT/build.log" 2>&1 &&
-       cmake --build "$BUILD" -j "$(nproc)" --target test_attn_gpu bench_attn >>"$OUT/build.log" 2>&1; }; then
+         -DCMAKE_CUDA_ARCHITECTURES=90 -DLKV_KERNELS_DEV=$DEV >"$OUT/build.log" 2>&1 &&
+       cmake --build "$BUILD" -j "$(nproc)" --target $TARGETS >>"$OUT/build.log" 2>&1; }; then
   tail -30 "$OUT/build.log"; echo "BUILD FAILED"; exit 1
 fi
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm,clocks.mem,power.draw --format=csv,noheader || true
@@ -40,11 +43,18 @@ if has check; then
   [ $check_rc -eq 0 ] || rc_all=1
 fi
 
+if has dev; then
+  log "kernels/dev workshop"
+  for v in decode_v1 decode_v4 decode_current; do
+    "$BUILD/bin/dev_$v" 2>&1 | tee -a "$OUT/bench.log"
+  done
+fi
+
 Q=${QUICK:+quick}
 if has bench; then
   log "bench_attn (our kernels)"
   if [ -n "$Q" ]; then export LKV_BENCH_QUICK=1; fi
-  LKV_BENCH_ONLY=${BENCH_ONLY:-} "$BUILD/bin/bench_attn" "$OUT/ours.jsonl" 2>&1 | tee "$OUT/bench.log" | tail -60
+  LKV_BENCH_ONLY=${BENCH_ONLY:-} "$BUILD/bin/bench_attn" "$OUT/ours.jsonl" 2>&1 | tee -a "$OUT/bench.log" | tail -60
 fi
 
 if has sdpa; then
