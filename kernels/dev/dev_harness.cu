@@ -263,7 +263,8 @@ int main(void)
     lkv_kv_shape s = {1, HQ, HKV, D, LKV_DTYPE_BF16, BT};
     const uint64_t pb = lkv_block_bytes(&s);
     const int max_batch = 128, max_ctx = 32768;
-    const size_t np = (size_t)max_batch * (max_ctx / BT) + 64;
+    const int per_seq = max_ctx / BT + 8; /* 5 documents: up to 4 partial blocks more */
+    const size_t np = (size_t)max_batch * per_seq;
     void *arena, *flush, *q, *out, *d_refs, *d_off, *d_pos;
     const size_t flush_bytes = 256u << 20;
     CK(cudaMalloc(&arena, np * pb));
@@ -292,7 +293,7 @@ int main(void)
             std::vector<int32_t> off(1, 0);
             std::vector<int64_t> qpos;
             for (int b = 0; b < batch; b++) {
-                seq_refs(refs, perm, (size_t)b * (max_ctx / BT), ctx, 5, 0);
+                seq_refs(refs, perm, (size_t)b * per_seq, ctx, 5, 0);
                 off.push_back((int32_t)refs.size());
                 qpos.push_back(ctx);
             }
