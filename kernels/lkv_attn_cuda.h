@@ -71,6 +71,11 @@ typedef struct lkv_decode_plan_cfg {
     float sm_scale;       /* Softmax scale. */
     unsigned flags;       /* LKV_ATTN_* flags. */
     int splits;           /* 0: the planner's split factor; n > 0 forces n (tests, benchmarks). */
+    int pdl;              /* 1: launch with programmatic dependent launch (sm_90): a run's
+                             prologue (loads of q_pos, ref_offset and the first references)
+                             overlaps the previous kernel of the stream, so those three must be
+                             written before that kernel starts (by the host, or two kernels
+                             back); everything else waits for it. 0: plain launches. */
     int variant;          /* Kernel variant (tuning; head_dim 64/128 only): 0 the default, 1 the
                              3-stage ring at two CTAs per SM, 2 the deep 6-stage ring at one CTA
                              per SM. Results are identical; only the speed differs. */

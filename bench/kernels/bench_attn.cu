@@ -19,8 +19,9 @@
  *            plans' split factor, LKV_BENCH_DECODE_VARIANT their kernel variant.
  *   decode32 batch 1, {4k,8k,32k}: the 32 layers of one decode step of a 32-layer model (real
  *            2 MiB pages holding every layer of a block, scattered) captured in ONE graph;
- *            variants lazy_graph32, norot_graph32, lazy_graph32_again; the median replay / 32
- *            is the per-layer time.
+ *            variants lazy_graph32, norot_graph32, lazy_graph32_again, lazy_graph32_pdl (the
+ *            plan's programmatic dependent launch on: a layer's prologue overlaps the previous
+ *            layer's tail); the median replay / 32 is the per-layer time.
  *   prefill  n_new {64,512,2048} new tokens against {8k,32k} cached tokens in 5 documents;
  *            variants lazy, norot, block_attn (materialise a re-rotated copy of every document
  *            then the same prefill kernel over the copy, one document at start 0). Reports
@@ -198,7 +199,7 @@ static void emit_decode(int batch, int ctx, const char *variant, double us, doub
 }
 
 static lkv_decode_plan *make_plan(const lkv_kv_shape &s, const lkv_posenc &pe, int batch,
-                                  int max_refs, unsigned flags)
+                                  int max_refs, unsigned flags, int pdl = 0)
 {
     lkv_decode_plan_cfg c;
     memset(&c, 0, sizeof c);
@@ -212,6 +213,7 @@ static lkv_decode_plan *make_plan(const lkv_kv_shape &s, const lkv_posenc &pe, i
     c.splits = e != NULL ? atoi(e) : 0;
     const char *v = getenv("LKV_BENCH_DECODE_VARIANT");
     c.variant = v != NULL ? atoi(v) : 0;
+    c.pdl = pdl;
     lkv_decode_plan *p = NULL;
     CKL(lkv_decode_plan_create(&c, &p));
     return p;
@@ -409,10 +411,11 @@ int main(int argc, char **argv)
                 CK(cudaMemcpy(off_d, off, sizeof off, cudaMemcpyHostToDevice));
                 CK(cudaMemcpy(qpos_d, &qp, sizeof qp, cudaMemcpyHostToDevice));
                 const double kv_bytes = (double)ctx * HKV * D * 2 * 2;
-                const char *names[] = {"lazy_graph32", "norot_graph32", "lazy_graph32_again"};
-                const unsigned flags[] = {0, LKV_ATTN_NO_ROTATE, 0};
-                for (int v = 0; v < 3; v++) {
-                    lkv_decode_plan *plan = make_plan(s32, pe, 1, ctx / BT, flags[v]);
+                const char *names[] = {"lazy_graph32", "norot_graph32", "lazy_graph32_again",
+                                       "lazy_graph32_pdl"};
+                const unsigned flags[] = {0, LKV_ATTN_NO_ROTATE, 0, 0};
+                for (int v = 0; v < 4; v++) {
+                    lkv_decode_plan *plan = make_plan(s32, pe, 1, ctx / BT, flags[v], v == 3);
                     lkv_decode_run_args ra[32];
                     for (int l = 0; l < 32; l++) {
                         lkv_decode_run_args r = {l,

@@ -116,9 +116,10 @@ def main():
     lines.append("Batch 1, 32 layers of one decode step in one CUDA graph (per-layer time = "
                  "replay / 32)")
     lines.append("")
-    lines.append("| ctx | lazy us/layer | TB/s | % copy | norot | again | best SDPA graph32 | us | "
-                 "lazy / best time | single launch lazy us | best SDPA single us |")
-    lines.append("|---:|---:|---:|---:|---:|---:|---|---:|---:|---:|---:|")
+    lines.append("| ctx | lazy us/layer | TB/s | % copy | norot | again | with PDL | TB/s | % copy | "
+                 "best SDPA graph32 | us | ours (best) / SDPA time | single launch lazy us | "
+                 "best SDPA single us |")
+    lines.append("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|---:|---:|---:|---:|")
     t1, t2 = None, []
     for c in (4096, 8192, 32768):
         g = idx.get(("decode", 1, c, "lazy_graph32"))
@@ -126,10 +127,12 @@ def main():
             continue
         gn_ = idx.get(("decode", 1, c, "norot_graph32"))
         ga = idx.get(("decode", 1, c, "lazy_graph32_again"))
+        gp = idx.get(("decode", 1, c, "lazy_graph32_pdl"))
+        gb = min([x for x in (g, gp) if x], key=lambda r: r["median_us"])
         bn, bs = best(1, c, "_graph32")
         sn, ss = best(1, c, "")
         lz = idx.get(("decode", 1, c, "lazy"))
-        rt = g["median_us"] / bs["median_us"] if bs else NAN
+        rt = gb["median_us"] / bs["median_us"] if bs else NAN
         if gn_ and ga:
             rot = (g["median_us"] / gn_["median_us"] - 1) * 100
             spr = abs(ga["median_us"] / g["median_us"] - 1) * 100
@@ -138,18 +141,22 @@ def main():
                 t4_ok = False
         lines.append(f"| {c} | {g['median_us']:.2f} | {g['tbps']:.2f} | {g['tbps'] / cbw * 100:.0f}% | "
                      f"{gn_['median_us'] if gn_ else NAN:.2f} | {ga['median_us'] if ga else NAN:.2f} | "
+                     f"{gp['median_us'] if gp else NAN:.2f} | {gp['tbps'] if gp else NAN:.2f} | "
+                     f"{gp['tbps'] / cbw * 100 if gp else NAN:.0f}% | "
                      f"{bn or '-'} | {bs['median_us'] if bs else NAN:.2f} | {rt:.2f} | "
                      f"{lz['median_us'] if lz else NAN:.1f} | {ss['median_us'] if ss else NAN:.1f} |")
+        gname = "with PDL" if gb is gp else "plain launches"
         if c == 4096:
-            t1 = (g["median_us"], lz["median_us"] if lz else NAN)
+            t1 = (gb["median_us"], lz["median_us"] if lz else NAN, gname, g["median_us"])
         if c == 32768:
             if bs:
-                t2.append(("32-layer graph", g["median_us"], bs["median_us"], bn))
+                t2.append((f"32-layer graph, {gname}", gb["median_us"], bs["median_us"], bn))
             if lz and ss:
                 t2.append(("single launch", lz["median_us"], ss["median_us"], sn))
     if t1:
-        targets.append(f"T1 batch 1 at 4k <= 12 us per layer in a replayed graph: {t1[0]:.2f} us -> "
-                       f"{'MET' if t1[0] <= 12.0 else 'MISSED'} (single launch {t1[1]:.1f} us)")
+        targets.append(f"T1 batch 1 at 4k <= 12 us per layer in a replayed graph: {t1[0]:.2f} us "
+                       f"({t1[2]}; plain {t1[3]:.2f}) -> {'MET' if t1[0] <= 12.0 else 'MISSED'} "
+                       f"(single launch {t1[1]:.1f} us)")
     for what, us, ref, name in t2:
         targets.append(f"T2 batch 1 at 32k <= 0.8x best backend ({what}): {us:.1f} us vs {name} "
                        f"{ref:.1f} us = {us / ref:.2f}x -> {'MET' if us <= 0.8 * ref else 'MISSED'}")

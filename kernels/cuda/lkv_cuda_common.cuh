@@ -161,6 +161,18 @@ static __device__ __forceinline__ uint32_t lkv__movmatrix_t(uint32_t a)
     return d;
 }
 
+/* Programmatic dependent launch (sm_90): trigger lets the next kernel of the stream launch
+ * early; wait blocks until the previous kernel has completed and its writes are visible. Both
+ * are no-ops for a kernel launched without the programmatic-serialization attribute. */
+static __device__ __forceinline__ void lkv__pdl_trigger()
+{
+    asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
+}
+static __device__ __forceinline__ void lkv__pdl_wait()
+{
+    asm volatile("griddepcontrol.wait;\n" ::: "memory");
+}
+
 /* 2^x on the special-function unit (flushes denormals; 2^-inf = 0). */
 static __device__ __forceinline__ float lkv__ex2(float x)
 {

@@ -50,6 +50,7 @@ extern "C" {
 #define MMA_WARPS      4    /* Warps per CTA of the tensor-core kernel. */
 #define DEC_NST        3    /* cp.async stages per warp (2 in flight while one is computed) */
 #define DEC_NST_DEEP   6    /* Deep-ring variant of the tensor-core kernel (one CTA per SM). */
+#define MERGE_INFLIGHT 16   /* partial loads in flight per thread in the folded merge */
 #define DEC_MAX_SPLITS 1024 /* Splits per sequence at most (the merge weights live in smem). */
 
 struct decode_params {
@@ -249,9 +250,9 @@ static __device__ __forceinline__ void dec_merge_last(const decode_params &p, fl
     }
     const int S = p.n_splits;
     const size_t row0 = (size_t)b * p.n_q + h0;
-    float *w = sm + 4;                                         /* [nh][S] weights */
-    float *stat = w + G * S;                                   /* [G][2]: max, sum */
-    float4 *red = (float4 *)(sm + ((G * S + 2 * G + 3) & ~3)); /* [NT] group sums */
+    float *w = sm + 4;                                        /* [nh][S] weights */
+    float *stat = w + G * S;                                  /* [G][2]: max, sum */
+    float4 *red = (float4 *)(w + ((G * S + 2 * G + 3) & ~3)); /* [NT] group sums */
     for (int i = threadIdx.x; i < nh * S; i += NT) {
         w[i] = __ldcg(p.part_lse + row0 * S + i);
     }
@@ -297,17 +298,17 @@ static __device__ __forceinline__ void dec_merge_last(const decode_params &p, fl
         const float4 *po = (const float4 *)(p.part_o + (row0 + h) * S * d) + c;
         const float *wh = w + h * S;
         float4 a0 = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-        for (int s0 = g; s0 < S; s0 += 8 * ng) {
-            float4 v[8]; /* eight independent L2 loads in flight */
-            float ws[8];
+        for (int s0 = g; s0 < S; s0 += MERGE_INFLIGHT * ng) {
+            float4 v[MERGE_INFLIGHT]; /* independent L2 loads in flight */
+            float ws[MERGE_INFLIGHT];
 #pragma unroll
-            for (int u = 0; u < 8; u++) {
+            for (int u = 0; u < MERGE_INFLIGHT; u++) {
                 const int s = s0 + u * ng;
                 v[u] = s < S ? __ldcg(po + (size_t)s * q4) : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
                 ws[u] = s < S ? wh[s] : 0.0f;
             }
 #pragma unroll
-            for (int u = 0; u < 8; u++) {
+            for (int u = 0; u < MERGE_INFLIGHT; u++) {
                 a0.x = fmaf(ws[u], v[u].x, a0.x);
                 a0.y = fmaf(ws[u], v[u].y, a0.y);
                 a0.z = fmaf(ws[u], v[u].z, a0.z);
@@ -361,6 +362,10 @@ __global__ void __launch_bounds__(GEN_WARPS * 32)
     decode_kernel(const decode_params p, const lkv__dev_pe pe, const lkv__dev_slopes sl)
 {
     constexpr int W = GEN_WARPS;
+    /* Programmatic dependent launch (plan option): let the next kernel of the stream start its
+     * prologue now; wait for the previous one before reading anything it may have written. */
+    lkv__pdl_trigger();
+    lkv__pdl_wait();
     constexpr int U = dec_unroll<G>::U;
     extern __shared__ __align__(128) float smem[];
     const int L = LT ? LT : p.L;
@@ -635,6 +640,7 @@ __global__ void __launch_bounds__(MMA_WARPS * 32)
     decode_mma_kernel(const decode_params p, const lkv__dev_pe pe, const lkv__dev_slopes sl)
 {
     constexpr int W = MMA_WARPS;
+    lkv__pdl_trigger(); /* The next kernel of the stream may start its prologue (plan option). */
     constexpr int G = 8;
     constexpr int STAGE = 2 * 16 * D; /* elements of K then V rows of one step */
     extern __shared__ __align__(128) float smem[];
@@ -694,11 +700,26 @@ __global__ void __launch_bounds__(MMA_WARPS * 32)
         *ref_out = pref;
         *t_out = pt0;
     };
+    /* Under programmatic dependent launch the metadata loads above (q_pos, ref_offset, the
+     * first references) overlap the previous kernel's tail; everything below (K/V, q, the
+     * workspace, out) waits for it to complete. Without the launch attribute: a no-op. */
+    const int64_t first_start = wk.r < wk.r1 ? (int64_t)lkv_ref_start(wk.cur) : -1;
+    lkv__pdl_wait();
 #pragma unroll
     for (int s = 0; s < NST - 1; s++) {
         issue(&qu.ref[s], &qu.t0[s]);
     }
 
+    /* The angles of the warp's first document while its first steps are in flight, not
+     * after they land (frequencies straight from the kernel parameters; the shared copy is
+     * written below). */
+    int64_t cs_start = first_start;
+    if (cs_start >= 0) {
+        const float delta = (float)(pos - cs_start);
+        for (int j = lane; j < pe.n_pairs; j += 32) {
+            lkv__turn_sincos(delta, pe.freq_hi[j], pe.freq_lo[j], &csw[2 * j + 1], &csw[2 * j]);
+        }
+    }
     dec_stage_q<T>((const T *)p.q + ((size_t)b * p.n_q + h0) * D, q_raw, nh * D, G * D);
     for (int j = threadIdx.x; j < pe.n_pairs; j += blockDim.x) {
         fhi[j] = pe.freq_hi[j];
@@ -736,11 +757,15 @@ __global__ void __launch_bounds__(MMA_WARPS * 32)
         const int valid = min((int)lkv_ref_valid(ref), p.B);
         if (start != cur_start) {
             cur_start = start;
-            const float delta = (float)(pos - start);
             const float *xq = q_raw + gq * D;
-            /* The warp's lanes share the pairs' angles: one sincos per pair, via smem. */
-            for (int j = lane; j < pe.n_pairs; j += 32) {
-                lkv__turn_sincos(delta, fhi[j], flo[j], &csw[2 * j + 1], &csw[2 * j]);
+            /* The warp's lanes share the pairs' angles: one sincos per pair, via smem (the
+             * first document's were computed in the prologue). */
+            if (start != cs_start) {
+                cs_start = start;
+                const float delta = (float)(pos - start);
+                for (int j = lane; j < pe.n_pairs; j += 32) {
+                    lkv__turn_sincos(delta, fhi[j], flo[j], &csw[2 * j + 1], &csw[2 * j]);
+                }
             }
             __syncwarp();
             const float sc = p.scale_log2;
@@ -906,21 +931,45 @@ __global__ void __launch_bounds__(MMA_WARPS * 32)
  * kernel attributes; lkv_decode_plan_run only fills the per-run pointers and launches.
  * ---------------------------------------------------------------------------------------- */
 
-typedef void (*dec_launch_fn)(dim3 grid, size_t smem, cudaStream_t st, const decode_params &p,
-                              const lkv__dev_pe &pe, const lkv__dev_slopes &sl);
+typedef void (*dec_launch_fn)(dim3 grid, size_t smem, cudaStream_t st, int pdl,
+                              const decode_params &p, const lkv__dev_pe &pe,
+                              const lkv__dev_slopes &sl);
+
+/* Launches kernel k, with the programmatic-stream-serialization attribute when pdl (errors
+ * surface through cudaGetLastError, as for <<< >>>). */
+template <typename K>
+static void launch_ex(K k, dim3 grid, int threads, size_t smem, cudaStream_t st, int pdl,
+                      const decode_params &p, const lkv__dev_pe &pe, const lkv__dev_slopes &sl)
+{
+    if (!pdl) {
+        k<<<grid, threads, smem, st>>>(p, pe, sl);
+        return;
+    }
+    cudaLaunchConfig_t c = {};
+    c.gridDim = grid;
+    c.blockDim = dim3(threads);
+    c.dynamicSmemBytes = smem;
+    c.stream = st;
+    cudaLaunchAttribute at[1];
+    at[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    at[0].val.programmaticStreamSerializationAllowed = 1;
+    c.attrs = at;
+    c.numAttrs = 1;
+    (void)cudaLaunchKernelEx(&c, k, p, pe, sl);
+}
 
 template <typename T, int G, int LT>
-static void launch_gen(dim3 grid, size_t smem, cudaStream_t st, const decode_params &p,
+static void launch_gen(dim3 grid, size_t smem, cudaStream_t st, int pdl, const decode_params &p,
                        const lkv__dev_pe &pe, const lkv__dev_slopes &sl)
 {
-    decode_kernel<T, G, LT><<<grid, GEN_WARPS * 32, smem, st>>>(p, pe, sl);
+    launch_ex(decode_kernel<T, G, LT>, grid, GEN_WARPS * 32, smem, st, pdl, p, pe, sl);
 }
 
 template <typename T, int D, int NST>
-static void launch_mma(dim3 grid, size_t smem, cudaStream_t st, const decode_params &p,
+static void launch_mma(dim3 grid, size_t smem, cudaStream_t st, int pdl, const decode_params &p,
                        const lkv__dev_pe &pe, const lkv__dev_slopes &sl)
 {
-    decode_mma_kernel<T, D, NST><<<grid, MMA_WARPS * 32, smem, st>>>(p, pe, sl);
+    launch_ex(decode_mma_kernel<T, D, NST>, grid, MMA_WARPS * 32, smem, st, pdl, p, pe, sl);
 }
 
 struct lkv_decode_plan {
@@ -928,6 +977,7 @@ struct lkv_decode_plan {
     int batch, max_refs;
     int mma, G, head_chunks, L, n_splits, refs_per_split, threads;
     int nst;     /* cp.async stages per warp (DEC_NST, or DEC_NST_DEEP for the deep variant). */
+    int pdl;     /* Launch with programmatic dependent launch (cfg->pdl). */
     size_t smem; /* Dynamic shared memory per CTA. */
     size_t off_lse, off_ctr; /* Workspace layout: part_o at 0, part_lse, counters. */
     size_t ws_need;          /* Workspace bytes (0 when n_splits == 1). */
@@ -1039,6 +1089,7 @@ static int plan_fill(const lkv_decode_plan_cfg *cfg, lkv_decode_plan *pl)
         return LKV_EINVAL;
     }
     pl->nst = (pl->mma && cfg->variant == 2) ? DEC_NST_DEEP : DEC_NST;
+    pl->pdl = cfg->pdl != 0;
     if (pl->mma) {
         pl->smem = (size_t)(8 * d + 256 + 2 * W * 8 + W * d) * sizeof(float) +
                    (size_t)W * pl->nst * 2 * 16 * d * 2;
@@ -1233,7 +1284,7 @@ extern "C" int lkv_decode_plan_run(const lkv_decode_plan *plan, const lkv_decode
     p.lse = a->lse;
     p.layer = a->layer;
     const dim3 grid(plan->n_splits, plan->shape.n_kv_heads * plan->head_chunks, plan->batch);
-    plan->launch(grid, plan->smem, (cudaStream_t)stream, p, plan->pe, plan->sl);
+    plan->launch(grid, plan->smem, (cudaStream_t)stream, plan->pdl, p, plan->pe, plan->sl);
     LKV__CUDA_CHECK_LAUNCH();
     return 0;
 }
