@@ -46,11 +46,15 @@ extern "C" {
 #include "lkv_attn_cuda.h"
 }
 
-#define GEN_WARPS      4    /* Warps per CTA of the generic kernel. */
-#define MMA_WARPS      4    /* Warps per CTA of the tensor-core kernel. */
-#define DEC_NST        3    /* cp.async stages per warp (2 in flight while one is computed) */
-#define DEC_NST_DEEP   6    /* Deep-ring variant of the tensor-core kernel (one CTA per SM). */
-#define MERGE_INFLIGHT 16   /* partial loads in flight per thread in the folded merge */
+#define GEN_WARPS      4  /* Warps per CTA of the generic kernel. */
+#define MMA_WARPS      4  /* Warps per CTA of the tensor-core kernel. */
+#define DEC_NST        3  /* cp.async stages per warp (2 in flight while one is computed) */
+#define DEC_NST_DEEP   6  /* Deep-ring variant of the tensor-core kernel (one CTA per SM). */
+#define MERGE_INFLIGHT 16 /* partial loads in flight per thread in the folded merge */
+/* At least this many references per warp in a split. 2 gave 32 splits at batch 1 over 4k; 4
+ * gives 16, measured faster on the H200 (2026-12-01: 16.3 against 19.0 us single launch, 12.7
+ * against 15.8 us per layer in a 32-layer graph), the same at 32k (51.3 us, 32 splits). */
+#define DEC_MIN_REFS   4
 #define DEC_MAX_SPLITS 1024 /* Splits per sequence at most (the merge weights live in smem). */
 
 struct decode_params {
@@ -1107,7 +1111,7 @@ static int plan_fill(const lkv_decode_plan_cfg *cfg, lkv_decode_plan *pl)
 
     /* Split factor: the grid of (kv heads x chunks x sequences) CTAs, times splits, aims at one
      * full wave of resident CTAs (two waves were slower: more partials, a ragged second wave;
-     * kernels/dev/README.md), with at least 2 references per warp per split. */
+     * kernels/dev/README.md), with at least DEC_MIN_REFS references per warp per split. */
     const long base = (long)cfg->batch * s->n_kv_heads * pl->head_chunks;
     const int max_refs = pl->max_refs;
     long splits;
@@ -1127,7 +1131,7 @@ static int plan_fill(const lkv_decode_plan_cfg *cfg, lkv_decode_plan *pl)
         }
         const long target = (long)per_sm * sms;
         splits = target / base;
-        const long cap = (max_refs + 2 * W - 1) / (2 * W);
+        const long cap = (max_refs + DEC_MIN_REFS * W - 1) / (DEC_MIN_REFS * W);
         if (splits > cap) {
             splits = cap;
         }
