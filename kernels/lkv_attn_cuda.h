@@ -76,9 +76,6 @@ typedef struct lkv_decode_plan_cfg {
                              overlaps the previous kernel of the stream, so those three must be
                              written before that kernel starts (by the host, or two kernels
                              back); everything else waits for it. 0: plain launches. */
-    int variant;          /* Kernel variant (tuning; head_dim 64/128 only): 0 the default, 1 the
-                             3-stage ring at two CTAs per SM, 2 the deep 6-stage ring at one CTA
-                             per SM. Results are identical; only the speed differs. */
     void *workspace;      /* Optional DEVICE scratch of at least lkv_decode_plan_workspace_bytes
                              bytes (borrowed until destroy); NULL: the plan allocates its own. */
     size_t workspace_bytes;

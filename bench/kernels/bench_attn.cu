@@ -16,7 +16,7 @@
  *            launch captured in a CUDA graph, replays timed), and at batch 1 contig_pages (the
  *            same sequence on consecutive pages: a diagnostic of the page scatter's cost).
  *            Reports median us and TB/s of K+V bytes read. LKV_BENCH_DECODE_SPLITS forces the
- *            plans' split factor, LKV_BENCH_DECODE_VARIANT their kernel variant.
+ *            plans' split factor.
  *   decode32 batch 1, {4k,8k,32k}: the 32 layers of one decode step of a 32-layer model (real
  *            2 MiB pages holding every layer of a block, scattered) captured in ONE graph;
  *            variants lazy_graph32, norot_graph32, lazy_graph32_again, lazy_graph32_pdl (the
@@ -211,8 +211,6 @@ static lkv_decode_plan *make_plan(const lkv_kv_shape &s, const lkv_posenc &pe, i
     c.flags = flags;
     const char *e = getenv("LKV_BENCH_DECODE_SPLITS");
     c.splits = e != NULL ? atoi(e) : 0;
-    const char *v = getenv("LKV_BENCH_DECODE_VARIANT");
-    c.variant = v != NULL ? atoi(v) : 0;
     c.pdl = pdl;
     lkv_decode_plan *p = NULL;
     CKL(lkv_decode_plan_create(&c, &p));

@@ -49,7 +49,6 @@ extern "C" {
 #define GEN_WARPS      4  /* Warps per CTA of the generic kernel. */
 #define MMA_WARPS      4  /* Warps per CTA of the tensor-core kernel. */
 #define DEC_NST        3  /* cp.async stages per warp (2 in flight while one is computed) */
-#define DEC_NST_DEEP   6  /* Deep-ring variant of the tensor-core kernel (one CTA per SM). */
 #define MERGE_INFLIGHT 16 /* partial loads in flight per thread in the folded merge */
 /* At least this many references per warp in a split. 2 gave 32 splits at batch 1 over 4k; 4
  * gives 16, measured faster on the H200 (2026-12-01: 16.3 against 19.0 us single launch, 12.7
@@ -644,6 +643,7 @@ __global__ void __launch_bounds__(MMA_WARPS * 32)
     decode_mma_kernel(const decode_params p, const lkv__dev_pe pe, const lkv__dev_slopes sl)
 {
     constexpr int W = MMA_WARPS;
+    static_assert(8 * D <= 8 * W * 32, "one 16-byte query load per thread");
     lkv__pdl_trigger(); /* The next kernel of the stream may start its prologue (plan option). */
     constexpr int G = 8;
     constexpr int STAGE = 2 * 16 * D; /* elements of K then V rows of one step */
@@ -714,6 +714,14 @@ __global__ void __launch_bounds__(MMA_WARPS * 32)
         issue(&qu.ref[s], &qu.t0[s]);
     }
 
+    /* The query chunk: one 16-byte load per thread (G * D <= 8 * threads here), issued before
+     * the sincos below so that its latency overlaps it. */
+    const int qi = 8 * (int)threadIdx.x;
+    const bool q_on = qi < nh * D;
+    uint4 qv = make_uint4(0u, 0u, 0u, 0u);
+    if (q_on) {
+        qv = __ldg((const uint4 *)((const T *)p.q + ((size_t)b * p.n_q + h0) * D + qi));
+    }
     /* The angles of the warp's first document while its first steps are in flight, not
      * after they land (frequencies straight from the kernel parameters; the shared copy is
      * written below). */
@@ -724,7 +732,18 @@ __global__ void __launch_bounds__(MMA_WARPS * 32)
             lkv__turn_sincos(delta, pe.freq_hi[j], pe.freq_lo[j], &csw[2 * j + 1], &csw[2 * j]);
         }
     }
-    dec_stage_q<T>((const T *)p.q + ((size_t)b * p.n_q + h0) * D, q_raw, nh * D, G * D);
+    if (qi < G * D) {
+        const uint32_t w4[4] = {qv.x, qv.y, qv.z, qv.w};
+        float f[8];
+#pragma unroll
+        for (int k = 0; k < 4; k++) {
+            const float2 x = lkv__elem<T>::to_f2(w4[k]);
+            f[2 * k] = x.x;
+            f[2 * k + 1] = x.y;
+        }
+        *(float4 *)(q_raw + qi) = make_float4(f[0], f[1], f[2], f[3]);
+        *(float4 *)(q_raw + qi + 4) = make_float4(f[4], f[5], f[6], f[7]);
+    }
     for (int j = threadIdx.x; j < pe.n_pairs; j += blockDim.x) {
         fhi[j] = pe.freq_hi[j];
         flo[j] = pe.freq_lo[j];
@@ -980,9 +999,9 @@ struct lkv_decode_plan {
     lkv_kv_shape shape;
     int batch, max_refs;
     int mma, G, head_chunks, L, n_splits, refs_per_split, threads;
-    int nst;     /* cp.async stages per warp (DEC_NST, or DEC_NST_DEEP for the deep variant). */
-    int pdl;     /* Launch with programmatic dependent launch (cfg->pdl). */
-    size_t smem; /* Dynamic shared memory per CTA. */
+    int nst;                 /* cp.async stages per warp of the tensor-core kernel (DEC_NST). */
+    int pdl;                 /* Launch with programmatic dependent launch (cfg->pdl). */
+    size_t smem;             /* Dynamic shared memory per CTA. */
     size_t off_lse, off_ctr; /* Workspace layout: part_o at 0, part_lse, counters. */
     size_t ws_need;          /* Workspace bytes (0 when n_splits == 1). */
     size_t n_ctr;            /* Counters: batch * n_kv * head_chunks. */
@@ -1026,7 +1045,7 @@ template <typename T, int NST> static void pick_mma(lkv_decode_plan *pl)
 template <typename T> static void pick_kernel(lkv_decode_plan *pl)
 {
     if (pl->mma) {
-        pl->nst == DEC_NST_DEEP ? pick_mma<T, DEC_NST_DEEP>(pl) : pick_mma<T, DEC_NST>(pl);
+        pick_mma<T, DEC_NST>(pl);
         return;
     }
     switch (pl->G) {
@@ -1086,13 +1105,9 @@ static int plan_fill(const lkv_decode_plan_cfg *cfg, lkv_decode_plan *pl)
     pl->L = pow2_at_least(d / 8);
     const int W = pl->mma ? MMA_WARPS : GEN_WARPS;
     pl->threads = W * 32;
-    /* Variant of the tensor-core kernel: the 3-stage ring (two CTAs per SM) unless the deep
-     * ring (6 stages, one CTA per SM: more bytes in flight per SM, but one CTA's prologue and
-     * epilogue leave the SM idle) is asked for. */
-    if (cfg->variant < 0 || cfg->variant > 2) {
-        return LKV_EINVAL;
-    }
-    pl->nst = (pl->mma && cfg->variant == 2) ? DEC_NST_DEEP : DEC_NST;
+    /* The ring depth is a template parameter of the tensor-core kernel; a 6-stage ring at one
+     * CTA per SM lost to 3 stages at two CTAs per SM at every batch (kernels/dev/README.md). */
+    pl->nst = DEC_NST;
     pl->pdl = cfg->pdl != 0;
     if (pl->mma) {
         pl->smem = (size_t)(8 * d + 256 + 2 * W * 8 + W * d) * sizeof(float) +

@@ -379,7 +379,6 @@ static void run_decode(int idx, const dec_cfg *c)
         pc.sm_scale = a.sm_scale;
         pc.flags = a.flags;
         pc.splits = c->splits;
-        pc.variant = (idx / 3) % 3; /* Every kernel variant (tensor-core head dims). */
         pc.pdl = (idx / 9) % 2;     /* And programmatic dependent launch on and off. */
         ws_bytes = lkv_decode_plan_workspace_bytes(&pc);
         rc = lkv_decode_plan_create(&pc, &plan);
@@ -401,7 +400,7 @@ static void run_decode(int idx, const dec_cfg *c)
            : path == 1 ? "one-shot+ws"
                        : "one-shot");
     if (path == 2) {
-        printf(" splits=%d variant=%d", splits, (idx / 3) % 3);
+        printf(" splits=%d pdl=%d", splits, (idx / 9) % 2);
     }
     printf("\n");
     double ta, tr;
@@ -477,7 +476,7 @@ static void run_decode(int idx, const dec_cfg *c)
  * sequences grow by references, new queries). Each replay's output (NaN-poisoned first) must be
  * bitwise equal to uncaptured launches of the same plan, and three layers per step are checked
  * against the CPU reference. */
-static void run_graph(int dt, int d, int hq, int hkv, int pe_which, int B, int variant, int pdl)
+static void run_graph(int dt, int d, int hq, int hkv, int pe_which, int B, int pdl)
 {
     enum { LAYERS = 32, BATCH = 2, STEPS = 4, DOCS = 3 };
     lkv_kv_shape s = {LAYERS, hq, hkv, d, dt, B};
@@ -500,7 +499,6 @@ static void run_graph(int dt, int d, int hq, int hkv, int pe_which, int B, int v
     pc.batch = BATCH;
     pc.max_refs_per_seq = max_refs;
     pc.sm_scale = 1.0f / sqrtf((float)d);
-    pc.variant = variant;
     pc.pdl = pdl;
     lkv_decode_plan *plan = NULL;
     int rc = lkv_decode_plan_create(&pc, &plan);
@@ -589,10 +587,10 @@ static void run_graph(int dt, int d, int hq, int hkv, int pe_which, int B, int v
         for (size_t i = 0; i < nq; i++) {
             diff += og[i] != oe[i];
         }
-        printf("graph %s d=%d hq=%d hkv=%d %s B=%d layers=%d batch=%d variant %d pdl %d step %d "
+        printf("graph %s d=%d hq=%d hkv=%d %s B=%d layers=%d batch=%d pdl %d step %d "
                "splits=%d "
                "refs=%d/%d: replay vs eager %zu differing elements %s\n",
-               dtype_name(dt), d, hq, hkv, pen, B, LAYERS, BATCH, variant, pdl, step,
+               dtype_name(dt), d, hq, hkv, pen, B, LAYERS, BATCH, pdl, step,
                lkv_decode_plan_splits(plan), off[1], off[2] - off[1], diff,
                diff == 0 ? "PASS" : "FAIL");
         ok = ok && diff == 0;
@@ -1083,11 +1081,11 @@ int main(int argc, char **argv)
         c.splits = forced[i];
         run_decode(idx++, &c);
     }
-    run_graph(LKV_DTYPE_BF16, 128, 32, 8, 3, 16, 0, 0);
-    run_graph(LKV_DTYPE_BF16, 128, 32, 8, 3, 16, 0, 1);
-    run_graph(LKV_DTYPE_BF16, 128, 32, 8, 1, 16, 2, 1);
-    run_graph(LKV_DTYPE_F16, 64, 16, 2, 5, 5, 0, 1);
-    run_graph(LKV_DTYPE_BF16, 8, 8, 4, 1, 16, 0, 0);
+    run_graph(LKV_DTYPE_BF16, 128, 32, 8, 3, 16, 0);
+    run_graph(LKV_DTYPE_BF16, 128, 32, 8, 3, 16, 1);
+    run_graph(LKV_DTYPE_BF16, 128, 32, 8, 1, 16, 1);
+    run_graph(LKV_DTYPE_F16, 64, 16, 2, 5, 5, 1);
+    run_graph(LKV_DTYPE_BF16, 8, 8, 4, 1, 16, 0);
     idx = 0;
     const pf_cfg fixed_pf[] = {
         {LKV_DTYPE_BF16, 128, 32, 8, 3, 16, 64, 5, 400, 0},
