@@ -1231,34 +1231,32 @@ extern "C" int lkv_decode_plan_create(const lkv_decode_plan_cfg *cfg, lkv_decode
     void *ws = cfg->workspace;
     if (pl->ws_need > 0) {
         if (ws == NULL) {
-            cudaError_t ce = cudaMalloc(&ws, pl->ws_need);
-            if (ce != cudaSuccess) {
-                LKV_LOGE("cudaMalloc(%zu) for a decode plan: %s", pl->ws_need,
-                         cudaGetErrorString(ce));
-                free(pl);
-                return LKV_ECUDA;
+            rc = LKV__CUDA_RC(cudaMalloc(&ws, pl->ws_need));
+            if (rc != 0) {
+                goto fail;
             }
             pl->ws_owned = 1;
         } else if (cfg->workspace_bytes < pl->ws_need) {
-            free(pl);
-            return LKV_EINVAL;
+            rc = LKV_EINVAL;
+            goto fail;
         }
-        cudaError_t ce = cudaMemset((char *)ws + pl->off_ctr, 0, pl->n_ctr * sizeof(int));
-        if (ce == cudaSuccess) {
-            ce = cudaDeviceSynchronize();
+        rc = LKV__CUDA_RC(cudaMemset((char *)ws + pl->off_ctr, 0, pl->n_ctr * sizeof(int)));
+        if (rc == 0) {
+            rc = LKV__CUDA_RC(cudaDeviceSynchronize());
         }
-        if (ce != cudaSuccess) {
-            LKV_LOGE("zeroing the decode plan counters: %s", cudaGetErrorString(ce));
-            if (pl->ws_owned) {
-                cudaFree(ws);
-            }
-            free(pl);
-            return LKV_ECUDA;
+        if (rc != 0) {
+            goto fail;
         }
     }
     plan_bind(pl, ws);
     *out = pl;
     return 0;
+fail:
+    if (pl->ws_owned) {
+        cudaFree(ws);
+    }
+    free(pl);
+    return rc;
 }
 
 extern "C" void lkv_decode_plan_destroy(lkv_decode_plan *plan)
