@@ -21,14 +21,16 @@
  * shapes, counts, flags; device data such as refs is not validated), LKV_ECUDA for a CUDA error
  * (logged with file:line). Kernel faults surface at the next synchronising CUDA call.
  *
- * Split-KV workspace. Decode and prefill split long key ranges over several CTAs and merge
- * the partial results by log-sum-exp in a second kernel. The partials need device scratch of
- * lkv_attn_*_cuda_workspace() bytes. Pass it (workspace, workspace_bytes) to keep every call
- * allocation-free and stream-safe (one workspace serves one stream at a time; decode and
- * prefill may share it). With workspace == NULL the launcher uses one process-wide
- * cached cudaMalloc buffer that grows on demand (a grow frees the old buffer, which
- * synchronises the device); that buffer is shared, so NULL is only for single-stream use
- * (tests, tools). Nothing else is allocated per call.
+ * Split-KV workspace. Decode and prefill split long key ranges over several CTAs and merge the
+ * partial results by log-sum-exp: decode inside the same launch (the last CTA of a sequence
+ * merges; the decode plan owns or borrows its workspace, see below), prefill in a second
+ * kernel. The one-shot launchers need device scratch of lkv_attn_*_cuda_workspace() bytes: pass
+ * it (workspace, workspace_bytes) to keep the call allocation-free and stream-safe (one
+ * workspace serves one stream at a time; decode and prefill may share it). With workspace ==
+ * NULL they use one process-wide cached cudaMalloc buffer that grows on demand (a grow frees the
+ * old buffer, which synchronises the device); that buffer is shared, so NULL is only for
+ * single-stream use (tests, tools). The one-shot decode also plans on every call and zeroes the
+ * merge counters with a cudaMemsetAsync: model runners use a decode plan instead.
  */
 #ifndef LKV_ATTN_CUDA_H
 #define LKV_ATTN_CUDA_H
@@ -53,7 +55,7 @@ extern "C" {
  * next launch without any host work.
  *
  * lkv_decode_plan_run then launches one layer: no allocation, no environment lookup, no
- * locking, no host synchronisation, no CUDA call other than the kernel launch, so it can be
+ * locking, no host synchronisation, no CUDA call but the launch and cudaGetLastError, so it can be
  * captured in a CUDA graph (stream capture) and replayed. The per-step data (q_pos, refs,
  * ref_offset, q) are device buffers the caller rewrites between replays; a captured graph keeps
  * the pointers given at capture time. Constraint per run: every sequence has at most the
@@ -116,8 +118,9 @@ int lkv_decode_plan_ctas(const lkv_decode_plan *plan);
 
 /* Launches one layer of decode on stream (a cudaStream_t; NULL = legacy default stream).
  * refs and arena may be NULL only when no sequence has a reference. Returns 0 (launch
- * accepted), LKV_EINVAL (NULL plan/args, q, q_pos, ref_offset or out NULL, layer out of range,
- * page_bytes not a multiple of 16 or < lkv_block_bytes), LKV_ECUDA (launch error). */
+ * accepted), LKV_EINVAL (NULL plan/args, q, q_pos, ref_offset or out NULL, q, out or arena not
+ * 16-byte aligned, layer out of range, page_bytes not a multiple of 16 or < lkv_block_bytes),
+ * LKV_ECUDA (launch error). */
 int lkv_decode_plan_run(const lkv_decode_plan *plan, const lkv_decode_run_args *a, void *stream);
 
 /* ---------------------------------------------------------------- one-shot launchers

@@ -1,14 +1,21 @@
 /*
  * lkv_decode.cu: LazyAttention decode on CUDA (one query token per sequence, paged KV).
  *
- * Work split. One CTA of W warps per (split, kv head x head chunk, sequence). A head
- * chunk is up to G query heads of one GQA group (so each K/V slab is read once per chunk and
- * shared by its heads; bigger groups, e.g. MQA with 32 heads, take several chunks). A split is
- * a contiguous range of the sequence's block references; inside a CTA, warp w takes
- * references w, w + W, ... of that range. When the grid of (kv heads x chunks x sequences) is
- * too small to fill the GPU (batch 1, long context), the references are split over several
- * CTAs (about one wave of two CTAs per SM) and the fp32 partials merged by log-sum-exp in a
- * second kernel (lkv__merge_launch).
+ * Plan, then run (lkv_attn_cuda.h). lkv_decode_plan_create fixes everything that depends only
+ * on the batch composition: kernel, grid, split factor (from the SM count and the kernel's
+ * occupancy), tables, workspace; lkv_decode_plan_run fills the per-layer pointers and launches
+ * one kernel, nothing else, so a model's decode step can be captured in a CUDA graph.
+ *
+ * Work split. One CTA of W warps (4) per (split, kv head x head chunk, sequence). A head chunk
+ * is up to G query heads of one GQA group (so each K/V slab is read once per chunk and shared
+ * by its heads; bigger groups, e.g. MQA with 32 heads, take several chunks). A split is a
+ * contiguous range of the sequence's block references; inside a CTA, warp w takes references
+ * w, w + W, ... of that range (dec_walk, the one reference walk of both kernels). When the grid
+ * of (kv heads x chunks x sequences) is too small to fill the GPU (batch 1, long context), the
+ * references are split over several CTAs (about one wave of two CTAs per SM, at least
+ * DEC_MIN_REFS references per warp) and merged in the same launch: every CTA writes its fp32
+ * partial and counts its arrival on the (sequence, chunk) counter; the last one merges the
+ * partials by log-sum-exp and resets the counter (dec_merge_last).
  *
  * Memory pipeline. Each warp streams its steps (up to 16 tokens of one block for the
  * tensor-core path, U * 32/L for the generic one) through its own ring of DEC_NST cp.async
@@ -30,13 +37,21 @@
  * Lazy RoPE (option B of kernels.md 5.2): keys are stored rotated at document-local positions,
  * so only the query is rotated, by q_pos - start, whenever the warp's walk enters a reference
  * with a new document start (the tensor-core path computes one sincos per pair per warp and
- * shares it through shared memory). Angles use the exact integer offset (hi/lo turns,
- * sincospif) and fp32 math; the softmax scale and log2(e) are folded in. The raw query is kept
- * in shared memory as fp32 so rotations never compound. ALiBi adds
- * slope * ((start + block * B + t) - q_pos), exact integers converted once.
+ * shares it through shared memory; the first document's while the first steps are in flight;
+ * full-width half-split and interleaved RoPE take branch-free fast paths). Angles use the exact
+ * integer offset (hi/lo turns, sincospif) and fp32 math; the softmax scale and log2(e) are folded
+ * in. The raw query is kept in shared memory as fp32 so rotations never compound. ALiBi adds slope
+ * * ((start + block * B + t) - q_pos), exact integers converted once.
  *
  * Softmax: log2 domain, online per step; the running max is uniform over the lanes that share
  * a head, so partial sums are on one scale and are reduced once at the end.
+ *
+ * Batch-1 latency (ncu on the H200, kernels/dev/README.md round 3): the query is staged with one
+ * 16-byte load per thread (a scalar loop was 29% of the stall samples); the kernels declare no
+ * static shared memory (it moved the swizzled ring off 128-byte alignment and doubled the L2
+ * sector requests of every cp.async); the merge's arrival is one acq_rel atomic per CTA after a
+ * barrier, not a fence per thread. Optional programmatic dependent launch (plan option) lets a
+ * run's metadata loads overlap the previous kernel.
  */
 #include <stdlib.h>
 

@@ -379,7 +379,7 @@ static void run_decode(int idx, const dec_cfg *c)
         pc.sm_scale = a.sm_scale;
         pc.flags = a.flags;
         pc.splits = c->splits;
-        pc.pdl = (idx / 9) % 2;     /* And programmatic dependent launch on and off. */
+        pc.pdl = (idx / 9) % 2; /* And programmatic dependent launch on and off. */
         ws_bytes = lkv_decode_plan_workspace_bytes(&pc);
         rc = lkv_decode_plan_create(&pc, &plan);
         if (rc != 0) {
@@ -643,6 +643,101 @@ static void run_graph(int dt, int d, int hq, int hkv, int pe_which, int B, int p
     free(ref_out);
     free(refs);
     arena_free(&ar);
+}
+
+/* ---------------------------------------------------------------- plan argument checks */
+
+/* The plan API refuses what it must: bad configurations at create, bad run arguments (NULL
+ * pointers, misaligned q/out, layer out of range, short pages) with LKV_EINVAL, f32 with
+ * LKV_ENOTSUP, a too small borrowed workspace; and a valid run still launches afterwards. */
+static void run_plan_checks(void)
+{
+    lkv_kv_shape s = {2, 32, 8, 128, LKV_DTYPE_BF16, 16};
+    lkv_posenc pe;
+    const char *pen;
+    make_pe(&pe, 0, 128, 32, &pen);
+    lkv_decode_plan_cfg c;
+    memset(&c, 0, sizeof c);
+    c.shape = s;
+    c.pe = &pe;
+    c.batch = 1;
+    c.max_refs_per_seq = 256;
+    c.sm_scale = 0.088f;
+    lkv_decode_plan *pl = NULL;
+    int ok = 1;
+    lkv_decode_plan_cfg bad = c;
+    bad.batch = 0;
+    ok = ok && lkv_decode_plan_create(&bad, &pl) == LKV_EINVAL && pl == NULL;
+    bad = c;
+    bad.shape.dtype = LKV_DTYPE_F32;
+    ok = ok && lkv_decode_plan_create(&bad, &pl) == LKV_ENOTSUP;
+    bad = c;
+    bad.flags = 0x80;
+    ok = ok && lkv_decode_plan_create(&bad, &pl) == LKV_EINVAL;
+    bad = c;
+    bad.sm_scale = NAN;
+    ok = ok && lkv_decode_plan_create(&bad, &pl) == LKV_EINVAL;
+    bad = c;
+    bad.shape.n_q_heads = 12; /* not a multiple of 8 kv heads */
+    ok = ok && lkv_decode_plan_create(&bad, &pl) == LKV_EINVAL;
+    const size_t need = lkv_decode_plan_workspace_bytes(&c);
+    void *ws = NULL;
+    CK(cudaMalloc(&ws, need + 16));
+    bad = c;
+    bad.workspace = ws;
+    bad.workspace_bytes = need - 1;
+    ok = ok && need > 0 && lkv_decode_plan_create(&bad, &pl) == LKV_EINVAL;
+    bad.workspace_bytes = need;
+    ok = ok && lkv_decode_plan_create(&bad, &pl) == 0 && lkv_decode_plan_splits(pl) > 1;
+    void *q, *out, *refs, *off, *pos, *ar;
+    const uint64_t pb = lkv_block_bytes(&s);
+    CK(cudaMalloc(&q, 32 * 128 * 2 + 16));
+    CK(cudaMalloc(&out, 32 * 128 * 2 + 16));
+    CK(cudaMalloc(&ar, pb));
+    CK(cudaMemset(ar, 0, pb));
+    uint64_t ref = lkv_ref_pack(0, 0, 0, 16);
+    int32_t offs[2] = {0, 1};
+    int64_t qp = 20;
+    refs = dev_copy(&ref, sizeof ref);
+    off = dev_copy(offs, sizeof offs);
+    pos = dev_copy(&qp, sizeof qp);
+    CK(cudaMemset(q, 0, 32 * 128 * 2 + 16));
+    lkv_decode_run_args r = {1, q, pos, ar, pb, refs, off, out, NULL};
+    lkv_decode_run_args b = r;
+    b.q = (const char *)q + 2;
+    ok = ok && lkv_decode_plan_run(pl, &b, NULL) == LKV_EINVAL;
+    b = r;
+    b.out = (char *)out + 8;
+    ok = ok && lkv_decode_plan_run(pl, &b, NULL) == LKV_EINVAL;
+    b = r;
+    b.layer = 2;
+    ok = ok && lkv_decode_plan_run(pl, &b, NULL) == LKV_EINVAL;
+    b = r;
+    b.page_bytes = pb - 16;
+    ok = ok && lkv_decode_plan_run(pl, &b, NULL) == LKV_EINVAL;
+    b = r;
+    b.q_pos = NULL;
+    ok = ok && lkv_decode_plan_run(pl, &b, NULL) == LKV_EINVAL;
+    ok = ok && lkv_decode_plan_run(NULL, &r, NULL) == LKV_EINVAL;
+    CK(cudaMemset(out, 0xff, 32 * 128 * 2)); /* NaN: every element must be written */
+    ok = ok && lkv_decode_plan_run(pl, &r, NULL) == 0;
+    CK(cudaDeviceSynchronize());
+    uint16_t o[32 * 128];
+    CK(cudaMemcpy(o, out, sizeof o, cudaMemcpyDeviceToHost));
+    for (int i = 0; i < 32 * 128; i++) {
+        ok = ok && o[i] == 0; /* zero keys and values: out 0, every element written */
+    }
+    printf("plan checks (invalid configs, runs, workspace) %s\n", ok ? "PASS" : "FAIL");
+    ok ? n_pass++ : n_fail++;
+    lkv_decode_plan_destroy(pl);
+    lkv_decode_plan_destroy(NULL);
+    cudaFree(ws);
+    cudaFree(q);
+    cudaFree(out);
+    cudaFree(ar);
+    cudaFree(refs);
+    cudaFree(off);
+    cudaFree(pos);
 }
 
 /* ---------------------------------------------------------------- prefill */
@@ -1081,6 +1176,7 @@ int main(int argc, char **argv)
         c.splits = forced[i];
         run_decode(idx++, &c);
     }
+    run_plan_checks();
     run_graph(LKV_DTYPE_BF16, 128, 32, 8, 3, 16, 0);
     run_graph(LKV_DTYPE_BF16, 128, 32, 8, 3, 16, 1);
     run_graph(LKV_DTYPE_BF16, 128, 32, 8, 1, 16, 1);
