@@ -71,6 +71,19 @@ static __device__ __forceinline__ void lkv__turn_sincos(float delta, float fhi, 
     sincospif(2.0f * r, s, c);
 }
 
+/* The same on the special-function unit: after the reduction |2 pi r| <= pi (+ a rounding),
+ * where __sincosf is accurate to about 2^-21.4 absolute (CUDA Programming Guide), so the
+ * angle error stays near 5e-7 rad, far below the 16-bit rounding of the rotated query it
+ * feeds. Used by the tensor-core decode, where the sincos sits on the batch-1 critical path. */
+static __device__ __forceinline__ void lkv__turn_sincos_fast(float delta, float fhi, float flo,
+                                                             float *s, float *c)
+{
+    float p = delta * fhi;
+    float e = fmaf(delta, fhi, -p) + delta * flo;
+    float r = (p - rintf(p)) + e;
+    __sincosf(6.28318530717958648f * r, s, c);
+}
+
 /* For element i of a head of a posenc with n_pairs rotated pairs: sets *pair and *partner and
  * returns +1 if i is the first element of its pair, -1 if the second, 0 if not rotated.
  * Rotation by angle a: first' = first*c - second*s, second' = second*c + first*s. */

@@ -744,7 +744,8 @@ __global__ void __launch_bounds__(MMA_WARPS * 32)
     if (cs_start >= 0) {
         const float delta = (float)(pos - cs_start);
         for (int j = lane; j < pe.n_pairs; j += 32) {
-            lkv__turn_sincos(delta, pe.freq_hi[j], pe.freq_lo[j], &csw[2 * j + 1], &csw[2 * j]);
+            lkv__turn_sincos_fast(delta, pe.freq_hi[j], pe.freq_lo[j], &csw[2 * j + 1],
+                                  &csw[2 * j]);
         }
     }
     if (qi < G * D) {
@@ -802,7 +803,7 @@ __global__ void __launch_bounds__(MMA_WARPS * 32)
                 cs_start = start;
                 const float delta = (float)(pos - start);
                 for (int j = lane; j < pe.n_pairs; j += 32) {
-                    lkv__turn_sincos(delta, fhi[j], flo[j], &csw[2 * j + 1], &csw[2 * j]);
+                    lkv__turn_sincos_fast(delta, fhi[j], flo[j], &csw[2 * j + 1], &csw[2 * j]);
                 }
             }
             __syncwarp();
