@@ -729,17 +729,22 @@ __global__ void __launch_bounds__(MMA_WARPS * 32)
         issue(&qu.ref[s], &qu.t0[s]);
     }
 
-    /* The query chunk: one 16-byte load per thread (G * D <= 8 * threads here), issued before
-     * the sincos below so that its latency overlaps it. */
-    const int qi = 8 * (int)threadIdx.x;
-    const bool q_on = qi < nh * D;
-    uint4 qv = make_uint4(0u, 0u, 0u, 0u);
-    if (q_on) {
-        qv = __ldg((const uint4 *)((const T *)p.q + ((size_t)b * p.n_q + h0) * D + qi));
+    /* This lane's raw query values, straight from global memory into registers: head gq of
+     * the chunk, the pairs of dims kk*16 + 2tq (+8) of every block kk, exactly the B-fragment
+     * elements it rotates and, for full-width RoPE, their partners. No shared staging, so no
+     * barrier before the loop (the staging barrier waited on these loads for every warp). */
+    const T *qg = (const T *)p.q + ((size_t)b * p.n_q + h0 + (gq < nh ? gq : 0)) * D;
+    uint32_t qraw[D / 16][2];
+#pragma unroll
+    for (int kk = 0; kk < D / 16; kk++) {
+#pragma unroll
+        for (int e2 = 0; e2 < 2; e2++) {
+            qraw[kk][e2] =
+                gq < nh ? __ldg((const unsigned int *)(qg + kk * 16 + 2 * tq + e2 * 8)) : 0u;
+        }
     }
     /* The angles of the warp's first document while its first steps are in flight, not
-     * after they land (frequencies straight from the kernel parameters; the shared copy is
-     * written below). */
+     * after they land (frequencies straight from the kernel parameters). */
     int64_t cs_start = first_start;
     if (cs_start >= 0) {
         const float delta = (float)(pos - cs_start);
@@ -748,23 +753,6 @@ __global__ void __launch_bounds__(MMA_WARPS * 32)
                                   &csw[2 * j]);
         }
     }
-    if (qi < G * D) {
-        const uint32_t w4[4] = {qv.x, qv.y, qv.z, qv.w};
-        float f[8];
-#pragma unroll
-        for (int k = 0; k < 4; k++) {
-            const float2 x = lkv__elem<T>::to_f2(w4[k]);
-            f[2 * k] = x.x;
-            f[2 * k + 1] = x.y;
-        }
-        *(float4 *)(q_raw + qi) = make_float4(f[0], f[1], f[2], f[3]);
-        *(float4 *)(q_raw + qi + 4) = make_float4(f[4], f[5], f[6], f[7]);
-    }
-    for (int j = threadIdx.x; j < pe.n_pairs; j += blockDim.x) {
-        fhi[j] = pe.freq_hi[j];
-        flo[j] = pe.freq_lo[j];
-    }
-    __syncthreads(); /* q_raw, fhi, flo */
     /* This lane's two head columns of S^T / O^T. */
     float slope[2];
 #pragma unroll
@@ -796,14 +784,14 @@ __global__ void __launch_bounds__(MMA_WARPS * 32)
         const int valid = min((int)lkv_ref_valid(ref), p.B);
         if (start != cur_start) {
             cur_start = start;
-            const float *xq = q_raw + gq * D;
             /* The warp's lanes share the pairs' angles: one sincos per pair, via smem (the
              * first document's were computed in the prologue). */
             if (start != cs_start) {
                 cs_start = start;
                 const float delta = (float)(pos - start);
                 for (int j = lane; j < pe.n_pairs; j += 32) {
-                    lkv__turn_sincos_fast(delta, fhi[j], flo[j], &csw[2 * j + 1], &csw[2 * j]);
+                    lkv__turn_sincos_fast(delta, pe.freq_hi[j], pe.freq_lo[j], &csw[2 * j + 1],
+                                          &csw[2 * j]);
                 }
             }
             __syncwarp();
@@ -813,22 +801,17 @@ __global__ void __launch_bounds__(MMA_WARPS * 32)
                  * i + D/2, so the fragments of blocks kk and kk + D/32 rotate together. */
 #pragma unroll
                 for (int kk = 0; kk < D / 32; kk++) {
-                    float lo[4], hi[4];
 #pragma unroll
                     for (int e2 = 0; e2 < 2; e2++) {
                         const int i = kk * 16 + 2 * tq + e2 * 8;
-                        const float2 x = *(const float2 *)(xq + i);
-                        const float2 xp = *(const float2 *)(xq + i + D / 2);
+                        const float2 x = lkv__elem<T>::to_f2(qraw[kk][e2]);
+                        const float2 xp = lkv__elem<T>::to_f2(qraw[kk + D / 32][e2]);
                         const float4 cs = *(const float4 *)(csw + 2 * i); /* c0 s0 c1 s1 */
-                        lo[2 * e2] = fmaf(-xp.x, cs.y, x.x * cs.x) * sc;
-                        hi[2 * e2] = fmaf(x.x, cs.y, xp.x * cs.x) * sc;
-                        lo[2 * e2 + 1] = fmaf(-xp.y, cs.w, x.y * cs.z) * sc;
-                        hi[2 * e2 + 1] = fmaf(x.y, cs.w, xp.y * cs.z) * sc;
+                        qb[kk][e2] = lkv__elem<T>::pack2(fmaf(-xp.x, cs.y, x.x * cs.x) * sc,
+                                                         fmaf(-xp.y, cs.w, x.y * cs.z) * sc);
+                        qb[kk + D / 32][e2] = lkv__elem<T>::pack2(
+                            fmaf(x.x, cs.y, xp.x * cs.x) * sc, fmaf(x.y, cs.w, xp.y * cs.z) * sc);
                     }
-                    qb[kk][0] = lkv__elem<T>::pack2(lo[0], lo[1]);
-                    qb[kk][1] = lkv__elem<T>::pack2(lo[2], lo[3]);
-                    qb[kk + D / 32][0] = lkv__elem<T>::pack2(hi[0], hi[1]);
-                    qb[kk + D / 32][1] = lkv__elem<T>::pack2(hi[2], hi[3]);
                 }
             } else if (pe.n_pairs == D / 2 && pe.pairing == LKV_ROPE_INTERLEAVED) {
                 /* Fast path, interleaved pairs over the whole head: a lane's two adjacent
@@ -838,7 +821,7 @@ __global__ void __launch_bounds__(MMA_WARPS * 32)
 #pragma unroll
                     for (int e2 = 0; e2 < 2; e2++) {
                         const int i = kk * 16 + 2 * tq + e2 * 8;
-                        const float2 x = *(const float2 *)(xq + i);
+                        const float2 x = lkv__elem<T>::to_f2(qraw[kk][e2]);
                         const float2 cs = *(const float2 *)(csw + i); /* pair i / 2: c, s */
                         qb[kk][e2] = lkv__elem<T>::pack2(fmaf(-x.y, cs.y, x.x * cs.x) * sc,
                                                          fmaf(x.x, cs.y, x.y * cs.x) * sc);
@@ -849,29 +832,36 @@ __global__ void __launch_bounds__(MMA_WARPS * 32)
                 for (int kk = 0; kk < D / 16; kk++) {
 #pragma unroll
                     for (int e2 = 0; e2 < 2; e2++) {
-                        const float2 x = *(const float2 *)(xq + kk * 16 + 2 * tq + e2 * 8);
+                        const float2 x = lkv__elem<T>::to_f2(qraw[kk][e2]);
                         qb[kk][e2] = lkv__elem<T>::pack2(x.x * sc, x.y * sc);
                     }
                 }
             } else {
+                /* Partial rotary: a partner may sit outside this lane's values; read it from
+                 * the query in global memory (L1/L2 resident; rare configurations). */
 #pragma unroll
                 for (int kk = 0; kk < D / 16; kk++) {
-                    float v[4];
 #pragma unroll
-                    for (int e = 0; e < 4; e++) {
-                        const int i = kk * 16 + 2 * tq + (e & 1) + (e >> 1) * 8;
-                        int pair = 0, partner = i;
-                        const int role = lkv__pair_of(i, pe.pairing, pe.n_pairs, &pair, &partner);
-                        float sn = 0.0f, cs = 1.0f;
-                        if (role != 0) {
-                            cs = csw[2 * pair];
-                            sn = csw[2 * pair + 1];
+                    for (int e2 = 0; e2 < 2; e2++) {
+                        const float2 x = lkv__elem<T>::to_f2(qraw[kk][e2]);
+                        float v[2];
+#pragma unroll
+                        for (int e1 = 0; e1 < 2; e1++) {
+                            const int i = kk * 16 + 2 * tq + e2 * 8 + e1;
+                            int pair = 0, partner = i;
+                            const int role =
+                                lkv__pair_of(i, pe.pairing, pe.n_pairs, &pair, &partner);
+                            float sn = 0.0f, cs = 1.0f, xp = 0.0f;
+                            if (role != 0) {
+                                cs = csw[2 * pair];
+                                sn = csw[2 * pair + 1];
+                                xp = gq < nh ? lkv__elem<T>::to_f(qg[partner]) : 0.0f;
+                            }
+                            const float xi = e1 ? x.y : x.x;
+                            v[e1] = fmaf(xp, role > 0 ? -sn : sn, xi * cs) * sc;
                         }
-                        const float xp = role != 0 ? xq[partner] : 0.0f;
-                        v[e] = fmaf(xp, role > 0 ? -sn : sn, xq[i] * cs) * sc;
+                        qb[kk][e2] = lkv__elem<T>::pack2(v[0], v[1]);
                     }
-                    qb[kk][0] = lkv__elem<T>::pack2(v[0], v[1]);
-                    qb[kk][1] = lkv__elem<T>::pack2(v[2], v[3]);
                 }
             }
             __syncwarp(); /* csw is rewritten at the next document. */
