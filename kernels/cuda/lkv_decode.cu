@@ -743,6 +743,16 @@ __global__ void __launch_bounds__(MMA_WARPS * 32)
                 gq < nh ? __ldg((const unsigned int *)(qg + kk * 16 + 2 * tq + e2 * 8)) : 0u;
         }
     }
+    /* The angles of the warp's first document while its first steps are in flight, not
+     * after they land (frequencies straight from the kernel parameters). */
+    int64_t cs_start = first_start;
+    if (cs_start >= 0) {
+        const float delta = (float)(pos - cs_start);
+        for (int j = lane; j < pe.n_pairs; j += 32) {
+            lkv__turn_sincos_fast(delta, pe.freq_hi[j], pe.freq_lo[j], &csw[2 * j + 1],
+                                  &csw[2 * j]);
+        }
+    }
     /* This lane's two head columns of S^T / O^T. */
     float slope[2];
 #pragma unroll
@@ -759,89 +769,7 @@ __global__ void __launch_bounds__(MMA_WARPS * 32)
         qb[mt][0] = qb[mt][1] = 0u;
     }
     float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};
-    /* The CTA's first document (that of its first reference, usually every warp's): the CTA
-     * rotates the query chunk once, each thread 4 pairs of one head (its own sincos, no shared
-     * table), into shared memory as 16-bit; one barrier; each warp then loads its B fragments.
-     * This takes ~240 dependent instructions off every warp's path to its first MMA. Warps
-     * whose first document differs, and later documents, rotate per warp (below). */
     int64_t cur_start = -1;
-    int64_t cs_start = -1;
-    const bool cta_rot =
-        pe.n_pairs == 0 || (pe.n_pairs == D / 2 &&
-                            (pe.pairing == LKV_ROPE_HALF || pe.pairing == LKV_ROPE_INTERLEAVED));
-    if (cta_rot && r0 < r1) {
-        const int64_t cst = lkv_ref_start(__ldg(p.refs + r0));
-        T *qsm = (T *)q_raw; /* [G][D] rotated, scaled, 16-bit */
-        const int tpr = D / 8, t = threadIdx.x;
-        if (t < G * tpr) {
-            const int h = t / tpr, j0 = (t - h * tpr) * 4;
-            const bool hon = h < nh;
-            const T *qh = (const T *)p.q + ((size_t)b * p.n_q + h0 + (hon ? h : 0)) * D;
-            const float sc = p.scale_log2, delta = (float)(pos - cst);
-            float sn[4], cs[4];
-#pragma unroll
-            for (int k = 0; k < 4; k++) {
-                sn[k] = 0.0f;
-                cs[k] = 1.0f;
-                if (pe.n_pairs != 0) {
-                    lkv__turn_sincos_fast(delta, pe.freq_hi[j0 + k], pe.freq_lo[j0 + k], &sn[k],
-                                          &cs[k]);
-                }
-            }
-            if (pe.n_pairs == 0 || pe.pairing == LKV_ROPE_HALF) {
-                /* Dims j0 .. j0+3 pair with j0+D/2 .. (with no rotation: plain copies). */
-                const uint2 ulo = hon ? __ldg((const uint2 *)(qh + j0)) : make_uint2(0u, 0u);
-                const uint2 uhi =
-                    hon ? __ldg((const uint2 *)(qh + j0 + D / 2)) : make_uint2(0u, 0u);
-                const float2 l0 = lkv__elem<T>::to_f2(ulo.x), l1 = lkv__elem<T>::to_f2(ulo.y);
-                const float2 u0 = lkv__elem<T>::to_f2(uhi.x), u1 = lkv__elem<T>::to_f2(uhi.y);
-                const float x[4] = {l0.x, l0.y, l1.x, l1.y}, xp[4] = {u0.x, u0.y, u1.x, u1.y};
-                float lo[4], hi[4];
-#pragma unroll
-                for (int k = 0; k < 4; k++) {
-                    lo[k] = fmaf(-xp[k], sn[k], x[k] * cs[k]) * sc;
-                    hi[k] = fmaf(x[k], sn[k], xp[k] * cs[k]) * sc;
-                }
-                *(uint2 *)(qsm + h * D + j0) = make_uint2(lkv__elem<T>::pack2(lo[0], lo[1]),
-                                                          lkv__elem<T>::pack2(lo[2], lo[3]));
-                *(uint2 *)(qsm + h * D + j0 + D / 2) = make_uint2(
-                    lkv__elem<T>::pack2(hi[0], hi[1]), lkv__elem<T>::pack2(hi[2], hi[3]));
-            } else {
-                /* Interleaved: dims 2j0 .. 2j0+7 are the pairs j0 .. j0+3. */
-                const uint4 u =
-                    hon ? __ldg((const uint4 *)(qh + 2 * j0)) : make_uint4(0u, 0u, 0u, 0u);
-                const uint32_t w4[4] = {u.x, u.y, u.z, u.w};
-                uint32_t r4[4];
-#pragma unroll
-                for (int k = 0; k < 4; k++) {
-                    const float2 x = lkv__elem<T>::to_f2(w4[k]);
-                    r4[k] = lkv__elem<T>::pack2(fmaf(-x.y, sn[k], x.x * cs[k]) * sc,
-                                                fmaf(x.x, sn[k], x.y * cs[k]) * sc);
-                }
-                *(uint4 *)(qsm + h * D + 2 * j0) = make_uint4(r4[0], r4[1], r4[2], r4[3]);
-            }
-        }
-        __syncthreads();
-#pragma unroll
-        for (int kk = 0; kk < D / 16; kk++) {
-#pragma unroll
-            for (int e2 = 0; e2 < 2; e2++) {
-                qb[kk][e2] = *(const uint32_t *)(qsm + gq * D + kk * 16 + 2 * tq + e2 * 8);
-            }
-        }
-        cur_start = cst;
-    } else {
-        /* The angles of the warp's first document while its first steps are in flight, not
-         * after they land (frequencies straight from the kernel parameters). */
-        cs_start = first_start;
-        if (cs_start >= 0) {
-            const float delta = (float)(pos - cs_start);
-            for (int j = lane; j < pe.n_pairs; j += 32) {
-                lkv__turn_sincos_fast(delta, pe.freq_hi[j], pe.freq_lo[j], &csw[2 * j + 1],
-                                      &csw[2 * j]);
-            }
-        }
-    }
     int cslot = 0;
     for (;;) {
         uint64_t nref, ref;
