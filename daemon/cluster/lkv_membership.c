@@ -4,10 +4,11 @@
  *
  * State: one table of members under m->mu. Each entry has the time it was last seen answering
  * (last_ok_ms), whether a health probe is in flight, and which sources know it (etcd / static /
- * dns). The membership thread ticks every min(health_interval / 2, 100) ms: it (re)registers in
- * etcd when the session is down, sends keep-alives, re-resolves DNS, starts health probes and
- * marks members DOWN. Probe answers and etcd stream messages arrive on the peer engine's
- * thread and update the table under the same lock. on_change runs with no lock held.
+ * dns). The membership thread ticks every min(health_interval / 2, 100) ms: it re-resolves DNS,
+ * starts health probes and marks members DOWN. In mode etcd a second thread keeps the session
+ * (registration, keep-alives): registering blocks up to a second per step while etcd is away,
+ * which must not delay health. Probe answers and etcd stream messages arrive on the peer
+ * engine's thread and update the table under the same lock. on_change runs with no lock held.
  *
  * etcd session: LeaseGrant(ttl) -> Put(prefix+id, record, lease) -> Range(prefix) (replaces the
  * etcd-known members) -> Watch(prefix, start_revision = Range revision + 1) and a
@@ -59,7 +60,7 @@ struct lkv_membership {
     char prefix[128], etcd[512], members[4096], dns[256];
     pthread_mutex_t mu;
     pthread_cond_t cv;
-    pthread_t th;
+    pthread_t th, etcd_th; /* Health + DNS; etcd session (mode etcd). */
     int stop;
     entry *tab; /* LKV_MEMBERS_MAX entries. */
     size_t n;
@@ -177,6 +178,9 @@ static void upsert_locked(lkv_membership *m, const lkv_member *mb, unsigned src)
         return;
     }
     e->src |= src;
+    if (e->mb.self) {
+        return; /* Our own record is ours: a static list or DNS only confirms it. */
+    }
     if (strcmp(e->mb.addr, mb->addr) != 0 || strcmp(e->mb.version, mb->version) != 0 ||
         e->mb.hot_bytes != mb->hot_bytes) {
         LKV_LOGI("cluster: member %s record changed (addr %s, version %s, hot %" PRIu64 " bytes)",
@@ -519,7 +523,7 @@ static void etcd_drop_locked(lkv_membership *m)
         pthread_cond_wait(&m->cv, &m->mu);
     }
     m->session_lost = 0;
-    if (was) {
+    if (was && !m->stop) {
         LKV_LOGW("cluster: etcd session lost; serving local data, registering again");
     }
 }
@@ -779,6 +783,38 @@ static void dns_refresh(lkv_membership *m)
 
 /* ---- thread ------------------------------------------------------------------------------ */
 
+/* Waits on m->cv for ms (mu held). */
+static void nap_locked(lkv_membership *m, int64_t ms)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    ts.tv_nsec += ms * 1000000;
+    ts.tv_sec += ts.tv_nsec / 1000000000;
+    ts.tv_nsec %= 1000000000;
+    pthread_cond_timedwait(&m->cv, &m->mu, &ts);
+}
+
+/* The etcd thread: registration blocks (1 s deadlines), so it is not the health thread. */
+static void *etcd_main(void *arg)
+{
+    lkv_membership *m = arg;
+    int64_t next_reg = 0;
+    pthread_mutex_lock(&m->mu);
+    while (!m->stop) {
+        int64_t now = now_ms();
+        etcd_tick_locked(m, now);
+        if (!m->session && now >= next_reg && !m->stop) {
+            pthread_mutex_unlock(&m->mu);
+            int rc = etcd_register(m);
+            pthread_mutex_lock(&m->mu);
+            next_reg = rc == 0 ? 0 : now_ms() + 1000;
+        }
+        nap_locked(m, 50);
+    }
+    pthread_mutex_unlock(&m->mu);
+    return NULL;
+}
+
 static void *membership_main(void *arg)
 {
     lkv_membership *m = arg;
@@ -789,19 +825,10 @@ static void *membership_main(void *arg)
     if (tick < 10) {
         tick = 10;
     }
-    int64_t next_reg = 0;
     pthread_mutex_lock(&m->mu);
     while (!m->stop) {
         int64_t now = now_ms();
-        if (m->cfg.mode == LKV_CLUSTER_ETCD) {
-            etcd_tick_locked(m, now);
-            if (!m->session && now >= next_reg && !m->stop) {
-                pthread_mutex_unlock(&m->mu);
-                int rc = etcd_register(m);
-                pthread_mutex_lock(&m->mu);
-                next_reg = rc == 0 ? 0 : now_ms() + 1000;
-            }
-        } else if (m->cfg.mode == LKV_CLUSTER_DNS && now >= m->dns_next_ms) {
+        if (m->cfg.mode == LKV_CLUSTER_DNS && now >= m->dns_next_ms) {
             m->dns_next_ms = now + (int64_t)m->cfg.dns_refresh_ms;
             pthread_mutex_unlock(&m->mu);
             dns_refresh(m);
@@ -809,12 +836,7 @@ static void *membership_main(void *arg)
         }
         health_tick_locked(m, now_ms());
         announce_locked(m);
-        struct timespec ts;
-        clock_gettime(CLOCK_REALTIME, &ts);
-        ts.tv_nsec += tick * 1000000;
-        ts.tv_sec += ts.tv_nsec / 1000000000;
-        ts.tv_nsec %= 1000000000;
-        pthread_cond_timedwait(&m->cv, &m->mu, &ts);
+        nap_locked(m, tick);
     }
     pthread_mutex_unlock(&m->mu);
     return NULL;
@@ -884,7 +906,8 @@ int lkv_membership_start(const lkv_membership_config *cfg, lkv_membership **out,
         }
     }
     m->changed = 0;
-    if (pthread_create(&m->th, NULL, membership_main, m) != 0) {
+    if (pthread_create(&m->th, NULL, membership_main, m) != 0 ||
+        (cfg->mode == LKV_CLUSTER_ETCD && pthread_create(&m->etcd_th, NULL, etcd_main, m) != 0)) {
         free(m->tab);
         free(m);
         snprintf(err, errlen, "cluster: cannot start the membership thread");
@@ -910,6 +933,9 @@ void lkv_membership_stop(lkv_membership *m)
     pthread_cond_broadcast(&m->cv);
     pthread_mutex_unlock(&m->mu);
     pthread_join(m->th, NULL);
+    if (m->cfg.mode == LKV_CLUSTER_ETCD) {
+        pthread_join(m->etcd_th, NULL);
+    }
     pthread_mutex_lock(&m->mu);
     int64_t lease = m->session ? m->lease_id : 0;
     etcd_drop_locked(m);
