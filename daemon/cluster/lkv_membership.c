@@ -65,7 +65,8 @@ struct lkv_membership {
     entry *tab; /* LKV_MEMBERS_MAX entries. */
     size_t n;
     uint64_t epoch;
-    int changed; /* A change not yet announced through on_change. */
+    int changed;      /* A change not yet announced through on_change. */
+    int hook_running; /* on_change calls in progress. */
     chan_ent chans[MAX_CHANS];
     size_t n_chans;
     int probes_in_flight; /* Health probes (engine callbacks still to come). */
@@ -246,11 +247,30 @@ static void announce_locked(lkv_membership *m)
         return;
     }
     m->changed = 0;
-    if (m->cfg.on_change != NULL) {
+    void (*fn)(void *) = m->cfg.on_change;
+    void *ctx = m->cfg.ctx;
+    if (fn != NULL) {
+        m->hook_running++;
         pthread_mutex_unlock(&m->mu);
-        m->cfg.on_change(m->cfg.ctx);
+        fn(ctx);
         pthread_mutex_lock(&m->mu);
+        if (--m->hook_running == 0) {
+            pthread_cond_broadcast(&m->cv);
+        }
     }
+}
+
+void lkv_membership_set_hook(lkv_membership *m, void (*fn)(void *ctx), void *ctx)
+{
+    pthread_mutex_lock(&m->mu);
+    m->cfg.on_change = fn;
+    m->cfg.ctx = ctx;
+    /* Clearing: wait for a hook call in progress, so its ctx may be freed after this. */
+    while (fn == NULL && m->hook_running > 0) {
+        pthread_cond_wait(&m->cv, &m->mu);
+    }
+    m->changed = 1;
+    pthread_mutex_unlock(&m->mu);
 }
 
 lkv_peer_chan *lkv_membership_chan(lkv_membership *m, const char *addr)

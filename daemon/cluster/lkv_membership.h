@@ -90,6 +90,10 @@ typedef struct lkv_membership lkv_membership; /* Opaque. */
 int lkv_membership_start(const lkv_membership_config *cfg, lkv_membership **out, char *err,
                          size_t errlen);
 
+/* Sets (or clears, fn NULL) the on_change hook after start (thread-safe; a call already
+ * running may still use the old hook until it returns). */
+void lkv_membership_set_hook(lkv_membership *m, void (*fn)(void *ctx), void *ctx);
+
 /* Stops the thread, revokes the etcd lease (best effort, 500 ms), frees m. NULL allowed. */
 void lkv_membership_stop(lkv_membership *m);
 

@@ -1,0 +1,740 @@
+/*
+ * lkv_cluster.c: membership + router + the routing of cache calls + the Cluster method (see
+ * lkv_cluster.h).
+ *
+ * Forwarding a Lookup: the refs are grouped by owner (a ref that cannot be routed, a key
+ * without route or an unknown profile, goes with this member's group); if every ref is ours the
+ * call is served here. Otherwise the call parks (lkv_rpc_defer) and one LookupRequest per group
+ * goes out on the peer engine (our own group too, to our own address: it is then an internal
+ * call, served locally, so the merge is uniform), each with the time left of the caller's
+ * deadline less a margin, so an owner that does not answer (SIGSTOP) still leaves time to say
+ * so. The last answer merges the groups in request order and finishes the parked call
+ * (lkv_rpc_finish_deferred) from the engine thread. A group whose owner failed with
+ * UNAVAILABLE or DEADLINE_EXCEEDED is reported absent, MISS_CAUSE_OWNER_DOWN; another error fails
+ * the call with it.
+ */
+#include "lkv_cluster.h"
+
+#include <inttypes.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <sodium.h>
+
+#include "lazykv/v1/cache.pb-c.h"
+#include "lkv_err.h"
+#include "lkv_log.h"
+#include "lkv_membership.h"
+#include "lkv_peer.h"
+#include "lkv_route.h"
+#include "lkv_router.h"
+
+#define TOKEN_MAX  512
+#define MAX_GROUPS 16
+#define MARGIN_MS  30
+
+typedef struct prof_fp {
+    char name[64];
+    uint8_t fp[LKV_ROUTE_FP_BYTES];
+} prof_fp;
+
+struct lkv_cluster {
+    int mode; /* enum lkv_cluster_mode. */
+    const lkv_config *cfg;
+    lkv_store *store;
+    const lkv_auth *auth;
+    char version[32];
+    char self_addr[LKV_MEMBER_ADDR_MAX];
+    char token[TOKEN_MAX]; /* The cluster token ("" in mode none). */
+    char bearer[TOKEN_MAX + 8];
+    uint8_t token_hash[32]; /* BLAKE2b of "Bearer <token>": compared in constant time. */
+    int n_prof;
+    prof_fp prof[LKV_CONFIG_MAX_PROFILES];
+    lkv_peer_engine *eng;
+    lkv_membership *mem;
+    lkv_router *router;
+    pthread_mutex_t mu; /* Guards mem (leave). */
+};
+
+static int mode_of(const char *s)
+{
+    if (strcmp(s, "etcd") == 0) {
+        return LKV_CLUSTER_ETCD;
+    }
+    if (strcmp(s, "static") == 0) {
+        return LKV_CLUSTER_STATIC;
+    }
+    if (strcmp(s, "dns") == 0) {
+        return LKV_CLUSTER_DNS;
+    }
+    return LKV_CLUSTER_NONE;
+}
+
+static const char *mode_name(int mode)
+{
+    static const char *const n[] = {"none", "etcd", "static", "dns"};
+    return mode >= 0 && mode <= 3 ? n[mode] : "none";
+}
+
+static int read_token(const char *path, char *out, size_t len, char *err, size_t errlen)
+{
+    FILE *f = fopen(path, "r");
+    if (f == NULL) {
+        snprintf(err, errlen, "option 'cluster_token_file': cannot read %s", path);
+        return LKV_ECONFIG;
+    }
+    size_t n = fread(out, 1, len - 1, f);
+    fclose(f);
+    out[n] = '\0';
+    while (n > 0 && (out[n - 1] == '\n' || out[n - 1] == '\r' || out[n - 1] == ' ')) {
+        out[--n] = '\0';
+    }
+    if (n < 16 || strpbrk(out, "\r\n ") != NULL) {
+        snprintf(err, errlen,
+                 "option 'cluster_token_file': %s must hold one token of at least 16 characters "
+                 "(e.g. python3 -m lazykv.tenant new cluster)",
+                 path);
+        return LKV_ECONFIG;
+    }
+    return 0;
+}
+
+int lkv_cluster_create(const lkv_config *cfg, lkv_store *store, const lkv_auth *auth,
+                       const char *version, lkv_cluster **out, char *err, size_t errlen)
+{
+    *out = NULL;
+    lkv_cluster *c = lkv_xcalloc(1, sizeof(*c));
+    c->cfg = cfg;
+    c->store = store;
+    c->auth = auth;
+    c->mode = mode_of(cfg->cluster_mode);
+    pthread_mutex_init(&c->mu, NULL);
+    snprintf(c->version, sizeof(c->version), "%s", version);
+    for (int i = 0; i < cfg->n_profiles && i < LKV_CONFIG_MAX_PROFILES; i++) {
+        snprintf(c->prof[i].name, sizeof(c->prof[i].name), "%s", cfg->profiles[i].name);
+        memcpy(c->prof[i].fp, cfg->profiles[i].fingerprint, LKV_ROUTE_FP_BYTES);
+        c->n_prof++;
+    }
+    if (c->mode != LKV_CLUSTER_NONE) {
+        if (read_token(cfg->cluster_token_file, c->token, sizeof(c->token), err, errlen) != 0) {
+            free(c);
+            return LKV_ECONFIG;
+        }
+        snprintf(c->bearer, sizeof(c->bearer), "Bearer %s", c->token);
+        crypto_generichash(c->token_hash, sizeof(c->token_hash), (const uint8_t *)c->bearer,
+                           strlen(c->bearer), NULL, 0);
+        /* The cluster token must not also be a tenant's token. */
+        const lkv_tenant *t = NULL;
+        char msg[256];
+        int arc = lkv_auth_check(auth, c->bearer, strlen(c->bearer), 0, LKV_ROLE_DATA, &t, msg,
+                                 (int)sizeof(msg));
+        if ((arc == 0 || arc == LKV_EPERM) && t != NULL) {
+            snprintf(err, errlen,
+                     "option 'cluster_token_file': the cluster token is tenant \"%s\"'s token",
+                     t->name);
+            free(c);
+            return LKV_ECONFIG;
+        }
+    }
+    *out = c;
+    return 0;
+}
+
+int lkv_cluster_enabled(const lkv_cluster *c)
+{
+    return c != NULL && c->mode != LKV_CLUSTER_NONE;
+}
+
+int lkv_cluster_start(lkv_cluster *c, const char *bound, char *err, size_t errlen)
+{
+    const lkv_config *cfg = c->cfg;
+    const char *adv = cfg->cluster_advertise[0] ? cfg->cluster_advertise : bound;
+    snprintf(c->self_addr, sizeof(c->self_addr), "%s", adv);
+    if (c->mode == LKV_CLUSTER_NONE) {
+        return 0;
+    }
+    if (strncmp(adv, "0.0.0.0:", 8) == 0 || strncmp(adv, "[::]:", 5) == 0) {
+        snprintf(err, errlen,
+                 "option 'cluster_advertise': required when listening on %s (the address peers "
+                 "and clients reach this member at, e.g. the pod IP)",
+                 adv);
+        return LKV_ECONFIG;
+    }
+    if (lkv_peer_engine_create(&c->eng) != 0) {
+        snprintf(err, errlen, "cluster: cannot start the peer engine");
+        return LKV_ECONFIG;
+    }
+    lkv_membership_config mc = {.mode = c->mode,
+                                .self_id = cfg->cluster_id,
+                                .self_addr = c->self_addr,
+                                .version = c->version,
+                                .hot_bytes = cfg->hot_bytes,
+                                .etcd = cfg->cluster_etcd,
+                                .prefix = cfg->cluster_prefix,
+                                .lease_ttl_s = (int)((cfg->cluster_lease_ttl_ms + 999) / 1000),
+                                .members = cfg->cluster_members,
+                                .dns = cfg->cluster_dns,
+                                .dns_refresh_ms = cfg->cluster_dns_refresh_ms,
+                                .health_interval_ms = cfg->cluster_health_interval_ms,
+                                .down_after_ms = cfg->cluster_down_after_ms,
+                                .engine = c->eng};
+    /* The router needs the membership and the membership's on_change the router: start the
+     * membership with no hook, then create the router and set the hook. */
+    lkv_membership *m = NULL;
+    if (lkv_membership_start(&mc, &m, err, errlen) != 0) {
+        return LKV_ECONFIG;
+    }
+    lkv_router_create(m, &c->router);
+    lkv_membership_set_hook(m, lkv_router_refresh, c->router);
+    lkv_router_refresh(c->router);
+    pthread_mutex_lock(&c->mu);
+    c->mem = m;
+    pthread_mutex_unlock(&c->mu);
+    return 0;
+}
+
+void lkv_cluster_leave(lkv_cluster *c)
+{
+    if (c == NULL) {
+        return;
+    }
+    pthread_mutex_lock(&c->mu);
+    lkv_membership *m = c->mem;
+    c->mem = NULL;
+    pthread_mutex_unlock(&c->mu);
+    if (m != NULL) {
+        lkv_membership_set_hook(m, NULL, NULL);
+        lkv_membership_stop(m);
+        lkv_router_destroy(c->router);
+        c->router = NULL;
+    }
+}
+
+void lkv_cluster_destroy(lkv_cluster *c)
+{
+    if (c == NULL) {
+        return;
+    }
+    lkv_cluster_leave(c);
+    lkv_peer_engine_destroy(c->eng);
+    pthread_mutex_destroy(&c->mu);
+    sodium_memzero(c->token, sizeof(c->token));
+    sodium_memzero(c->bearer, sizeof(c->bearer));
+    free(c);
+}
+
+/* ---- admission --------------------------------------------------------------------------- */
+
+static int is_cluster_token(const lkv_cluster *c, const char *authz)
+{
+    if (c->mode == LKV_CLUSTER_NONE || authz == NULL) {
+        return 0;
+    }
+    uint8_t h[32];
+    crypto_generichash(h, sizeof(h), (const uint8_t *)authz, strlen(authz), NULL, 0);
+    return sodium_memcmp(h, c->token_hash, sizeof(h)) == 0;
+}
+
+/* 1 if rpc carries the cluster credential (so lkv_cluster_admit admitted it as internal). */
+static int is_internal(const lkv_cluster *c, lkv_rpc *rpc)
+{
+    char buf[TOKEN_MAX + 16];
+    if (c->mode == LKV_CLUSTER_NONE ||
+        lkv_rpc_metadata(rpc, "authorization", buf, sizeof(buf)) < 0) {
+        return 0;
+    }
+    return is_cluster_token(c, buf);
+}
+
+int lkv_cluster_admit(lkv_cluster *c, lkv_rpc *rpc, const char *authz, const lkv_tenant **out)
+{
+    if (c == NULL || !is_cluster_token(c, authz)) {
+        return 0;
+    }
+    static const char *const allowed[] = {"/lazykv.v1.Cache/Put",     "/lazykv.v1.Cache/Lookup",
+                                          "/lazykv.v1.Cache/Get",     "/lazykv.v1.Cache/Delete",
+                                          "/lazykv.v1.Cache/Cluster", NULL};
+    const char *path = lkv_rpc_method(rpc);
+    int ok = strncmp(path, "/grpc.health.v1.Health/", 23) == 0;
+    for (int i = 0; !ok && allowed[i] != NULL; i++) {
+        ok = strcmp(path, allowed[i]) == 0;
+    }
+    if (!ok) {
+        return lkv_rpc_errorf(rpc, LKV_EPERM, "the cluster credential does not grant %s", path);
+    }
+    char name[LKV_TENANT_NAME_MAX];
+    const lkv_tenant *t;
+    if (lkv_rpc_metadata(rpc, LKV_CLUSTER_TENANT_MD, name, sizeof(name)) < 0) {
+        t = lkv_auth_default_tenant(c->auth);
+    } else if (strcmp(name, LKV_AUTH_DEFAULT_TENANT) == 0) {
+        t = lkv_auth_default_tenant(c->auth);
+    } else {
+        t = lkv_auth_find(c->auth, name);
+    }
+    if (t == NULL) {
+        return lkv_rpc_errorf(rpc, LKV_EUNAUTH, "cluster call for unknown tenant \"%.64s\"", name);
+    }
+    *out = t;
+    return 1;
+}
+
+/* ---- routing ----------------------------------------------------------------------------- */
+
+static const prof_fp *prof_find(const lkv_cluster *c, const char *name)
+{
+    for (int i = 0; name != NULL && i < c->n_prof; i++) {
+        if (strcmp(c->prof[i].name, name) == 0) {
+            return &c->prof[i];
+        }
+    }
+    return NULL;
+}
+
+/* The routing hash of a ref: 1 and *route, or 0 if it cannot be routed. */
+static int ref_route(const lkv_cluster *c, const Lazykv__V1__DocRef *d, uint64_t *route)
+{
+    if (d == NULL) {
+        return 0;
+    }
+    if (d->tokens != NULL) {
+        const prof_fp *p = prof_find(c, d->tokens->profile);
+        if (p == NULL || d->tokens->n_token_ids == 0) {
+            return 0;
+        }
+        *route = lkv_route_hash(p->fp, d->tokens->token_ids, d->tokens->n_token_ids);
+        return 1;
+    }
+    if (d->route != 0) {
+        *route = d->route;
+        return 1;
+    }
+    return 0;
+}
+
+/* Owner of route: 1 self (or unroutable), 0 other (addr, id filled). */
+static int owner_of(lkv_cluster *c, uint64_t route, char *addr, size_t len, char *id, size_t idl)
+{
+    if (c->router == NULL) {
+        return 1;
+    }
+    int rc = lkv_router_owner(c->router, route, addr, len, id, idl);
+    return rc == 0 ? 0 : 1;
+}
+
+struct fwd;
+
+typedef struct group {
+    struct fwd *f;
+    char addr[LKV_MEMBER_ADDR_MAX];
+    size_t n;
+    size_t *idx;               /* Indices into the original request. */
+    Lazykv__V1__DocRef **refs; /* Borrowed from the original request while it lives. */
+    Lazykv__V1__LookupResponse *resp;
+    int rc;
+    char msg[256];
+} group;
+
+typedef struct fwd {
+    lkv_cluster *c;
+    lkv_rpc_ticket t;
+    pthread_mutex_t mu;
+    int pending;
+    size_t n;
+    int n_groups;
+    group g[MAX_GROUPS];
+    /* Of the original refs, kept for OWNER_DOWN answers: the key (if the ref had one). */
+    uint8_t (*keys)[32];
+    uint8_t *has_key;
+    Lazykv__V1__DeleteResponse *del;
+    int del_rc;
+} fwd;
+
+static void fwd_free(fwd *f)
+{
+    for (int i = 0; i < f->n_groups; i++) {
+        free(f->g[i].idx);
+        free(f->g[i].refs);
+        if (f->g[i].resp != NULL) {
+            protobuf_c_message_free_unpacked(&f->g[i].resp->base, NULL);
+        }
+    }
+    free(f->keys);
+    free(f->has_key);
+    pthread_mutex_destroy(&f->mu);
+    free(f);
+}
+
+static void lookup_merge(fwd *f)
+{
+    Lazykv__V1__DocStatus **docs = lkv_xcalloc(f->n, sizeof(*docs));
+    Lazykv__V1__DocStatus *down = lkv_xcalloc(f->n, sizeof(*down));
+    for (int gi = 0; gi < f->n_groups; gi++) {
+        group *g = &f->g[gi];
+        if (g->rc != 0 && g->rc != LKV_EUNAVAIL && g->rc != LKV_ETIMEDOUT) {
+            lkv_rpc_finish_deferred(f->t, g->rc, NULL, "forwarded to %s: %s", g->addr, g->msg);
+            free(docs);
+            free(down);
+            return;
+        }
+        if (g->rc == 0 && (g->resp == NULL || g->resp->n_docs != g->n)) {
+            lkv_rpc_finish_deferred(f->t, LKV_EPROTO, NULL,
+                                    "forwarded to %s: the owner answered %zu documents, not %zu",
+                                    g->addr, g->resp ? g->resp->n_docs : 0, g->n);
+            free(docs);
+            free(down);
+            return;
+        }
+        for (size_t j = 0; j < g->n; j++) {
+            size_t i = g->idx[j];
+            if (g->rc == 0) {
+                docs[i] = g->resp->docs[j];
+            } else {
+                lazykv__v1__doc_status__init(&down[i]);
+                down[i].present = 0;
+                down[i].tier = LAZYKV__V1__TIER__TIER_ABSENT;
+                down[i].miss_cause = LAZYKV__V1__MISS_CAUSE__MISS_CAUSE_OWNER_DOWN;
+                if (f->has_key[i]) {
+                    down[i].key.data = f->keys[i];
+                    down[i].key.len = 32;
+                }
+                docs[i] = &down[i];
+            }
+        }
+    }
+    Lazykv__V1__LookupResponse out = LAZYKV__V1__LOOKUP_RESPONSE__INIT;
+    out.n_docs = f->n;
+    out.docs = docs;
+    lkv_rpc_finish_deferred(f->t, 0, &out.base, NULL);
+    free(docs);
+    free(down);
+}
+
+static void lookup_part_done(void *arg, int rc, const char *msg, ProtobufCMessage *resp)
+{
+    group *g = arg;
+    fwd *f = g->f;
+    g->rc = rc;
+    g->resp = (Lazykv__V1__LookupResponse *)resp;
+    snprintf(g->msg, sizeof(g->msg), "%s", msg != NULL ? msg : "");
+    if (rc != 0) {
+        LKV_LOGI("cluster: forwarded Lookup to %s failed: %s (%s)", g->addr, g->msg,
+                 lkv_err_name(rc));
+    }
+    pthread_mutex_lock(&f->mu);
+    int last = --f->pending == 0;
+    pthread_mutex_unlock(&f->mu);
+    if (last) {
+        lookup_merge(f);
+        fwd_free(f);
+    }
+}
+
+/* Forwarded calls' metadata: the cluster credential and the caller's tenant. */
+static size_t fwd_md(const lkv_cluster *c, lkv_rpc *rpc, lkv_peer_md md[2])
+{
+    const lkv_tenant *t = lkv_rpc_principal(rpc);
+    md[0].key = "authorization";
+    md[0].value = c->bearer;
+    md[1].key = LKV_CLUSTER_TENANT_MD;
+    md[1].value = t != NULL ? t->name : LKV_AUTH_DEFAULT_TENANT;
+    return 2;
+}
+
+/* The deadline a forwarded call gets: what the caller has left, less a margin to answer. */
+static int64_t fwd_deadline(lkv_rpc *rpc)
+{
+    int64_t left = lkv_rpc_deadline_left_ms(rpc);
+    if (left == INT64_MAX) {
+        return 30000;
+    }
+    /* Keep a fifth of what is left (30..500 ms) to answer for an owner that stays silent. */
+    int64_t margin = left / 5;
+    margin = margin < MARGIN_MS ? MARGIN_MS : margin > 500 ? 500 : margin;
+    if (left > 2 * margin) {
+        return left - margin;
+    }
+    return left > 2 ? left / 2 : 1;
+}
+
+static int route_lookup(lkv_cluster *c, lkv_rpc *rpc, const Lazykv__V1__LookupRequest *req)
+{
+    size_t n = req->n_docs;
+    if (n == 0 || n > 100000) {
+        return 0; /* The service refuses it. */
+    }
+    char addr[LKV_MEMBER_ADDR_MAX], id[LKV_MEMBER_ID_MAX];
+    int *owner = lkv_xcalloc(n, sizeof(*owner)); /* Group index. */
+    fwd *f = lkv_xcalloc(1, sizeof(*f));
+    f->c = c;
+    f->n = n;
+    pthread_mutex_init(&f->mu, NULL);
+    int remote = 0;
+    for (size_t i = 0; i < n; i++) {
+        uint64_t route = 0;
+        const char *a = c->self_addr;
+        if (ref_route(c, req->docs[i], &route) &&
+            owner_of(c, route, addr, sizeof(addr), id, sizeof(id)) == 0) {
+            a = addr;
+            remote = 1;
+        }
+        int gi = -1;
+        for (int k = 0; k < f->n_groups && gi < 0; k++) {
+            if (strcmp(f->g[k].addr, a) == 0) {
+                gi = k;
+            }
+        }
+        if (gi < 0) {
+            if (f->n_groups == MAX_GROUPS) {
+                gi = 0; /* More owners than groups (huge clusters): fold into the first. */
+            } else {
+                gi = f->n_groups++;
+                f->g[gi].f = f;
+                snprintf(f->g[gi].addr, sizeof(f->g[gi].addr), "%s", a);
+            }
+        }
+        owner[i] = gi;
+        f->g[gi].n++;
+    }
+    if (!remote) {
+        free(owner);
+        fwd_free(f);
+        return 0;
+    }
+    f->keys = lkv_xcalloc(n, 32);
+    f->has_key = lkv_xcalloc(n, 1);
+    for (int k = 0; k < f->n_groups; k++) {
+        f->g[k].idx = lkv_xcalloc(f->g[k].n, sizeof(size_t));
+        f->g[k].refs = lkv_xcalloc(f->g[k].n, sizeof(*f->g[k].refs));
+        f->g[k].n = 0;
+    }
+    for (size_t i = 0; i < n; i++) {
+        group *g = &f->g[owner[i]];
+        g->idx[g->n] = i;
+        g->refs[g->n] = req->docs[i];
+        g->n++;
+        const Lazykv__V1__DocRef *d = req->docs[i];
+        if (d != NULL && d->key.len == 32) {
+            memcpy(f->keys[i], d->key.data, 32);
+            f->has_key[i] = 1;
+        }
+    }
+    free(owner);
+    int rc = lkv_rpc_defer(rpc, &f->t);
+    lkv_peer_md md[2];
+    size_t n_md = fwd_md(c, rpc, md);
+    int64_t dl = fwd_deadline(rpc);
+    f->pending = f->n_groups + 1; /* + 1: this loop, so no answer frees f under it. */
+    int started = 0;
+    for (int k = 0; k < f->n_groups; k++) {
+        group *g = &f->g[k];
+        Lazykv__V1__LookupRequest sub = LAZYKV__V1__LOOKUP_REQUEST__INIT;
+        sub.n_docs = g->n;
+        sub.docs = g->refs;
+        lkv_peer_chan *ch = lkv_membership_chan(c->mem, g->addr);
+        int src = lkv_peer_unary(ch, "/lazykv.v1.Cache/Lookup", &sub.base,
+                                 &lazykv__v1__lookup_response__descriptor, md, n_md, dl,
+                                 lookup_part_done, g);
+        if (src != 0) {
+            /* Not started: count it as an unreachable owner at once. */
+            g->rc = LKV_EUNAVAIL;
+            snprintf(g->msg, sizeof(g->msg), "cannot start the call: %s", lkv_strerror(src));
+            pthread_mutex_lock(&f->mu);
+            int last = --f->pending == 0;
+            pthread_mutex_unlock(&f->mu);
+            if (last) {
+                lookup_merge(f);
+                fwd_free(f);
+                return rc;
+            }
+        } else {
+            started++;
+        }
+    }
+    (void)started; /* refs borrowed the request: every call above packed its copy already. */
+    pthread_mutex_lock(&f->mu);
+    int last = --f->pending == 0;
+    pthread_mutex_unlock(&f->mu);
+    if (last) {
+        lookup_merge(f);
+        fwd_free(f);
+    }
+    return rc;
+}
+
+typedef struct del_fwd {
+    lkv_rpc_ticket t;
+    char addr[LKV_MEMBER_ADDR_MAX];
+} del_fwd;
+
+static void delete_done(void *arg, int rc, const char *msg, ProtobufCMessage *resp)
+{
+    del_fwd *d = arg;
+    if (rc == 0) {
+        lkv_rpc_finish_deferred(d->t, 0, resp, NULL);
+        protobuf_c_message_free_unpacked(resp, NULL);
+    } else {
+        lkv_rpc_finish_deferred(d->t, rc, NULL, "forwarded to the owner %s: %s", d->addr, msg);
+    }
+    free(d);
+}
+
+static int route_delete(lkv_cluster *c, lkv_rpc *rpc, const Lazykv__V1__DeleteRequest *req)
+{
+    uint64_t route;
+    char addr[LKV_MEMBER_ADDR_MAX], id[LKV_MEMBER_ID_MAX];
+    if (!ref_route(c, req->doc, &route) ||
+        owner_of(c, route, addr, sizeof(addr), id, sizeof(id)) != 0) {
+        return 0;
+    }
+    del_fwd *d = lkv_xcalloc(1, sizeof(*d));
+    snprintf(d->addr, sizeof(d->addr), "%s", addr);
+    int rc = lkv_rpc_defer(rpc, &d->t);
+    lkv_peer_md md[2];
+    size_t n_md = fwd_md(c, rpc, md);
+    int src = lkv_peer_unary(lkv_membership_chan(c->mem, addr), "/lazykv.v1.Cache/Delete",
+                             &req->base, &lazykv__v1__delete_response__descriptor, md, n_md,
+                             fwd_deadline(rpc), delete_done, d);
+    if (src != 0) {
+        lkv_rpc_finish_deferred(d->t, LKV_EUNAVAIL, NULL, "cannot forward to %s: %s", addr,
+                                lkv_strerror(src));
+        free(d);
+    }
+    return rc;
+}
+
+static int redirect(lkv_cluster *c, lkv_rpc *rpc, const char *what, uint64_t route)
+{
+    char addr[LKV_MEMBER_ADDR_MAX], id[LKV_MEMBER_ID_MAX];
+    if (owner_of(c, route, addr, sizeof(addr), id, sizeof(id)) != 0) {
+        return 0;
+    }
+    uint64_t epoch = 0;
+    lkv_router_live(c->router, &epoch);
+    return lkv_rpc_errorf(rpc, LKV_ENOTOWNER,
+                          "%s: this member does not own the document; member %s at %s does "
+                          "(cluster view %" PRIu64 "): send the call there (see Cache/Cluster)",
+                          what, id, addr, epoch);
+}
+
+int lkv_cluster_route(void *ctx, lkv_rpc *rpc, const ProtobufCMessage *req)
+{
+    lkv_cluster *c = ctx;
+    if (c == NULL || c->mode == LKV_CLUSTER_NONE || c->router == NULL || req == NULL ||
+        is_internal(c, rpc)) {
+        return 0;
+    }
+    const ProtobufCMessageDescriptor *d = req->descriptor;
+    uint64_t route;
+    if (d == &lazykv__v1__lookup_request__descriptor) {
+        return route_lookup(c, rpc, (const Lazykv__V1__LookupRequest *)req);
+    }
+    if (d == &lazykv__v1__delete_request__descriptor) {
+        return route_delete(c, rpc, (const Lazykv__V1__DeleteRequest *)req);
+    }
+    if (d == &lazykv__v1__get_request__descriptor) {
+        const Lazykv__V1__GetRequest *g = (const Lazykv__V1__GetRequest *)req;
+        return ref_route(c, g->doc, &route) ? redirect(c, rpc, "Get", route) : 0;
+    }
+    if (d == &lazykv__v1__put_request__descriptor) {
+        const Lazykv__V1__PutRequest *p = (const Lazykv__V1__PutRequest *)req;
+        if (p->header == NULL) {
+            return 0;
+        }
+        const prof_fp *pf = prof_find(c, p->header->profile);
+        if (pf == NULL || p->header->n_token_ids == 0) {
+            return 0;
+        }
+        route = lkv_route_hash(pf->fp, p->header->token_ids, p->header->n_token_ids);
+        return redirect(c, rpc, "Put", route);
+    }
+    return 0;
+}
+
+/* ---- the Cluster method ------------------------------------------------------------------ */
+
+static int cluster_rpc(void *svc, lkv_rpc *rpc, const ProtobufCMessage *m)
+{
+    lkv_cluster *c = svc;
+    (void)m;
+    lkv_store_stats st;
+    lkv_store_stats_get(c->store, &st);
+    size_t cap = LKV_MEMBERS_MAX;
+    lkv_member *mb = lkv_xcalloc(cap, sizeof(*mb));
+    size_t n = 0;
+    uint64_t epoch = 0;
+    pthread_mutex_lock(&c->mu);
+    if (c->mem != NULL) {
+        n = lkv_membership_snapshot(c->mem, mb, cap, NULL);
+        if (n > cap) {
+            n = cap;
+        }
+        lkv_router_live(c->router, &epoch);
+    }
+    if (n == 0) {
+        n = 1;
+        snprintf(mb[0].id, sizeof(mb[0].id), "%s", c->self_addr);
+        snprintf(mb[0].addr, sizeof(mb[0].addr), "%s", c->self_addr);
+        snprintf(mb[0].version, sizeof(mb[0].version), "%s", c->version);
+        mb[0].hot_bytes = c->cfg->hot_bytes;
+        mb[0].state = LKV_MEMBER_UP;
+        mb[0].self = 1;
+    }
+    Lazykv__V1__ClusterMember *cm = lkv_xcalloc(n, sizeof(*cm));
+    Lazykv__V1__ClusterMember **cmp = lkv_xcalloc(n, sizeof(*cmp));
+    for (size_t i = 0; i < n; i++) {
+        lazykv__v1__cluster_member__init(&cm[i]);
+        cm[i].id = mb[i].id;
+        cm[i].addr = mb[i].addr;
+        cm[i].version = mb[i].version;
+        cm[i].hot_bytes = mb[i].hot_bytes;
+        cm[i].state = (char *)lkv_member_state_name(mb[i].state);
+        cm[i].self = mb[i].self;
+        cm[i].share = c->router != NULL ? lkv_router_share(c->router, mb[i].id) : 1.0;
+        if (mb[i].self) {
+            cm[i].hot_used_bytes = st.hot_bytes;
+            cm[i].cold_used_bytes = st.cold_bytes;
+            cm[i].hot_docs = st.hot_docs;
+            cm[i].cold_docs = st.cold_docs;
+        }
+        cmp[i] = &cm[i];
+    }
+    int etcd_up = c->mem != NULL && c->mode == LKV_CLUSTER_ETCD && lkv_membership_etcd_up(c->mem);
+    pthread_mutex_unlock(&c->mu);
+    Lazykv__V1__ClusterProfile *cp = lkv_xcalloc((size_t)c->n_prof + 1, sizeof(*cp));
+    Lazykv__V1__ClusterProfile **cpp = lkv_xcalloc((size_t)c->n_prof + 1, sizeof(*cpp));
+    for (int i = 0; i < c->n_prof; i++) {
+        lazykv__v1__cluster_profile__init(&cp[i]);
+        cp[i].name = c->prof[i].name;
+        cp[i].fingerprint.data = c->prof[i].fp;
+        cp[i].fingerprint.len = LKV_ROUTE_FP_BYTES;
+        cpp[i] = &cp[i];
+    }
+    Lazykv__V1__ClusterResponse r = LAZYKV__V1__CLUSTER_RESPONSE__INIT;
+    r.mode = (char *)mode_name(c->mode);
+    r.epoch = epoch;
+    r.n_members = n;
+    r.members = cmp;
+    r.n_profiles = (size_t)c->n_prof;
+    r.profiles = cpp;
+    r.etcd_up = etcd_up;
+    int rc = lkv_rpc_reply(rpc, &r.base);
+    free(cm);
+    free(cmp);
+    free(cp);
+    free(cpp);
+    free(mb);
+    return rc;
+}
+
+int lkv_cluster_methods(lkv_cluster *c, lkv_method *out)
+{
+    lkv_method m = {.path = "/lazykv.v1.Cache/Cluster",
+                    .kind = LKV_RPC_UNARY,
+                    .req_desc = &lazykv__v1__cluster_request__descriptor,
+                    .svc = c,
+                    .unary = cluster_rpc};
+    out[0] = m;
+    return LKV_CLUSTER_METHODS;
+}
