@@ -270,6 +270,11 @@ int main(int argc, char **argv)
                        LKV_HEALTH_METHODS];
     int n = 0;
     n += lkv_cache_svc_methods(&cache, methods + n);
+    for (int i = 0; i < n; i++) {
+        if (strcmp(methods[i].path, "/lazykv.v1.Cache/Get") == 0) {
+            lkv_cluster_set_get(g_cluster, &methods[i]); /* Moved documents: lkv_transfer.h. */
+        }
+    }
     n += lkv_cluster_methods(g_cluster, methods + n);
     n += lkv_admin_svc_methods(&admin, methods + n);
     n += lkv_health_methods(&health, methods + n);

@@ -17,6 +17,7 @@
 
 #include <inttypes.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -24,16 +25,21 @@
 #include <sodium.h>
 
 #include "lazykv/v1/cache.pb-c.h"
+#include "lkv_dockey.h"
 #include "lkv_err.h"
 #include "lkv_log.h"
 #include "lkv_membership.h"
 #include "lkv_peer.h"
 #include "lkv_route.h"
 #include "lkv_router.h"
+#include "lkv_transfer.h"
 
 #define TOKEN_MAX  512
 #define MAX_GROUPS 16
 #define MARGIN_MS  30
+/* A Get that misses here fetches from the member that owned the document before this one
+ * joined, during this long after the live set changed. */
+#define TRANSFER_WINDOW_MS 120000
 
 typedef struct prof_fp {
     char name[64];
@@ -55,7 +61,10 @@ struct lkv_cluster {
     lkv_peer_engine *eng;
     lkv_membership *mem;
     lkv_router *router;
-    pthread_mutex_t mu; /* Guards mem (leave). */
+    pthread_mutex_t mu;      /* Guards mem (leave). */
+    const lkv_method *get_m; /* The cache service's Get (transfers), or NULL. */
+    lkv_transport xport;     /* How moved documents are fetched (gRPC streaming). */
+    _Atomic uint64_t xfer_ok, xfer_failed;
 };
 
 static int mode_of(const char *s)
@@ -147,6 +156,11 @@ int lkv_cluster_enabled(const lkv_cluster *c)
     return c != NULL && c->mode != LKV_CLUSTER_NONE;
 }
 
+static lkv_peer_chan *chan_of(void *ctx, const char *addr)
+{
+    return lkv_membership_chan(ctx, addr);
+}
+
 int lkv_cluster_start(lkv_cluster *c, const char *bound, char *err, size_t errlen)
 {
     const lkv_config *cfg = c->cfg;
@@ -187,6 +201,7 @@ int lkv_cluster_start(lkv_cluster *c, const char *bound, char *err, size_t errle
         return LKV_ECONFIG;
     }
     lkv_router_create(m, &c->router);
+    lkv_transfer_grpc(&c->xport, chan_of, m);
     lkv_membership_set_hook(m, lkv_router_refresh, c->router);
     lkv_router_refresh(c->router);
     pthread_mutex_lock(&c->mu);
@@ -218,7 +233,8 @@ void lkv_cluster_destroy(lkv_cluster *c)
         return;
     }
     lkv_cluster_leave(c);
-    lkv_peer_engine_destroy(c->eng);
+    lkv_peer_engine_destroy(c->eng); /* Transfers still running end here (their calls too). */
+    lkv_transport_free(&c->xport);
     pthread_mutex_destroy(&c->mu);
     sodium_memzero(c->token, sizeof(c->token));
     sodium_memzero(c->bearer, sizeof(c->bearer));
@@ -618,9 +634,119 @@ static int redirect(lkv_cluster *c, lkv_rpc *rpc, const char *what, uint64_t rou
                           what, id, addr, epoch);
 }
 
+/* ---- transfer of moved documents (pull on a miss) --------------------------------------- */
+
+static _Thread_local int tl_bypass; /* Set while a resumed Get re-runs the service's start. */
+
+void lkv_cluster_set_get(lkv_cluster *c, const lkv_method *get)
+{
+    c->get_m = get;
+}
+
+void lkv_cluster_transfer_counts(const lkv_cluster *c, uint64_t *ok, uint64_t *failed)
+{
+    *ok = atomic_load(&c->xfer_ok);
+    *failed = atomic_load(&c->xfer_failed);
+}
+
+typedef struct pull {
+    lkv_cluster *c;
+    lkv_rpc_ticket t;
+    char *profile;
+    uint32_t *tokens;
+    size_t n;
+} pull;
+
+static void pull_free(pull *p)
+{
+    free(p->profile);
+    free(p->tokens);
+    free(p);
+}
+
+/* The parked Get's continuation: the service's own start, now that the document is here (or
+ * not: then it is a plain miss). */
+static int resume_get(void *svc, lkv_rpc *rpc, void *arg)
+{
+    pull *p = arg;
+    Lazykv__V1__TokenDoc td = LAZYKV__V1__TOKEN_DOC__INIT;
+    td.profile = p->profile;
+    td.n_token_ids = p->n;
+    td.token_ids = p->tokens;
+    Lazykv__V1__DocRef ref = LAZYKV__V1__DOC_REF__INIT;
+    ref.tokens = &td;
+    Lazykv__V1__GetRequest req = LAZYKV__V1__GET_REQUEST__INIT;
+    req.doc = &ref;
+    tl_bypass = 1;
+    int rc = p->c->get_m->start(svc, rpc, &req.base);
+    tl_bypass = 0;
+    pull_free(p);
+    return rc;
+}
+
+static void pull_done(void *arg, int rc)
+{
+    pull *p = arg;
+    atomic_fetch_add(rc == 0 ? &p->c->xfer_ok : &p->c->xfer_failed, 1);
+    if (rc == 0) {
+        LKV_LOGD("cluster: fetched a moved document (%zu tokens) from its previous owner", p->n);
+    }
+    if (lkv_rpc_resume(p->t, resume_get, p) != 0) {
+        pull_free(p); /* The call ended meanwhile (deadline, cancel). */
+    }
+}
+
+/* A Get by tokens that we own and miss, whose previous owner is live: park, fetch, resume. */
+static int try_pull(lkv_cluster *c, lkv_rpc *rpc, const Lazykv__V1__GetRequest *g, uint64_t route)
+{
+    const Lazykv__V1__TokenDoc *td = g->doc != NULL ? g->doc->tokens : NULL;
+    char prev[LKV_MEMBER_ADDR_MAX];
+    /* Where it came from: the owner among the others (a document moves to a member when that
+     * member joins). Only for a while after the live set changed, so that steady-state misses
+     * do not pay a round trip each. */
+    if (c->get_m == NULL || td == NULL || td->n_token_ids == 0 ||
+        lkv_router_changed_ms_ago(c->router) > TRANSFER_WINDOW_MS ||
+        lkv_router_owner_without_self(c->router, route, prev, sizeof(prev)) != 0) {
+        return 0;
+    }
+    const prof_fp *pf = prof_find(c, td->profile);
+    const lkv_tenant *t = lkv_rpc_principal(rpc);
+    if (pf == NULL || t == NULL) {
+        return 0;
+    }
+    lkv_dockey key;
+    lkv_dockey_compute(t->salt, pf->fp, td->token_ids, (uint32_t)td->n_token_ids, &key);
+    if (lkv_store_tier(c->store, &key) != LKV_TIER_NONE) {
+        return 0;
+    }
+    pull *p = lkv_xcalloc(1, sizeof(*p));
+    p->c = c;
+    p->profile = lkv_xstrdup(td->profile);
+    p->n = td->n_token_ids;
+    p->tokens = lkv_xmalloc(p->n * sizeof(*p->tokens));
+    memcpy(p->tokens, td->token_ids, p->n * sizeof(*p->tokens));
+    int rc = lkv_rpc_defer(rpc, &p->t);
+    void *sink =
+        lkv_transfer_store_sink(c->store, t->salt, p->profile, p->tokens, p->n, pull_done, p);
+    lkv_transfer_doc d = {.profile = p->profile,
+                          .tokens = p->tokens,
+                          .n_tokens = p->n,
+                          .tenant = t->name,
+                          .bearer = c->bearer,
+                          .deadline_ms = fwd_deadline(rpc)};
+    int frc = c->xport.fetch(c->xport.impl, prev, &d, &lkv_transfer_store_sink_ops, sink);
+    if (frc != 0) {
+        lkv_transfer_store_sink_ops.end(sink, frc); /* -> pull_done: resumes as a plain miss. */
+    }
+    return rc;
+}
+
 int lkv_cluster_route(void *ctx, lkv_rpc *rpc, const ProtobufCMessage *req)
 {
     lkv_cluster *c = ctx;
+    if (tl_bypass) {
+        return 0;
+    }
     if (c == NULL || c->mode == LKV_CLUSTER_NONE || c->router == NULL || req == NULL ||
         is_internal(c, rpc)) {
         return 0;
@@ -635,7 +761,11 @@ int lkv_cluster_route(void *ctx, lkv_rpc *rpc, const ProtobufCMessage *req)
     }
     if (d == &lazykv__v1__get_request__descriptor) {
         const Lazykv__V1__GetRequest *g = (const Lazykv__V1__GetRequest *)req;
-        return ref_route(c, g->doc, &route) ? redirect(c, rpc, "Get", route) : 0;
+        if (!ref_route(c, g->doc, &route)) {
+            return 0;
+        }
+        int rc = redirect(c, rpc, "Get", route);
+        return rc != 0 ? rc : try_pull(c, rpc, g, route);
     }
     if (d == &lazykv__v1__put_request__descriptor) {
         const Lazykv__V1__PutRequest *p = (const Lazykv__V1__PutRequest *)req;

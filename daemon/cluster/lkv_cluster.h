@@ -77,6 +77,17 @@ int lkv_cluster_admit(lkv_cluster *c, lkv_rpc *rpc, const char *authz, const lkv
 /* The cache service's route hook (ctx = the cluster); see the file comment. */
 int lkv_cluster_route(void *ctx, lkv_rpc *rpc, const ProtobufCMessage *req);
 
+/* The cache service's Get method (borrowed until destroy). Moved documents: a Get by tokens
+ * that this member owns and misses, within 2 minutes of a change of the live set, first asks
+ * the member that would own it without us (where a document came from when we joined), with
+ * an internal Get streamed over gRPC (lkv_transfer.h); what arrives is stored here and the
+ * parked call continues with this method's start (so it is served, or a plain miss if the
+ * other member had nothing). NULL (default): no transfers. */
+void lkv_cluster_set_get(lkv_cluster *c, const lkv_method *get);
+
+/* Documents fetched from a previous owner so far, and fetches that failed. */
+void lkv_cluster_transfer_counts(const lkv_cluster *c, uint64_t *ok, uint64_t *failed);
+
 /* Writes the Cluster method into out[0] (entries borrow c). Returns LKV_CLUSTER_METHODS. */
 int lkv_cluster_methods(lkv_cluster *c, lkv_method *out);
 

@@ -392,9 +392,12 @@ static void health_tick_locked(lkv_membership *m, int64_t now)
         lkv_peer_chan *ch = lkv_membership_chan(m, addr);
         Grpc__Health__V1__HealthCheckRequest req = GRPC__HEALTH__V1__HEALTH_CHECK_REQUEST__INIT;
         req.service = "";
+        /* A probe may take up to half of down_after (a busy peer is slow, not dead); a silent
+         * peer is still marked down at down_after, counted from its last good answer. */
+        int64_t pdl = down / 2 > iv ? down / 2 : iv;
         int rc = lkv_peer_unary(ch, "/grpc.health.v1.Health/Check", &req.base,
                                 &grpc__health__v1__health_check_response__descriptor, NULL, 0,
-                                iv < 200 ? 200 : iv, probe_done, p);
+                                pdl < 200 ? 200 : pdl, probe_done, p);
         pthread_mutex_lock(&m->mu);
         if (rc != 0) {
             m->probes_in_flight--;

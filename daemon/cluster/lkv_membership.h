@@ -18,7 +18,8 @@
  * version tells old members from new ones.
  *
  * Health: every member but self is probed with grpc.health.v1.Health/Check every
- * health_interval (deadline health_interval). States: JOINING (known, never answered yet),
+ * health_interval (one probe in flight per member, deadline max(health_interval,
+ * down_after / 2, 200 ms)). States: JOINING (known, never answered yet),
  * UP (answered SERVING within down_after), DOWN (no good answer for down_after). A DOWN member
  * that answers is UP again. Self is always UP. Live members = UP ones (with self): the router's
  * set. Each change of a member (joined, left, up, down, record changed) is one log line

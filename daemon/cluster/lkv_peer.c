@@ -446,7 +446,7 @@ struct lkv_peer_stream {
     pthread_mutex_t mu;
     int refs;    /* Caller's reference + 1 while the stream runs. */
     int pending; /* Batches outstanding. */
-    tag t_init, t_recv, t_status, t_send;
+    tag t_init, t_recv, t_status, t_send, t_close;
     grpc_metadata md[MAX_MD];
     size_t n_md;
     grpc_metadata_array init_md, trail_md;
@@ -459,6 +459,7 @@ struct lkv_peer_stream {
     int status_done;
     int ended; /* on_end ran (or is running). */
     int sends_off;
+    int close_pending; /* Half-close once the queue is empty. */
     size_t max;
     const ProtobufCMessageDescriptor *desc;
     lkv_peer_msg_fn on_msg;
@@ -533,6 +534,18 @@ static int start_recv_locked(lkv_peer_stream *s)
 
 static void start_send_locked(lkv_peer_stream *s)
 {
+    if (s->sending == NULL && s->sq_head == NULL && s->close_pending && !s->sends_off) {
+        /* Everything queued went out: half-close now (the same one-send-at-a-time slot). */
+        grpc_op op;
+        memset(&op, 0, sizeof(op));
+        op.op = GRPC_OP_SEND_CLOSE_FROM_CLIENT;
+        s->close_pending = 0;
+        s->sends_off = 1;
+        if (grpc_call_start_batch(s->base.call, &op, 1, &s->t_close, NULL) == GRPC_CALL_OK) {
+            s->pending++;
+        }
+        return;
+    }
     if (s->sending != NULL || s->sq_head == NULL || s->sends_off) {
         return;
     }
@@ -591,6 +604,28 @@ static void on_send(tag *t, int ok)
     stream_settle_locked(s);
 }
 
+static void on_close(tag *t, int ok)
+{
+    lkv_peer_stream *s = (lkv_peer_stream *)((char *)t - offsetof(lkv_peer_stream, t_close));
+    (void)ok;
+    pthread_mutex_lock(&s->mu);
+    s->pending--;
+    stream_settle_locked(s);
+}
+
+int lkv_peer_stream_close_send(lkv_peer_stream *s)
+{
+    pthread_mutex_lock(&s->mu);
+    if (s->sends_off || s->ended) {
+        pthread_mutex_unlock(&s->mu);
+        return LKV_ECANCELLED;
+    }
+    s->close_pending = 1;
+    start_send_locked(s);
+    pthread_mutex_unlock(&s->mu);
+    return 0;
+}
+
 static void on_recv(tag *t, int ok)
 {
     lkv_peer_stream *s = (lkv_peer_stream *)((char *)t - offsetof(lkv_peer_stream, t_recv));
@@ -645,6 +680,7 @@ int lkv_peer_stream_open(lkv_peer_chan *c, const char *method,
     s->t_recv.fn = on_recv;
     s->t_status.fn = on_status;
     s->t_send.fn = on_send;
+    s->t_close.fn = on_close;
     s->max = c->max;
     s->desc = resp_desc;
     s->on_msg = on_msg;
@@ -703,7 +739,7 @@ int lkv_peer_stream_send(lkv_peer_stream *s, const ProtobufCMessage *msg)
         return rc;
     }
     pthread_mutex_lock(&s->mu);
-    if (s->sends_off || s->ended) {
+    if (s->sends_off || s->ended || s->close_pending) {
         pthread_mutex_unlock(&s->mu);
         grpc_byte_buffer_destroy(bb);
         return LKV_ECANCELLED;

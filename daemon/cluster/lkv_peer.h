@@ -99,6 +99,11 @@ int lkv_peer_stream_open(lkv_peer_chan *c, const char *method,
  * Returns 0, LKV_ETOOBIG, or LKV_ECANCELLED once the stream ended. Thread-safe. */
 int lkv_peer_stream_send(lkv_peer_stream *s, const ProtobufCMessage *msg);
 
+/* Half-closes the stream after the messages queued so far (SEND_CLOSE_FROM_CLIENT): a
+ * server-streaming call sends its one request then this. Further sends are refused. Returns 0
+ * or LKV_ECANCELLED once the stream ended. Thread-safe. */
+int lkv_peer_stream_close_send(lkv_peer_stream *s);
+
 /* Cancels the stream (on_end then runs with LKV_ECANCELLED unless it already ran). Thread-safe.
  * NULL is allowed. */
 void lkv_peer_stream_cancel(lkv_peer_stream *s);

@@ -10,6 +10,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "lkv_err.h"
 #include "lkv_log.h"
@@ -34,7 +35,15 @@ struct lkv_router {
     pthread_mutex_t refresh_mu; /* One refresh at a time. */
     view cur, prev;
     uint64_t epoch;
+    int64_t changed_ms; /* Monotonic ms of the last live-set change (0: none). */
 };
+
+static int64_t mono_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
 
 static void view_free(view *v)
 {
@@ -118,6 +127,7 @@ void lkv_router_refresh(void *router)
     r->prev = r->cur;
     r->cur = v;
     r->epoch++;
+    r->changed_ms = mono_ms();
     char list[1024];
     size_t k = 0;
     list[0] = '\0';
@@ -189,4 +199,47 @@ double lkv_router_share(lkv_router *r, const char *id)
     }
     pthread_rwlock_unlock(&r->lk);
     return s;
+}
+
+int lkv_router_is_live(lkv_router *r, const char *addr)
+{
+    int live = 0;
+    pthread_rwlock_rdlock(&r->lk);
+    for (size_t i = 0; i < r->cur.n && !live; i++) {
+        live = strcmp(r->cur.c[i].addr, addr) == 0;
+    }
+    pthread_rwlock_unlock(&r->lk);
+    return live;
+}
+
+int lkv_router_owner_without_self(lkv_router *r, uint64_t route, char *addr, size_t len)
+{
+    int rc = LKV_ENOTFOUND;
+    pthread_rwlock_rdlock(&r->lk);
+    lkv_route_member *rm = lkv_xcalloc(r->cur.n + 1, sizeof(*rm));
+    size_t *idx = lkv_xcalloc(r->cur.n + 1, sizeof(*idx));
+    size_t n = 0;
+    for (size_t i = 0; i < r->cur.n; i++) {
+        if (!r->cur.c[i].self) {
+            rm[n] = r->cur.rm[i];
+            idx[n++] = i;
+        }
+    }
+    int k = lkv_route_pick(rm, n, route);
+    if (k >= 0) {
+        snprintf(addr, len, "%s", r->cur.c[idx[k]].addr);
+        rc = 0;
+    }
+    pthread_rwlock_unlock(&r->lk);
+    free(rm);
+    free(idx);
+    return rc;
+}
+
+int64_t lkv_router_changed_ms_ago(lkv_router *r)
+{
+    pthread_rwlock_rdlock(&r->lk);
+    int64_t t = r->changed_ms;
+    pthread_rwlock_unlock(&r->lk);
+    return t == 0 ? INT64_MAX : mono_ms() - t;
 }

@@ -33,6 +33,17 @@ int lkv_router_owner(lkv_router *r, uint64_t route, char *addr, size_t len, char
  * 0 other (addr), LKV_ENOTFOUND if there was none or the owner was the same as now. */
 int lkv_router_prev_owner(lkv_router *r, uint64_t route, char *addr, size_t len);
 
+/* The owner of route among the live members other than this daemon (its address into addr):
+ * where a document that moved here when this member joined came from. 0, or LKV_ENOTFOUND if
+ * self is the only live member. */
+int lkv_router_owner_without_self(lkv_router *r, uint64_t route, char *addr, size_t len);
+
+/* Milliseconds since the live set last changed (INT64_MAX before any change). */
+int64_t lkv_router_changed_ms_ago(lkv_router *r);
+
+/* 1 if a member with address addr is live in the current view, else 0. */
+int lkv_router_is_live(lkv_router *r, const char *addr);
+
 /* Live members now and this router's epoch (bumped when the live set changes). */
 size_t lkv_router_live(lkv_router *r, uint64_t *epoch);
 

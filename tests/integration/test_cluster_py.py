@@ -161,7 +161,7 @@ def main():
                 "--set", "durability=write-through", "--set", "cluster_mode=etcd",
                 "--set", "cluster_etcd=" + etcd.endpoint, "--set", "cluster_id=p%d" % i,
                 "--set", "cluster_token_file=" + tok, "--set", "cluster_lease_ttl=2s",
-                "--set", "cluster_health_interval=100ms", "--set", "cluster_down_after=600ms"])
+                "--set", "cluster_health_interval=100ms", "--set", "cluster_down_after=1s"])
             members.append(d.start())
         wait_up(N)
         run_tests([test_owners_agree_with_daemons, test_non_owner_redirects_put,

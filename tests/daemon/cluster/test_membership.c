@@ -145,7 +145,7 @@ static void test_register_and_watch(void)
     ASSERT_EQ(mb.self, 1);
     ASSERT_TRUE(lkv_membership_etcd_up(nodes[0].m));
     /* The records, as etcd holds them. */
-    char out[2048], want[128];
+    char out[2048], want[256];
     ASSERT_EQ(lkv_etcdctl(&etcd, "get /lkvtest/members/ --prefix", out, sizeof(out)), 0);
     for (int i = 0; i < N; i++) {
         snprintf(want, sizeof(want),
