@@ -841,6 +841,10 @@ static int attach(void *arg, lkv_rpc *rpc, const ProtobufCMessage *m)
     if (svc->leases == NULL) {
         return lkv_rpc_errorf(rpc, LKV_ENOTSUP, "leases are not enabled on this daemon");
     }
+    int rrc = routed(svc, rpc, m); /* Cluster: local replicas of remote documents. */
+    if (rrc != 0) {
+        return rrc;
+    }
     const lkv_lease_limits *lim = lkv_lease_limits_get(svc->leases);
     int rc = check_lease_id(rpc, "Attach", &req->lease_id, 1);
     if (rc != 0) {

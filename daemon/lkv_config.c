@@ -266,6 +266,8 @@ static const opt opts[] = {
     {"wirekey_secret_file", OPT_STRING, OFF(wirekey_secret_file),
      sizeof(((lkv_config *)0)->wirekey_secret_file), 1, 0, "",
      "shared wire-key secret (64 hex digits) used instead of DATA_DIR/wirekey.secret"},
+    {"cluster_replica_ttl", OPT_DURATION, OFF(cluster_replica_ttl_ms), 0, 0, 86400000, "60s",
+     "an Attach of a document another member owns keeps a local replica this long (0: none)"},
 };
 #define N_OPTS ((int)(sizeof(opts) / sizeof(opts[0])))
 

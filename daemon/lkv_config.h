@@ -88,6 +88,7 @@ typedef struct lkv_config {
     uint64_t cluster_down_after_ms;      /* Silent this long: marked down, ms. */
     char cluster_token_file[1024];       /* File holding the cluster-internal bearer token. */
     char wirekey_secret_file[1024];      /* Shared wire-key secret (else DATA_DIR's own). */
+    uint64_t cluster_replica_ttl_ms;     /* Local replicas for Attach live this long (0: none). */
 } lkv_config;
 
 /* What main should do after lkv_config_from_args. */

@@ -274,6 +274,9 @@ int main(int argc, char **argv)
         if (strcmp(methods[i].path, "/lazykv.v1.Cache/Get") == 0) {
             lkv_cluster_set_get(g_cluster, &methods[i]); /* Moved documents: lkv_transfer.h. */
         }
+        if (strcmp(methods[i].path, "/lazykv.v1.Cache/Attach") == 0) {
+            lkv_cluster_set_attach(g_cluster, &methods[i]); /* Local replicas. */
+        }
     }
     n += lkv_cluster_methods(g_cluster, methods + n);
     n += lkv_admin_svc_methods(&admin, methods + n);

@@ -21,6 +21,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include <sodium.h>
 
@@ -61,9 +62,19 @@ struct lkv_cluster {
     lkv_peer_engine *eng;
     lkv_membership *mem;
     lkv_router *router;
-    pthread_mutex_t mu;      /* Guards mem (leave). */
-    const lkv_method *get_m; /* The cache service's Get (transfers), or NULL. */
-    lkv_transport xport;     /* How moved documents are fetched (gRPC streaming). */
+    pthread_mutex_t mu;         /* Guards mem (leave). */
+    const lkv_method *get_m;    /* The cache service's Get (transfers), or NULL. */
+    const lkv_method *attach_m; /* The cache service's Attach (replicas), or NULL. */
+    /* Local replicas (lkv_cluster_set_attach): keys and expiry, under rmu; the sweeper drops
+     * them at their TTL. */
+    pthread_mutex_t rmu;
+    pthread_cond_t rcv;
+    struct replica *reps;
+    size_t n_reps, cap_reps;
+    int sweep_stop, sweeping;
+    pthread_t sweeper;
+    _Atomic uint64_t reps_made, reps_dropped;
+    lkv_transport xport; /* How moved documents are fetched (gRPC streaming). */
     _Atomic uint64_t xfer_ok, xfer_failed;
 };
 
@@ -120,6 +131,8 @@ int lkv_cluster_create(const lkv_config *cfg, lkv_store *store, const lkv_auth *
     c->auth = auth;
     c->mode = mode_of(cfg->cluster_mode);
     pthread_mutex_init(&c->mu, NULL);
+    pthread_mutex_init(&c->rmu, NULL);
+    pthread_cond_init(&c->rcv, NULL);
     snprintf(c->version, sizeof(c->version), "%s", version);
     for (int i = 0; i < cfg->n_profiles && i < LKV_CONFIG_MAX_PROFILES; i++) {
         snprintf(c->prof[i].name, sizeof(c->prof[i].name), "%s", cfg->profiles[i].name);
@@ -154,6 +167,61 @@ int lkv_cluster_create(const lkv_config *cfg, lkv_store *store, const lkv_auth *
 int lkv_cluster_enabled(const lkv_cluster *c)
 {
     return c != NULL && c->mode != LKV_CLUSTER_NONE;
+}
+
+typedef struct replica {
+    lkv_dockey key;
+    int64_t expires_ms; /* CLOCK_MONOTONIC ms. */
+} replica;
+
+static int64_t mono_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+/* Drops replicas whose TTL passed (a pinned one is retried on the next round). */
+static void *sweep_main(void *arg)
+{
+    lkv_cluster *c = arg;
+    pthread_mutex_lock(&c->rmu);
+    while (!c->sweep_stop) {
+        int64_t now = mono_ms();
+        for (size_t i = 0; i < c->n_reps;) {
+            if (c->reps[i].expires_ms > now) {
+                i++;
+                continue;
+            }
+            lkv_dockey k = c->reps[i].key;
+            pthread_mutex_unlock(&c->rmu);
+            int rc = lkv_store_delete(c->store, &k); /* May block (write-through): own thread. */
+            pthread_mutex_lock(&c->rmu);
+            if (rc == LKV_EBUSY) { /* Pinned by a lease: once released. */
+                i++;
+                continue;
+            }
+            if (rc == 0) {
+                atomic_fetch_add(&c->reps_dropped, 1);
+            }
+            /* The table may have changed while unlocked: find the key again. */
+            for (size_t j = 0; j < c->n_reps; j++) {
+                if (memcmp(&c->reps[j].key, &k, sizeof(k)) == 0) {
+                    c->reps[j] = c->reps[--c->n_reps];
+                    break;
+                }
+            }
+            i = 0;
+        }
+        struct timespec ts;
+        clock_gettime(CLOCK_REALTIME, &ts);
+        ts.tv_nsec += 200 * 1000000;
+        ts.tv_sec += ts.tv_nsec / 1000000000;
+        ts.tv_nsec %= 1000000000;
+        pthread_cond_timedwait(&c->rcv, &c->rmu, &ts);
+    }
+    pthread_mutex_unlock(&c->rmu);
+    return NULL;
 }
 
 static lkv_peer_chan *chan_of(void *ctx, const char *addr)
@@ -202,6 +270,9 @@ int lkv_cluster_start(lkv_cluster *c, const char *bound, char *err, size_t errle
     }
     lkv_router_create(m, &c->router);
     lkv_transfer_grpc(&c->xport, chan_of, m);
+    if (cfg->cluster_replica_ttl_ms > 0 && pthread_create(&c->sweeper, NULL, sweep_main, c) == 0) {
+        c->sweeping = 1;
+    }
     lkv_membership_set_hook(m, lkv_router_refresh, c->router);
     lkv_router_refresh(c->router);
     pthread_mutex_lock(&c->mu);
@@ -219,6 +290,14 @@ void lkv_cluster_leave(lkv_cluster *c)
     lkv_membership *m = c->mem;
     c->mem = NULL;
     pthread_mutex_unlock(&c->mu);
+    if (c->sweeping) {
+        pthread_mutex_lock(&c->rmu);
+        c->sweep_stop = 1;
+        pthread_cond_broadcast(&c->rcv);
+        pthread_mutex_unlock(&c->rmu);
+        pthread_join(c->sweeper, NULL);
+        c->sweeping = 0;
+    }
     if (m != NULL) {
         lkv_membership_set_hook(m, NULL, NULL);
         lkv_membership_stop(m);
@@ -235,6 +314,9 @@ void lkv_cluster_destroy(lkv_cluster *c)
     lkv_cluster_leave(c);
     lkv_peer_engine_destroy(c->eng); /* Transfers still running end here (their calls too). */
     lkv_transport_free(&c->xport);
+    free(c->reps);
+    pthread_mutex_destroy(&c->rmu);
+    pthread_cond_destroy(&c->rcv);
     pthread_mutex_destroy(&c->mu);
     sodium_memzero(c->token, sizeof(c->token));
     sodium_memzero(c->bearer, sizeof(c->bearer));
@@ -741,6 +823,176 @@ static int try_pull(lkv_cluster *c, lkv_rpc *rpc, const Lazykv__V1__GetRequest *
     return rc;
 }
 
+/* ---- local replicas (Attach of remote documents) ---------------------------------------- */
+
+void lkv_cluster_set_attach(lkv_cluster *c, const lkv_method *attach)
+{
+    c->attach_m = attach;
+}
+
+void lkv_cluster_replica_counts(lkv_cluster *c, uint64_t *made, uint64_t *dropped, size_t *held)
+{
+    *made = atomic_load(&c->reps_made);
+    *dropped = atomic_load(&c->reps_dropped);
+    pthread_mutex_lock(&c->rmu);
+    *held = c->n_reps;
+    pthread_mutex_unlock(&c->rmu);
+}
+
+typedef struct rpull {
+    lkv_cluster *c;
+    lkv_rpc_ticket t;
+    uint8_t *req; /* The packed AttachRequest (the continuation's copy). */
+    size_t req_len;
+    pthread_mutex_t mu;
+    int pending;
+    size_t n;
+    lkv_dockey *keys;
+    int *ok;
+} rpull;
+
+typedef struct rslot {
+    rpull *rp;
+    size_t i;
+} rslot;
+
+static void rpull_free(rpull *rp)
+{
+    free(rp->req);
+    free(rp->keys);
+    free(rp->ok);
+    pthread_mutex_destroy(&rp->mu);
+    free(rp);
+}
+
+static int resume_attach(void *svc, lkv_rpc *rpc, void *arg)
+{
+    rpull *rp = arg;
+    ProtobufCMessage *req = protobuf_c_message_unpack(&lazykv__v1__attach_request__descriptor, NULL,
+                                                      rp->req_len, rp->req);
+    int rc = LKV_EINTERNAL;
+    if (req != NULL) {
+        tl_bypass = 1;
+        rc = rp->c->attach_m->unary(svc, rpc, req);
+        tl_bypass = 0;
+        protobuf_c_message_free_unpacked(req, NULL);
+    }
+    rpull_free(rp);
+    return rc;
+}
+
+static void rpull_finish(rpull *rp)
+{
+    lkv_cluster *c = rp->c;
+    int64_t exp = mono_ms() + (int64_t)c->cfg->cluster_replica_ttl_ms;
+    pthread_mutex_lock(&c->rmu);
+    for (size_t i = 0; i < rp->n; i++) {
+        if (!rp->ok[i]) {
+            continue;
+        }
+        if (c->n_reps == c->cap_reps) {
+            c->cap_reps = c->cap_reps ? 2 * c->cap_reps : 64;
+            c->reps = lkv_xrealloc(c->reps, c->cap_reps * sizeof(*c->reps));
+        }
+        c->reps[c->n_reps].key = rp->keys[i];
+        c->reps[c->n_reps++].expires_ms = exp;
+        atomic_fetch_add(&c->reps_made, 1);
+    }
+    pthread_mutex_unlock(&c->rmu);
+    if (lkv_rpc_resume(rp->t, resume_attach, rp) != 0) {
+        rpull_free(rp);
+    }
+}
+
+static void rslot_done(void *arg, int rc)
+{
+    rslot *sl = arg;
+    rpull *rp = sl->rp;
+    rp->ok[sl->i] = rc == 0;
+    free(sl);
+    pthread_mutex_lock(&rp->mu);
+    int last = --rp->pending == 0;
+    pthread_mutex_unlock(&rp->mu);
+    if (last) {
+        rpull_finish(rp);
+    }
+}
+
+/* Attach by tokens of documents owned elsewhere and missing here: fetch them first. */
+static int route_attach(lkv_cluster *c, lkv_rpc *rpc, const Lazykv__V1__AttachRequest *req)
+{
+    const lkv_tenant *t = lkv_rpc_principal(rpc);
+    if (c->attach_m == NULL || c->cfg->cluster_replica_ttl_ms == 0 || t == NULL ||
+        req->n_docs == 0 || req->n_docs > 4096) {
+        return 0;
+    }
+    size_t n = req->n_docs, k = 0;
+    size_t *want = lkv_xcalloc(n, sizeof(*want));
+    char(*owner)[LKV_MEMBER_ADDR_MAX] = lkv_xcalloc(n, LKV_MEMBER_ADDR_MAX);
+    lkv_dockey *keys = lkv_xcalloc(n, sizeof(*keys));
+    for (size_t i = 0; i < n; i++) {
+        const Lazykv__V1__DocRef *d = req->docs[i];
+        uint64_t route;
+        char id[LKV_MEMBER_ID_MAX];
+        const prof_fp *pf =
+            d != NULL && d->tokens != NULL ? prof_find(c, d->tokens->profile) : NULL;
+        if (pf == NULL || !ref_route(c, d, &route) ||
+            owner_of(c, route, owner[k], sizeof(owner[k]), id, sizeof(id)) != 0) {
+            continue;
+        }
+        lkv_dockey_compute(t->salt, pf->fp, d->tokens->token_ids, (uint32_t)d->tokens->n_token_ids,
+                           &keys[k]);
+        if (lkv_store_tier(c->store, &keys[k]) != LKV_TIER_NONE) {
+            continue; /* A replica already (or a stray copy): attach it as it is. */
+        }
+        want[k++] = i;
+    }
+    if (k == 0) {
+        free(want);
+        free(owner);
+        free(keys);
+        return 0;
+    }
+    rpull *rp = lkv_xcalloc(1, sizeof(*rp));
+    rp->c = c;
+    pthread_mutex_init(&rp->mu, NULL);
+    rp->n = k;
+    rp->keys = keys;
+    rp->ok = lkv_xcalloc(k, sizeof(*rp->ok));
+    rp->req_len = protobuf_c_message_get_packed_size(&req->base);
+    rp->req = lkv_xmalloc(rp->req_len + 1);
+    protobuf_c_message_pack(&req->base, rp->req);
+    rp->pending = (int)k + 1;
+    int rc = lkv_rpc_defer(rpc, &rp->t);
+    for (size_t j = 0; j < k; j++) {
+        const Lazykv__V1__TokenDoc *td = req->docs[want[j]]->tokens;
+        rslot *sl = lkv_xcalloc(1, sizeof(*sl));
+        sl->rp = rp;
+        sl->i = j;
+        void *sink = lkv_transfer_store_sink(c->store, t->salt, td->profile, td->token_ids,
+                                             td->n_token_ids, rslot_done, sl);
+        lkv_transfer_doc doc = {.profile = td->profile,
+                                .tokens = td->token_ids,
+                                .n_tokens = td->n_token_ids,
+                                .tenant = t->name,
+                                .bearer = c->bearer,
+                                .deadline_ms = fwd_deadline(rpc)};
+        int frc = c->xport.fetch(c->xport.impl, owner[j], &doc, &lkv_transfer_store_sink_ops, sink);
+        if (frc != 0) {
+            lkv_transfer_store_sink_ops.end(sink, frc);
+        }
+    }
+    free(want);
+    free(owner);
+    pthread_mutex_lock(&rp->mu);
+    int last = --rp->pending == 0;
+    pthread_mutex_unlock(&rp->mu);
+    if (last) {
+        rpull_finish(rp);
+    }
+    return rc;
+}
+
 int lkv_cluster_route(void *ctx, lkv_rpc *rpc, const ProtobufCMessage *req)
 {
     lkv_cluster *c = ctx;
@@ -755,6 +1007,9 @@ int lkv_cluster_route(void *ctx, lkv_rpc *rpc, const ProtobufCMessage *req)
     uint64_t route;
     if (d == &lazykv__v1__lookup_request__descriptor) {
         return route_lookup(c, rpc, (const Lazykv__V1__LookupRequest *)req);
+    }
+    if (d == &lazykv__v1__attach_request__descriptor) {
+        return route_attach(c, rpc, (const Lazykv__V1__AttachRequest *)req);
     }
     if (d == &lazykv__v1__delete_request__descriptor) {
         return route_delete(c, rpc, (const Lazykv__V1__DeleteRequest *)req);

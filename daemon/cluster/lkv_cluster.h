@@ -85,6 +85,20 @@ int lkv_cluster_route(void *ctx, lkv_rpc *rpc, const ProtobufCMessage *req);
  * other member had nothing). NULL (default): no transfers. */
 void lkv_cluster_set_get(lkv_cluster *c, const lkv_method *get);
 
+/* The cache service's Attach method (borrowed until destroy). Local replicas: an Attach (by
+ * tokens) of documents that other members own and this one lacks fetches them from their owners
+ * first (the same transfer as moved documents), stores them here as replicas, then runs this
+ * method as the parked call's continuation, so the co-located worker maps them from its own
+ * daemon's arena. A replica is an ordinary document of the local store (same budget, same
+ * eviction policy: not evicted first, the store has no priority hint yet) and is dropped when
+ * its replica TTL (cluster_replica_ttl) expires, not when the owner deletes the document; one
+ * pinned by a lease is dropped once released. Attach again within the TTL uses it as is. NULL
+ * or TTL 0: no replicas (an Attach of a remote document is NOT_FOUND, as before). */
+void lkv_cluster_set_attach(lkv_cluster *c, const lkv_method *attach);
+
+/* Replicas made, dropped at their TTL, and held now. */
+void lkv_cluster_replica_counts(lkv_cluster *c, uint64_t *made, uint64_t *dropped, size_t *held);
+
 /* Documents fetched from a previous owner so far, and fetches that failed. */
 void lkv_cluster_transfer_counts(const lkv_cluster *c, uint64_t *ok, uint64_t *failed);
 

@@ -65,8 +65,10 @@ struct lkv_membership {
     entry *tab; /* LKV_MEMBERS_MAX entries. */
     size_t n;
     uint64_t epoch;
-    int changed;      /* A change not yet announced through on_change. */
-    int hook_running; /* on_change calls in progress. */
+    int changed;            /* A change not yet announced through on_change. */
+    int hook_running;       /* on_change calls in progress. */
+    int64_t last_tick_ms;   /* Last health tick. */
+    int64_t judge_after_ms; /* No member is marked down before this (after a stall of ours). */
     chan_ent chans[MAX_CHANS];
     size_t n_chans;
     int probes_in_flight; /* Health probes (engine callbacks still to come). */
@@ -366,13 +368,20 @@ static void health_tick_locked(lkv_membership *m, int64_t now)
 {
     int64_t iv = (int64_t)m->cfg.health_interval_ms;
     int64_t down = (int64_t)m->cfg.down_after_ms;
+    /* A tick far too late means we were not running (SIGSTOP, a stalled machine): the silence
+     * was ours, not the peers'. Judge nobody until the probes had a fair chance again. */
+    if (m->last_tick_ms != 0 && now - m->last_tick_ms > down / 2) {
+        m->judge_after_ms = now + (iv > down / 2 ? iv : down / 2) + 200;
+    }
+    m->last_tick_ms = now;
+    int judge = now >= m->judge_after_ms;
     for (size_t i = 0; i < m->n; i++) {
         entry *e = &m->tab[i];
         if (e->mb.self) {
             continue;
         }
         int64_t since = e->last_ok_ms > 0 ? e->last_ok_ms : e->known_ms;
-        if (e->mb.state != LKV_MEMBER_DOWN && now - since > down) {
+        if (judge && e->mb.state != LKV_MEMBER_DOWN && now - since > down) {
             char why[96];
             snprintf(why, sizeof(why), "no answer for %" PRId64 " ms", now - since);
             set_state_locked(m, e, LKV_MEMBER_DOWN, why);

@@ -14,16 +14,21 @@
  *   SIGSTOP     a stopped member behaves as a dead one (calls return within their deadlines),
  *               is marked down, and heals after SIGCONT
  *   etcd        etcd killed: the cluster keeps serving; restarted: every member registers again
+ *   replica     a worker beside one member attaches a document another owns: a local replica is
+ *               fetched and mapped byte for byte from the local arena, kept while leased, dropped
+ *               after its TTL
  *   join        a fourth member joins: the share of ownership that moves is measured over
  *               20000 routing hashes (expected 1/4) and checked near 1/N; a moved document is
  *               fetched from its previous owner while that one lives (and stored on the new
  *               owner), and is a miss after it died
  * Prints the measured numbers (kill -> down, moved share) on stderr.
  */
+#include <fcntl.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -81,6 +86,8 @@ static void init_member(int i)
                            "cluster_health_interval=100ms",
                            "--set",
                            "cluster_down_after=1s",
+                           "--set",
+                           "cluster_replica_ttl=1500ms",
                            NULL};
     lkv_daemon_init(&dm[i], extra);
 }
@@ -89,6 +96,8 @@ static lkv_client_t *direct(int i)
 {
     return lkv_it_client(&dm[i]);
 }
+
+static size_t listed(int m);
 
 /* Index of the harness member whose address is addr, or -1. */
 static int member_of(const char *addr)
@@ -332,12 +341,34 @@ static void test_kill9_and_restart(void)
     lkv_cluster_client_destroy(r);
 }
 
+/* Waits until the kernel shows pid stopped (state T in /proc/PID/stat). */
+static void wait_stopped(pid_t pid)
+{
+    char path[64], buf[256];
+    snprintf(path, sizeof(path), "/proc/%d/stat", (int)pid);
+    for (int i = 0; i < 200; i++) {
+        FILE *f = fopen(path, "r");
+        size_t n = f != NULL ? fread(buf, 1, sizeof(buf) - 1, f) : 0;
+        if (f != NULL) {
+            fclose(f);
+        }
+        buf[n] = '\0';
+        const char *p = strrchr(buf, ')');
+        if (p != NULL && p[1] == ' ' && (p[2] == 'T' || p[2] == 't')) {
+            return;
+        }
+        sleep_ms(5);
+    }
+    LKV_FAIL("pid %d did not stop", (int)pid);
+}
+
 static void test_sigstop(void)
 {
     lkv_cluster_client_t *r = routing_client(0);
     lkv_client_t *c0 = direct(0);
     int64_t t0 = now_ms();
     kill(dm[1].pid, SIGSTOP);
+    wait_stopped(dm[1].pid);
     /* A Lookup forwarded to the stopped owner returns within the caller's deadline. */
     lkv_docref refs[N_DOCS];
     lkv_doc_status st[N_DOCS];
@@ -354,6 +385,17 @@ static void test_sigstop(void)
     {
         for (int i = 0; i < N_DOCS; i++) {
             if (strcmp(owner_at_put[i], "c1") == 0) {
+                if (st[i].present) {
+                    lkv_cluster_info ci;
+                    lkv_client_cluster(c0, 1000, &ci);
+                    for (size_t k = 0; k < ci.n_members; k++) {
+                        fprintf(stderr, "   c0 sees %s %s\n", ci.members[k].id,
+                                ci.members[k].state);
+                    }
+                    lkv_cluster_info_free(&ci);
+                    fprintf(stderr, "   doc %d owned by c1 present at c0 (tier %d), c0 lists %zu\n",
+                            i, st[i].tier, listed(0));
+                }
                 ASSERT_EQ(st[i].present, 0);
                 ASSERT_EQ(st[i].miss_cause, 7); /* MISS_CAUSE_OWNER_DOWN */
             } else {
@@ -419,6 +461,68 @@ static void test_etcd_restart(void)
         ASSERT_TRUE(wait_view(i, N, NULL, NULL, 5000) >= 0);
     }
     lkv_cluster_client_destroy(r);
+}
+
+/* Documents in member m's store (Admin List). */
+static size_t listed(int m)
+{
+    lkv_client_t *c = direct(m);
+    lkv_doc_status *ls = NULL;
+    size_t n = 0;
+    int more = 0;
+    lkv_list_filter f = {0};
+    ASSERT_OK(lkv_client_list(c, &f, 0, &ls, &n, NULL, &more));
+    free(ls);
+    lkv_client_destroy(c);
+    return n;
+}
+
+static void test_local_replica(void)
+{
+    /* A worker beside c0 attaches a document c1 owns: c0 fetches a replica, the worker maps it
+     * from c0's own arena, byte for byte; after the replica TTL (1.5 s) and the release, c0
+     * drops it while the owner keeps serving it. */
+    int i = 0;
+    while (strcmp(owner_at_put[i], "c1") != 0) {
+        i++;
+    }
+    size_t before = listed(0);
+    lkv_client_t *c0 = direct(0);
+    lkv_docref ref = lkv_it_ref(&lkv_it_itest, &docs[i]);
+    lkv_lease lease;
+    ASSERT_OK(lkv_client_attach(c0, &ref, 1, NULL, 5000, 5000, &lease));
+    ASSERT_EQ(lease.n_docs, 1);
+    ASSERT_EQ(lease.docs[0].n_pages, docs[i].n_blocks);
+    ASSERT_TRUE(strcmp(lease.arena.backend, "host") == 0);
+    int fd = shm_open(lease.arena.shm_name, O_RDONLY, 0);
+    ASSERT_TRUE(fd >= 0);
+    size_t arena_bytes = (size_t)lease.arena.page_bytes * lease.arena.n_pages;
+    const uint8_t *arena = mmap(NULL, arena_bytes, PROT_READ, MAP_SHARED, fd, 0);
+    ASSERT_TRUE(arena != MAP_FAILED);
+    for (uint32_t b = 0; b < docs[i].n_blocks; b++) {
+        const uint8_t *page = arena + (size_t)lease.docs[0].pages[b] * lease.arena.page_bytes;
+        ASSERT_TRUE(memcmp(page, docs[i].blocks + (size_t)b * docs[i].block_bytes,
+                           docs[i].block_bytes) == 0);
+    }
+    munmap((void *)arena, arena_bytes);
+    close(fd);
+    ASSERT_EQ(listed(0), before + 1); /* The replica is in c0's store. */
+    /* Pinned by the lease past its TTL: kept until released. */
+    sleep_ms(1800);
+    ASSERT_EQ(listed(0), before + 1);
+    ASSERT_OK(lkv_client_release(c0, lease.id, 0, NULL));
+    lkv_lease_free(&lease);
+    int64_t t0 = now_ms();
+    while (listed(0) != before && now_ms() - t0 < 3000) {
+        sleep_ms(50);
+    }
+    ASSERT_EQ(listed(0), before);
+    fprintf(stderr, "   replica dropped %lld ms after its release (TTL passed)\n",
+            (long long)(now_ms() - t0));
+    lkv_cluster_client_t *r = routing_client(0);
+    check_get(r, i, 0, 3000); /* The owner still has it. */
+    lkv_cluster_client_destroy(r);
+    lkv_client_destroy(c0);
 }
 
 static void test_join_moves_one_nth(void)
@@ -541,6 +645,7 @@ int main(void)
     LKV_RUN(test_kill9_and_restart);
     LKV_RUN(test_sigstop);
     LKV_RUN(test_etcd_restart);
+    LKV_RUN(test_local_replica);
     LKV_RUN(test_join_moves_one_nth);
     for (int i = 0; i <= N; i++) {
         lkv_daemon_stop(&dm[i], SIGTERM, 10000);
