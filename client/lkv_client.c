@@ -1388,6 +1388,64 @@ int lkv_client_release(lkv_client_t *c, const uint8_t *lease_id, int deadline_ms
 
 /* ---- keys ---- */
 
+/* ---- cluster ---- */
+
+void lkv_cluster_info_free(lkv_cluster_info *i)
+{
+    if (i == NULL) {
+        return;
+    }
+    free(i->members);
+    free(i->profiles);
+    memset(i, 0, sizeof(*i));
+}
+
+int lkv_client_cluster(lkv_client_t *c, int deadline_ms, lkv_cluster_info *out)
+{
+    err_clear();
+    memset(out, 0, sizeof(*out));
+    Lazykv__V1__ClusterRequest req = LAZYKV__V1__CLUSTER_REQUEST__INIT;
+    ProtobufCMessage *m = NULL;
+    int rc = unary(c, "/lazykv.v1.Cache/Cluster", &req.base,
+                   &lazykv__v1__cluster_response__descriptor, deadline_ms, &m);
+    if (rc != 0) {
+        return rc;
+    }
+    const Lazykv__V1__ClusterResponse *r = (const Lazykv__V1__ClusterResponse *)m;
+    copy_name(out->mode, sizeof(out->mode), r->mode);
+    out->epoch = r->epoch;
+    out->etcd_up = r->etcd_up;
+    out->n_members = r->n_members;
+    out->members = lkv_xcalloc(r->n_members + 1, sizeof(*out->members));
+    for (size_t i = 0; i < r->n_members; i++) {
+        const Lazykv__V1__ClusterMember *s = r->members[i];
+        lkv_cluster_member *o = &out->members[i];
+        copy_name(o->id, sizeof(o->id), s->id);
+        copy_name(o->addr, sizeof(o->addr), s->addr);
+        copy_name(o->version, sizeof(o->version), s->version);
+        copy_name(o->state, sizeof(o->state), s->state);
+        o->hot_bytes = s->hot_bytes;
+        o->self = s->self;
+        o->share = s->share;
+        o->hot_used_bytes = s->hot_used_bytes;
+        o->cold_used_bytes = s->cold_used_bytes;
+        o->hot_docs = s->hot_docs;
+        o->cold_docs = s->cold_docs;
+    }
+    out->profiles = lkv_xcalloc(r->n_profiles + 1, sizeof(*out->profiles));
+    for (size_t i = 0; i < r->n_profiles; i++) {
+        const Lazykv__V1__ClusterProfile *s = r->profiles[i];
+        if (s->fingerprint.len != 32) {
+            continue;
+        }
+        lkv_cluster_profile *o = &out->profiles[out->n_profiles++];
+        copy_name(o->name, sizeof(o->name), s->name);
+        memcpy(o->fingerprint, s->fingerprint.data, 32);
+    }
+    lkv_pb_free(m);
+    return 0;
+}
+
 void lkv_key_to_hex(const uint8_t *key, char *out)
 {
     static const char hx[] = "0123456789abcdef";

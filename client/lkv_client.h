@@ -314,6 +314,43 @@ void lkv_lease_free(lkv_lease *l);
 int lkv_client_release(lkv_client_t *c, const uint8_t *lease_id, int deadline_ms,
                        uint32_t *released);
 
+/* ---- Cluster (lazykv.v1.Cache/Cluster) ---- */
+
+/* One member as the answering daemon sees it (the proto's ClusterMember). */
+typedef struct lkv_cluster_member {
+    char id[128];
+    char addr[128];
+    char version[32];
+    char state[16];     /* "up", "down", "joining". */
+    uint64_t hot_bytes; /* Rendezvous weight. */
+    int self;           /* 1 for the member that answered. */
+    double share;       /* Expected share of the key space. */
+    uint64_t hot_used_bytes, cold_used_bytes, hot_docs, cold_docs; /* Self only. */
+} lkv_cluster_member;
+
+typedef struct lkv_cluster_profile {
+    char name[64];
+    uint8_t fingerprint[32];
+} lkv_cluster_profile;
+
+/* The proto's ClusterResponse. Free with lkv_cluster_info_free. */
+typedef struct lkv_cluster_info {
+    char mode[16]; /* "none", "etcd", "static", "dns". */
+    uint64_t epoch;
+    int etcd_up;
+    size_t n_members;
+    lkv_cluster_member *members; /* Owned. */
+    size_t n_profiles;
+    lkv_cluster_profile *profiles; /* Owned. */
+} lkv_cluster_info;
+
+/* lazykv.v1.Cache/Cluster (data role): on 0, *out is filled (caller frees with
+ * lkv_cluster_info_free); on error it is zeroed. */
+int lkv_client_cluster(lkv_client_t *c, int deadline_ms, lkv_cluster_info *out);
+
+/* Frees what *i owns and zeroes it. NULL allowed. */
+void lkv_cluster_info_free(lkv_cluster_info *i);
+
 /* Formats a 32-byte key as 64 lowercase hex characters plus NUL into out (65 bytes). */
 void lkv_key_to_hex(const uint8_t *key, char *out);
 

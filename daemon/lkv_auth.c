@@ -362,6 +362,7 @@ uint32_t lkv_auth_method_roles(const char *method, size_t len)
         {"/lazykv.v1.Cache/Put", LKV_ROLE_DATA},      {"/lazykv.v1.Cache/Lookup", LKV_ROLE_DATA},
         {"/lazykv.v1.Cache/Get", LKV_ROLE_DATA},      {"/lazykv.v1.Cache/Delete", LKV_ROLE_DATA},
         {"/lazykv.v1.Cache/Attach", LKV_ROLE_WORKER}, {"/lazykv.v1.Cache/Release", LKV_ROLE_WORKER},
+        {"/lazykv.v1.Cache/Cluster", LKV_ROLE_DATA},
     };
     static const char health[] = "/grpc.health.v1.Health/";
     static const char admin[] = "/lazykv.v1.Admin/";

@@ -417,6 +417,44 @@ static void test_bad_tenants(void)
     bad_text("[club x]\n", "[club x]", "[tenant NAME]");
 }
 
+/* The cluster_* options: each mode's requirements, the credential, the prefix; and a good one. */
+static void test_cluster_options(void)
+{
+    bad_text("cluster_mode = zookeeper\n", "'cluster_mode'", "etcd");
+    bad_text("cluster_mode = etcd\ncluster_token_file = /t\n", "'cluster_etcd'", "required");
+    bad_text("cluster_mode = static\ncluster_token_file = /t\n", "'cluster_members'", NULL);
+    bad_text("cluster_mode = dns\ncluster_dns = nameonly\ncluster_token_file = /t\n",
+             "'cluster_dns'", "name:port");
+    bad_text("cluster_mode = etcd\ncluster_etcd = 127.0.0.1:2379\n", "'cluster_token_file'",
+             "required");
+    bad_text("cluster_mode = etcd\ncluster_etcd = e:1\ncluster_token_file = /t\n"
+             "cluster_prefix = /lazykv\n",
+             "'cluster_prefix'", "/");
+    bad_text("cluster_mode = static\ncluster_members = a:1\ncluster_token_file = /t\n"
+             "cluster_advertise = noport\n",
+             "'cluster_advertise'", NULL);
+    bad_text("cluster_lease_ttl = 1s\n", "'cluster_lease_ttl'", NULL);
+    bad_text("cluster_down_after = soon\n", "'cluster_down_after'", NULL);
+    static lkv_config c;
+    lkv_config_defaults(&c);
+    ASSERT_TRUE(strcmp(c.cluster_mode, "none") == 0);
+    ASSERT_EQ(c.cluster_id[0], '\0'); /* Empty defaults are allowed for these. */
+    ASSERT_EQ(c.cluster_lease_ttl_ms, 10000);
+    ASSERT_EQ(c.cluster_down_after_ms, 2000);
+    ASSERT_EQ(c.cluster_health_interval_ms, 500);
+    err[0] = '\0';
+    ASSERT_OK(
+        lkv_config_load_string(&c,
+                               "cluster_mode = etcd\ncluster_etcd = 10.0.0.1:2379,10.0.0.2:2379\n"
+                               "cluster_id = lazykv-0\ncluster_token_file = /run/tok\n"
+                               "cluster_lease_ttl = 5s\ncluster_down_after = 750ms\n",
+                               "good.conf", err, sizeof(err)));
+    ASSERT_OK(lkv_config_validate(&c, err, sizeof(err)));
+    ASSERT_TRUE(strcmp(c.cluster_etcd, "10.0.0.1:2379,10.0.0.2:2379") == 0);
+    ASSERT_EQ(c.cluster_lease_ttl_ms, 5000);
+    ASSERT_EQ(c.cluster_down_after_ms, 750);
+}
+
 int main(void)
 {
     LKV_RUN(test_defaults);
@@ -429,5 +467,6 @@ int main(void)
     LKV_RUN(test_summary_and_format);
     LKV_RUN(test_tenants);
     LKV_RUN(test_bad_tenants);
+    LKV_RUN(test_cluster_options);
     return 0;
 }

@@ -49,6 +49,8 @@ _MISS = {
     cache_pb2.MISS_CAUSE_CORRUPT: "corrupt",
     cache_pb2.MISS_CAUSE_DELETED: "deleted",
     cache_pb2.MISS_CAUSE_LOST: "lost",
+    cache_pb2.MISS_CAUSE_PROFILE: "profile",
+    cache_pb2.MISS_CAUSE_OWNER_DOWN: "owner_down",
 }
 _DURABILITY = {
     cache_pb2.DURABILITY_UNSPECIFIED: "unspecified",
@@ -332,6 +334,16 @@ class Client:
         except grpc.RpcError as e:
             raise from_rpc_error(e) from None
         return bytes(r.key)
+
+    def cluster(self, *, timeout=None):
+        """lazykv.v1.Cache/Cluster (data role): the ClusterResponse message (members with
+        id, addr, state, version, hot_bytes, share, self and, for self, its tiers; profiles
+        with their fingerprints; mode). lazykv.cluster.ClusterClient routes with it."""
+        try:
+            return self._cache.Cluster(cache_pb2.ClusterRequest(), timeout=self._t(timeout),
+                                       metadata=self._metadata)
+        except grpc.RpcError as e:
+            raise from_rpc_error(e) from None
 
     # -- admin and health -------------------------------------------------------------------
 
