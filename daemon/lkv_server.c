@@ -202,6 +202,9 @@ struct lkv_server {
 
     lkv_stats *registry;         /* opts.stats (borrowed), or NULL. */
     lkv_stat_group *stats_group; /* The per-method counters there, or NULL. */
+    /* The per-method latency histograms there, or NULL: set once after the threads start
+     * (hence atomic), unregistered only after they stopped. */
+    _Atomic(lkv_stat_group *) hist_group;
 };
 
 static void finish(lkv_rpc *rpc, int rc);
@@ -264,7 +267,12 @@ static void free_rpc(lkv_rpc *rpc)
             if (rpc->status != GRPC_STATUS_OK) {
                 atomic_fetch_add(&ms->errors, 1);
             }
-            atomic_fetch_add(&ms->usec, (unsigned long long)elapsed_us(&rpc->t0));
+            double us = elapsed_us(&rpc->t0);
+            atomic_fetch_add(&ms->usec, (unsigned long long)us);
+            lkv_stat_hist *h = lkv_stat_group_hist(atomic_load(&s->hist_group), rpc->mi);
+            if (h != NULL) {
+                lkv_stat_hist_observe(h, (uint64_t)us);
+            }
         }
         atomic_fetch_sub(&s->n_calls, 1);
         grpc_call_unref(rpc->call);
@@ -1219,6 +1227,22 @@ static int method_stats_register(lkv_server *s, lkv_stats *r)
     int rc = lkv_stats_register(r, d, 4 * n, method_stats_read, s, &s->stats_group);
     if (rc == 0) {
         s->registry = r;
+        /* Latency histograms, one per method (Prometheus: lazykv_rpc_duration_seconds). */
+        static const uint64_t bounds_us[] = {50,     100,     250,     500,     1000,    2500,
+                                             5000,   10000,   25000,   50000,   100000,  250000,
+                                             500000, 1000000, 2500000, 5000000, 10000000};
+        for (int i = 0; i < n; i++) {
+            d[i] = (lkv_stat_desc){.name = "rpc_duration",
+                                   .labels = tx[i].labels,
+                                   .kind = LKV_STAT_HISTOGRAM,
+                                   .unit = "us",
+                                   .help = "Wall time of finished calls, from arrival to the "
+                                           "final status."};
+        }
+        lkv_stat_group *hg = NULL;
+        rc = lkv_stats_register_hist(r, d, n, bounds_us,
+                                     (int)(sizeof(bounds_us) / sizeof(bounds_us[0])), &hg);
+        atomic_store(&s->hist_group, hg);
     }
     free(tx);
     free(d);
@@ -1491,6 +1515,7 @@ void lkv_server_destroy(lkv_server *s)
     }
     lkv_stats_unregister(s->registry, s->stats_group); /* No method_stats_read after this. */
     lkv_server_shutdown(s, 0);
+    lkv_stats_unregister(s->registry, atomic_load(&s->hist_group)); /* No call ends any more. */
     grpc_server_destroy(s->server);
     grpc_channel_destroy(s->lame);
     for (int i = 0; i < s->n_workers; i++) {

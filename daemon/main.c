@@ -33,6 +33,7 @@
 #include "lkv_health.h"
 #include "lkv_lease.h"
 #include "lkv_log.h"
+#include "lkv_metrics.h"
 #include "lkv_server.h"
 #include "lkv_store.h"
 #include "lkv_wirekey.h"
@@ -261,6 +262,23 @@ int main(int argc, char **argv)
     LKV_LOGI("listening on %s (%d polling threads, %d pool threads, max message %s)",
              lkv_server_address(srv), cfg.threads, cfg.pool_threads,
              lkv_format_bytes(cfg.max_message_bytes, hb, sizeof(hb)));
+    lkv_metrics *metrics = NULL;
+    if (cfg.metrics_listen[0] != '\0') {
+        rc = lkv_metrics_start(stats, cfg.metrics_listen, &metrics, err, sizeof(err));
+        if (rc != 0) {
+            LKV_LOGE("%s", err);
+            lkv_server_shutdown(srv, 0);
+            lkv_server_destroy(srv);
+            lkv_lease_table_destroy(leases);
+            lkv_auth_destroy(auth);
+            lkv_store_close(store);
+            return 1;
+        }
+        LKV_LOGI("metrics on http://%s/metrics", lkv_metrics_address(metrics));
+    }
+    if (metrics != NULL) {
+        printf("lazykvd metrics on %s\n", lkv_metrics_address(metrics)); /* Before "listening". */
+    }
     printf("lazykvd listening on %s\n", lkv_server_address(srv));
     fflush(stdout);
 
@@ -268,6 +286,7 @@ int main(int argc, char **argv)
     while (sigwait(&sigs, &sig) != 0) {
     }
     LKV_LOGI("received %s: shutting down", sig == SIGTERM ? "SIGTERM" : "SIGINT");
+    lkv_metrics_stop(metrics);
     lkv_server_shutdown(srv, cfg.shutdown_grace_ms);
     lkv_server_destroy(srv);
     lkv_lease_table_destroy(leases); /* Unpins what live leases hold. */
