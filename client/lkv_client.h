@@ -46,6 +46,16 @@ typedef struct lkv_client_options {
     size_t max_message_bytes; /* Max message sent and received; 0: 64 MiB. */
     int default_deadline_ms;  /* Deadline of calls made with deadline_ms 0; 0: 30000. */
     const char *bearer_token; /* Sent as "authorization: Bearer <token>"; NULL: none. Copied. */
+    /* TLS (all paths borrowed during create; the files are read there). tls_ca_file set: the
+     * channel uses TLS and verifies the daemon's certificate against it. tls_cert_file and
+     * tls_key_file (both or neither, only with tls_ca_file): the client certificate presented
+     * to a daemon that requires one (tls_client_ca_file). tls_server_name: the name checked
+     * against the daemon's certificate instead of the target's host (e.g. when connecting by
+     * IP to a certificate issued for a DNS name); NULL: the target's host. */
+    const char *tls_ca_file;
+    const char *tls_cert_file;
+    const char *tls_key_file;
+    const char *tls_server_name;
 } lkv_client_options;
 
 /* Names a document: by key (key != NULL, 32 bytes) or by content (key == NULL: profile and

@@ -229,6 +229,9 @@ static int put_header(lkv_cache_svc *svc, lkv_rpc *rpc, const Lazykv__V1__PutHea
                               h->n_blocks, st->n_tokens, st->prof->shape.block_tokens,
                               st->n_blocks);
     }
+    if (!st->exists && svc->check_put != NULL) {
+        return svc->check_put(svc->quota_ctx, rpc, st->n_blocks, lkv_block_bytes(&st->prof->shape));
+    }
     return 0;
 }
 
@@ -253,6 +256,16 @@ static int put_on_message(void *arg, lkv_rpc *rpc, const ProtobufCMessage *m)
         return lkv_rpc_errorf(rpc, LKV_EINVAL,
                               "Put header sent twice (only the first message "
                               "carries it)");
+    }
+    if (svc->charge_bytes != NULL) {
+        uint64_t bytes = 0;
+        for (size_t i = 0; i < req->n_blocks; i++) {
+            bytes += req->blocks[i]->data.len;
+        }
+        rc = svc->charge_bytes(svc->quota_ctx, rpc, bytes);
+        if (rc != 0) {
+            return rc;
+        }
     }
     for (size_t i = 0; i < req->n_blocks; i++) {
         const Lazykv__V1__Block *b = req->blocks[i];
