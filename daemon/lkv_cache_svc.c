@@ -210,6 +210,13 @@ static int put_header(lkv_cache_svc *svc, lkv_rpc *rpc, const Lazykv__V1__PutHea
     if (rc != 0) {
         return rc;
     }
+    if (svc->check_put != NULL) {
+        rc =
+            svc->check_put(svc->quota_ctx, rpc, h->profile, h->token_ids, (uint32_t)h->n_token_ids);
+        if (rc != 0) {
+            return rc;
+        }
+    }
     put_state *st = lkv_xcalloc(1, sizeof(*st));
     lkv_rpc_set_state(rpc, st);
     rc = lkv_store_put_begin(svc->store, call_salt(svc, rpc), h->profile, h->token_ids,
@@ -228,9 +235,6 @@ static int put_header(lkv_cache_svc *svc, lkv_rpc *rpc, const Lazykv__V1__PutHea
                               " tokens in blocks of %d make %" PRIu32,
                               h->n_blocks, st->n_tokens, st->prof->shape.block_tokens,
                               st->n_blocks);
-    }
-    if (!st->exists && svc->check_put != NULL) {
-        return svc->check_put(svc->quota_ctx, rpc, st->n_blocks, lkv_block_bytes(&st->prof->shape));
     }
     return 0;
 }

@@ -52,11 +52,12 @@ typedef struct lkv_cache_svc {
     const lkv_wirekey *wire;     /* n_tenants permutations (borrowed); NULL: identity for all. */
     lkv_tenant_lookups *lookups; /* n_tenants per-tenant counters (borrowed), or NULL. */
     /* Optional tenant limits (daemon/lkv_tenancy.h), ctx quota_ctx. check_put runs once per Put
-     * of a new document, after the store accepted the header and before any block is stored
-     * (n_blocks blocks of block_bytes payload); charge_bytes once per Put message with its
-     * block payload bytes. Either returns 0, or a negative code after lkv_rpc_errorf (the Put
-     * then fails with it and stores nothing). */
-    int (*check_put)(void *ctx, lkv_rpc *rpc, uint64_t n_blocks, uint64_t block_bytes);
+     * before the store sees its header (so nothing is reserved or evicted for a put the quota
+     * refuses), with the header's profile and tokens (borrowed for the call); charge_bytes once
+     * per Put message with its block payload bytes. Either returns 0, or a negative code after
+     * lkv_rpc_errorf (the Put then fails with it and stores nothing). */
+    int (*check_put)(void *ctx, lkv_rpc *rpc, const char *profile, const uint32_t *tokens,
+                     uint32_t n_tokens);
     int (*charge_bytes)(void *ctx, lkv_rpc *rpc, uint64_t n);
     void *quota_ctx;
 } lkv_cache_svc;

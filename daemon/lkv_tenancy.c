@@ -22,6 +22,7 @@
 #include <time.h>
 
 #include "lkv_err.h"
+#include "lkv_dockey.h"
 #include "lkv_log.h"
 
 typedef struct bucket {
@@ -560,11 +561,90 @@ int lkv_tenancy_count(const lkv_tenancy *t)
     return lkv_auth_count(atomic_load(&((lkv_tenancy *)t)->cur));
 }
 
-int lkv_tenancy_check_put(void *ctx, lkv_rpc *rpc, uint64_t n_blocks, uint64_t block_bytes)
+/* Refuses a put over quota what (value limit, need bytes or documents). */
+static int over_quota(lkv_tenancy *t, lkv_rpc *rpc, const lkv_tenant *tn, const char *what,
+                      uint64_t limit, uint64_t used, uint64_t need, const char *why)
 {
-    (void)ctx;
-    (void)rpc;
-    (void)n_blocks;
-    (void)block_bytes;
-    return 0; /* Capacity quotas: see the store's per-tenant usage (next commit). */
+    atomic_fetch_add(&t->sst[tn->t_slot].over_quota, 1);
+    return lkv_rpc_errorf(rpc, LKV_EQUOTA,
+                          "tenant %s: the put needs %" PRIu64
+                          " more (%s) and the tenant holds %" PRIu64 " of its %s = %" PRIu64 ": %s",
+                          tn->name, need, strcmp(what, "max_docs") == 0 ? "documents" : "bytes",
+                          used, what, limit, why);
+}
+
+int lkv_tenancy_check_put(void *ctx, lkv_rpc *rpc, const char *profile, const uint32_t *tokens,
+                          uint32_t n_tokens)
+{
+    lkv_tenancy *t = ctx;
+    const lkv_tenant *tn = lkv_rpc_principal(rpc);
+    if (t->store == NULL || tn == NULL ||
+        (tn->max_hot_bytes == 0 && tn->max_cold_bytes == 0 && tn->max_docs == 0)) {
+        return 0;
+    }
+    const lkv_profile *p = lkv_store_profile_find(t->store, profile != NULL ? profile : "");
+    if (p == NULL || n_tokens == 0 || tokens == NULL) {
+        return 0; /* The store refuses it, with its reason. */
+    }
+    lkv_dockey key;
+    lkv_dockey_compute(tn->salt, p->fingerprint, tokens, n_tokens, &key);
+    if (lkv_store_tier(t->store, &key) != LKV_TIER_NONE) {
+        return 0; /* Already stored: the put adds nothing. */
+    }
+    uint64_t n_blocks = (n_tokens + (uint64_t)p->shape.block_tokens - 1) / p->shape.block_tokens;
+    lkv_store_usage u;
+    lkv_store_usage_get(t->store, tn->salt, &u);
+    uint64_t hot_need = n_blocks * u.page_bytes;
+    uint64_t cold_need = n_blocks * lkv_block_bytes(&p->shape);
+    if (tn->max_hot_bytes != 0 && hot_need > tn->max_hot_bytes) {
+        return over_quota(t, rpc, tn, "max_hot_bytes", tn->max_hot_bytes, u.hot_bytes, hot_need,
+                          "the document alone is larger than the quota");
+    }
+    if (tn->max_cold_bytes != 0 && cold_need > tn->max_cold_bytes) {
+        return over_quota(t, rpc, tn, "max_cold_bytes", tn->max_cold_bytes, u.cold_bytes, cold_need,
+                          "the document alone is larger than the quota");
+    }
+    /* Make room among the tenant's own documents, oldest first (bounded: each step frees one). */
+    for (int step = 0; step < 4096; step++) {
+        lkv_store_usage_get(t->store, tn->salt, &u);
+        int hot_over = tn->max_hot_bytes != 0 && u.hot_bytes + hot_need > tn->max_hot_bytes;
+        int cold_over = tn->max_cold_bytes != 0 && u.cold_bytes + cold_need > tn->max_cold_bytes;
+        int docs_over = tn->max_docs != 0 && u.docs + 1 > tn->max_docs;
+        if (!hot_over && !cold_over && !docs_over) {
+            return 0;
+        }
+        lkv_dockey victim;
+        int rc;
+        if (hot_over) {
+            rc = lkv_store_usage_oldest(t->store, tn->salt, LKV_TIER_HOT, &victim);
+            if (rc == 0) {
+                rc = lkv_store_demote(t->store, &victim);
+            }
+        } else {
+            rc = lkv_store_usage_oldest(t->store, tn->salt, LKV_TIER_COLD, &victim);
+            if (rc == 0) {
+                rc = lkv_store_delete(t->store, &victim);
+            }
+        }
+        if (rc == 0) {
+            atomic_fetch_add(&t->sst[tn->t_slot].evicted, 1);
+            continue;
+        }
+        if (rc == LKV_ENOTFOUND &&
+            lkv_store_usage_oldest(t->store, tn->salt, hot_over ? LKV_TIER_HOT : LKV_TIER_COLD,
+                                   &victim) == 0) {
+            continue; /* That one went meanwhile; another is there. */
+        }
+        if (hot_over) {
+            return over_quota(t, rpc, tn, "max_hot_bytes", tn->max_hot_bytes, u.hot_bytes, hot_need,
+                              "its hot documents are pinned or being read");
+        }
+        if (cold_over) {
+            return over_quota(t, rpc, tn, "max_cold_bytes", tn->max_cold_bytes, u.cold_bytes,
+                              cold_need, "its documents are pinned or being written");
+        }
+        return over_quota(t, rpc, tn, "max_docs", tn->max_docs, u.docs, 1,
+                          "its documents are pinned or being written");
+    }
+    return over_quota(t, rpc, tn, "max_docs", tn->max_docs, u.docs, 1, "no room could be made");
 }

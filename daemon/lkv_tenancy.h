@@ -30,11 +30,16 @@
  *      a message naming the limit and the delay, and trailing metadata "retry-after-ms: N"
  *      (lkv_rpc_set_retry_after). Health calls are never rate limited.
  *
- * Capacity quotas (max_hot_bytes, max_cold_bytes, max_docs): checked before a Put stores
- * anything (lkv_tenancy_check_put): a put that would take the tenant over a quota first evicts
- * that tenant's own documents (coldest first as the store orders them) until it fits; if it
- * still cannot fit (the document alone is larger than the quota, or the tenant's documents are
- * pinned) it is refused with LKV_EQUOTA (RESOURCE_EXHAUSTED) naming the quota.
+ * Capacity quotas (max_hot_bytes, max_cold_bytes, max_docs; the store's per-salt usage,
+ * lkv_store_usage_get): checked before the store sees a Put (lkv_tenancy_check_put), so the
+ * global eviction policy never evicts another tenant's documents for a tenant over its quota.
+ * A put that would take the tenant over a quota first makes room among that tenant's own
+ * documents, oldest first: over max_hot_bytes it demotes them to the cold tier (persisted ones
+ * first, which costs no write); over max_cold_bytes or max_docs it deletes them. If it still
+ * cannot fit (the document alone is larger than the quota, or the tenant's documents are all
+ * pinned or being written) it is refused with LKV_EQUOTA (RESOURCE_EXHAUSTED), the message
+ * naming the quota, its value and the need. Hot usage counts arena pages (n_blocks x
+ * page_bytes), cold usage block payload, in both durability modes (write-back persists too).
  *
  * Thread safety: admit, the index and charge functions run on any thread; reload and destroy
  * on the main thread only.
@@ -98,8 +103,11 @@ int lkv_tenancy_count(const lkv_tenancy *t);
  * the message and retry-after-ms set on rpc (return it from the callback). */
 int lkv_tenancy_charge_bytes(void *ctx, lkv_rpc *rpc, uint64_t n);
 
-/* Checks the caller's capacity quotas for a new document of n_blocks blocks of block_bytes
- * payload each (see the file comment). Returns 0, or LKV_EQUOTA with the message set on rpc. */
-int lkv_tenancy_check_put(void *ctx, lkv_rpc *rpc, uint64_t n_blocks, uint64_t block_bytes);
+/* Checks the caller's capacity quotas for a Put of tokens[0..n_tokens) of profile (borrowed),
+ * making room among the tenant's own documents first (see the file comment). A document
+ * already stored, an unknown profile or an empty token list pass (the store decides). Returns
+ * 0, or LKV_EQUOTA with the message set on rpc. */
+int lkv_tenancy_check_put(void *ctx, lkv_rpc *rpc, const char *profile, const uint32_t *tokens,
+                          uint32_t n_tokens);
 
 #endif
