@@ -484,7 +484,7 @@ static void test_exact_codes(void)
     } while (0);
     LKV_ERR_MAP(CHECK_ONE)
 #undef CHECK_ONE
-    ASSERT_EQ(n, 23);
+    ASSERT_EQ(n, 25); /* Every code of the table, LKV_ERATE and LKV_EQUOTA included. */
     uint32_t tok = 5; /* -EIO, an -errno */
     lkv_docref ref = {.profile = "fail", .tokens = &tok, .n_tokens = 1};
     ASSERT_ERR(lkv_client_lookup(c, &ref, 1, 0, &st), LKV_EINTERNAL);
@@ -966,6 +966,28 @@ static void *probe_main(void *arg)
 
 /* THE acceptance test: Health and other calls proceed while calls are parked on every polling
  * thread and while the pool runs slow jobs (as a slow RocksDB read would). */
+typedef struct hist_get {
+    int seen;            /* Histograms visited. */
+    uint64_t get_count;  /* The Get histogram's +Inf bucket. */
+    uint64_t get_sum_us; /* Its sum. */
+} hist_get;
+
+static int hist_get_visit(void *ctx, const lkv_stat_desc *d, const uint64_t *bounds,
+                          const uint64_t *cum, int nb, uint64_t sum)
+{
+    hist_get *h = ctx;
+    (void)bounds;
+    h->seen++;
+    for (int i = 1; i <= nb; i++) {
+        ASSERT_TRUE(cum[i] >= cum[i - 1]); /* Cumulative. */
+    }
+    if (strcmp(d->name, "rpc_duration") == 0 && strstr(d->labels, "method=Get") != NULL) {
+        h->get_count = cum[nb];
+        h->get_sum_us = sum;
+    }
+    return 0;
+}
+
 static void test_health_while_parked(void)
 {
     enum { N = 64 };
@@ -1151,9 +1173,15 @@ int main(void)
         sleep_ms(10); /* A call is counted out when its last batch completes. */
     }
     ASSERT_EQ(lkv_server_calls_in_flight(srv), 0);
-    /* The same counters through the registry (4 stats per method, 3 of them in INFO). */
+    /* The same counters through the registry (4 stats per method, 3 of them in INFO, plus one
+     * latency histogram per method whose total is the method's calls). */
     int n_methods = (int)(sizeof(methods) / sizeof(methods[0]));
-    ASSERT_EQ(lkv_stats_count(reg), 4 * n_methods);
+    ASSERT_EQ(lkv_stats_count(reg), 5 * n_methods);
+    hist_get hg = {0};
+    ASSERT_OK(lkv_stats_foreach_hist(reg, hist_get_visit, &hg));
+    ASSERT_EQ(hg.seen, n_methods);
+    ASSERT_EQ(hg.get_count, calls);
+    ASSERT_TRUE(hg.get_sum_us > 0 && (double)hg.get_sum_us <= (double)usec + (double)calls);
     get_stats g = {0};
     ASSERT_OK(lkv_stats_foreach(reg, NULL, get_visit, &g));
     ASSERT_EQ(g.seen, 4);
