@@ -152,11 +152,28 @@ def main():
         check(line is not None and "reload refused" in line and "salt" in line,
               "salt change refused, naming it (%r)" % line)
         check(outcome(lambda: lookup(tok_c)) == "ok", "carol still served after refusal")
-        # 5. log_level live: debug lines appear.
-        write(cfg, base.replace("info", "warn") + section("alice", tok_a2, roles="data,admin")
-              + section("carol", tok_c))
+        # 5. log_level live: at warn, a refused call (logged at info) leaves no line; back at
+        # info, the same refusal is logged again.
+        full = base + section("alice", tok_a2, roles="data,admin") + section("carol", tok_c)
+        write(cfg, full.replace("log_level = info", "log_level = warn"))
+        start = log.off
+        os.kill(d.proc.pid, signal.SIGHUP)
+        time.sleep(0.3 * H.SCALE)  # The reload logs nothing at warn; give it time to apply.
+        check(outcome(lambda: lookup("lkv_wrong_token_at_warn_level_0001")) == "Unauthenticated",
+              "wrong token refused at warn")
+        write(cfg, full)
         line = hup(d, log)
-        check(line is None or "reload done" in (line or ""), "reload 5")
+        check(line is not None and "reload done" in line, "back to info")
+        with open(d.log_path, "rb") as f:
+            f.seek(start)
+            quiet = f.read().decode("utf-8", "replace")
+        check("reload done" in quiet and
+              "refused /lazykv.v1.Cache/Lookup" not in quiet.split("reload done")[0],
+              "at log_level = warn the info-level refusal was not logged")
+        check(outcome(lambda: lookup("lkv_wrong_token_at_info_level_0002")) == "Unauthenticated",
+              "wrong token refused at info")
+        check(log.wait("refused /lazykv.v1.Cache/Lookup", secs=5) is not None,
+              "at info the refusal is logged again")
         check(d.proc.pid == pid and d.proc.poll() is None, "same process throughout")
     sys.stderr.write("test_reload: %.1f s\n" % (time.monotonic() - t0))
     if failures:
