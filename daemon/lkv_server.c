@@ -1459,10 +1459,12 @@ static void tls_free(tls_state *t)
     free(t);
 }
 
-/* Binds listen with TLS credentials over a certificate fetcher (see lkv_tls_opts). Returns the
- * port, 0 if the address cannot be bound, or LKV_ECONFIG (err) if the files cannot be used. */
-static int add_listener_tls(lkv_server *s, const char *listen, const lkv_tls_opts *o, char *err,
-                            size_t errlen)
+/* Makes the server's TLS credentials over a certificate fetcher (see lkv_tls_opts), once: the
+ * state lives in s->tls until destroy. Returns the credentials (the caller releases them), or
+ * NULL with err set if the files cannot be used. Whoever adds a TLS listener (a port here, or
+ * an accepted descriptor with grpc_server_add_channel_from_fd) uses these. */
+static grpc_server_credentials *tls_credentials(lkv_server *s, const lkv_tls_opts *o, char *err,
+                                                size_t errlen)
 {
     tls_state *t = lkv_xcalloc(1, sizeof(*t));
     pthread_mutex_init(&t->mu, NULL);
@@ -1479,12 +1481,12 @@ static int add_listener_tls(lkv_server *s, const char *listen, const lkv_tls_opt
     if (t->paths[0] == NULL || t->paths[1] == NULL) {
         snprintf(err, errlen, "TLS needs a certificate and a key file");
         tls_free(t);
-        return LKV_ECONFIG;
+        return NULL;
     }
     if (tls_load_locked(t, 1, why, sizeof(why)) != 1) {
         snprintf(err, errlen, "TLS: %s", why);
         tls_free(t);
-        return LKV_ECONFIG;
+        return NULL;
     }
     s->tls = t;
     grpc_ssl_client_certificate_request_type req =
@@ -1492,7 +1494,19 @@ static int add_listener_tls(lkv_server *s, const char *listen, const lkv_tls_opt
                             : GRPC_SSL_DONT_REQUEST_CLIENT_CERTIFICATE;
     grpc_ssl_server_credentials_options *so =
         grpc_ssl_server_credentials_create_options_using_config_fetcher(req, tls_fetch, t);
-    grpc_server_credentials *creds = grpc_ssl_server_credentials_create_with_options(so);
+    return grpc_ssl_server_credentials_create_with_options(so);
+}
+
+/* Binds listen with the TLS credentials (tls_credentials). Returns the port, 0 if the address
+ * cannot be bound, or LKV_ECONFIG (err) if the files cannot be used. */
+static int add_listener_tls(lkv_server *s, const char *listen, const lkv_tls_opts *o, char *err,
+                            size_t errlen)
+{
+    grpc_server_credentials *creds = tls_credentials(s, o, err, errlen);
+    if (creds == NULL) {
+        return LKV_ECONFIG;
+    }
+    tls_state *t = s->tls;
     int port = grpc_server_add_http2_port(s->server, listen, creds);
     grpc_server_credentials_release(creds);
     if (port == 0 && t->pending != NULL) {
