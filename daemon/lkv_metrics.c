@@ -235,7 +235,9 @@ int lkv_metrics_render(lkv_stats *r, char **out, size_t *len)
     collect c = {0};
     lkv_stats_foreach(r, NULL, visit, &c);
     lkv_stats_foreach_hist(r, visit_hist, &c);
-    qsort(c.v, (size_t)c.n, sizeof(*c.v), by_name);
+    if (c.n > 0) {
+        qsort(c.v, (size_t)c.n, sizeof(*c.v), by_name);
+    }
     sbuf b = {lkv_xmalloc(4096), 0, 4096};
     b.p[0] = '\0';
     for (int i = 0; i < c.n; i++) {

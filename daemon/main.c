@@ -189,6 +189,7 @@ int main(int argc, char **argv)
     if (rc != 0) {
         LKV_LOGE("cannot open the store in %s: %s (%s)", cfg.data_dir, lkv_strerror(rc),
                  lkv_err_name(rc));
+        lkv_stats_destroy(stats);
         return rc == LKV_ECONFIG ? 2 : 1;
     }
     lkv_store_stats st;
@@ -202,6 +203,7 @@ int main(int argc, char **argv)
     if (rc != 0) {
         LKV_LOGE("%s", err);
         lkv_store_close(store);
+        lkv_stats_destroy(stats);
         return rc == LKV_ECONFIG ? 2 : 1;
     }
     char roles[64];
@@ -235,6 +237,7 @@ int main(int argc, char **argv)
         LKV_LOGE("cannot create the lease table: %s", lkv_strerror(rc));
         lkv_tenancy_destroy(ten);
         lkv_store_close(store);
+        lkv_stats_destroy(stats);
         return 1;
     }
     cache.leases = leases;
@@ -273,6 +276,7 @@ int main(int argc, char **argv)
         lkv_lease_table_destroy(leases);
         lkv_tenancy_destroy(ten);
         lkv_store_close(store);
+        lkv_stats_destroy(stats);
         return rc == LKV_ECONFIG ? 2 : 1;
     }
     lkv_admin_svc_set_server(&admin, srv);
@@ -293,6 +297,7 @@ int main(int argc, char **argv)
             lkv_lease_table_destroy(leases);
             lkv_tenancy_destroy(ten);
             lkv_store_close(store);
+            lkv_stats_destroy(stats);
             return 1;
         }
         LKV_LOGI("metrics on http://%s/metrics", lkv_metrics_address(metrics));
