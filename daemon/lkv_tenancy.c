@@ -61,7 +61,8 @@ struct lkv_tenancy {
     uint8_t secret[LKV_WIREKEY_SECRET_BYTES]; /* Wire-key secret (wiped at destroy). */
     lkv_stats *stats;                         /* Borrowed, or NULL. */
     lkv_store *store;                         /* Borrowed, or NULL. */
-    lkv_config last;                          /* The config last applied (for the diff). */
+    lkv_config started;                       /* The config at create: what runs. */
+    lkv_config last;                          /* The config last applied (tenant diffs). */
 };
 
 static int64_t now_ns(void)
@@ -162,18 +163,18 @@ static int slot_of(lkv_tenancy *t, const char *name, const uint8_t *salt, int *i
 {
     *is_new = 0;
     for (int i = 1; i < t->n_slots; i++) {
-        if (strcmp(t->names[i], name) == 0) {
+        if (strcmp(t->names_buf[i], name) == 0) {
             return i;
         }
     }
     if (t->n_slots == LKV_TENANCY_SLOTS) {
         return -1;
     }
+    /* A slot past the published ones: no call can reach it until publish() names it. */
     int i = t->n_slots;
     snprintf(t->names_buf[i], sizeof(t->names_buf[i]), "%s", name);
     memcpy(t->salts[i], salt, LKV_AUTH_SALT_BYTES);
     lkv_wirekey_init(&t->wire[i], t->secret, salt, !t->isolate);
-    t->names[i] = t->names_buf[i];
     *is_new = 1;
     return i;
 }
@@ -194,7 +195,7 @@ static int build(lkv_tenancy *t, const lkv_config *c, lkv_auth **out, int *first
         lkv_tenant tn = c->tenants[i];
         int fresh = 0;
         for (int k = 1; k < t->n_slots; k++) {
-            if (strcmp(t->names[k], tn.name) == 0 &&
+            if (strcmp(t->names_buf[k], tn.name) == 0 &&
                 memcmp(t->salts[k], tn.salt, LKV_AUTH_SALT_BYTES) != 0) {
                 lkv_auth_destroy(a);
                 t->n_slots = n_slots;
@@ -235,6 +236,9 @@ static void publish(lkv_tenancy *t, lkv_auth *a, int first_new)
     n->auth = a;
     n->next = t->tables;
     t->tables = n;
+    for (int i = first_new; i < t->n_slots; i++) {
+        t->names[i] = t->names_buf[i]; /* Before the table naming the slot is published. */
+    }
     atomic_store(&t->cur, a);
     slot_ref *refs = refs_of(t);
     for (int i = first_new; i < t->n_slots; i++) {
@@ -281,6 +285,7 @@ int lkv_tenancy_create(const lkv_config *c, lkv_stats *stats, lkv_store *store, 
         return rc;
     }
     publish(t, a, 0);
+    t->started = *c;
     t->last = *c;
     *out = t;
     return 0;
@@ -407,7 +412,7 @@ int lkv_tenancy_reload(lkv_tenancy *t, const lkv_config *c, char *err, size_t er
                      t->last.tenants[i].name);
         }
     }
-    log_restart_only(&t->last, c);
+    log_restart_only(&t->started, c); /* Still named on every reload until a restart. */
     publish(t, a, first_new);
     atomic_store(&t->allow_plain_tokens, c->allow_plaintext_tokens);
     LKV_LOGI("reload: %d tenant(s) now (%d added, %d removed, %d changed)", lkv_auth_count(a),

@@ -40,6 +40,9 @@
  * pinned or being written) it is refused with LKV_EQUOTA (RESOURCE_EXHAUSTED), the message
  * naming the quota, its value and the need. Hot usage counts arena pages (n_blocks x
  * page_bytes), cold usage block payload, in both durability modes (write-back persists too).
+ * Known cost: this runs on the Put's polling thread; demoting a document the writer has not
+ * persisted yet, and deleting from RocksDB, do I/O there (rare: persisted documents are
+ * demoted first, and RocksDB deletes are unsynced).
  *
  * Thread safety: admit, the index and charge functions run on any thread; reload and destroy
  * on the main thread only.
