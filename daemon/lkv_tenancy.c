@@ -84,6 +84,12 @@ enum {
     TS_THROTTLED,
     TS_OVER_QUOTA,
     TS_EVICTED,
+    TS_USED_HOT,
+    TS_USED_COLD,
+    TS_DOCS,
+    TS_QUOTA_HOT,
+    TS_QUOTA_COLD,
+    TS_QUOTA_DOCS,
     TS__N
 };
 
@@ -109,6 +115,18 @@ static void slot_read(void *ctx, double *v, int n)
     v[TS_THROTTLED] = (double)atomic_load(&ss->throttled);
     v[TS_OVER_QUOTA] = (double)atomic_load(&ss->over_quota);
     v[TS_EVICTED] = (double)atomic_load(&ss->evicted);
+    if (r->t->store != NULL) {
+        lkv_store_usage u;
+        lkv_store_usage_get(r->t->store, r->t->salts[r->slot], &u);
+        v[TS_USED_HOT] = (double)u.hot_bytes;
+        v[TS_USED_COLD] = (double)u.cold_bytes;
+        v[TS_DOCS] = (double)u.docs;
+    }
+    const lkv_auth *a = atomic_load(&r->t->cur);
+    const lkv_tenant *tn = r->slot == 0 ? NULL : lkv_auth_find(a, r->t->names_buf[r->slot]);
+    v[TS_QUOTA_HOT] = tn != NULL ? (double)tn->max_hot_bytes : 0.0;
+    v[TS_QUOTA_COLD] = tn != NULL ? (double)tn->max_cold_bytes : 0.0;
+    v[TS_QUOTA_DOCS] = tn != NULL ? (double)tn->max_docs : 0.0;
 }
 
 /* Registers slot i's counters (labels tenant=NAME). */
@@ -119,8 +137,9 @@ static void slot_register(lkv_tenancy *t, slot_ref *ref)
     }
     int i = ref->slot;
     char l[TS__N][LKV_STAT_TEXT_MAX + 1];
-    static const char *const tier[TS__N] = {"hot", "cold", NULL, "hot", "cold",
-                                            NULL,  NULL,   NULL, NULL};
+    static const char *const tier[TS__N] = {"hot",  "cold", NULL,  "hot",  "cold",
+                                            NULL,   NULL,   NULL,  NULL,   "hot",
+                                            "cold", NULL,   "hot", "cold", NULL};
     for (int k = 0; k < TS__N; k++) {
         if (tier[k] != NULL) {
             snprintf(l[k], sizeof(l[k]), "tenant=%s,tier=%s", t->names[i], tier[k]);
@@ -148,6 +167,18 @@ static void slot_register(lkv_tenancy *t, slot_ref *ref)
          "Puts refused by the tenant's capacity quotas (RESOURCE_EXHAUSTED).", NULL, NULL},
         {"tenant_quota_evictions", l[8], LKV_STAT_COUNTER, "docs",
          "The tenant's own documents evicted or demoted to keep it within its quotas.", NULL, NULL},
+        {"tenant_bytes_used", l[9], LKV_STAT_GAUGE, "bytes",
+         "Bytes the tenant's documents hold, by tier (documents put since start).", NULL, NULL},
+        {"tenant_bytes_used", l[10], LKV_STAT_GAUGE, "bytes",
+         "Bytes the tenant's documents hold, by tier (documents put since start).", NULL, NULL},
+        {"tenant_docs", l[11], LKV_STAT_GAUGE, "docs",
+         "Visible documents of the tenant (put since start).", NULL, NULL},
+        {"tenant_quota_bytes", l[12], LKV_STAT_GAUGE, "bytes",
+         "The tenant's max_hot_bytes / max_cold_bytes (0: unlimited).", NULL, NULL},
+        {"tenant_quota_bytes", l[13], LKV_STAT_GAUGE, "bytes",
+         "The tenant's max_hot_bytes / max_cold_bytes (0: unlimited).", NULL, NULL},
+        {"tenant_quota_docs", l[14], LKV_STAT_GAUGE, "docs",
+         "The tenant's max_docs (0: unlimited).", NULL, NULL},
     };
     if (lkv_stats_register(t->stats, d, TS__N, slot_read, ref, &t->sst[i].g) != 0) {
         LKV_LOGW("tenancy: tenant %s has no statistics (registration refused)", t->names[i]);

@@ -87,6 +87,17 @@ def noisy_neighbour(quota):
         present = all(s.present for s in after)
         flood_hot = metric(d, "lazykv_tenant_hits_total", tenant="flood", tier="hot")
         evictions = metric(d, "lazykv_tenant_quota_evictions_total", tenant="flood")
+        used = metric(d, "lazykv_tenant_used_bytes", tenant="flood", tier="hot")
+        quota_g = metric(d, "lazykv_tenant_quota_bytes", tenant="flood", tier="hot")
+        qdocs_g = metric(d, "lazykv_tenant_docs", tenant="quiet")
+        if quota:
+            check(used is not None and 0 < used <= 16 << 20,
+                  "flood's hot usage within its 16 MiB quota (%s)" % used)
+            check(quota_g == 16 << 20, "quota gauge = 16 MiB (%s)" % quota_g)
+        else:
+            check(used is not None and used > 16 << 20, "baseline: flood holds more (%s)" % used)
+            check(quota_g == 0, "no quota: gauge 0")
+        check(qdocs_g == QUIET_DOCS, "quiet's document gauge (%s)" % qdocs_g)
         quiet.close()
         flood.close()
         return ok, hot, present, flood_hot, evictions
