@@ -91,12 +91,14 @@ struct lkv_put {
 static _Thread_local struct {
     int status;
     char msg[ERR_MAX];
-} tl_err;
+    int64_t retry_after_ms; /* "retry-after-ms" of the last failure, or -1. */
+} tl_err = {0, "", -1};
 
 static void err_clear(void)
 {
     tl_err.status = 0;
     tl_err.msg[0] = '\0';
+    tl_err.retry_after_ms = -1;
 }
 
 static int err_local(int rc, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
@@ -109,6 +111,7 @@ static int err_local(int rc, const char *fmt, ...)
     vsnprintf(tl_err.msg, sizeof(tl_err.msg), fmt, ap);
     va_end(ap);
     tl_err.status = -1;
+    tl_err.retry_after_ms = -1;
     return rc;
 }
 
@@ -120,6 +123,11 @@ const char *lkv_client_last_error(void)
 int lkv_client_last_status(void)
 {
     return tl_err.status;
+}
+
+int64_t lkv_client_last_retry_after_ms(void)
+{
+    return tl_err.retry_after_ms;
 }
 
 /* ---- handle ---- */
@@ -381,12 +389,21 @@ static int call_status_rc(call *cl)
     tl_err.status = (int)cl->status;
     const char *code = NULL;
     size_t code_len = 0;
+    tl_err.retry_after_ms = -1;
     for (size_t i = 0; i < cl->trail_md.count; i++) {
         const grpc_metadata *md = &cl->trail_md.metadata[i];
-        if (grpc_slice_str_cmp(md->key, LKV_STATUS_MD_KEY) == 0) {
+        if (code == NULL && grpc_slice_str_cmp(md->key, LKV_STATUS_MD_KEY) == 0) {
             code = (const char *)GRPC_SLICE_START_PTR(md->value);
             code_len = GRPC_SLICE_LENGTH(md->value);
-            break;
+        } else if (grpc_slice_str_cmp(md->key, "retry-after-ms") == 0) {
+            const char *v = (const char *)GRPC_SLICE_START_PTR(md->value);
+            size_t len = GRPC_SLICE_LENGTH(md->value);
+            int64_t ms = 0;
+            size_t k = 0;
+            for (; k < len && k < 12 && v[k] >= '0' && v[k] <= '9'; k++) {
+                ms = ms * 10 + (v[k] - '0');
+            }
+            tl_err.retry_after_ms = k == len && len > 0 ? ms : -1;
         }
     }
     return lkv_status_to_err((int)cl->status, code, code_len);

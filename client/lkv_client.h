@@ -134,6 +134,11 @@ const char *lkv_client_last_error(void);
  * before reaching gRPC (bad arguments). */
 int lkv_client_last_status(void);
 
+/* The delay the daemon asked for with this thread's last failed call (trailing metadata
+ * "retry-after-ms": a tenant over its rate_calls or rate_bytes, lkv-code LKV_ERATE), in ms;
+ * -1 if it asked for none. */
+int64_t lkv_client_last_retry_after_ms(void);
+
 /* grpc.health.v1.Health/Check for service ("" for the whole daemon; NULL means ""). Returns 0
  * if SERVING, LKV_EUNAVAIL if NOT_SERVING or unreachable, LKV_ENOTFOUND for an unknown
  * service, or another mapped error. */

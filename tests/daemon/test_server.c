@@ -103,7 +103,8 @@ static int stats(void *svc, lkv_rpc *rpc, const ProtobufCMessage *m)
 }
 
 /* Lookup: profile "big" replies over the message limit; profile "fail" fails with the code
- * -token_ids[0]; otherwise echoes one status per doc. */
+ * -token_ids[0]; profile "retry" fails with LKV_ERATE asking for a retry after token_ids[0] ms;
+ * otherwise echoes one status per doc. */
 static int lookup(void *svc, lkv_rpc *rpc, const ProtobufCMessage *m)
 {
     (void)svc;
@@ -115,6 +116,11 @@ static int lookup(void *svc, lkv_rpc *rpc, const ProtobufCMessage *m)
         /* Fails with the code -ids[0], under a message that names another cause. */
         return lkv_rpc_errorf(rpc, -(int)req->docs[0]->tokens->token_ids[0],
                               "Received message larger than max (budget exhausted, not found)");
+    }
+    if (strcmp(prof, "retry") == 0 && req->docs[0]->tokens->n_token_ids > 0) {
+        lkv_rpc_set_retry_after(rpc, req->docs[0]->tokens->token_ids[0]);
+        return lkv_rpc_errorf(rpc, LKV_ERATE, "over the rate: retry in %u ms",
+                              (unsigned)req->docs[0]->tokens->token_ids[0]);
     }
     if (strcmp(prof, "big") == 0) {
         memset(big, 'x', sizeof(big) - 1);
@@ -488,7 +494,18 @@ static void test_exact_codes(void)
     uint32_t tok = 5; /* -EIO, an -errno */
     lkv_docref ref = {.profile = "fail", .tokens = &tok, .n_tokens = 1};
     ASSERT_ERR(lkv_client_lookup(c, &ref, 1, 0, &st), LKV_EINTERNAL);
-    ASSERT_EQ(lkv_client_last_status(), 13); /* INTERNAL */
+    ASSERT_EQ(lkv_client_last_status(), 13);         /* INTERNAL */
+    ASSERT_EQ(lkv_client_last_retry_after_ms(), -1); /* None asked for. */
+    /* A refusal with a retry delay: RESOURCE_EXHAUSTED, LKV_ERATE, retry-after-ms on the wire. */
+    tok = 1234;
+    ref.profile = "retry";
+    ASSERT_ERR(lkv_client_lookup(c, &ref, 1, 0, &st), LKV_ERATE);
+    ASSERT_EQ(lkv_client_last_status(), 8); /* RESOURCE_EXHAUSTED */
+    ASSERT_EQ(lkv_client_last_retry_after_ms(), 1234);
+    ASSERT_TRUE(strstr(lkv_client_last_error(), "retry in 1234 ms") != NULL);
+    ref.profile = "echo";
+    ASSERT_OK(lkv_client_lookup(c, &ref, 1, 0, &st));
+    ASSERT_EQ(lkv_client_last_retry_after_ms(), -1); /* Cleared by a success. */
     /* A reply over the limit: LKV_ETOOBIG (not the message-less family guess of another). */
     ref.profile = "big";
     ASSERT_ERR(lkv_client_lookup(c, &ref, 1, 0, &st), LKV_ETOOBIG);
