@@ -48,7 +48,9 @@ def tenant_args(name="alice", token=TOKEN, roles="data,admin"):
             "--set", "tenant.%s.roles=%s" % (name, roles)]
 
 
-def health_raw(channel, wait=3.0):
+def health_raw(channel, wait=5.0):
+    """True if Health answers SERVING on channel within wait seconds (scaled on slow hosts)."""
+    wait = H.timeout(wait)
     stub = channel.unary_unary("/grpc.health.v1.Health/Check",
                                request_serializer=health_pb2.HealthCheckRequest.SerializeToString,
                                response_deserializer=health_pb2.HealthCheckResponse.FromString)
