@@ -173,6 +173,9 @@ typedef struct tls_state {
     struct stat st[3];                           /* What was last loaded (or tried and failed). */
     grpc_ssl_server_certificate_config *pending; /* Loaded, not yet handed to gRPC. */
     atomic_ulong generation;                     /* Certificates loaded. */
+    uint64_t failures;                           /* Changed files that could not be used. */
+    time_t not_after;                            /* Expiry of the certificate in service. */
+    lkv_stat_group *group;                       /* Its stats in the registry, or NULL. */
 } tls_state;
 
 struct lkv_server {
@@ -1391,7 +1394,11 @@ static int tls_load_locked(tls_state *t, int force, char *why, size_t len)
                  t->paths[2] != NULL ? " / " : "", t->paths[2] != NULL ? t->paths[2] : "", bad);
         rc = LKV_ECONFIG;
     }
+    if (rc != 1) {
+        t->failures++;
+    }
     if (rc == 1) {
+        t->not_after = not_after;
         char until[32];
         struct tm tm;
         gmtime_r(&not_after, &tm);
@@ -1536,6 +1543,39 @@ int lkv_server_tls_check(lkv_server *s)
     return rc;
 }
 
+/* Registry read fn of the TLS stats (ctx: the tls_state). */
+static void tls_stats_read(void *ctx, double *v, int n)
+{
+    tls_state *t = ctx;
+    pthread_mutex_lock(&t->mu);
+    if (n >= 3) {
+        v[0] = (double)t->not_after;
+        v[1] = (double)atomic_load(&t->generation);
+        v[2] = (double)t->failures;
+    }
+    pthread_mutex_unlock(&t->mu);
+}
+
+static void tls_stats_register(lkv_server *s, lkv_stats *r)
+{
+    static const lkv_stat_desc d[3] = {
+        {"tls_cert_not_after_timestamp_seconds", NULL, LKV_STAT_GAUGE, NULL,
+         "Expiry (Unix time) of the TLS certificate in service.", "tls", "cert_not_after"},
+        {"tls_cert_loads", NULL, LKV_STAT_COUNTER, NULL,
+         "TLS certificates loaded (1 at start, +1 per renewal taken).", "tls", "cert_loads"},
+        {"tls_cert_load_failures", NULL, LKV_STAT_COUNTER, NULL,
+         "Changed TLS files that could not be used (the previous certificate stayed).", "tls",
+         "cert_load_failures"},
+    };
+    if (s->tls == NULL) {
+        return;
+    }
+    if (lkv_stats_register(r, d, 3, tls_stats_read, s->tls, &s->tls->group) != 0) {
+        LKV_LOGW("tls: statistics not registered");
+    }
+    s->registry = r;
+}
+
 unsigned long lkv_server_tls_generation(const lkv_server *s)
 {
     return s->tls != NULL ? atomic_load(&s->tls->generation) : 0;
@@ -1661,6 +1701,7 @@ int lkv_server_create(const lkv_server_opts *opts, const lkv_method *methods, in
         s->workers[i].started = 1;
     }
     if (opts->stats != NULL) {
+        tls_stats_register(s, opts->stats);
         int rc = method_stats_register(s, opts->stats);
         if (rc != 0) {
             snprintf(err, errlen, "cannot register the per-method stats: %s", lkv_strerror(rc));
@@ -1818,6 +1859,10 @@ void lkv_server_destroy(lkv_server *s)
         return;
     }
     lkv_stats_unregister(s->registry, s->stats_group); /* No method_stats_read after this. */
+    if (s->tls != NULL && s->tls->group != NULL) {
+        lkv_stats_unregister(s->registry, s->tls->group);
+        s->tls->group = NULL;
+    }
     lkv_server_shutdown(s, 0);
     lkv_stats_unregister(s->registry, atomic_load(&s->hist_group)); /* No call ends any more. */
     grpc_server_destroy(s->server);

@@ -25,6 +25,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import urllib.request
 
 import certs
 
@@ -66,6 +67,14 @@ def tls_channel(addr, ca_pem, cert_pem=None, key_pem=None):
     return grpc.secure_channel(addr, creds)
 
 
+def metrics(d):
+    """{name: value} of the unlabelled samples of d's /metrics."""
+    with urllib.request.urlopen("http://%s/metrics" % d.metrics_addr, timeout=5) as r:
+        text = r.read().decode()
+    return {ln.split()[0]: float(ln.split()[1]) for ln in text.splitlines()
+            if ln and not ln.startswith("#") and "{" not in ln}
+
+
 def wait_log(d, text, deadline_s=5.0):
     end = time.monotonic() + H.timeout(deadline_s)
     while time.monotonic() < end:
@@ -95,7 +104,8 @@ def part_basic_and_reload(tmp):
                 log = f.read().decode("utf-8", "replace")
             check("status 2" in str(sys.exc_info()[1]) and "has expired" in log,
                   "expired certificate at start: exit 2 naming the reason")
-    args = ["--set", "tls_cert_file=" + live_pem, "--set", "tls_key_file=" + live_key]
+    args = ["--set", "tls_cert_file=" + live_pem, "--set", "tls_key_file=" + live_key,
+            "--set", "metrics_listen=127.0.0.1:0"]
     with H.Daemon(args + tenant_args()) as d:
         d.start()
         check(wait_log(d, "TLS, "), "log names the TLS listener")
@@ -135,6 +145,15 @@ def part_basic_and_reload(tmp):
         check(not health_raw(tls_channel(d.addr, certs.read(ca1)), 2.0),
               "after rotation a client trusting only ca1 is refused")
         check(health_raw(old), "the channel opened before the rotation keeps working")
+        m = metrics(d)
+        check(m.get("lazykv_tls_cert_loads_total") == 2.0,
+              "metrics: 2 certificates loaded (%s)" % m.get("lazykv_tls_cert_loads_total"))
+        check(m.get("lazykv_tls_cert_load_failures_total") == 3.0,
+              "metrics: 3 unusable files counted (garbage, expired, wrong key) (%s)"
+              % m.get("lazykv_tls_cert_load_failures_total"))
+        exp = m.get("lazykv_tls_cert_not_after_timestamp_seconds", 0)
+        check(time.time() + 3600 < exp < time.time() + 2 * 86400,
+              "metrics: the new certificate's expiry (in about a day: %s)" % exp)
         # Without SIGHUP: rotate back; the next handshake picks it up.
         certs.replace(a_key, live_key)
         certs.replace(a_pem, live_pem)
@@ -228,9 +247,10 @@ def part_plaintext_tokens(tmp):
 def main():
     t0 = time.monotonic()
     tmp = tempfile.mkdtemp(prefix="lkv-tls-")
-    part_basic_and_reload(tmp)
-    part_client_certs(tmp)
-    part_plaintext_tokens(tmp)
+    for part in (part_basic_and_reload, part_client_certs, part_plaintext_tokens):
+        t1 = time.monotonic()
+        part(tmp)
+        sys.stderr.write("%s: %.1f s\n" % (part.__name__, time.monotonic() - t1))
     sys.stderr.write("test_tls: %.1f s\n" % (time.monotonic() - t0))
     if failures:
         sys.stderr.write("%d check(s) failed\n" % len(failures))
