@@ -592,6 +592,11 @@ int lkv_tenancy_isolated(const lkv_tenancy *t)
     return t->isolate;
 }
 
+const lkv_auth *lkv_tenancy_auth(const lkv_tenancy *t)
+{
+    return atomic_load(&((lkv_tenancy *)t)->cur);
+}
+
 int lkv_tenancy_count(const lkv_tenancy *t)
 {
     return lkv_auth_count(atomic_load(&((lkv_tenancy *)t)->cur));

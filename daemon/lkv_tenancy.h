@@ -102,6 +102,10 @@ int lkv_tenancy_isolated(const lkv_tenancy *t);
 /* Configured tenants in the current table. */
 int lkv_tenancy_count(const lkv_tenancy *t);
 
+/* The current tenant table (borrowed: valid until lkv_tenancy_destroy, also after later
+ * reloads; a reload publishes a new one). */
+const lkv_auth *lkv_tenancy_auth(const lkv_tenancy *t);
+
 /* Charges n Put payload bytes to the caller's rate_bytes bucket. Returns 0, or LKV_ERATE with
  * the message and retry-after-ms set on rpc (return it from the callback). */
 int lkv_tenancy_charge_bytes(void *ctx, lkv_rpc *rpc, uint64_t n);
