@@ -11,7 +11,8 @@ a tenant with a token, after a warm-up. Configurations:
   tls_client     TLS with a required client certificate
 plus the cost of one GET /metrics of the baseline daemon (median of 50 scrapes) and of a new
 connection (connect, handshake, first call). All daemons run at once and the rounds interleave
-the configurations (median over rounds), so the shared machine's drift hits all alike.
+the configurations, so the shared machine's drift hits all alike; the table shows each
+configuration's best round (the JSON also has the medians).
 Prints a table and writes JSON (bench/out/opsbench.json, or the path given as argv[1]).
 Run: PYTHONPATH=build/python:tests/integration LKV_DAEMON_BIN=build/bin/lazykvd \\
      /usr/bin/python3 bench/ops/opsbench.py
@@ -31,8 +32,8 @@ import certs  # noqa: E402
 import lazykv  # noqa: E402
 import harness as H  # noqa: E402
 
-N = int(os.environ.get("OPSBENCH_N", "4000"))
-ROUNDS = int(os.environ.get("OPSBENCH_ROUNDS", "8"))
+N = int(os.environ.get("OPSBENCH_N", "6000"))
+ROUNDS = int(os.environ.get("OPSBENCH_ROUNDS", "12"))
 TOKEN = "lkv_opsbench_tenant_token_000000001"
 S = H.ITEST
 
@@ -114,12 +115,16 @@ def main():
             r["c"].close()
         for d in daemons:
             d.cleanup()
-    rows = [{"config": r["config"], "lookup_us": statistics.median(r["l"]),
-             "put_us": statistics.median(r["p"]), "new_connection_ms": statistics.median(r["n"]),
-             "rounds": ROUNDS} for r in rows]
+    # The best round estimates the cost on a quiet machine (the shared host adds only delays);
+    # the median is kept in the JSON too.
+    rows = [{"config": r["config"], "lookup_us": min(r["l"]), "put_us": min(r["p"]),
+             "new_connection_ms": min(r["n"]), "lookup_us_median": statistics.median(r["l"]),
+             "put_us_median": statistics.median(r["p"]),
+             "new_connection_ms_median": statistics.median(r["n"]), "rounds": ROUNDS}
+            for r in rows]
     base = rows[0]
-    print("opsbench: %d sequential Lookups and %d Puts per config in %d interleaved rounds, medians "
-          "(Python grpcio client, loopback)" % (N, 40 * ROUNDS, ROUNDS))
+    print("opsbench: %d sequential Lookups and %d Puts per config in %d interleaved rounds; best "
+          "round (median in the JSON); Python grpcio client, loopback" % (N, 40 * ROUNDS, ROUNDS))
     print("%-11s %10s %8s %10s %8s %14s" % ("config", "lookup us", "vs plain", "put us",
                                           "vs plain", "new conn ms"))
     for r in rows:
