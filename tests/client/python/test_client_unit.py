@@ -259,6 +259,10 @@ class AuthTest(unittest.TestCase):
                                           "roles = data,worker"])
         with self.assertRaises(ValueError):
             lazykv.tenant_section("alice", a, ("root",))
+        s = lazykv.tenant_section("bob", a, ("data",), max_hot_bytes="1GiB", rate_calls=500)
+        self.assertEqual(s.splitlines()[3:], ["max_hot_bytes = 1GiB", "rate_calls = 500"])
+        with self.assertRaises(ValueError):
+            lazykv.tenant_section("bob", a, ("data",), max_ram="1GiB")
 
     def test_cli(self):
         import contextlib
@@ -272,6 +276,11 @@ class AuthTest(unittest.TestCase):
         self.assertTrue(token.startswith("lkv_"))
         self.assertEqual(lines[2:], lazykv.tenant_section("bob", token,
                                                           ("data", "admin")).splitlines())
+        out = io.StringIO()
+        with contextlib.redirect_stdout(out):
+            self.assertEqual(auth.main(["new", "carol", "--max-docs", "100",
+                                        "--rate-bytes", "64MiB"]), 0)
+        self.assertEqual(out.getvalue().splitlines()[-2:], ["max_docs = 100", "rate_bytes = 64MiB"])
         with self.assertRaises(ValueError):
             lazykv.hash_token("")
         with self.assertRaises(ValueError):
