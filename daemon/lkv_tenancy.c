@@ -60,6 +60,7 @@ struct lkv_tenancy {
     slot_stats sst[LKV_TENANCY_SLOTS];
     uint8_t secret[LKV_WIREKEY_SECRET_BYTES]; /* Wire-key secret (wiped at destroy). */
     lkv_stats *stats;                         /* Borrowed, or NULL. */
+    lkv_stat_group *reload_group;             /* Reload counters (owned cells), or NULL. */
     lkv_store *store;                         /* Borrowed, or NULL. */
     lkv_config started;                       /* The config at create: what runs. */
     lkv_config last;                          /* The config last applied (tenant diffs). */
@@ -316,6 +317,23 @@ int lkv_tenancy_create(const lkv_config *c, lkv_stats *stats, lkv_store *store, 
         return rc;
     }
     publish(t, a, 0);
+    if (stats != NULL) {
+        static const lkv_stat_desc rd[4] = {
+            {"config_reloads", "result=applied", LKV_STAT_COUNTER, "reloads",
+             "SIGHUP reloads by result.", "reloads", "applied"},
+            {"config_reloads", "result=refused", LKV_STAT_COUNTER, "reloads",
+             "SIGHUP reloads by result.", "reloads", "refused"},
+            {"config_last_reload_successful", NULL, LKV_STAT_GAUGE, NULL,
+             "1 if the last reload was applied, 0 if it was refused (1 before any).", "reloads",
+             "last_successful"},
+            {"config_last_reload_timestamp_seconds", NULL, LKV_STAT_GAUGE, NULL,
+             "Time (Unix) of the last reload, applied or refused (0: none yet).", "reloads",
+             "last_time"},
+        };
+        if (lkv_stats_register(stats, rd, 4, NULL, NULL, &t->reload_group) == 0) {
+            lkv_stat_set(lkv_stat_group_cell(t->reload_group, 2), 1);
+        }
+    }
     t->started = *c;
     t->last = *c;
     *out = t;
@@ -326,6 +344,9 @@ void lkv_tenancy_destroy(lkv_tenancy *t)
 {
     if (t == NULL) {
         return;
+    }
+    if (t->stats != NULL) {
+        lkv_stats_unregister(t->stats, t->reload_group);
     }
     for (int i = 0; i < LKV_TENANCY_SLOTS; i++) {
         if (t->stats != NULL && t->sst[i].g != NULL) {
@@ -405,7 +426,32 @@ static void log_restart_only(const lkv_config *a, const lkv_config *b)
 #undef SAME_STR
 }
 
+/* Reload counters: cells 0 applied, 1 refused, 2 last result (1 ok), 3 its time (Unix s). */
+static void reload_note(lkv_tenancy *t, int ok)
+{
+    if (t->reload_group == NULL) {
+        return;
+    }
+    lkv_stat_add(lkv_stat_group_cell(t->reload_group, ok ? 0 : 1), 1);
+    lkv_stat_set(lkv_stat_group_cell(t->reload_group, 2), ok ? 1 : 0);
+    lkv_stat_set(lkv_stat_group_cell(t->reload_group, 3), (uint64_t)time(NULL));
+}
+
+void lkv_tenancy_reload_refused(lkv_tenancy *t)
+{
+    reload_note(t, 0);
+}
+
+static int reload(lkv_tenancy *t, const lkv_config *c, char *err, size_t errlen);
+
 int lkv_tenancy_reload(lkv_tenancy *t, const lkv_config *c, char *err, size_t errlen)
+{
+    int rc = reload(t, c, err, errlen);
+    reload_note(t, rc == 0);
+    return rc;
+}
+
+static int reload(lkv_tenancy *t, const lkv_config *c, char *err, size_t errlen)
 {
     if ((c->n_tenants > 0) != t->isolate) {
         snprintf(err, errlen,

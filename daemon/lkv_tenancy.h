@@ -78,6 +78,11 @@ int lkv_tenancy_create(const lkv_config *c, lkv_stats *stats, lkv_store *store, 
  * nothing changed). Main thread only. */
 int lkv_tenancy_reload(lkv_tenancy *t, const lkv_config *c, char *err, size_t errlen);
 
+/* Counts a reload refused before it reached lkv_tenancy_reload (the config did not parse or
+ * validate), for the reload statistics (lazykv_config_reloads_total{result="refused"},
+ * lazykv_config_last_reload_successful). lkv_tenancy_reload counts its own outcomes. */
+void lkv_tenancy_reload_refused(lkv_tenancy *t);
+
 /* Frees everything (after the server stopped: no call may hold a tenant any more). NULL ok. */
 void lkv_tenancy_destroy(lkv_tenancy *t);
 

@@ -75,6 +75,7 @@ static void reload(int argc, char **argv, lkv_config *cur, lkv_tenancy *ten, lkv
     LKV_LOGI("received SIGHUP: reloading %s", cur->source[0] ? cur->source : "(no config file)");
     if (lkv_config_from_args(&next, argc, argv, &action, err, sizeof(err)) != 0) {
         LKV_LOGE("reload refused, nothing changed: %s", err);
+        lkv_tenancy_reload_refused(ten);
         return;
     }
     if (strcmp(next.tls_cert_file, cur->tls_cert_file) != 0 ||

@@ -17,6 +17,7 @@ import os
 import signal
 import sys
 import time
+import urllib.request
 
 import lazykv
 import harness as H
@@ -97,7 +98,7 @@ def main():
     base = "log_level = info\nthreads = 2\n"
     write(cfg, base + section("alice", tok_a1) + section("bob", tok_b))
     with d:
-        d.start(["--config", cfg] + H.ITEST_ARGS)
+        d.start(["--config", cfg] + H.ITEST_ARGS + ["--set", "metrics_listen=127.0.0.1:0"])
         pid = d.proc.pid
         log = Log(d)
         toks, blocks = H.make_doc(S, 7, 40)
@@ -175,6 +176,16 @@ def main():
         check(log.wait("refused /lazykv.v1.Cache/Lookup", secs=5) is not None,
               "at info the refusal is logged again")
         check(d.proc.pid == pid and d.proc.poll() is None, "same process throughout")
+        m = {}
+        with urllib.request.urlopen("http://%s/metrics" % d.metrics_addr, timeout=5) as r:
+            for ln in r.read().decode().splitlines():
+                if ln and not ln.startswith("#"):
+                    m[ln.rsplit(" ", 1)[0]] = float(ln.rsplit(" ", 1)[1])
+        check(m.get('lazykv_config_reloads_total{result="applied"}') == 5
+              and m.get('lazykv_config_reloads_total{result="refused"}') == 2
+              and m.get("lazykv_config_last_reload_successful") == 1,
+              "reload metrics: 5 applied, 2 refused, last one applied (%s)"
+              % {k: v for k, v in m.items() if "reload" in k})
     sys.stderr.write("test_reload: %.1f s\n" % (time.monotonic() - t0))
     if failures:
         sys.stderr.write("%d check(s) failed\n" % len(failures))
