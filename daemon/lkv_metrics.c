@@ -27,6 +27,7 @@
 #include "lkv_log.h"
 
 #define PROM_NAME_MAX 128
+#define MAXW          34 /* Words of a name, with room for two suffixes. */
 
 struct lkv_metrics {
     struct MHD_Daemon *d; /* The HTTP server. */
@@ -109,9 +110,10 @@ static void sb_labels(sbuf *b, const char *labels, const char *extra_k, const ch
  * returns the factor that turns a registry value into the base unit. */
 static double prom_name(const char *name, const char *unit, int kind, char *out, size_t len)
 {
-    char words[16][LKV_STAT_NAME_MAX + 1];
+    /* A name of at most 63 bytes has at most 32 words; 2 more for the suffixes. */
+    char words[MAXW][LKV_STAT_NAME_MAX + 1];
     int n = 0;
-    for (const char *p = name; *p != '\0' && n < 16;) {
+    for (const char *p = name; *p != '\0' && n < MAXW - 2;) {
         const char *us = strchr(p, '_');
         size_t wl = us != NULL ? (size_t)(us - p) : strlen(p);
         if (wl > 0) {
@@ -132,7 +134,7 @@ static double prom_name(const char *name, const char *unit, int kind, char *out,
                 found = 1;
             }
         }
-        if (!found && n < 16) {
+        if (!found) {
             strcpy(words[n++], "seconds");
         }
     } else if (strcmp(unit, "bytes") == 0) {
@@ -150,7 +152,7 @@ static double prom_name(const char *name, const char *unit, int kind, char *out,
     if (kind != LKV_STAT_COUNTER && n > 0 && strcmp(words[n - 1], "total") == 0) {
         strcpy(words[n - 1], "all"); /* Only counters end in _total: pages_total -> pages_all. */
     }
-    if (kind == LKV_STAT_COUNTER && (n == 0 || strcmp(words[n - 1], "total") != 0) && n < 16) {
+    if (kind == LKV_STAT_COUNTER && (n == 0 || strcmp(words[n - 1], "total") != 0) && n < MAXW) {
         strcpy(words[n++], "total");
     }
     size_t o = (size_t)snprintf(out, len, "lazykv");

@@ -99,6 +99,23 @@ static void test_render(void)
     ASSERT_TRUE(strstr(text, "lazykv_store_docs{tier=\"hot\"} 9\n") != NULL);
     free(text);
     lkv_stats_destroy(r);
+    /* The longest name (63 bytes, 32 one-letter words) keeps every word and gets both
+     * suffixes. */
+    ASSERT_OK(lkv_stats_create(&r));
+    char longname[64] = "a", want[160] = "lazykv";
+    for (int i = 1; i < 32; i++) {
+        strcat(longname, "_a"); /* "a_a_..._a": 63 bytes. */
+    }
+    for (int i = 0; i < 32; i++) {
+        strcat(want, "_a");
+    }
+    strcat(want, "_bytes_total 0\n");
+    lkv_stat_desc ld = {longname, NULL, LKV_STAT_COUNTER, "bytes", "Long.", NULL, NULL};
+    ASSERT_OK(lkv_stats_register(r, &ld, 1, NULL, NULL, NULL));
+    ASSERT_OK(lkv_metrics_render(r, &text, NULL));
+    ASSERT_TRUE(strstr(text, want) != NULL);
+    free(text);
+    lkv_stats_destroy(r);
     /* An empty registry renders as empty text. */
     ASSERT_OK(lkv_stats_create(&r));
     ASSERT_OK(lkv_metrics_render(r, &text, &len));
