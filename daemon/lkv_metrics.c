@@ -385,9 +385,10 @@ int lkv_metrics_start(lkv_stats *r, const char *listen, lkv_metrics **out, char 
         flags |= MHD_USE_IPv6;
     }
     m->d =
-        MHD_start_daemon(flags, 0, NULL, NULL, on_request, m, MHD_OPTION_SOCK_ADDR, ai->ai_addr,
-                         MHD_OPTION_CONNECTION_LIMIT, (unsigned)32, MHD_OPTION_CONNECTION_TIMEOUT,
-                         (unsigned)10, MHD_OPTION_EXTERNAL_LOGGER, mhd_log, NULL, MHD_OPTION_END);
+        MHD_start_daemon(flags, 0, NULL, NULL, on_request, m, MHD_OPTION_EXTERNAL_LOGGER, mhd_log,
+                         NULL, /* First, so that MHD logs nothing on its own. */
+                         MHD_OPTION_SOCK_ADDR, ai->ai_addr, MHD_OPTION_CONNECTION_LIMIT,
+                         (unsigned)32, MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)10, MHD_OPTION_END);
     int fam = ai->ai_family;
     freeaddrinfo(ai);
     if (m->d == NULL) {
