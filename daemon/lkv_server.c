@@ -991,26 +991,6 @@ int lkv_rpc_transport_secure(const lkv_rpc *rpc)
     return secure;
 }
 
-int lkv_rpc_peer_identity(const lkv_rpc *rpc, char *buf, size_t len)
-{
-    grpc_auth_context *ac = grpc_call_auth_context(rpc->call);
-    int n = -1;
-    if (ac == NULL) {
-        return -1;
-    }
-    if (grpc_auth_context_peer_is_authenticated(ac)) {
-        grpc_auth_property_iterator it = grpc_auth_context_peer_identity(ac);
-        const grpc_auth_property *p = grpc_auth_property_iterator_next(&it);
-        if (p != NULL && p->value != NULL && p->value_length < len) {
-            memcpy(buf, p->value, p->value_length);
-            buf[p->value_length] = '\0';
-            n = (int)p->value_length;
-        }
-    }
-    grpc_auth_context_release(ac);
-    return n;
-}
-
 int lkv_rpc_check_deadline(lkv_rpc *rpc)
 {
     if (deadline_passed(rpc)) {

@@ -200,11 +200,6 @@ void lkv_rpc_set_retry_after(lkv_rpc *rpc, uint64_t ms);
  * 0 for plaintext. */
 int lkv_rpc_transport_secure(const lkv_rpc *rpc);
 
-/* The verified client certificate's identity (its first SAN, else CN) of a TLS call with a
- * client certificate, copied NUL-terminated into buf (len bytes). Returns its length, or -1
- * if the peer is not authenticated by a certificate (or it does not fit). */
-int lkv_rpc_peer_identity(const lkv_rpc *rpc, char *buf, size_t len);
-
 /* 0 if the call's deadline has not passed, else LKV_ETIMEDOUT (with a message set). Services
  * call it before each expensive step (RocksDB, copies). */
 int lkv_rpc_check_deadline(lkv_rpc *rpc);
