@@ -980,6 +980,7 @@ static int acquire(lkv_store *s, const lkv_dockey *key, int must_hot, lkv_store_
     rd->s = s;
     rd->d = d;
     d->refs++;
+    d->used_ms = now_ms();
     if (d->hot) {
         lkv_policy_touch(s->hotp, d->pid);
         lkv__hot_pin(s, d);

@@ -317,9 +317,10 @@ typedef struct lkv_store_usage {
  * are accounted; later ones read as zero. Thread-safe. */
 void lkv_store_usage_get(lkv_store *s, const uint8_t salt[LKV_SALT_BYTES], lkv_store_usage *out);
 
-/* The key of the oldest (by creation) visible, unpinned document put under salt: with tier
- * LKV_TIER_HOT one in the hot tier (to demote; already persisted ones first, so the demotion
- * writes nothing), else any (to delete). Returns 0 (*out
+/* The key of the least recently used visible, unpinned document put under salt (last read by
+ * a Get, Attach or pin, else created; Lookups do not count): with tier LKV_TIER_HOT one in the
+ * hot tier (to demote; already persisted ones first, so the demotion writes nothing), else any
+ * (to delete). Returns 0 (*out
  * written), or LKV_ENOTFOUND if there is none. A hint: the document may be gone at once. */
 int lkv_store_usage_oldest(lkv_store *s, const uint8_t salt[LKV_SALT_BYTES], int tier,
                            lkv_dockey *out);

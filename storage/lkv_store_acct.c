@@ -44,6 +44,12 @@ uint16_t lkv__acct_of(lkv_store *s, const uint8_t salt[LKV_SALT_BYTES])
     return (uint16_t)(++s->n_accts);
 }
 
+/* When d was last read (Get, Attach, pin), else created: the quota's recency. */
+static int64_t last_use(const doc *d)
+{
+    return d->used_ms > d->created_ms ? d->used_ms : d->created_ms;
+}
+
 void lkv__acct_sync(lkv_store *s, doc *d)
 {
     if (d->acct == 0) {
@@ -113,7 +119,7 @@ int lkv_store_usage_oldest(lkv_store *s, const uint8_t salt[LKV_SALT_BYTES], int
         int rank = tier == LKV_TIER_HOT && d->cold && !d->cold_busy;
         int best_rank = best != NULL && tier == LKV_TIER_HOT && best->cold && !best->cold_busy;
         if (ok && (best == NULL || rank > best_rank ||
-                   (rank == best_rank && d->created_ms < best->created_ms))) {
+                   (rank == best_rank && last_use(d) < last_use(best)))) {
             best = d;
         }
     }

@@ -115,6 +115,7 @@ typedef struct doc {
     uint32_t cnext;         /* Content index chain (slot), or NIL. */
     uint32_t qnext;         /* Write-back queue link (slot), or NIL. */
     uint16_t acct;          /* Tenant account (lkv_store_acct.c), 0 = none. */
+    int64_t used_ms;        /* Last read (Get/Attach/pin; Unix ms), 0 = never: quota victims. */
     uint8_t acct_on;        /* What that account holds of this doc (lkv_store_acct.c). */
 } doc;
 

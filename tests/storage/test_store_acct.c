@@ -9,8 +9,9 @@
  *     from lkv_store_foreach over the keys that salt put: hot bytes = hot docs' blocks x
  *     page_bytes, cold bytes = persisted docs' payload, docs = visible docs.
  *   - An aborted put leaves no usage; usage during a put counts its pages.
- *   - lkv_store_usage_oldest: the oldest unpinned document of the salt, persisted ones first in
- *     the hot tier, never another salt's, ENOTFOUND when all are pinned.
+ *   - lkv_store_usage_oldest: the least recently used (read, else created; Lookups do not
+ *     count) unpinned document of the salt, persisted ones first in the hot tier, never another
+ *     salt's, ENOTFOUND when all are pinned.
  *   - After a reopen, recovered documents belong to no account (documented limitation), and
  *     deleting them never underflows another account.
  */
@@ -209,12 +210,21 @@ static void test_oldest(void)
     lkv_dockey got;
     ASSERT_OK(lkv_store_usage_oldest(s, salts[1], LKV_TIER_COLD, &got));
     ASSERT_EQ(memcmp(&got, &a[0], sizeof(got)), 0);
+    /* A read makes a[0] the most recently used: a[1] is next. A Lookup does not count. */
+    uint8_t buf[5 * TINY_BB];
+    lkv_doc_info in;
+    struct timespec ts2 = {0, 3000000};
+    nanosleep(&ts2, NULL);
+    ASSERT_OK(lkv_store_get_all(s, &a[0], buf, sizeof(buf), &in));
+    ASSERT_OK(lkv_store_lookup(s, &a[1], 1, &in));
+    ASSERT_OK(lkv_store_usage_oldest(s, salts[1], LKV_TIER_COLD, &got));
+    ASSERT_EQ(memcmp(&got, &a[1], sizeof(got)), 0);
     ASSERT_OK(lkv_store_usage_oldest(s, salts[2], LKV_TIER_HOT, &got));
     ASSERT_EQ(memcmp(&got, &b, sizeof(got)), 0); /* Never another salt's. */
-    ASSERT_OK(lkv_store_pin(s, &a[0], NULL, 0, NULL));
-    ASSERT_OK(lkv_store_usage_oldest(s, salts[1], LKV_TIER_HOT, &got));
-    ASSERT_EQ(memcmp(&got, &a[1], sizeof(got)), 0); /* Pinned: skipped. */
     ASSERT_OK(lkv_store_pin(s, &a[1], NULL, 0, NULL));
+    ASSERT_OK(lkv_store_usage_oldest(s, salts[1], LKV_TIER_HOT, &got));
+    ASSERT_EQ(memcmp(&got, &a[2], sizeof(got)), 0); /* Pinned: skipped. */
+    ASSERT_OK(lkv_store_pin(s, &a[0], NULL, 0, NULL));
     ASSERT_OK(lkv_store_pin(s, &a[2], NULL, 0, NULL));
     ASSERT_ERR(lkv_store_usage_oldest(s, salts[1], LKV_TIER_HOT, &got), LKV_ENOTFOUND);
     ASSERT_ERR(lkv_store_usage_oldest(s, salts[0], LKV_TIER_HOT, &got), LKV_ENOTFOUND);
