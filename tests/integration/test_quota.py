@@ -57,7 +57,9 @@ def metric(d, name, **labels):
 
 # The arena's pages are as large as the largest profile's block (llama-3.1-8b: 2 MiB), so with
 # hot_bytes = 64 MiB the hot tier holds 32 pages; an itest document of 20 tokens takes 2 pages.
-HOT = ["--set", "hot_bytes=64MiB", "--set", "metrics_listen=127.0.0.1:0"]
+# The policy is pinned to LRU so that the baseline (no quota) shows the eviction pressure the same
+# way whatever the default policy is; with the quota the outcome does not depend on it.
+HOT = ["--set", "hot_bytes=64MiB", "--set", "metrics_listen=127.0.0.1:0", "--set", "policy=lru"]
 QUIET_DOCS, FLOOD_DOCS, N_TOK = 6, 40, 20
 
 
