@@ -47,6 +47,7 @@ typedef struct table_node {
 
 struct lkv_tenancy {
     _Atomic(lkv_auth *) cur;       /* The table calls are admitted with. */
+    atomic_int n_named;            /* Slots whose names are published (release/acquire). */
     table_node *tables;            /* Every table published (owned), newest first. */
     atomic_int allow_plain_tokens; /* allow_plaintext_tokens. */
     int isolate;                   /* Tenants configured at start. */
@@ -271,6 +272,7 @@ static void publish(lkv_tenancy *t, lkv_auth *a, int first_new)
     for (int i = first_new; i < t->n_slots; i++) {
         t->names[i] = t->names_buf[i]; /* Before the table naming the slot is published. */
     }
+    atomic_store_explicit(&t->n_named, t->n_slots, memory_order_release);
     atomic_store(&t->cur, a);
     slot_ref *refs = refs_of(t);
     for (int i = first_new; i < t->n_slots; i++) {
@@ -626,6 +628,11 @@ void lkv_tenancy_wire_cache(lkv_tenancy *t, lkv_cache_svc *cache)
 lkv_tenant_lookups *lkv_tenancy_lookups(lkv_tenancy *t)
 {
     return t->lookups;
+}
+
+int lkv_tenancy_named(const void *t)
+{
+    return atomic_load_explicit(&((lkv_tenancy *)t)->n_named, memory_order_acquire);
 }
 
 const char **lkv_tenancy_names(lkv_tenancy *t)

@@ -98,7 +98,9 @@ void lkv_tenancy_wire_cache(lkv_tenancy *t, lkv_cache_svc *cache);
 int lkv_tenancy_index(const void *ctx, const void *principal);
 
 /* The per-slot arrays (LKV_TENANCY_SLOTS entries, borrowed until destroy). Names are NULL for
- * unused slots. */
+ * unused slots; a reload may name new slots while other threads read: read only the first
+ * lkv_tenancy_named(t) entries (an acquire load; the names below it never change). */
+int lkv_tenancy_named(const void *t);
 lkv_tenant_lookups *lkv_tenancy_lookups(lkv_tenancy *t);
 const char **lkv_tenancy_names(lkv_tenancy *t);
 

@@ -250,6 +250,7 @@ int main(int argc, char **argv)
     admin.index_ctx = ten;
     admin.tenant_names = lkv_tenancy_names(ten);
     admin.tenant_lookups = lkv_tenancy_lookups(ten);
+    admin.n_named = lkv_tenancy_named;
     lkv_health_init(&health, services);
     lkv_method methods[LKV_CACHE_SVC_METHODS + LKV_ADMIN_SVC_METHODS + LKV_HEALTH_METHODS];
     int n = 0;

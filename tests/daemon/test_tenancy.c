@@ -80,6 +80,7 @@ static void test_slots_and_reload(void)
     ASSERT_TRUE(strcmp(lkv_tenancy_names(t)[0], "default") == 0);
     ASSERT_EQ(lkv_tenancy_index(t, lkv_auth_default_tenant(lkv_tenancy_auth(t))), 0);
     ASSERT_EQ(lkv_tenancy_index(t, NULL), 0);
+    ASSERT_EQ(lkv_tenancy_named(t), 3); /* default, alice, bob */
     int n0 = lkv_stats_count(r);
     const lkv_tenant *old_alice = lkv_auth_find(lkv_tenancy_auth(t), "alice");
     const lkv_auth *old_table = lkv_tenancy_auth(t);
@@ -93,6 +94,7 @@ static void test_slots_and_reload(void)
     ASSERT_EQ(slot_of(t, "bob"), b);
     int cs = slot_of(t, "carol");
     ASSERT_TRUE(cs != a && cs != b && cs >= 1);
+    ASSERT_EQ(lkv_tenancy_named(t), 4);
     ASSERT_EQ(lkv_auth_find(lkv_tenancy_auth(t), "bob")->roles, LKV_ROLE_DATA | LKV_ROLE_ADMIN);
     /* A call admitted before still holds a valid tenant of the old table. */
     ASSERT_TRUE(strcmp(old_alice->name, "alice") == 0);
@@ -133,6 +135,7 @@ static void test_slots_and_reload(void)
         ASSERT_TRUE(nm == NULL || strcmp(nm, "dave") != 0);
     }
     ASSERT_TRUE(lkv_tenancy_auth(t) == before);
+    ASSERT_EQ(lkv_tenancy_named(t), 4); /* dave was never named. */
     ASSERT_EQ(slot_of(t, "alice"), a);
     lkv_tenancy_destroy(t);
     ASSERT_EQ(lkv_stats_count(r), 0);

@@ -131,6 +131,11 @@ def main():
         check(outcome(lambda: stats(tok_a2)) == "PermissionDenied", "alice lost admin live")
         check("tenant bob removed" in log.last and "tenant carol added" in log.last,
               "log names the removal and the addition")
+        with lazykv.Client(d.addr, timeout=10) as op:  # The operator: anonymous on loopback.
+            entries = op.stats().entries
+        check(("tenants", "carol.hits") in entries and ("tenants", "alice.misses") in entries,
+              "the operator's Stats lists the tenant added live (%s)"
+              % sorted(k for k in entries if k[0] == "tenants"))
         # 3. A restart-only option.
         write(cfg, base.replace("threads = 2", "threads = 3")
               + section("alice", tok_a2, roles="data,admin") + section("carol", tok_c))
