@@ -4,8 +4,9 @@
  * The current table is one atomic pointer (cur); every table ever published stays in `tables`
  * until destroy, so a tenant pointer a call holds never dangles. Per-slot state lives in fixed
  * arrays of LKV_TENANCY_SLOTS entries: the services get the arrays once, at start. A slot's
- * name is written once, before any table naming the slot is published (the atomic store of cur
- * orders it), and never changes.
+ * name is written once, before any table naming the slot is published, then published with a
+ * release store of n_named (readers of names[] acquire it: lkv_tenancy_named), and never
+ * changes. Slots are assigned only on the main thread (create, reload).
  *
  * Token buckets: one per slot, under the slot's mutex (a few arithmetic operations per call);
  * capacity = rate (one second's worth), refilled continuously from CLOCK_MONOTONIC. The rates

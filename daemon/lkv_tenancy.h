@@ -35,8 +35,8 @@
  * global eviction policy never evicts another tenant's documents for a tenant over its quota.
  * A put that would take the tenant over a quota first makes room among that tenant's own
  * documents, least recently used first (read by a Get or Attach, else created): over
- * max_hot_bytes it demotes them to the cold tier (persisted ones
- * first, which costs no write); over max_cold_bytes or max_docs it deletes them. If it still
+ * max_hot_bytes it demotes them to the cold tier (persisted ones first, which costs no write);
+ * over max_cold_bytes or max_docs it deletes them. If it still
  * cannot fit (the document alone is larger than the quota, or the tenant's documents are all
  * pinned or being written) it is refused with LKV_EQUOTA (RESOURCE_EXHAUSTED), the message
  * naming the quota, its value and the need. Hot usage counts arena pages (n_blocks x
