@@ -8,23 +8,18 @@ ways:
      /other paths answer 404 and POST 405;
   2. the format: `promtool check metrics` (Debian's prometheus package) accepts the text with no
      lint complaint;
-  3. a real Prometheus server (1 s scrape interval, its own TSDB in a temporary folder, on
-     loopback) scrapes the daemon and answers an instant query with the tenant's hit count.
-Steps 2 and 3 are skipped (noted) when promtool / prometheus are absent; the whole test exits
-77 only if neither the daemon's stubs nor grpc are importable.
+Step 2 is skipped (noted) when promtool is absent. A real Prometheus server scraping the daemon
+is integration.prometheus (test_prometheus.py).
 """
 import hashlib
 import os
 import shutil
-import socket
 import subprocess
 import sys
 import tempfile
 import time
 import urllib.error
-import urllib.parse
 import urllib.request
-import json
 
 import lazykv
 import harness as H
@@ -78,63 +73,6 @@ def parse(text):
 
 def val(samples, name, **labels):
     return samples.get((name, frozenset(labels.items())))
-
-
-def free_port():
-    s = socket.socket()
-    s.bind(("127.0.0.1", 0))
-    p = s.getsockname()[1]
-    s.close()
-    return p
-
-
-def run_prometheus(tmp, target, query, want):
-    prom = shutil.which("prometheus")
-    if prom is None:
-        sys.stderr.write("NOTE: no prometheus binary; the real-scrape check is skipped\n")
-        return
-    port = free_port()
-    cfg = os.path.join(tmp, "prometheus.yml")
-    with open(cfg, "w") as f:
-        f.write("global:\n  scrape_interval: 1s\n  evaluation_interval: 1s\n"
-                "scrape_configs:\n  - job_name: lazykv\n    static_configs:\n"
-                "      - targets: ['%s']\n" % target)
-    log = open(os.path.join(tmp, "prometheus.log"), "wb")
-    t0 = time.monotonic()
-    p = subprocess.Popen([prom, "--config.file=" + cfg,
-                          "--storage.tsdb.path=" + os.path.join(tmp, "tsdb"),
-                          "--web.listen-address=127.0.0.1:%d" % port],
-                         stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
-    got = None
-    try:
-        deadline = time.monotonic() + H.timeout(20)
-        url = "http://127.0.0.1:%d/api/v1/query?%s" % (port, urllib.parse.urlencode(
-            {"query": query}))
-        while time.monotonic() < deadline and got is None:
-            time.sleep(0.3)
-            try:
-                with urllib.request.urlopen(url, timeout=2) as r:
-                    body = json.loads(r.read().decode())
-                res = body.get("data", {}).get("result", [])
-                if body.get("status") == "success" and res:
-                    got = float(res[0]["value"][1])
-            except (urllib.error.URLError, ConnectionError, OSError, ValueError):
-                pass
-            if p.poll() is not None:
-                break
-        check(got == want, "Prometheus answered %s = %s (want %s)" % (query, got, want))
-        sys.stderr.write("prometheus: first answer after %.1f s\n" % (time.monotonic() - t0))
-    finally:
-        p.terminate()
-        try:
-            p.wait(10)
-        except subprocess.TimeoutExpired:
-            p.kill()
-            p.wait()
-        log.close()
-        if got != want:
-            with open(os.path.join(tmp, "prometheus.log"), "rb") as f:
-                sys.stderr.write(f.read()[-3000:].decode("utf-8", "replace"))
 
 
 def main():
@@ -218,8 +156,6 @@ def main():
             sys.stderr.write("promtool: %.2f s\n" % (time.monotonic() - t1))
         else:
             sys.stderr.write("NOTE: no promtool; the format check is skipped\n")
-        run_prometheus(tmp, d.metrics_addr,
-                       'lazykv_tenant_hits_total{tenant="alice",tier="hot"}', 5.0)
         alice.close()
         bob.close()
     sys.stderr.write("test_metrics: %.1f s\n" % (time.monotonic() - t0))
