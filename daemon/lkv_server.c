@@ -176,6 +176,7 @@ typedef struct tls_state {
     uint64_t failures;                           /* Changed files that could not be used. */
     time_t not_after;                            /* Expiry of the certificate in service. */
     lkv_stat_group *group;                       /* Its stats in the registry, or NULL. */
+    char last_why[512]; /* The last problem logged ("" after a good load): logged once. */
 } tls_state;
 
 struct lkv_server {
@@ -1407,6 +1408,20 @@ static int tls_load_locked(tls_state *t, int force, char *why, size_t len)
     return rc;
 }
 
+/* Logs the outcome of a load attempt (t->mu held): a problem once until it changes (not at
+ * every handshake while a file stays bad or missing), unless always. */
+static void tls_report_locked(tls_state *t, int rc, const char *why, int always)
+{
+    if (rc < 0 && (always || strcmp(why, t->last_why) != 0)) {
+        LKV_LOGW("tls: keeping the current certificate: %s", why);
+        snprintf(t->last_why, sizeof(t->last_why), "%s", why);
+    } else if (rc == 1) {
+        LKV_LOGI("tls: loaded certificate %s (generation %lu); new connections use it", t->paths[0],
+                 atomic_load(&t->generation));
+        t->last_why[0] = '\0';
+    }
+}
+
 /* gRPC's certificate fetcher: runs at every handshake (and once when the port is added). */
 static grpc_ssl_certificate_config_reload_status tls_fetch(void *user_data,
                                                            grpc_ssl_server_certificate_config **c)
@@ -1415,12 +1430,7 @@ static grpc_ssl_certificate_config_reload_status tls_fetch(void *user_data,
     char why[512];
     pthread_mutex_lock(&t->mu);
     int rc = tls_load_locked(t, 0, why, sizeof(why));
-    if (rc < 0) {
-        LKV_LOGW("tls: keeping the current certificate: %s", why);
-    } else if (rc == 1) {
-        LKV_LOGI("tls: loaded certificate %s (generation %lu); new connections use it", t->paths[0],
-                 atomic_load(&t->generation));
-    }
+    tls_report_locked(t, rc, why, 0);
     grpc_ssl_certificate_config_reload_status st = GRPC_SSL_CERTIFICATE_CONFIG_RELOAD_UNCHANGED;
     if (t->pending != NULL) {
         *c = t->pending; /* gRPC owns it now. */
@@ -1513,13 +1523,8 @@ int lkv_server_tls_check(lkv_server *s)
     tls_state *t = s->tls;
     pthread_mutex_lock(&t->mu);
     int rc = tls_load_locked(t, 0, why, sizeof(why));
+    tls_report_locked(t, rc, why, 1); /* Asked for (SIGHUP): always say. */
     pthread_mutex_unlock(&t->mu);
-    if (rc < 0) {
-        LKV_LOGW("tls: keeping the current certificate: %s", why);
-    } else if (rc == 1) {
-        LKV_LOGI("tls: loaded certificate %s (generation %lu); new connections use it", t->paths[0],
-                 atomic_load(&t->generation));
-    }
     return rc;
 }
 
