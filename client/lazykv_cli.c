@@ -2,7 +2,8 @@
  * lazykv_cli.c: the `lazykv` command-line tool. It talks to one lazykvd through the public RPCs
  * only (client/lkv_client.h: lazykv.v1.Cache, lazykv.v1.Admin, grpc.health.v1), like redis-cli.
  *
- *     lazykv [--addr HOST:PORT] [--timeout MS] [--token T] COMMAND [ARGS]
+ *     lazykv [--addr HOST:PORT] [--timeout MS] [--token T] [--tls-ca F [--tls-cert F --tls-key F]]
+ *            COMMAND [ARGS]
  *
  * Commands: ping, put, get, lookup, rm, ls, evict, stats, attach, release, help; every command
  * takes --help. Global options may also follow the command word. Exit codes (the contract
@@ -88,6 +89,13 @@ static const char *main_help =
     "  --addr HOST:PORT          daemon address (default $LAZYKV_ADDR, else " DEFAULT_ADDR ")\n"
     "  --timeout MS              deadline of each call (default 30000)\n"
     "  --token TOKEN             bearer token (default $LAZYKV_TOKEN)\n"
+    "  --tls-ca FILE             use TLS; verify the daemon against this CA (PEM)\n"
+    "                            (default $LAZYKV_TLS_CA)\n"
+    "  --tls-cert FILE           client certificate (PEM) for a daemon that requires one\n"
+    "                            (default $LAZYKV_TLS_CERT)\n"
+    "  --tls-key FILE            its private key (PEM) (default $LAZYKV_TLS_KEY)\n"
+    "  --tls-server-name NAME    name to check the daemon's certificate against instead of\n"
+    "                            the host of --addr (default $LAZYKV_TLS_SERVER_NAME)\n"
     "\n";
 
 typedef struct cli {
@@ -1681,9 +1689,10 @@ static const command *find_command(const char *name)
 
 /* Global options seen on the command line. */
 typedef struct globals {
-    const char *addr;  /* --addr, or NULL. */
-    const char *token; /* --token, or NULL. */
-    int timeout_ms;    /* --timeout, or 0. */
+    const char *addr;   /* --addr, or NULL. */
+    const char *token;  /* --token, or NULL. */
+    int timeout_ms;     /* --timeout, or 0. */
+    const char *tls[4]; /* --tls-ca, --tls-cert, --tls-key, --tls-server-name, or NULL. */
 } globals;
 
 /* If argv[*i] is a global option (--addr/--token/--timeout, with "=VALUE" or the next word),
@@ -1692,10 +1701,11 @@ typedef struct globals {
 static int take_global(int argc, char **argv, int *i, globals *g)
 {
     const char *a = argv[*i];
-    static const char *names[] = {"--addr", "--token", "--timeout"};
+    static const char *names[] = {"--addr",     "--token",   "--timeout",        "--tls-ca",
+                                  "--tls-cert", "--tls-key", "--tls-server-name"};
     size_t klen = strcspn(a, "=");
     int which = -1;
-    for (int k = 0; k < 3; k++) {
+    for (int k = 0; k < 7; k++) {
         if (strlen(names[k]) == klen && strncmp(a, names[k], klen) == 0) {
             which = k;
         }
@@ -1720,6 +1730,8 @@ static int take_global(int argc, char **argv, int *i, globals *g)
         g->addr = v;
     } else if (which == 1) {
         g->token = v;
+    } else if (which >= 3) {
+        g->tls[which - 3] = v;
     } else {
         long t = 0;
         if (parse_count(v, 86400000L, &t) != 0) {
@@ -1733,7 +1745,7 @@ static int take_global(int argc, char **argv, int *i, globals *g)
 
 int main(int argc, char **argv)
 {
-    globals g = {NULL, NULL, 0};
+    globals g = {NULL, NULL, 0, {NULL, NULL, NULL, NULL}};
     int i = 1;
     for (; i < argc && argv[i][0] == '-'; i++) {
         if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0) {
@@ -1801,6 +1813,17 @@ int main(int argc, char **argv)
         lkv_client_options o = {0};
         o.default_deadline_ms = timeout_ms;
         o.bearer_token = token;
+        static const char *const tls_env[4] = {"LAZYKV_TLS_CA", "LAZYKV_TLS_CERT", "LAZYKV_TLS_KEY",
+                                               "LAZYKV_TLS_SERVER_NAME"};
+        const char *tv[4];
+        for (int k = 0; k < 4; k++) {
+            tv[k] = g.tls[k] != NULL ? g.tls[k] : getenv(tls_env[k]);
+            tv[k] = tv[k] != NULL && tv[k][0] != '\0' ? tv[k] : NULL;
+        }
+        o.tls_ca_file = tv[0];
+        o.tls_cert_file = tv[1];
+        o.tls_key_file = tv[2];
+        o.tls_server_name = tv[3];
         if (lkv_client_create(addr, &o, &x.c) != 0) {
             fprintf(stderr, "lazykv: %s\n", lkv_client_last_error());
             free(args);

@@ -46,6 +46,16 @@ typedef struct lkv_client_options {
     size_t max_message_bytes; /* Max message sent and received; 0: 64 MiB. */
     int default_deadline_ms;  /* Deadline of calls made with deadline_ms 0; 0: 30000. */
     const char *bearer_token; /* Sent as "authorization: Bearer <token>"; NULL: none. Copied. */
+    /* TLS (all paths borrowed during create; the files are read there). tls_ca_file set: the
+     * channel uses TLS and verifies the daemon's certificate against it. tls_cert_file and
+     * tls_key_file (both or neither, only with tls_ca_file): the client certificate presented
+     * to a daemon that requires one (tls_client_ca_file). tls_server_name: the name checked
+     * against the daemon's certificate instead of the target's host (e.g. when connecting by
+     * IP to a certificate issued for a DNS name); NULL: the target's host. */
+    const char *tls_ca_file;
+    const char *tls_cert_file;
+    const char *tls_key_file;
+    const char *tls_server_name;
 } lkv_client_options;
 
 /* Names a document: by key (key != NULL, 32 bytes) or by content (key == NULL: profile and
@@ -124,6 +134,11 @@ const char *lkv_client_last_error(void);
 /* gRPC status code of this thread's last failed call, 0 after a success, -1 if the call failed
  * before reaching gRPC (bad arguments). */
 int lkv_client_last_status(void);
+
+/* The delay the daemon asked for with this thread's last failed call (trailing metadata
+ * "retry-after-ms": a tenant over its rate_calls or rate_bytes, lkv-code LKV_ERATE), in ms;
+ * -1 if it asked for none. */
+int64_t lkv_client_last_retry_after_ms(void);
 
 /* grpc.health.v1.Health/Check for service ("" for the whole daemon; NULL means ""). Returns 0
  * if SERVING, LKV_EUNAVAIL if NOT_SERVING or unreachable, LKV_ENOTFOUND for an unknown

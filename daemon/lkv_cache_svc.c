@@ -219,6 +219,13 @@ static int put_header(lkv_cache_svc *svc, lkv_rpc *rpc, const Lazykv__V1__PutHea
     if (rc != 0) {
         return rc;
     }
+    if (svc->check_put != NULL) {
+        rc =
+            svc->check_put(svc->quota_ctx, rpc, h->profile, h->token_ids, (uint32_t)h->n_token_ids);
+        if (rc != 0) {
+            return rc;
+        }
+    }
     put_state *st = lkv_xcalloc(1, sizeof(*st));
     lkv_rpc_set_state(rpc, st);
     rc = lkv_store_put_begin(svc->store, call_salt(svc, rpc), h->profile, h->token_ids,
@@ -272,6 +279,16 @@ static int put_on_message(void *arg, lkv_rpc *rpc, const ProtobufCMessage *m)
         return lkv_rpc_errorf(rpc, LKV_EINVAL,
                               "Put header sent twice (only the first message "
                               "carries it)");
+    }
+    if (svc->charge_bytes != NULL) {
+        uint64_t bytes = 0;
+        for (size_t i = 0; i < req->n_blocks; i++) {
+            bytes += req->blocks[i]->data.len;
+        }
+        rc = svc->charge_bytes(svc->quota_ctx, rpc, bytes);
+        if (rc != 0) {
+            return rc;
+        }
     }
     for (size_t i = 0; i < req->n_blocks; i++) {
         const Lazykv__V1__Block *b = req->blocks[i];

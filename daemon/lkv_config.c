@@ -164,6 +164,7 @@ char *lkv_format_bytes(uint64_t n, char *buf, size_t len)
 
 enum opt_kind {
     OPT_STRING,   /* char array, size in `size`. */
+    OPT_OPTSTR,   /* char array that may be unset: "", "none" or "off" store "". */
     OPT_SIZE,     /* uint64_t bytes. */
     OPT_INT,      /* int in [min, max]. */
     OPT_U32,      /* uint32_t in [min, max]. */
@@ -229,6 +230,18 @@ static const opt opts[] = {
      "serve a non-loopback listen address even without [tenant NAME] sections"},
     {"auth_key", OPT_AUTHKEY, OFF(auth_key), 0, 0, 0, "none",
      "64 hex digits keying the tenants' token hashes, or none"},
+    {"metrics_listen", OPT_OPTSTR, OFF(metrics_listen), sizeof(((lkv_config *)0)->metrics_listen),
+     0, 0, "none",
+     "Prometheus metrics endpoint host:port (GET /metrics; port 0 picks one), or none"},
+    {"tls_cert_file", OPT_OPTSTR, OFF(tls_cert_file), sizeof(((lkv_config *)0)->tls_cert_file), 0,
+     0, "none", "server certificate chain (PEM) for gRPC TLS, or none (plaintext)"},
+    {"tls_key_file", OPT_OPTSTR, OFF(tls_key_file), sizeof(((lkv_config *)0)->tls_key_file), 0, 0,
+     "none", "private key (PEM) of tls_cert_file"},
+    {"tls_client_ca_file", OPT_OPTSTR, OFF(tls_client_ca_file),
+     sizeof(((lkv_config *)0)->tls_client_ca_file), 0, 0, "none",
+     "CA bundle (PEM): when set, clients must present a certificate it signed"},
+    {"allow_plaintext_tokens", OPT_BOOL, OFF(allow_plaintext_tokens), 0, 0, 0, "false",
+     "accept bearer tokens on plaintext calls from non-loopback peers"},
     {"max_leases", OPT_U32, OFF(max_leases), 0, 1, 1u << 20, "1024",
      "zero-copy leases (Attach) live at once, all tenants"},
     {"max_lease_docs", OPT_U32, OFF(max_lease_docs), 0, 1, 1u << 20, "1024",
@@ -340,6 +353,12 @@ static int set_opt(lkv_config *c, const opt *o, const char *value, char *err, si
     void *field = (char *)c + o->off;
     uint64_t u;
     switch (o->kind) {
+    case OPT_OPTSTR:
+        if (value[0] == '\0' || strcmp(value, "none") == 0 || strcmp(value, "off") == 0) {
+            *(char *)field = '\0';
+            return 0;
+        }
+        /* Fall through. */
     case OPT_STRING:
         if (value[0] == '\0' && o->min == 0) { /* min 1: the option may be empty. */
             return fail(err, errlen, "option '%s': must not be empty", o->name);
@@ -1033,6 +1052,31 @@ int lkv_config_validate(lkv_config *c, char *err, size_t errlen)
                             (int)sizeof(msg)) != 0) {
         return fail(err, errlen, "option 'listen': %s", msg);
     }
+    if ((c->tls_cert_file[0] != '\0') != (c->tls_key_file[0] != '\0')) {
+        return fail(err, errlen, "option '%s': TLS needs both tls_cert_file and tls_key_file",
+                    c->tls_cert_file[0] != '\0' ? "tls_key_file" : "tls_cert_file");
+    }
+    if (c->tls_client_ca_file[0] != '\0' && c->tls_cert_file[0] == '\0') {
+        return fail(err, errlen,
+                    "option 'tls_client_ca_file': client certificates need TLS "
+                    "(tls_cert_file and tls_key_file)");
+    }
+    if (c->metrics_listen[0] != '\0') {
+        const char *mc = strrchr(c->metrics_listen, ':');
+        if (mc == NULL || mc == c->metrics_listen || parse_u64(mc + 1, &port) != 0 ||
+            port > 65535) {
+            return fail(err, errlen,
+                        "option 'metrics_listen': '%s' is not host:port (e.g. 127.0.0.1:9464)",
+                        c->metrics_listen);
+        }
+        if (!lkv_auth_addr_is_loopback(c->metrics_listen) && !c->allow_insecure_bind) {
+            return fail(err, errlen,
+                        "option 'metrics_listen': %s is not loopback; the metrics name tenants "
+                        "and carry no authentication: bind loopback (and scrape through a "
+                        "proxy) or set allow_insecure_bind = true",
+                        c->metrics_listen);
+        }
+    }
     uint64_t max_block = 0;
     for (int i = 0; i < c->n_profiles; i++) {
         lkv_profile *p = &c->profiles[i];
@@ -1200,7 +1244,12 @@ void lkv_config_summary(const lkv_config *c, char *buf, size_t len)
     if (n < len) {
         char roles[64];
         lkv_auth_roles_format(c->loopback_roles, roles, sizeof(roles));
-        snprintf(buf + n, len - n, " tenants=%d loopback_roles=%s", c->n_tenants, roles);
+        snprintf(buf + n, len - n, " tenants=%d loopback_roles=%s tls=%s metrics=%s", c->n_tenants,
+                 roles,
+                 c->tls_cert_file[0] == '\0'        ? "off"
+                 : c->tls_client_ca_file[0] != '\0' ? "on+client-certs"
+                                                    : "on",
+                 c->metrics_listen[0] != '\0' ? c->metrics_listen : "off");
     }
 }
 

@@ -70,6 +70,13 @@ typedef struct lkv_config {
     uint8_t auth_key[LKV_AUTH_KEY_BYTES];       /* Key of the token hashes. */
     int n_tenants;                              /* Configured tenants ([tenant NAME] sections). */
     lkv_tenant tenants[LKV_CONFIG_MAX_TENANTS]; /* Finished by lkv_config_validate. */
+    /* Operation and transport security (issue 13). Empty strings mean "off". */
+    char metrics_listen[256];      /* Prometheus endpoint host:port (lkv_metrics.h), or "". */
+    char tls_cert_file[1024];      /* Server certificate chain (PEM), or "": plaintext. */
+    char tls_key_file[1024];       /* Its private key (PEM). */
+    char tls_client_ca_file[1024]; /* CA bundle verifying client certificates: when set, every
+                                    * client must present one it signed; "" = none asked. */
+    int allow_plaintext_tokens;    /* Accept bearer tokens over non-TLS non-loopback calls. */
     /* Zero-copy leases (daemon/lkv_lease.h). */
     uint32_t max_leases;       /* Live leases at once. */
     uint32_t max_lease_docs;   /* Documents per lease. */
