@@ -88,13 +88,13 @@ void lkv_model_destroy(lkv_model *m);
  * someone else allocated (the serving engine gives each request in flight its own pages out of
  * one shared free list, lkv_engine.h): the i-th page taken is grant[i], up to n_grant. */
 typedef struct lkv_model_kv {
-    lkv_kv_shape shape;  /* The model's KV shape, with the chosen dtype and block size. */
-    uint64_t page_bytes; /* == lkv_block_bytes(&shape). */
-    uint32_t n_pages;    /* Capacity. */
-    uint32_t n_used;     /* Pages handed out: 0 .. n_used-1. */
-    uint8_t *base;       /* n_pages * page_bytes bytes, zeroed. Owned when owned is 1. */
-    int owned;           /* 1: base is from lkv_model_kv_init (freed by lkv_model_kv_free); 0:
-                            a view over memory someone else owns (the worker's page space). */
+    lkv_kv_shape shape;    /* The model's KV shape, with the chosen dtype and block size. */
+    uint64_t page_bytes;   /* == lkv_block_bytes(&shape). */
+    uint32_t n_pages;      /* Capacity. */
+    uint32_t n_used;       /* Pages handed out: 0 .. n_used-1. */
+    uint8_t *base;         /* n_pages * page_bytes bytes, zeroed. Owned when owned is 1. */
+    int owned;             /* 1: base is from lkv_model_kv_init (freed by lkv_model_kv_free); 0:
+                              a view over memory someone else owns (the worker's page space). */
     const uint32_t *grant; /* NULL: bump allocation from n_used. Else pages to take, in order
                               (borrowed; they must lie below n_pages). */
     uint32_t n_grant;      /* Entries of grant. */

@@ -124,8 +124,8 @@ int lkv_runner_forward(lkv_runner *r, lkv_model_kv *kv, const lkv_model_seg *ctx
     }
     /* Pages for the new tokens, up front, zeroed (unused slots stay zero). */
     int need = (n0 + n + B - 1) / B;
-    if (need > LKV_MODEL_SEG_MAX_BLOCKS || (need > seg->n_blocks &&
-                                           (uint32_t)(need - seg->n_blocks) > lkv_model_kv_room(kv))) {
+    if (need > LKV_MODEL_SEG_MAX_BLOCKS ||
+        (need > seg->n_blocks && (uint32_t)(need - seg->n_blocks) > lkv_model_kv_room(kv))) {
         return LKV_ENOSPC;
     }
     while (seg->n_blocks < need) {

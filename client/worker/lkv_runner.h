@@ -64,11 +64,11 @@ int lkv_runner_forward(lkv_runner *r, lkv_model_kv *kv, const lkv_model_seg *ctx
 
 /* One sequence of a batched decode step (lkv_runner_decode_batch). */
 typedef struct lkv_runner_seq {
-    lkv_model_kv *kv;          /* Its pages (borrowed; one arena base for the whole batch). */
-    const lkv_model_seg *ctx;  /* Its n_ctx context segments (borrowed). */
-    int n_ctx;                 /* >= 0. */
-    lkv_model_seg *seg;        /* Its question segment, non-empty; one token is appended. */
-    int token;                 /* The token appended. */
+    lkv_model_kv *kv;         /* Its pages (borrowed; one arena base for the whole batch). */
+    const lkv_model_seg *ctx; /* Its n_ctx context segments (borrowed). */
+    int n_ctx;                /* >= 0. */
+    lkv_model_seg *seg;       /* Its question segment, non-empty; one token is appended. */
+    int token;                /* The token appended. */
 } lkv_runner_seq;
 
 /* One decode step of n independent sequences in one pass (continuous batching): every dense op

@@ -793,8 +793,8 @@ static int sample_row(req_state *s)
 {
     lkv_worker *w = s->w;
     int tok;
-    int rc = w->be->sample(w->be->ctx, s->row, w->m->cfg.vocab_size, &s->req->sampling, &s->rng,
-                           &tok);
+    int rc =
+        w->be->sample(w->be->ctx, s->row, w->m->cfg.vocab_size, &s->req->sampling, &s->rng, &tok);
     if (rc != 0) {
         return errf(s->res->error, sizeof(s->res->error), rc,
                     "sampling failed (non-finite logits)");
@@ -825,8 +825,7 @@ static int step_question(req_state *s)
     int rc = lkv_runner_forward(&w->run, &s->kv, s->segs, nd, qs, q->question, q->n_question,
                                 s->logits, NULL);
     if (rc != 0) {
-        return errf(res->error, sizeof(res->error), rc, "question prefill: %s%s",
-                    lkv_strerror(rc),
+        return errf(res->error, sizeof(res->error), rc, "question prefill: %s%s", lkv_strerror(rc),
                     rc == LKV_ENOSPC ? " (worker pages exhausted: raise --local-pages)" : "");
     }
     s->row = s->logits + (size_t)(q->n_question - 1) * w->m->cfg.vocab_size;
@@ -841,8 +840,8 @@ uint32_t lkv_worker_pages_needed(const lkv_worker *w, const lkv_rag_request *q)
         docs += (uint64_t)(q->docs[i].n_tokens > 0 ? q->docs[i].n_tokens + B - 1 : 0) / B;
     }
     uint64_t n = docs * (q->mode == LKV_RAG_MATERIALISE ? 2 : 1);
-    int64_t tail = (int64_t)(q->n_question > 0 ? q->n_question : 0) +
-                   (q->max_tokens > 0 ? q->max_tokens : 0);
+    int64_t tail =
+        (int64_t)(q->n_question > 0 ? q->n_question : 0) + (q->max_tokens > 0 ? q->max_tokens : 0);
     n += (uint64_t)(tail + B - 1) / B;
     return n > UINT32_MAX ? UINT32_MAX : (uint32_t)n;
 }
