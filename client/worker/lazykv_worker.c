@@ -26,6 +26,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+#ifdef LKV_WORKER_HAVE_CUDA
+#include "lkv_backend_cuda.h"
+#endif
 #include "lkv_engine.h"
 #include "lkv_err.h"
 #include "lkv_log.h"
@@ -74,15 +77,40 @@ static void usage(FILE *f)
             "  --max-batch N         requests running at once in the engine (default 16)\n"
             "  --kv-pages N          worker pages for in-flight KV (default: --local-pages)\n"
             "  --rpc-threads N       gRPC polling threads of --serve (default 2)\n"
+            "  --backend cpu|cuda    compute backend (default cpu; cuda: local only for now)\n"
+            "  --cuda-weights bf16|f32   weights on the GPU (default bf16)\n"
+            "  --dtype f32|f16|bf16  element type of stored KV (default f32; cuda: bf16/f16)\n"
+            "  --bf16-weights        round the checkpoint's weights to bf16 values on load\n"
+            "  --synth PRESET[:SEED] random-weight model instead of --model (llama3-8b,\n"
+            "                        llama3-mini; lkv_synth.h); requests give token ids\n"
+            "  --dump-logits FILE    write the first request's logits (fp32, [n_out][vocab])\n"
             "  --help\n",
             LKV_DEFAULT_MODEL_DIR, LKV_DEFAULT_MODEL_DIR);
 }
 
 /* Runs one parsed request and prints its result. Returns the run's status. */
+static const char *dump_logits; /* --dump-logits FILE, or NULL. */
+static int dumped;              /* 1 once written. */
+
 static int serve(lkv_worker *w, lkv_request *r, int json)
 {
     lkv_rag_result res;
+    int dump = dump_logits != NULL && !dumped;
+    if (dump) {
+        r->rag.keep_logits = 1;
+    }
     int rc = lkv_worker_run(w, &r->rag, &res);
+    if (dump && rc == 0) {
+        FILE *f = fopen(dump_logits, "wb");
+        if (f == NULL || fwrite(res.logits, sizeof(float), (size_t)res.n_out * res.vocab, f) !=
+                             (size_t)res.n_out * res.vocab) {
+            fprintf(stderr, "lazykv-worker: cannot write %s\n", dump_logits);
+        }
+        if (f != NULL) {
+            fclose(f);
+        }
+        dumped = 1;
+    }
     if (json) {
         char *s = lkv_result_json(r->id, rc, &res, NULL);
         printf("%s\n", s);
@@ -226,6 +254,12 @@ int main(int argc, char **argv)
         O_MAX_BATCH,
         O_KV_PAGES,
         O_RPC_THREADS,
+        O_BACKEND,
+        O_CUDA_WEIGHTS,
+        O_DTYPE,
+        O_BF16W,
+        O_SYNTH,
+        O_DUMP,
         O_HELP
     };
     static const struct option opts[] = {
@@ -256,6 +290,12 @@ int main(int argc, char **argv)
         {"max-batch", required_argument, NULL, O_MAX_BATCH},
         {"kv-pages", required_argument, NULL, O_KV_PAGES},
         {"rpc-threads", required_argument, NULL, O_RPC_THREADS},
+        {"backend", required_argument, NULL, O_BACKEND},
+        {"cuda-weights", required_argument, NULL, O_CUDA_WEIGHTS},
+        {"dtype", required_argument, NULL, O_DTYPE},
+        {"bf16-weights", no_argument, NULL, O_BF16W},
+        {"synth", required_argument, NULL, O_SYNTH},
+        {"dump-logits", required_argument, NULL, O_DUMP},
         {"help", no_argument, NULL, O_HELP},
         {NULL, 0, NULL, 0},
     };
@@ -265,6 +305,7 @@ int main(int argc, char **argv)
     const char *docs[MAX_CLI_DOCS];
     int n_docs = 0, json = 0, stats = 0, c, use_engine = 0, rpc_threads = 2;
     const char *serve_addr = NULL;
+    int use_cuda = 0, cuda_f32 = 0;
     lkv_engine_opts eo = {0};
     char model[4096], tokp[4096];
     snprintf(model, sizeof(model), "%s/stories260K.bin", LKV_DEFAULT_MODEL_DIR);
@@ -387,6 +428,46 @@ int main(int argc, char **argv)
         case O_ENGINE:
             use_engine = 1;
             break;
+        case O_BACKEND:
+            if (strcmp(optarg, "cpu") == 0) {
+                use_cuda = 0;
+            } else if (strcmp(optarg, "cuda") == 0) {
+                use_cuda = 1;
+            } else {
+                fprintf(stderr, "lazykv-worker: --backend: '%s' is not cpu or cuda\n", optarg);
+                return 2;
+            }
+            break;
+        case O_CUDA_WEIGHTS:
+            if (strcmp(optarg, "bf16") == 0 || strcmp(optarg, "f32") == 0) {
+                cuda_f32 = strcmp(optarg, "f32") == 0;
+            } else {
+                fprintf(stderr, "lazykv-worker: --cuda-weights: '%s' is not bf16 or f32\n", optarg);
+                return 2;
+            }
+            break;
+        case O_DTYPE:
+            if (strcmp(optarg, "f32") == 0) {
+                wo.dtype = LKV_DTYPE_F32;
+            } else if (strcmp(optarg, "f16") == 0) {
+                wo.dtype = LKV_DTYPE_F16;
+            } else if (strcmp(optarg, "bf16") == 0) {
+                wo.dtype = LKV_DTYPE_BF16;
+            } else {
+                fprintf(stderr, "lazykv-worker: --dtype: '%s' is not f32, f16 or bf16\n", optarg);
+                return 2;
+            }
+            break;
+        case O_BF16W:
+            wo.round_weights_bf16 = 1;
+            break;
+        case O_SYNTH:
+            wo.synth = optarg;
+            wo.tokenizer_path = NULL;
+            break;
+        case O_DUMP:
+            dump_logits = optarg;
+            break;
         case O_HELP:
             usage(stdout);
             return 0;
@@ -394,6 +475,21 @@ int main(int argc, char **argv)
             usage(stderr);
             return 2;
         }
+    }
+    if (use_cuda) {
+#ifdef LKV_WORKER_HAVE_CUDA
+        const lkv_backend *cb;
+        if (lkv_backend_cuda_create(cuda_f32 ? LKV_CUDA_WEIGHTS_F32 : LKV_CUDA_WEIGHTS_BF16, &cb) !=
+            0) {
+            fprintf(stderr, "lazykv-worker: no usable GPU for --backend cuda\n");
+            return 2;
+        }
+        wo.backend = cb; /* Lives until exit. */
+#else
+        (void)cuda_f32;
+        fprintf(stderr, "lazykv-worker: built without CUDA (--backend cuda)\n");
+        return 2;
+#endif
     }
     if (serve_addr != NULL) {
         if (optind < argc || requests != NULL || question != NULL || n_docs > 0) {

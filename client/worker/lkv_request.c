@@ -178,7 +178,7 @@ int lkv_request_parse(const char *line, const lkv_tokenizer *tok, const lkv_requ
         }
         snprintf(out->id, sizeof(out->id), "%s", json_string_value(id));
     }
-    double d;
+    double d = 0;
     int r;
     if ((r = get_number(root, "max_tokens", 1, 1 << 22, &d, err, len)) < 0) {
         rc = r;

@@ -29,9 +29,11 @@
 
 #include "lkv_backend_cpu.h"
 #include "lkv_err.h"
+#include "lkv_half.h"
 #include "lkv_log.h"
 #include "lkv_pagespace.h"
 #include "lkv_runner.h"
+#include "lkv_synth.h"
 
 #define DEFAULT_PROFILE     "stories260k"
 #define DEFAULT_DEADLINE_MS 10000
@@ -56,6 +58,7 @@ struct lkv_worker {
     lkv_pagespace ps;      /* Daemon arena + worker pages. */
     lkv_kv_shape shape;    /* The profile's layout for this model. */
     char hash[80];         /* "blake2b:<hex>" of the checkpoint. */
+    void *dev_pages;       /* Worker pages in backend memory (non-host backends), owned. */
     lkv_worker_stats st;   /* Totals (arena_maps read from ps). */
 };
 
@@ -116,14 +119,14 @@ int lkv_worker_hash_file(const char *path, char *out, size_t len)
 int lkv_worker_create(const lkv_worker_opts *o, lkv_worker **out, char *err, size_t errlen)
 {
     *out = NULL;
-    if (o == NULL || o->model_path == NULL) {
+    if (o == NULL || (o->model_path == NULL && o->synth == NULL)) {
         return errf(err, errlen, LKV_EINVAL, "worker: a model checkpoint path is required");
     }
     lkv_worker *w = lkv_xcalloc(1, sizeof(*w));
     w->o = *o;
     w->target = dup_or_null(o->target);
     w->profile = lkv_xstrdup(o->profile != NULL && o->profile[0] ? o->profile : DEFAULT_PROFILE);
-    w->model_path = lkv_xstrdup(o->model_path);
+    w->model_path = lkv_xstrdup(o->model_path != NULL ? o->model_path : o->synth);
     w->model_id = dup_or_null(o->model_id);
     w->token = dup_or_null(o->bearer_token);
     w->o.target = w->target; /* The copies, not the caller's strings. */
@@ -137,13 +140,45 @@ int lkv_worker_create(const lkv_worker_opts *o, lkv_worker **out, char *err, siz
     w->o.local_pages = o->local_pages > 0 ? o->local_pages : DEFAULT_LOCAL_PAGES;
     w->o.retry_ms = o->retry_ms > 0 ? o->retry_ms : o->retry_ms < 0 ? 0 : DEFAULT_RETRY_MS;
     w->be = o->backend != NULL ? o->backend : lkv_backend_cpu();
-    int rc = lkv_model_load(w->model_path, &w->m);
+    int rc;
+    if (o->synth != NULL) {
+        /* "PRESET[:SEED]": random weights (lkv_synth.h); identity "synth:PRESET:SEED". */
+        char preset[64];
+        unsigned long seed = 0;
+        const char *colon = strchr(o->synth, ':');
+        size_t pl = colon != NULL ? (size_t)(colon - o->synth) : strlen(o->synth);
+        snprintf(preset, sizeof(preset), "%.*s", (int)(pl < 63 ? pl : 63), o->synth);
+        if (colon != NULL) {
+            seed = strtoul(colon + 1, NULL, 10);
+        }
+        rc = lkv_synth_model(preset, (uint32_t)seed, 0, &w->m);
+        if (rc != 0) {
+            errf(err, errlen, rc, "worker: unknown synthetic model '%s' (llama3-8b, llama3-mini)",
+                 o->synth);
+            goto fail;
+        }
+        snprintf(w->hash, sizeof(w->hash), "synth:%s:%lu", preset, seed);
+        rc = 0;
+    } else {
+        rc = lkv_model_load(w->model_path, &w->m);
+    }
     if (rc != 0) {
         errf(err, errlen, rc, "worker: cannot load the checkpoint %s: %s", w->model_path,
              lkv_strerror(rc));
         goto fail;
     }
-    rc = lkv_worker_hash_file(w->model_path, w->hash, sizeof(w->hash));
+    if (o->round_weights_bf16) {
+        size_t nw = 0;
+        const lkv_model_cfg *mc = &w->m->cfg;
+        const float *end = w->m->wcls != w->m->tok_emb
+                               ? w->m->wcls + (size_t)mc->vocab_size * mc->dim
+                               : w->m->rms_final + mc->dim;
+        nw = (size_t)(end - w->m->data);
+        for (size_t i = 0; i < nw; i++) {
+            w->m->data[i] = lkv_bf16_to_f32(lkv_f32_to_bf16(w->m->data[i]));
+        }
+    }
+    rc = o->synth != NULL ? 0 : lkv_worker_hash_file(w->model_path, w->hash, sizeof(w->hash));
     if (rc != 0) {
         errf(err, errlen, rc, "worker: cannot hash %s", w->model_path);
         goto fail;
@@ -181,6 +216,20 @@ int lkv_worker_create(const lkv_worker_opts *o, lkv_worker **out, char *err, siz
         lkv_attn_cpu_set_threads(o->threads);
     }
     lkv_pagespace_init(&w->ps, w->o.local_pages);
+    if (strcmp(w->be->name, "cpu") != 0) {
+        /* A device backend keeps the worker pages in its own memory. Reading lazykvd's HBM
+         * arena in place needs the CUDA IPC mapping of the page space (not wired yet). */
+        if (w->target != NULL) {
+            rc = errf(err, errlen, LKV_ENOTSUP,
+                      "worker: the %s backend runs without lazykvd for now (local only): "
+                      "mapping the daemon's HBM arena is not wired yet",
+                      w->be->name);
+            goto fail;
+        }
+        w->dev_pages =
+            w->be->alloc(w->be->ctx, (size_t)w->o.local_pages * lkv_block_bytes(&w->shape));
+        lkv_pagespace_use(&w->ps, w->dev_pages, lkv_block_bytes(&w->shape));
+    }
     if (w->target != NULL) {
         lkv_client_options co = {.default_deadline_ms = w->o.deadline_ms, .bearer_token = w->token};
         rc = lkv_client_create(w->target, &co, &w->cl);
@@ -203,6 +252,9 @@ void lkv_worker_destroy(lkv_worker *w)
     }
     lkv_client_destroy(w->cl);
     lkv_pagespace_free(&w->ps);
+    if (w->dev_pages != NULL) {
+        w->be->release(w->be->ctx, w->dev_pages);
+    }
     lkv_runner_free(&w->run);
     if (w->have_tok) {
         lkv_tokenizer_free(&w->tok);

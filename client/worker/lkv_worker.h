@@ -52,7 +52,9 @@ typedef struct lkv_worker lkv_worker; /* Opaque. */
 typedef struct lkv_worker_opts {
     const char *target;         /* lazykvd "host:port"; NULL or "": local only (no cache). */
     const char *profile;        /* Profile name; NULL: "stories260k". */
-    const char *model_path;     /* llama2.c checkpoint (required). */
+    const char *model_path;     /* llama2.c checkpoint (required unless synth). */
+    const char *synth;          /* "PRESET[:SEED]": a random-weight model (lkv_synth.h) instead
+                                   of a checkpoint; NULL: none. */
     const char *tokenizer_path; /* llama2.c tokenizer; NULL: token requests only. */
     const char *model_id;       /* Expected revision when the profile's model_id is not a
                                    "blake2b:" hash; NULL: such profiles are refused. */
@@ -68,7 +70,11 @@ typedef struct lkv_worker_opts {
     uint32_t local_pages;       /* Worker pages (misses, question, copies); 0: 2048. */
     int max_position;           /* Largest prompt + output length; 0: the model's seq_len. */
     int threads;                /* Attention threads (lkv_attn_cpu_set_threads); 0: all. */
-    const lkv_backend *backend; /* NULL: the CPU backend. Borrowed. */
+    const lkv_backend *backend; /* NULL: the CPU backend. Borrowed. A device backend (not
+                                   "cpu") keeps the worker pages in its memory and runs
+                                   without a daemon (target must be NULL) for now. */
+    int round_weights_bf16;     /* 1: round the loaded fp32 weights to bf16 values (so a CPU
+                                   run uses the bf16 weights a GPU run uses). */
     /* Fault injection (tests): called between a request's Lookup and its Attach, e.g. to evict
      * a document there. NULL: none. */
     void (*after_lookup)(void *arg);
