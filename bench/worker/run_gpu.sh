@@ -91,10 +91,10 @@ python3 -c "
 import json,sys
 for l in open('$OUT/8b_solo.jsonl'):
     r=json.loads(l); print('  8B %s: ok %s, %d prompt tokens, TTFT %.1f ms (misses %.1f ms), TPOT %.2f ms' % (r['id'], r['ok'], r.get('n_prompt',0), r.get('ttft_ms',0), r.get('miss_ms',0), r.get('tpot_ms',0)))"
-$W $S --requests "$R8" --engine --max-batch 8 > $OUT/8b_engine.jsonl || fail=1
-cmp_tokens $OUT/8b_solo.jsonl $OUT/8b_engine.jsonl "2b 8B-shape GPU batch (engine, bf16 GEMMs) == GPU solo" || fail=1
 python3 bench/worker/synth_ref.py --preset llama3-8b --seed 1 --request $OUT/r8_first.json \
   --result $OUT/r8_first_result.json --logits $OUT/l8b.bin --tol 0.05 --json $OUT/synth_ref.json || fail=1
 rm -f $OUT/l8b.bin
+$W $S --requests "$R8" --engine --max-batch 8 > $OUT/8b_engine.jsonl || fail=1
+cmp_tokens $OUT/8b_solo.jsonl $OUT/8b_engine.jsonl "2b 8B-shape GPU batch (engine, bf16 GEMMs) == GPU solo" || fail=1
 echo "run_gpu.sh: $([ $fail = 0 ] && echo ALL PASS || echo SOME CHECKS FAILED)"
 exit $fail
