@@ -97,4 +97,6 @@ rm -f $OUT/l8b.bin
 $W $S --requests "$R8" --engine --max-batch 8 > $OUT/8b_engine.jsonl || fail=1
 cmp_tokens $OUT/8b_solo.jsonl $OUT/8b_engine.jsonl "2b 8B-shape GPU batch (engine, bf16 GEMMs) == GPU solo" || fail=1
 echo "run_gpu.sh: $([ $fail = 0 ] && echo ALL PASS || echo SOME CHECKS FAILED)"
+# At most a few files come back from the device: keep the log and the reference JSON, pack the rest.
+(cd "$OUT" && tar czf rest.tgz $(ls | grep -v -e '^worker_gpu.log$' -e '^synth_ref.json$' -e '^rest.tgz$') 2>/dev/null)
 exit $fail
