@@ -473,7 +473,7 @@ int lkv_engine_submit(lkv_engine *e, lkv_request *req, int64_t deadline_ms,
                      need, (unsigned long long)lkv_worker_page_bytes(e->w), e->st.pages_total);
         }
     } else if (e->st.queued >= e->o.max_queue) {
-        rc = LKV_EBUSY;
+        rc = LKV_ENOSPC; /* RESOURCE_EXHAUSTED: retry later (the message says which limit). */
         if (msg != NULL) {
             snprintf(msg, len, "the worker's admission queue is full (%d requests); retry later",
                      e->o.max_queue);

@@ -24,7 +24,7 @@
  * Limits: max_batch requests running (prefilling or decoding) at once, hence at most max_batch
  * in a decode step; kv_pages worker pages for the KV of running requests; max_queue requests
  * waiting. A request that could never fit (needs more than kv_pages) is refused at submit with
- * LKV_ENOSPC; a full queue refuses with LKV_EBUSY.
+ * LKV_ENOSPC; a full queue refuses with LKV_ENOSPC too (its message says so: retry later).
  *
  * Output: each request has an event queue (tokens, then one end event) read by its submitter
  * with lkv_engine_next from any thread; notify(arg, last) is called on the engine thread, with
@@ -103,7 +103,7 @@ void lkv_engine_destroy(lkv_engine *e);
 /* Submits req (taken: the engine frees it; the caller must not touch it again, also on error).
  * deadline_ms: milliseconds from now (<= 0: none). notify (may be NULL) and arg: see above;
  * not called at all when submit fails.
- * Returns 0 and *out, or LKV_ENOSPC (it can never fit), LKV_EBUSY (queue full), LKV_ESHUTDOWN;
+ * Returns 0 and *out, or LKV_ENOSPC (it can never fit, or the queue is full), LKV_ESHUTDOWN;
  * on error *out is NULL and msg (len bytes, may be NULL) says why. */
 int lkv_engine_submit(lkv_engine *e, lkv_request *req, int64_t deadline_ms,
                       void (*notify)(void *arg, int last), void *arg, lkv_engine_req **out,

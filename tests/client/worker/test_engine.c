@@ -9,7 +9,8 @@
  *   - cancellation mid-stream frees the request's pages at once (the engine's next iteration)
  *     and lets a queued request that needed them run; a cancelled queued request never runs;
  *   - deadlines: a request whose deadline passes while running or queued ends ETIMEDOUT;
- *   - FIFO admission under a page shortage (no overtaking).
+ *   - FIFO admission under a page shortage (no overtaking);
+ *   - a full admission queue refuses (LKV_ENOSPC, the message says so).
  */
 #include <math.h>
 #include <stdio.h>
@@ -258,10 +259,40 @@ static void test_deadlines(void)
     lkv_worker_destroy(w);
 }
 
+static void test_queue_full(void)
+{
+    lkv_worker *w = worker(64);
+    lkv_engine_opts eo = {.max_batch = 1, .max_queue = 1};
+    lkv_engine *e;
+    ASSERT_OK(lkv_engine_create(w, &eo, &e));
+    lkv_request *qa = make(10, 1, 2, 400, 0, 0);
+    qa->rag.stop_at_eos = 0;
+    lkv_engine_req *a, *b, *c;
+    ASSERT_OK(lkv_engine_submit(e, qa, 0, NULL, NULL, &a, NULL, 0));
+    lkv_engine_event ev;
+    ASSERT_TRUE(lkv_engine_wait(a, &ev, 10000) && ev.kind == LKV_ENGINE_TOKEN); /* Running. */
+    ASSERT_OK(lkv_engine_submit(e, make(11, 1, 2, 5, 0, 0), 0, NULL, NULL, &b, NULL, 0));
+    char msg[256] = "";
+    ASSERT_ERR(lkv_engine_submit(e, make(12, 1, 2, 5, 0, 0), 0, NULL, NULL, &c, msg, sizeof msg),
+               LKV_ENOSPC);
+    ASSERT_TRUE(c == NULL && strstr(msg, "queue is full") != NULL);
+    lkv_engine_cancel(a);
+    ASSERT_ERR(wait_end_from(a, NULL, 1), LKV_ECANCELLED);
+    ASSERT_OK(wait_end(b, NULL));
+    lkv_engine_stats st;
+    lkv_engine_stats_get(e, &st);
+    ASSERT_EQ(st.refused, 1);
+    lkv_engine_release(a);
+    lkv_engine_release(b);
+    lkv_engine_destroy(e);
+    lkv_worker_destroy(w);
+}
+
 int main(void)
 {
     LKV_RUN(test_batch_equals_solo);
     LKV_RUN(test_pages_cancel_fifo);
     LKV_RUN(test_deadlines);
+    LKV_RUN(test_queue_full);
     return 0;
 }
