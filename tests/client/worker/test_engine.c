@@ -13,6 +13,7 @@
  *   - a full admission queue refuses (LKV_ENOSPC, the message says so).
  */
 #include <math.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -89,6 +90,58 @@ static int wait_end(lkv_engine_req *r, int *n_tok)
     return wait_end_from(r, n_tok, 0);
 }
 
+/* A gate for the engine thread (see test_pages_cancel_fifo). */
+static struct {
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    int credits, open, waiting;
+} gate = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, 0, 0, 0};
+
+static void gate_notify(void *arg, int last)
+{
+    (void)arg;
+    (void)last;
+    pthread_mutex_lock(&gate.mu);
+    while (!gate.open && gate.credits == 0) {
+        gate.waiting = 1;
+        pthread_cond_broadcast(&gate.cv);
+        pthread_cond_wait(&gate.cv, &gate.mu);
+    }
+    gate.waiting = 0;
+    if (!gate.open) {
+        gate.credits--;
+    }
+    pthread_mutex_unlock(&gate.mu);
+}
+
+/* Lets the engine pass the gate n more times, then waits until it is held at it again. */
+static void gate_give(int n)
+{
+    pthread_mutex_lock(&gate.mu);
+    gate.credits += n;
+    pthread_cond_broadcast(&gate.cv);
+    while (!(gate.credits == 0 && gate.waiting)) {
+        pthread_cond_wait(&gate.cv, &gate.mu);
+    }
+    pthread_mutex_unlock(&gate.mu);
+}
+
+static void gate_close(void)
+{
+    pthread_mutex_lock(&gate.mu);
+    gate.open = 0;
+    gate.credits = 0;
+    pthread_mutex_unlock(&gate.mu);
+}
+
+static void gate_open(void)
+{
+    pthread_mutex_lock(&gate.mu);
+    gate.open = 1;
+    pthread_cond_broadcast(&gate.cv);
+    pthread_mutex_unlock(&gate.mu);
+}
+
 #define NREQ 7
 
 static void test_batch_equals_solo(void)
@@ -114,11 +167,17 @@ static void test_batch_equals_solo(void)
     lkv_engine *e;
     ASSERT_OK(lkv_engine_create(w, &eo, &e));
     lkv_engine_req *h[NREQ];
+    /* The engine is held at request 0's first token until every request is queued, so the
+     * batch forms however the threads are scheduled. */
     for (int i = 0; i < NREQ; i++) {
         lkv_request *q = make(i, spec[i].nd, spec[i].nq, spec[i].max, spec[i].temp, spec[i].mode);
         q->rag.stop_at_eos = 0;
-        ASSERT_OK(lkv_engine_submit(e, q, 0, NULL, NULL, &h[i], NULL, 0));
+        ASSERT_OK(lkv_engine_submit(e, q, 0, i == 0 ? gate_notify : NULL, NULL, &h[i], NULL, 0));
+        if (i == 0) {
+            gate_give(0);
+        }
     }
+    gate_open();
     int batched = 0;
     for (int i = 0; i < NREQ; i++) {
         int nt = 0;
@@ -153,6 +212,7 @@ static void test_batch_equals_solo(void)
 static void test_pages_cancel_fifo(void)
 {
     lkv_worker *w = worker(64);
+    gate_close();
     lkv_engine_opts eo = {.max_batch = 8, .kv_pages = 20};
     lkv_engine *e;
     ASSERT_OK(lkv_engine_create(w, &eo, &e));
@@ -162,30 +222,37 @@ static void test_pages_cancel_fifo(void)
     ASSERT_ERR(lkv_engine_submit(e, make(1, 1, 2, 400, 0, 0), 0, NULL, NULL, &h, msg, sizeof msg),
                LKV_ENOSPC);
     ASSERT_TRUE(h == NULL && strstr(msg, "KV pages") != NULL);
-    /* A: long generation of 1 + 13 = 14 pages; B (14 pages) must wait for A's pages. */
+    /* A: long generation of 14-16 pages; B (as many) must wait for A's pages. A's
+     * notify is a gate that holds the engine thread after each of A's events until the test
+     * gives it a credit, so the engine runs exactly the iterations the test allows. */
     lkv_request *qa = make(2, 1, 2, 200, 0, 0);
     qa->rag.stop_at_eos = 0;
     lkv_request *qb = make(3, 1, 2, 200, 0, 0);
     qb->rag.stop_at_eos = 0;
     lkv_request *qc = make(4, 0, 2, 10, 0, 0); /* 1 page: fits now, but FIFO: after B. */
     lkv_engine_req *a, *b, *c;
-    ASSERT_OK(lkv_engine_submit(e, qa, 0, NULL, NULL, &a, NULL, 0));
+    uint32_t need_a = lkv_worker_pages_needed(w, &qa->rag);
+    uint32_t need_b = lkv_worker_pages_needed(w, &qb->rag);
+    uint32_t need_c = lkv_worker_pages_needed(w, &qc->rag);
+    ASSERT_TRUE(need_a + need_b > 20 && need_a + need_c <= 20 && need_c == 1);
+    ASSERT_OK(lkv_engine_submit(e, qa, 0, gate_notify, &gate, &a, NULL, 0));
     lkv_engine_event ev;
     ASSERT_TRUE(lkv_engine_wait(a, &ev, 10000) && ev.kind == LKV_ENGINE_TOKEN);
     ASSERT_OK(lkv_engine_submit(e, qb, 0, NULL, NULL, &b, NULL, 0));
     ASSERT_OK(lkv_engine_submit(e, qc, 0, NULL, NULL, &c, NULL, 0));
-    usleep(50 * 1000);
+    gate_give(3); /* Three more engine iterations: admission passes and A's decode steps. */
     lkv_engine_stats st;
     lkv_engine_stats_get(e, &st);
     ASSERT_EQ(st.running, 1); /* B cannot fit; C does not overtake it. */
     ASSERT_EQ(st.queued, 2);
-    ASSERT_TRUE(st.pages_total - st.pages_free <= 20);
+    ASSERT_EQ(st.pages_total - st.pages_free, need_a);
     ASSERT_TRUE(!lkv_engine_next(b, &ev) && !lkv_engine_next(c, &ev));
     /* Cancel A mid-stream: its pages come back at once, B and C run. */
     lkv_engine_cancel(a);
+    gate_open();
     int na = 0;
     ASSERT_ERR(wait_end_from(a, &na, 1), LKV_ECANCELLED);
-    ASSERT_TRUE(na >= 1 && na < 200);
+    ASSERT_TRUE(na >= 4 && na < 200);
     lkv_engine_result er;
     lkv_engine_result_get(a, &er);
     ASSERT_TRUE(strstr(er.res->error, "cancelled") != NULL);
@@ -227,9 +294,10 @@ static void test_deadlines(void)
     lkv_request *qa = make(7, 2, 3, 480, 0, 0), *qb = make(8, 1, 2, 10, 0, 0);
     qa->rag.stop_at_eos = 0;
     lkv_engine_req *a, *b;
-    /* A runs past its 30 ms deadline; B waits behind it (max_batch 1) past its 10 ms one. */
-    ASSERT_OK(lkv_engine_submit(e, qa, 30, NULL, NULL, &a, NULL, 0));
-    ASSERT_OK(lkv_engine_submit(e, qb, 10, NULL, NULL, &b, NULL, 0));
+    /* A (480 tokens) runs past its 5 ms deadline; B waits behind it (max_batch 1) past its
+     * 2 ms one. */
+    ASSERT_OK(lkv_engine_submit(e, qa, 5, NULL, NULL, &a, NULL, 0));
+    ASSERT_OK(lkv_engine_submit(e, qb, 2, NULL, NULL, &b, NULL, 0));
     int na = 0, nb = -1;
     double t0 = lkv_worker_now_ms();
     ASSERT_ERR(wait_end(a, &na), LKV_ETIMEDOUT);
