@@ -170,11 +170,21 @@ def main():
                     g = c.run(**REQS[i])
                     got[i] = list(g.tokens)
                     sums[i] = g.summary
+                # A long companion keeps the engine busy, so the six overlap with it (and with
+                # each other) however the threads are scheduled.
+                comp = c.generate([DOCS[3]], "Once upon a time", max_tokens=400,
+                                  stop_at_eos=False, cache=False)
+                it = iter(comp)
+                next(it)
                 ths = [threading.Thread(target=one, args=(i,)) for i in range(len(REQS))]
                 for t in ths:
                     t.start()
                 for t in ths:
                     t.join()
+                rest = sum(1 for _ in it)
+                check(rest == 399 and comp.summary.max_batch_seen > 1,
+                      "the companion ran to the end in batches (max %d)"
+                      % comp.summary.max_batch_seen)
                 check(got == solo, "a batch of different requests gives each its solo tokens")
                 mb = max(s.max_batch_seen for s in sums if s is not None)
                 check(1 < mb <= 4, "decode steps were batched (max batch seen %d, limit 4)" % mb)
@@ -202,7 +212,7 @@ def main():
                 t0 = time.monotonic()
                 try:
                     c.run([DOCS[1]], "The dog", max_tokens=470, stop_at_eos=False,
-                          cache=False, timeout=0.1)
+                          cache=False, timeout=0.02)
                     check(False, "a generation past its deadline fails")
                 except lazykv.DeadlineExceeded:
                     check(time.monotonic() - t0 < 5, "DEADLINE_EXCEEDED at the deadline")
