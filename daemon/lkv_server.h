@@ -205,7 +205,8 @@ int lkv_rpc_transport_secure(const lkv_rpc *rpc);
 int lkv_rpc_check_deadline(lkv_rpc *rpc);
 
 /* Milliseconds left before the call's deadline (0 once it passed; INT64_MAX without one): a
- * call forwarded to another daemon carries what is left (daemon/cluster/). */
+ * call forwarded to another daemon carries what is left (daemon/cluster/), and a service that
+ * hands the call's work to a thread of its own (the worker's serving engine) passes it on. */
 int64_t lkv_rpc_deadline_left_ms(const lkv_rpc *rpc);
 
 /* The method path (static) and the peer ("ipv4:127.0.0.1:5555"; borrowed, valid for the call). */

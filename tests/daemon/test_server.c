@@ -414,9 +414,10 @@ static lkv_server *srv;
 static char addr[64];
 
 /* Waits up to 2 s for *v to reach want (cleanups run on server threads). */
+/* Waits up to 10 s (a loaded machine under sanitizers is slow; success returns at once). */
 static int wait_for(atomic_int *v, int want)
 {
-    for (int i = 0; i < 200 && atomic_load(v) != want; i++) {
+    for (int i = 0; i < 1000 && atomic_load(v) != want; i++) {
         sleep_ms(10);
     }
     return atomic_load(v);
