@@ -8,11 +8,21 @@
  */
 #include "lkv_cold.h"
 
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <pthread.h>
 #include <rocksdb/c.h>
 #include <sodium.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <sys/statvfs.h>
 #include <sys/time.h>
+#include <time.h>
+#include <unistd.h>
 
 #include "lkv_log.h"
 
@@ -21,12 +31,18 @@
 #define DEFAULT_MIN_BLOB (64u << 10)
 
 struct lkv_cold {
-    rocksdb_t *db;                  /* The database. */
+    rocksdb_t *db;                  /* The database (swapped by a reopen under lk's write side). */
     rocksdb_options_t *opts;        /* Open options (kept until close). */
     rocksdb_writeoptions_t *wsync;  /* sync = true. */
     rocksdb_writeoptions_t *wasync; /* sync = false. */
     rocksdb_readoptions_t *ropts;   /* Default read options (verify_checksums on). */
     int fault_writes;               /* Injected failures left (atomic). */
+    char *dir;                      /* The database directory (owned). */
+    lkv_cold_options o;             /* Options (copy). */
+    pthread_rwlock_t lk;            /* Read side: every use of db; write side: a reopen. */
+    int readonly;                   /* Opened read-only (disk full at open): atomic. */
+    int n_snaps;                    /* Snapshots out (atomic): a reopen waits for none. */
+    int64_t last_full_log_ms;       /* Rate limit of the "disk full" warning (atomic). */
 };
 
 struct lkv_cold_batch {
@@ -87,11 +103,35 @@ static void tag(const uint8_t *k, size_t klen, const void *v, size_t vlen, uint8
     crypto_generichash_final(&st, out, LKV_COLD_TAG_BYTES);
 }
 
+/* The project code of a RocksDB status string: Corruption (a block, blob or table checksum, a
+ * bad record) is LKV_ECORRUPT, "No space" LKV_ENOSPC, other I/O errors LKV_EIO. */
+static int rcode(const char *err)
+{
+    if (strncmp(err, "Corruption", 10) == 0) {
+        return LKV_ECORRUPT;
+    }
+    if (strstr(err, "No space") != NULL || strstr(err, "NoSpace") != NULL) {
+        return LKV_ENOSPC;
+    }
+    if (strncmp(err, "IO error", 8) == 0) {
+        return LKV_EIO;
+    }
+    return LKV_EROCKSDB;
+}
+
 static int rerr(const char *what, char *err)
 {
+    int rc = rcode(err);
     LKV_LOGE("rocksdb %s: %s", what, err);
     rocksdb_free(err);
-    return LKV_EROCKSDB;
+    return rc;
+}
+
+static int64_t mono_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
 }
 
 static int take_fault(lkv_cold *c)
@@ -112,9 +152,322 @@ void lkv_cold_fault_writes(lkv_cold *c, int n)
     __atomic_store_n(&c->fault_writes, n < 0 ? 0 : n, __ATOMIC_RELEASE);
 }
 
-int lkv_cold_open(const char *dir, uint64_t min_blob_bytes, lkv_cold **out)
+/* ---- opening: free space, damage, read-only mode ------------------------------------------- */
+
+/* Bytes free to us on the file system of c->dir (UINT64_MAX if it cannot be told). */
+static uint64_t avail_bytes(const char *dir)
+{
+    struct statvfs v;
+    if (statvfs(dir, &v) != 0) {
+        return UINT64_MAX;
+    }
+    return (uint64_t)v.f_bavail * (uint64_t)v.f_frsize;
+}
+
+uint64_t lkv_cold_free_bytes(const lkv_cold *c)
+{
+    return avail_bytes(c->dir);
+}
+
+uint64_t lkv_cold_min_free(const lkv_cold *c)
+{
+    return c->o.min_free_bytes;
+}
+
+const char *lkv_cold_dir(const lkv_cold *c)
+{
+    return c->dir;
+}
+
+int lkv_cold_readonly(const lkv_cold *c)
+{
+    return __atomic_load_n(&c->readonly, __ATOMIC_ACQUIRE);
+}
+
+/* 0 if a write of about bytes leaves the headroom free, else LKV_ENOSPC (warned once every 10
+ * seconds at most). A write costs its bytes twice before a flush settles it (WAL + blob). */
+static int room_for(lkv_cold *c, uint64_t bytes)
+{
+    uint64_t a = avail_bytes(c->dir);
+    if (a == UINT64_MAX || a >= c->o.min_free_bytes + 2 * bytes) {
+        return 0;
+    }
+    int64_t now = mono_ms(), last = __atomic_load_n(&c->last_full_log_ms, __ATOMIC_RELAXED);
+    if (now - last >= 10000 && __atomic_compare_exchange_n(&c->last_full_log_ms, &last, now, 0,
+                                                           __ATOMIC_RELAXED, __ATOMIC_RELAXED)) {
+        LKV_LOGW("cold: the disk of %s is full: %" PRIu64 " bytes free, a write of %" PRIu64
+                 " bytes needs %" PRIu64 " (cold_min_free_bytes headroom): refusing writes until "
+                 "space is freed",
+                 c->dir, a, bytes, c->o.min_free_bytes + 2 * bytes);
+    }
+    return LKV_ENOSPC;
+}
+
+static void set_options(lkv_cold *c, int wal_mode)
+{
+    if (c->opts != NULL) {
+        rocksdb_options_destroy(c->opts);
+    }
+    c->opts = rocksdb_options_create();
+    rocksdb_options_set_create_if_missing(c->opts, 1);
+    rocksdb_options_set_paranoid_checks(c->opts, 1);
+    rocksdb_options_set_enable_blob_files(c->opts, 1);
+    rocksdb_options_set_min_blob_size(c->opts, c->o.min_blob_bytes);
+    rocksdb_options_set_blob_file_size(c->opts, 256ull << 20);
+    rocksdb_options_set_enable_blob_gc(c->opts, 1);
+    rocksdb_options_set_compression(c->opts, rocksdb_no_compression);
+    rocksdb_options_set_blob_compression_type(c->opts, rocksdb_no_compression);
+    /* A memtable (and its WAL, and the blob file its flush writes) must fit the headroom
+     * three times over, so that a flush never meets a full disk. */
+    uint64_t wb = c->o.min_free_bytes / 4;
+    wb = wb < (1u << 20) ? (1u << 20) : wb > (64u << 20) ? (64u << 20) : wb;
+    rocksdb_options_set_write_buffer_size(c->opts, (size_t)wb);
+    rocksdb_options_set_max_total_wal_size(c->opts, 2 * wb);
+    rocksdb_options_set_keep_log_file_num(c->opts, 4);
+    rocksdb_options_set_max_log_file_size(c->opts, 4u << 20);
+    rocksdb_options_set_wal_recovery_mode(c->opts, wal_mode);
+}
+
+/* Opens c->db (read-only or not) with WAL recovery mode wal_mode. NULL *err on success. */
+static void open_db(lkv_cold *c, int readonly, int wal_mode, char **err)
+{
+    set_options(c, wal_mode);
+    *err = NULL;
+    c->db = readonly ? rocksdb_open_for_read_only(c->opts, c->dir, 0, err)
+                     : rocksdb_open(c->opts, c->dir, err);
+    __atomic_store_n(&c->readonly, readonly && *err == NULL, __ATOMIC_RELEASE);
+}
+
+/* Documents ('D' records) visible in db (for counting what a WAL recovery dropped). */
+static uint64_t count_docs(rocksdb_t *db)
+{
+    rocksdb_readoptions_t *ro = rocksdb_readoptions_create();
+    const char lo[1] = {'D'}, hi[1] = {'E'};
+    uint64_t n = 0;
+    rocksdb_readoptions_set_iterate_upper_bound(ro, hi, 1);
+    rocksdb_iterator_t *it = rocksdb_create_iterator(db, ro);
+    for (rocksdb_iter_seek(it, lo, 1); rocksdb_iter_valid(it); rocksdb_iter_next(it)) {
+        n++;
+    }
+    rocksdb_iter_destroy(it);
+    rocksdb_readoptions_destroy(ro);
+    return n;
+}
+
+/* Documents a read-only open of dir sees under WAL recovery mode mode (UINT64_MAX: it fails). */
+static uint64_t docs_under_mode(lkv_cold *c, int mode)
 {
     char *err = NULL;
+    set_options(c, mode);
+    rocksdb_t *db = rocksdb_open_for_read_only(c->opts, c->dir, 0, &err);
+    if (err != NULL) {
+        rocksdb_free(err);
+        return UINT64_MAX;
+    }
+    uint64_t n = count_docs(db);
+    rocksdb_close(db);
+    return n;
+}
+
+/* What the files of dir say before RocksDB reads them. */
+typedef struct dir_facts {
+    int current;  /* CURRENT exists. */
+    int manifest; /* A MANIFEST-* exists. */
+    int tables;   /* A *.sst or *.blob exists. */
+    char wal[64]; /* The newest *.log (WAL) name, "" if none. */
+} dir_facts;
+
+static void read_dir(const char *dir, dir_facts *f)
+{
+    memset(f, 0, sizeof *f);
+    DIR *d = opendir(dir);
+    if (d == NULL) {
+        return;
+    }
+    struct dirent *e;
+    while ((e = readdir(d)) != NULL) {
+        const char *n = e->d_name;
+        size_t l = strlen(n);
+        if (strcmp(n, "CURRENT") == 0) {
+            f->current = 1;
+        } else if (strncmp(n, "MANIFEST-", 9) == 0) {
+            f->manifest = 1;
+        } else if ((l > 4 && strcmp(n + l - 4, ".sst") == 0) ||
+                   (l > 5 && strcmp(n + l - 5, ".blob") == 0)) {
+            f->tables = 1;
+        } else if (l > 4 && strcmp(n + l - 4, ".log") == 0 && l < sizeof f->wal &&
+                   strcmp(n, f->wal) > 0) {
+            snprintf(f->wal, sizeof f->wal, "%s", n);
+        }
+    }
+    closedir(d);
+}
+
+/* Moves every entry of dir (except earlier corrupt-* folders) into dir/corrupt-<time>/, so a
+ * data_dir that is a mount point can be reset too. Writes the folder into aside. */
+static int move_aside(const char *dir, char *aside, size_t len)
+{
+    time_t t = time(NULL);
+    struct tm tm;
+    gmtime_r(&t, &tm);
+    char stamp[32];
+    strftime(stamp, sizeof stamp, "%Y%m%dT%H%M%SZ", &tm);
+    snprintf(aside, len, "%s/corrupt-%s", dir, stamp);
+    if (mkdir(aside, 0700) != 0 && errno != EEXIST) {
+        LKV_LOGE("cold: mkdir %s: %s", aside, strerror(errno));
+        return LKV_EIO;
+    }
+    DIR *d = opendir(dir);
+    if (d == NULL) {
+        return LKV_EIO;
+    }
+    struct dirent *e;
+    int rc = 0;
+    while ((e = readdir(d)) != NULL) {
+        const char *n = e->d_name;
+        if (strcmp(n, ".") == 0 || strcmp(n, "..") == 0 || strncmp(n, "corrupt-", 8) == 0) {
+            continue;
+        }
+        char from[4096], to[4096];
+        if (snprintf(from, sizeof from, "%s/%s", dir, n) >= (int)sizeof from ||
+            snprintf(to, sizeof to, "%s/%s", aside, n) >= (int)sizeof to) {
+            rc = LKV_EIO;
+            continue;
+        }
+        if (rename(from, to) != 0) {
+            LKV_LOGE("cold: moving %s aside: %s", from, strerror(errno));
+            rc = LKV_EIO;
+        }
+    }
+    closedir(d);
+    return rc;
+}
+
+/* Damage found at open (what: the file and the problem). Refuses (LKV_ECORRUPT) or, with
+ * on_corruption = reset, moves the database aside and opens an empty one. */
+static int damaged(lkv_cold *c, const char *what)
+{
+    if (c->o.on_corruption != LKV_COLD_RESET) {
+        LKV_LOGE("cold: the database in %s is damaged: %s. lazykvd will not start on it. Fix: "
+                 "restore %s from a backup, or remove it (the cache is recomputable), or set "
+                 "cold_on_corruption = reset to move a damaged database aside and start empty",
+                 c->dir, what, c->dir);
+        return LKV_ECORRUPT;
+    }
+    char aside[4096], *err = NULL;
+    int rc = move_aside(c->dir, aside, sizeof aside);
+    if (rc != 0) {
+        return rc;
+    }
+    LKV_LOGE("cold: DATABASE RESET: %s was damaged (%s); moved it aside to %s and starting with "
+             "an empty cold tier",
+             c->dir, what, aside);
+    open_db(c, 0, 0, &err);
+    return err != NULL ? rerr("open after reset", err) : 0;
+}
+
+int lkv_cold_reset(lkv_cold *c, const char *why)
+{
+    if (c->o.on_corruption != LKV_COLD_RESET) {
+        return damaged(c, why); /* Logs the refusal; the handle stays as it was. */
+    }
+    pthread_rwlock_wrlock(&c->lk);
+    rocksdb_close(c->db);
+    c->db = NULL;
+    int rc = damaged(c, why);
+    pthread_rwlock_unlock(&c->lk);
+    return rc;
+}
+
+/* Opens with the damage checks of lkv_cold.h; c->dir and c->o are set. */
+static int open_checked(lkv_cold *c)
+{
+    char probe[4096], *err = NULL, what[1024];
+    dir_facts f;
+
+    snprintf(probe, sizeof probe, "%s/.lkv-write-probe", c->dir);
+    int fd = open(probe, O_CREAT | O_WRONLY | O_TRUNC, 0600);
+    if (fd < 0 && errno != ENOSPC && errno != EDQUOT) {
+        LKV_LOGE("cold: data_dir %s is not writable (%s): lazykvd keeps its cold tier there and "
+                 "will not start. Fix: make it writable by this user (and the mount read-write), "
+                 "or set data_dir to a writable directory",
+                 c->dir, strerror(errno));
+        return LKV_EIO;
+    }
+    if (fd >= 0) {
+        close(fd);
+        unlink(probe);
+    }
+    read_dir(c->dir, &f);
+    if (!f.current && (f.manifest || f.tables)) {
+        snprintf(what, sizeof what, "%s/CURRENT is missing (but %s exist)", c->dir,
+                 f.manifest ? "MANIFEST files" : "table or blob files");
+        return damaged(c, what);
+    }
+    uint64_t a = avail_bytes(c->dir);
+    if (a != UINT64_MAX && a < c->o.min_free_bytes) {
+        if (!f.current) {
+            LKV_LOGE("cold: the disk of %s is full (%" PRIu64 " bytes free, cold_min_free_bytes "
+                     "%" PRIu64 ") and it holds no database yet: free space there or lower "
+                     "cold_min_free_bytes",
+                     c->dir, a, c->o.min_free_bytes);
+            return LKV_ENOSPC;
+        }
+        open_db(c, 1, 0, &err);
+        if (err == NULL) {
+            LKV_LOGW("cold: the disk of %s is full (%" PRIu64 " bytes free, cold_min_free_bytes "
+                     "%" PRIu64 "): opened the cold tier read-only; stored documents are served, "
+                     "new ones stay hot until space is freed (then it reopens read-write)",
+                     c->dir, a, c->o.min_free_bytes);
+            return 0;
+        }
+        /* Fall through to the checks of a read-write open's error. */
+    } else {
+        open_db(c, 0, 0, &err); /* Mode 0: a torn tail record (a crash) is not damage. */
+    }
+    if (err == NULL) {
+        return 0;
+    }
+    int code = rcode(err);
+    int wal = code == LKV_ECORRUPT && strstr(err, ".log") != NULL;
+    int missing = strstr(err, "No such file") != NULL;
+    snprintf(what, sizeof what, "%s", err);
+    rocksdb_free(err);
+    err = NULL;
+    if (!wal && !missing && code != LKV_ECORRUPT) {
+        LKV_LOGE("cold: cannot open the database in %s: %s", c->dir, what);
+        return code == LKV_ECORRUPT ? LKV_EROCKSDB : code;
+    }
+    if (wal && c->o.on_corruption == LKV_COLD_RESET) {
+        /* A damaged WAL: keep what precedes the damage (point-in-time recovery), and say how
+         * many documents the records after it held. */
+        uint64_t all = docs_under_mode(c, 3); /* kSkipAnyCorruptedRecords */
+        uint64_t kept = docs_under_mode(c, 2);
+        open_db(c, 0, 2, &err); /* kPointInTimeRecovery */
+        if (err == NULL) {
+            uint64_t lost = all != UINT64_MAX && kept != UINT64_MAX && all > kept ? all - kept : 0;
+            LKV_LOGE("cold: WAL RECOVERY DROPPED RECORDS in %s (%s): recovered to the last good "
+                     "record; %" PRIu64 " intact documents after the damage were dropped (plus "
+                     "the damaged record)",
+                     c->dir, what, lost);
+            return 0;
+        }
+        rocksdb_free(err);
+        err = NULL;
+    }
+    if (wal) {
+        char w[1100];
+        if (snprintf(w, sizeof w, "a WAL file is corrupt (%s; the newest WAL is %s/%s)", what,
+                     c->dir, f.wal[0] ? f.wal : "?") < 0) {
+            w[0] = '\0';
+        }
+        return damaged(c, w);
+    }
+    return damaged(c, what);
+}
+
+int lkv_cold_open_ex(const char *dir, const lkv_cold_options *o, lkv_cold **out)
+{
     lkv_cold *c;
 
     *out = NULL;
@@ -122,18 +475,25 @@ int lkv_cold_open(const char *dir, uint64_t min_blob_bytes, lkv_cold **out)
         return LKV_EINTERNAL;
     }
     c = lkv_xcalloc(1, sizeof *c);
-    c->opts = rocksdb_options_create();
-    rocksdb_options_set_create_if_missing(c->opts, 1);
-    rocksdb_options_set_enable_blob_files(c->opts, 1);
-    rocksdb_options_set_min_blob_size(c->opts, min_blob_bytes ? min_blob_bytes : DEFAULT_MIN_BLOB);
-    rocksdb_options_set_blob_file_size(c->opts, 256ull << 20);
-    rocksdb_options_set_enable_blob_gc(c->opts, 1);
-    rocksdb_options_set_compression(c->opts, rocksdb_no_compression);
-    rocksdb_options_set_blob_compression_type(c->opts, rocksdb_no_compression);
-    c->db = rocksdb_open(c->opts, dir, &err);
-    if (err != NULL) {
-        int rc = rerr("open", err);
-        rocksdb_options_destroy(c->opts);
+    c->dir = lkv_xmalloc(strlen(dir) + 1);
+    strcpy(c->dir, dir);
+    if (o != NULL) {
+        c->o = *o;
+    }
+    if (c->o.min_blob_bytes == 0) {
+        c->o.min_blob_bytes = DEFAULT_MIN_BLOB;
+    }
+    if (c->o.min_free_bytes == 0) {
+        c->o.min_free_bytes = LKV_COLD_DEFAULT_MIN_FREE;
+    }
+    pthread_rwlock_init(&c->lk, NULL);
+    int rc = open_checked(c);
+    if (rc != 0) {
+        pthread_rwlock_destroy(&c->lk);
+        if (c->opts != NULL) {
+            rocksdb_options_destroy(c->opts);
+        }
+        free(c->dir);
         free(c);
         return rc;
     }
@@ -147,24 +507,97 @@ int lkv_cold_open(const char *dir, uint64_t min_blob_bytes, lkv_cold **out)
     return 0;
 }
 
+int lkv_cold_open(const char *dir, uint64_t min_blob_bytes, lkv_cold **out)
+{
+    lkv_cold_options o;
+    memset(&o, 0, sizeof o);
+    o.min_blob_bytes = min_blob_bytes;
+    return lkv_cold_open_ex(dir, &o, out);
+}
+
+int lkv_cold_try_reopen(lkv_cold *c)
+{
+    if (!lkv_cold_readonly(c)) {
+        return 0;
+    }
+    uint64_t a = avail_bytes(c->dir);
+    if (a != UINT64_MAX && a < c->o.min_free_bytes) {
+        return LKV_ENOSPC;
+    }
+    if (pthread_rwlock_trywrlock(&c->lk) != 0) {
+        return LKV_EAGAIN;
+    }
+    int rc = 0;
+    if (!c->readonly) {
+        goto out;
+    }
+    if (__atomic_load_n(&c->n_snaps, __ATOMIC_ACQUIRE) > 0) {
+        rc = LKV_EAGAIN;
+        goto out;
+    }
+    char *err = NULL;
+    rocksdb_close(c->db);
+    open_db(c, 0, 0, &err);
+    if (err != NULL) {
+        rc = rerr("reopen read-write", err);
+        err = NULL;
+        open_db(c, 1, 0, &err);
+        if (err != NULL) {
+            lkv_panic("cold: %s: cannot reopen the database even read-only: %s", c->dir, err);
+        }
+        goto out;
+    }
+    LKV_LOGI("cold: space is back on the disk of %s (%" PRIu64 " bytes free): the cold tier is "
+             "read-write again",
+             c->dir, a);
+out:
+    pthread_rwlock_unlock(&c->lk);
+    return rc;
+}
+
+/* Before a write of about bytes: 0 if it may go ahead (reopening read-write first if the disk
+ * has room again), else LKV_ENOSPC. */
+static int write_gate(lkv_cold *c, uint64_t bytes)
+{
+    if (lkv_cold_readonly(c)) {
+        int rc = lkv_cold_try_reopen(c);
+        if (rc != 0 || lkv_cold_readonly(c)) {
+            return LKV_ENOSPC;
+        }
+    }
+    return room_for(c, bytes);
+}
+
+int lkv_cold_can_write(lkv_cold *c, uint64_t bytes)
+{
+    return write_gate(c, bytes);
+}
+
 void lkv_cold_close(lkv_cold *c)
 {
     char *err = NULL;
     if (c == NULL) {
         return;
     }
-    rocksdb_flushoptions_t *fo = rocksdb_flushoptions_create();
-    rocksdb_flushoptions_set_wait(fo, 1);
-    rocksdb_flush(c->db, fo, &err);
-    if (err != NULL) {
-        rerr("flush at close", err);
+    if (c->db != NULL && !c->readonly && avail_bytes(c->dir) >= c->o.min_free_bytes / 2) {
+        /* No flush on a full disk: the WAL replays at the next open instead. */
+        rocksdb_flushoptions_t *fo = rocksdb_flushoptions_create();
+        rocksdb_flushoptions_set_wait(fo, 1);
+        rocksdb_flush(c->db, fo, &err);
+        if (err != NULL) {
+            rerr("flush at close", err);
+        }
+        rocksdb_flushoptions_destroy(fo);
     }
-    rocksdb_flushoptions_destroy(fo);
-    rocksdb_close(c->db);
+    if (c->db != NULL) {
+        rocksdb_close(c->db);
+    }
     rocksdb_writeoptions_destroy(c->wsync);
     rocksdb_writeoptions_destroy(c->wasync);
     rocksdb_readoptions_destroy(c->ropts);
     rocksdb_options_destroy(c->opts);
+    pthread_rwlock_destroy(&c->lk);
+    free(c->dir);
     free(c);
 }
 
@@ -226,12 +659,22 @@ int lkv_cold_batch_commit(lkv_cold *c, lkv_cold_batch *b, const lkv_cold_doc *me
     tag(k, sizeof k, rec, rlen, rec + rlen);
     rocksdb_writebatch_put(b->wb, (const char *)k, sizeof k, (const char *)rec,
                            rlen + LKV_COLD_TAG_BYTES);
+    k[0] = 'P'; /* The document is persisted: its pending marker (if any) goes in the batch. */
+    rocksdb_writebatch_delete(b->wb, (const char *)k, sizeof k);
     free(rec);
     if (take_fault(c)) {
         rc = LKV_EIO;
         goto out;
     }
+    size_t bytes = 0;
+    rocksdb_writebatch_data(b->wb, &bytes);
+    rc = write_gate(c, bytes);
+    if (rc != 0) {
+        goto out;
+    }
+    pthread_rwlock_rdlock(&c->lk);
     rocksdb_write(c->db, sync ? c->wsync : c->wasync, b->wb, &err);
+    pthread_rwlock_unlock(&c->lk);
     if (err != NULL) {
         rc = rerr("write", err);
     }
@@ -255,10 +698,20 @@ int lkv_cold_delete(lkv_cold *c, const lkv_dockey *key, int sync)
     if (take_fault(c)) {
         return LKV_EIO;
     }
+    /* A delete is a few bytes: it may use the headroom down to a quarter of it. */
+    uint64_t a = avail_bytes(c->dir);
+    if (lkv_cold_readonly(c) || (a != UINT64_MAX && a < c->o.min_free_bytes / 4)) {
+        return LKV_ENOSPC;
+    }
     rocksdb_writebatch_t *wb = rocksdb_writebatch_create();
     rocksdb_writebatch_delete(wb, (const char *)dk, sizeof dk);
+    dk[0] = 'P';
+    rocksdb_writebatch_delete(wb, (const char *)dk, sizeof dk);
+    dk[0] = 'D';
     rocksdb_writebatch_delete_range(wb, (const char *)lo, sizeof lo, (const char *)hi, sizeof hi);
+    pthread_rwlock_rdlock(&c->lk);
     rocksdb_write(c->db, sync ? c->wsync : c->wasync, wb, &err);
+    pthread_rwlock_unlock(&c->lk);
     if (err != NULL) {
         rc = rerr("delete", err);
     }
@@ -309,17 +762,21 @@ int lkv_cold_get_doc(lkv_cold *c, lkv_cold_snap *snap, const lkv_dockey *key, lk
     int rc;
 
     doc_key(key, k);
+    pthread_rwlock_rdlock(&c->lk);
     rocksdb_pinnableslice_t *ps =
         rocksdb_get_pinned(c->db, snap ? snap->ropts : c->ropts, (const char *)k, sizeof k, &err);
     if (err != NULL) {
+        pthread_rwlock_unlock(&c->lk);
         return rerr("get record", err);
     }
     if (ps == NULL) {
+        pthread_rwlock_unlock(&c->lk);
         return LKV_ENOTFOUND;
     }
     const uint8_t *v = (const uint8_t *)rocksdb_pinnableslice_value(ps, &vlen);
     rc = parse_record(k, v, vlen, meta, tokens);
     rocksdb_pinnableslice_destroy(ps);
+    pthread_rwlock_unlock(&c->lk);
     return rc;
 }
 
@@ -333,12 +790,15 @@ int lkv_cold_get_block(lkv_cold *c, lkv_cold_snap *snap, const lkv_dockey *key, 
     int rc = 0;
 
     lkv_cold_block_key(key, index, k);
+    pthread_rwlock_rdlock(&c->lk);
     rocksdb_pinnableslice_t *ps =
         rocksdb_get_pinned(c->db, snap ? snap->ropts : c->ropts, (const char *)k, sizeof k, &err);
     if (err != NULL) {
+        pthread_rwlock_unlock(&c->lk);
         return rerr("get block", err);
     }
     if (ps == NULL) {
+        pthread_rwlock_unlock(&c->lk);
         return LKV_ENOTFOUND;
     }
     const uint8_t *v = (const uint8_t *)rocksdb_pinnableslice_value(ps, &vlen);
@@ -354,13 +814,17 @@ int lkv_cold_get_block(lkv_cold *c, lkv_cold_snap *snap, const lkv_dockey *key, 
     memcpy(buf, v + LKV_COLD_TAG_BYTES, len);
 out:
     rocksdb_pinnableslice_destroy(ps);
+    pthread_rwlock_unlock(&c->lk);
     return rc;
 }
 
 lkv_cold_snap *lkv_cold_snap_create(lkv_cold *c)
 {
     lkv_cold_snap *s = lkv_xmalloc(sizeof *s);
+    pthread_rwlock_rdlock(&c->lk);
+    __atomic_add_fetch(&c->n_snaps, 1, __ATOMIC_ACQ_REL); /* No reopen while it is out. */
     s->snap = rocksdb_create_snapshot(c->db);
+    pthread_rwlock_unlock(&c->lk);
     s->ropts = rocksdb_readoptions_create();
     rocksdb_readoptions_set_verify_checksums(s->ropts, 1);
     rocksdb_readoptions_set_snapshot(s->ropts, s->snap);
@@ -373,7 +837,10 @@ void lkv_cold_snap_release(lkv_cold *c, lkv_cold_snap *s)
         return;
     }
     rocksdb_readoptions_destroy(s->ropts);
+    pthread_rwlock_rdlock(&c->lk);
     rocksdb_release_snapshot(c->db, s->snap);
+    __atomic_sub_fetch(&c->n_snaps, 1, __ATOMIC_ACQ_REL);
+    pthread_rwlock_unlock(&c->lk);
     free(s);
 }
 
@@ -389,6 +856,7 @@ int lkv_cold_scan(lkv_cold *c, lkv_cold_scan_fn fn, void *ctx, uint64_t *n_corru
     }
     rocksdb_readoptions_set_iterate_upper_bound(ro, (const char *)hi, 1);
     rocksdb_readoptions_set_verify_checksums(ro, 1);
+    pthread_rwlock_rdlock(&c->lk);
     rocksdb_iterator_t *it = rocksdb_create_iterator(c->db, ro);
     for (rocksdb_iter_seek(it, (const char *)lo, 1); rocksdb_iter_valid(it);
          rocksdb_iter_next(it)) {
@@ -403,7 +871,7 @@ int lkv_cold_scan(lkv_cold *c, lkv_cold_scan_fn fn, void *ctx, uint64_t *n_corru
                 memcpy(dk.b, k + 1, LKV_DOCKEY_BYTES);
                 lkv_cold_delete(c, &dk, 0);
             } else {
-                rocksdb_delete(c->db, c->wasync, (const char *)k, klen, &err);
+                rocksdb_delete(c->db, c->wasync, (const char *)k, klen, &err); /* lk held. */
                 if (err != NULL) {
                     rerr("delete bad record", err);
                     err = NULL;
@@ -426,6 +894,72 @@ int lkv_cold_scan(lkv_cold *c, lkv_cold_scan_fn fn, void *ctx, uint64_t *n_corru
         }
     }
     rocksdb_iter_destroy(it);
+    pthread_rwlock_unlock(&c->lk);
+    rocksdb_readoptions_destroy(ro);
+    return rc;
+}
+
+/* ---- pending markers (write-back documents acknowledged, not yet persisted) -------------- */
+
+int lkv_cold_mark_pending(lkv_cold *c, const lkv_dockey *key)
+{
+    uint8_t k[LKV_COLD_DOC_KEY_BYTES];
+    char *err = NULL;
+    uint64_t a = avail_bytes(c->dir);
+    if (lkv_cold_readonly(c) || (a != UINT64_MAX && a < c->o.min_free_bytes / 2)) {
+        return LKV_ENOSPC;
+    }
+    doc_key(key, k);
+    k[0] = 'P';
+    pthread_rwlock_rdlock(&c->lk);
+    rocksdb_put(c->db, c->wasync, (const char *)k, sizeof k, "", 0, &err);
+    pthread_rwlock_unlock(&c->lk);
+    return err != NULL ? rerr("pending marker", err) : 0;
+}
+
+int lkv_cold_scan_pending(lkv_cold *c, lkv_cold_pending_fn fn, void *ctx)
+{
+    rocksdb_readoptions_t *ro = rocksdb_readoptions_create();
+    const char lo[1] = {'P'}, hi[1] = {'Q'};
+    char *err = NULL;
+    int rc = 0;
+    rocksdb_readoptions_set_iterate_upper_bound(ro, hi, 1);
+    rocksdb_readoptions_set_verify_checksums(ro, 1);
+    pthread_rwlock_rdlock(&c->lk);
+    rocksdb_iterator_t *it = rocksdb_create_iterator(c->db, ro);
+    for (rocksdb_iter_seek(it, lo, 1); rocksdb_iter_valid(it); rocksdb_iter_next(it)) {
+        size_t klen;
+        const uint8_t *k = (const uint8_t *)rocksdb_iter_key(it, &klen);
+        if (klen != LKV_COLD_DOC_KEY_BYTES) {
+            continue;
+        }
+        lkv_dockey dk;
+        memcpy(dk.b, k + 1, LKV_DOCKEY_BYTES);
+        uint8_t d[LKV_COLD_DOC_KEY_BYTES];
+        doc_key(&dk, d);
+        size_t vlen = 0;
+        char *v = rocksdb_get(c->db, c->ropts, (const char *)d, sizeof d, &vlen, &err);
+        if (err != NULL) {
+            rocksdb_free(err);
+            err = NULL;
+        }
+        int has_doc = v != NULL;
+        rocksdb_free(v);
+        fn(ctx, &dk, has_doc);
+        if (!lkv_cold_readonly(c)) {
+            rocksdb_delete(c->db, c->wasync, (const char *)k, klen, &err);
+            if (err != NULL) {
+                rerr("delete pending marker", err);
+                err = NULL;
+            }
+        }
+    }
+    rocksdb_iter_get_error(it, &err);
+    if (err != NULL) {
+        rc = rerr("scan pending markers", err);
+    }
+    rocksdb_iter_destroy(it);
+    pthread_rwlock_unlock(&c->lk);
     rocksdb_readoptions_destroy(ro);
     return rc;
 }

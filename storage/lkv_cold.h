@@ -9,6 +9,7 @@
  *           tag = BLAKE2b-128 over (the key's 37 bytes | payload)
  *   doc     key   'D' | doc key (32)
  *           value record (below) | tag (16), tag = BLAKE2b-128 over (key | record)
+ *   pending key   'P' | doc key (32), empty value: acknowledged (write-back), not persisted yet
  *
  *   record  offset  size    field
  *           0       1       format version (1)
@@ -55,10 +56,68 @@ typedef struct lkv_cold_doc {
     int64_t created_ms;      /* Unix milliseconds at first write. */
 } lkv_cold_doc;
 
-/* Opens (creating if needed) the database in dir with blob files of values >= min_blob_bytes
- * (0: 64 KiB). LKV_EROCKSDB (logged with RocksDB's message) on failure. *out is owned by the
- * caller, closed with lkv_cold_close. */
+/* What to do with a database found damaged at open. */
+enum lkv_cold_on_corruption {
+    LKV_COLD_REFUSE = 0, /* Refuse to open (LKV_ECORRUPT), logging the file and the fix. */
+    LKV_COLD_RESET = 1,  /* A damaged WAL: point-in-time recovery (what precedes the damage is
+                          * kept; the documents after it are counted in the log line). Any
+                          * other damage: move the files aside into dir/corrupt-<UTC time>/
+                          * and start empty, with one loud log line. */
+};
+
+#define LKV_COLD_DEFAULT_MIN_FREE (128ull << 20)
+
+/* Open options. Zero-initialise, then set fields. */
+typedef struct lkv_cold_options {
+    uint64_t min_blob_bytes; /* RocksDB min_blob_size; 0 = 64 KiB. */
+    uint64_t min_free_bytes; /* Headroom kept free on the disk; 0 = 128 MiB (see below). */
+    int on_corruption;       /* enum lkv_cold_on_corruption. */
+} lkv_cold_options;
+
+/* Opens (creating if needed) the database in dir (which must exist).
+ *
+ * Disk space. RocksDB 7.8 aborts on an assertion after a failed sync when the disk fills, so
+ * that path is never reached: every write first checks the free space of dir's file system
+ * (statvfs) and is refused with LKV_ENOSPC unless min_free_bytes plus twice its size stay free
+ * (a write lands in the WAL and later in a blob file); memtables are sized to a quarter of the
+ * headroom so a flush always fits. If the disk is already below the headroom at open, the
+ * database is opened read-only (stored documents can be read; every write is LKV_ENOSPC) and
+ * reopened read-write by the first write (or lkv_cold_try_reopen) that finds room again.
+ *
+ * Refusals, each logged with the file and the fix: a dir that cannot be written (read-only
+ * mount, permissions): LKV_EIO; a full disk with no database yet: LKV_ENOSPC; a damaged
+ * database (CURRENT missing beside MANIFEST or table files, a missing MANIFEST, a table or
+ * blob file RocksDB finds corrupt, a WAL record corrupt before its tail): LKV_ECORRUPT, or
+ * with on_corruption = LKV_COLD_RESET what that says. A torn last WAL record (a crash in the
+ * middle of a write) is not damage: it is dropped, as RocksDB does. Other RocksDB failures
+ * (another process holds the lock): LKV_EROCKSDB / LKV_EIO. o may be NULL (defaults). *out is
+ * owned by the caller, closed with lkv_cold_close. */
+int lkv_cold_open_ex(const char *dir, const lkv_cold_options *o, lkv_cold **out);
+
+/* lkv_cold_open_ex with min_blob_bytes and every other option at its default. */
 int lkv_cold_open(const char *dir, uint64_t min_blob_bytes, lkv_cold **out);
+
+/* The disk: bytes free now on dir's file system (UINT64_MAX if unknown), the headroom, the
+ * directory (borrowed), and 1 while the database is open read-only (disk full at open). */
+uint64_t lkv_cold_free_bytes(const lkv_cold *c);
+uint64_t lkv_cold_min_free(const lkv_cold *c);
+const char *lkv_cold_dir(const lkv_cold *c);
+int lkv_cold_readonly(const lkv_cold *c);
+
+/* 0 if a write of about bytes would be let through now (reopening read-write if the disk has
+ * room again), else LKV_ENOSPC: the check every write makes first, for callers that can skip
+ * building a batch. */
+int lkv_cold_can_write(lkv_cold *c, uint64_t bytes);
+
+/* If open read-only and the disk has room again, reopens read-write: 0 (also when it was not
+ * read-only), LKV_ENOSPC (still full), LKV_EAGAIN (readers or snapshots are out: try later). */
+int lkv_cold_try_reopen(lkv_cold *c);
+
+/* A database found damaged after open (a scan met corruption): with LKV_COLD_RESET, moves it
+ * aside as lkv_cold_open_ex does and reopens empty (0, or LKV_EIO / LKV_EROCKSDB if that fails:
+ * then only lkv_cold_close is valid); with LKV_COLD_REFUSE logs the refusal and returns
+ * LKV_ECORRUPT, changing nothing. why names the damage. No other call may run concurrently. */
+int lkv_cold_reset(lkv_cold *c, const char *why);
 
 /* Flushes memtables (so the WAL is not needed at next open) and closes. c may be NULL. */
 void lkv_cold_close(lkv_cold *c);
@@ -74,7 +133,8 @@ void lkv_cold_batch_block(lkv_cold_batch *b, const lkv_dockey *key, uint32_t ind
 
 /* Adds the document record of meta with tokens[0..meta->n_tokens) LAST, writes the batch
  * (sync: fsync the WAL before returning) and frees it. Returns 0, LKV_EIO for an injected
- * fault, LKV_EROCKSDB on a RocksDB error (nothing written: batches are atomic). */
+ * fault, LKV_ENOSPC if the disk lacks room (see lkv_cold_open_ex), LKV_EIO / LKV_ECORRUPT /
+ * LKV_EROCKSDB on a RocksDB error (nothing written: batches are atomic). */
 int lkv_cold_batch_commit(lkv_cold *c, lkv_cold_batch *b, const lkv_cold_doc *meta,
                           const uint32_t *tokens, int sync);
 
@@ -102,6 +162,16 @@ void lkv_cold_snap_release(lkv_cold *c, lkv_cold_snap *snap);
  * fn's value if fn returns non-zero. */
 typedef int (*lkv_cold_scan_fn)(void *ctx, const lkv_cold_doc *meta);
 int lkv_cold_scan(lkv_cold *c, lkv_cold_scan_fn fn, void *ctx, uint64_t *n_corrupt);
+
+/* Pending markers ('P' | doc key, empty value): a write-back document acknowledged but not yet
+ * persisted. mark writes one (sync=false: it survives a process crash, like the WAL the writer
+ * uses); the document's commit batch and its delete remove it. LKV_ENOSPC on a full disk. */
+int lkv_cold_mark_pending(lkv_cold *c, const lkv_dockey *key);
+
+/* At open: calls fn(ctx, key, has_doc) for every pending marker (has_doc: the document was
+ * persisted after all) and deletes it (unless read-only). Returns 0 or a RocksDB error. */
+typedef void (*lkv_cold_pending_fn)(void *ctx, const lkv_dockey *key, int has_doc);
+int lkv_cold_scan_pending(lkv_cold *c, lkv_cold_pending_fn fn, void *ctx);
 
 /* Fault injection: the next n writes (commits and deletes) fail with LKV_EIO. */
 void lkv_cold_fault_writes(lkv_cold *c, int n);

@@ -97,6 +97,8 @@ enum lkv_miss_cause {
     LKV_MISS_DELETED = 3, /* Deleted by a caller, or dropped as corrupt. */
     LKV_MISS_PROFILE = 4, /* The same tokens are stored under another profile (token lookups)
                            * or the document's profile is not configured any more. */
+    LKV_MISS_CORRUPT = 5, /* Read back corrupt (our check or RocksDB's) and dropped. */
+    LKV_MISS_LOST = 6,    /* Acknowledged (write-back) but lost in a crash before persisting. */
     LKV_MISS__COUNT
 };
 
@@ -108,24 +110,29 @@ const char *lkv_hot_backend_name(int backend);
 int lkv_durability_parse(const char *s, int *out);
 /* Returns "write-back", "write-through" or "unknown". */
 const char *lkv_durability_name(int mode);
-/* Returns "none", "never", "evicted", "deleted", "profile" or "unknown". */
+/* Returns "none", "never", "evicted", "deleted", "profile", "corrupt", "lost" or "unknown". */
 const char *lkv_miss_cause_name(int cause);
 
 /* Store configuration. Zero-initialise, then set fields. All pointers are borrowed for the
  * duration of lkv_store_open only (the store copies what it keeps). */
 typedef struct lkv_store_config {
-    const char *data_dir;         /* Directory of the RocksDB cold tier (created if absent). */
-    uint64_t hot_bytes;           /* Hot budget in bytes (>= one page). */
-    int hot_backend;              /* enum lkv_hot_backend. */
-    int cuda_device;              /* CUDA device ordinal for LKV_HOT_CUDA / AUTO. */
-    uint64_t cold_bytes;          /* Cold budget in bytes of block payload; 0 = unlimited. */
-    int policy_kind;              /* enum lkv_policy_kind, used for both tiers. */
-    int policy_cost_bytes;        /* 0: GDSF cost 1 per document; 1: cost = bytes. */
-    int durability;               /* enum lkv_durability. */
-    const lkv_profile *profiles;  /* n_profiles profiles; lkv_store_open finishes copies. */
-    int n_profiles;               /* >= 1. */
-    uint32_t evicted_memory;      /* Recently evicted keys remembered; 0 = 65536. */
-    uint64_t cold_min_blob_bytes; /* RocksDB min_blob_size; 0 = 64 KiB. */
+    const char *data_dir;          /* Directory of the RocksDB cold tier (created if absent). */
+    uint64_t hot_bytes;            /* Hot budget in bytes (>= one page). */
+    int hot_backend;               /* enum lkv_hot_backend. */
+    int cuda_device;               /* CUDA device ordinal for LKV_HOT_CUDA / AUTO. */
+    uint64_t cold_bytes;           /* Cold budget in bytes of block payload; 0 = unlimited. */
+    int policy_kind;               /* enum lkv_policy_kind, used for both tiers. */
+    int policy_cost_bytes;         /* 0: GDSF cost 1 per document; 1: cost = bytes. */
+    int durability;                /* enum lkv_durability. */
+    const lkv_profile *profiles;   /* n_profiles profiles; lkv_store_open finishes copies. */
+    int n_profiles;                /* >= 1. */
+    uint32_t evicted_memory;       /* Recently evicted keys remembered; 0 = 65536. */
+    uint64_t cold_min_blob_bytes;  /* RocksDB min_blob_size; 0 = 64 KiB. */
+    uint64_t cold_min_free_bytes;  /* Disk headroom kept free under data_dir (lkv_cold.h); 0 =
+                                    * 128 MiB. */
+    int cold_on_corruption;        /* enum lkv_cold_on_corruption: refuse (0) or reset. */
+    uint64_t wb_max_backlog_bytes; /* Write-back: bound of the unpersisted backlog (payload
+                                    * bytes queued or being written); 0 = unbounded. */
     lkv_stats *stats; /* Registry the store registers its stats in (borrowed: it must outlive
                        * the store; one store per registry); NULL: the store makes its own. */
 } lkv_store_config;
@@ -241,6 +248,29 @@ int lkv_store_put_block(lkv_store_put *tx, uint32_t index, const void *data, siz
  * existing one. */
 int lkv_store_put_commit(lkv_store_put *tx);
 
+/* What a finished put found and left (lkv_store_put_finish). */
+typedef struct lkv_put_result {
+    int existed;   /* 1 if the document was stored already (this put stored nothing new; also
+                    * when a concurrent put of it committed first). */
+    int tier;      /* enum lkv_tier where the document is now. */
+    int persisted; /* 1 if it is in the cold tier at this moment (write-through: synced). */
+} lkv_put_result;
+
+/* lkv_store_put_commit that also reports the result into *res (may be NULL). Write-through: a
+ * document that existed but is no longer persisted (evicted from the cold tier while hot) is
+ * persisted again before this returns (its failure is this call's), so persisted is 1 on 0. */
+int lkv_store_put_finish(lkv_store_put *tx, lkv_put_result *res);
+
+/* Write-back backpressure (cfg.wb_max_backlog_bytes): call before committing a put. Returns 0
+ * if the put may commit now (its bytes are reserved in the backlog until it commits or aborts),
+ * or LKV_EAGAIN if the backlog is full: then, if fn is not NULL, fn(blob) is called once (on
+ * the writer thread, without the store lock) when the backlog has room again, blob being a copy
+ * of blob[0..len) (len <= 32); the caller then calls lkv_store_put_wait again. Waiters not yet
+ * called at close are dropped without a call. Always 0 in write-through mode, for a put of a
+ * document that exists, and while the backlog is empty. */
+int lkv_store_put_wait(lkv_store_put *tx, void (*fn)(const void *blob), const void *blob,
+                       size_t len);
+
 /* Abandons the put (e.g. the client disconnected) and frees tx: releases its pages; nothing
  * becomes visible. tx may be NULL. */
 void lkv_store_put_abort(lkv_store_put *tx);
@@ -339,14 +369,19 @@ typedef struct lkv_store_stats {
     uint64_t drops;          /* Hot victims lost (cold tier could not take them). */
     uint64_t promotions;     /* Cold documents copied into the hot tier. */
     /* Puts, deletes, persistence. */
-    uint64_t puts;           /* Committed puts that stored a new document. */
-    uint64_t puts_existing;  /* Puts of documents already stored (nothing new stored). */
-    uint64_t puts_aborted;   /* Aborted or failed puts. */
-    uint64_t puts_inflight;  /* Open put transactions. */
-    uint64_t deletes;        /* Documents deleted by callers. */
-    uint64_t wb_pending;     /* Write-back documents queued, not yet persisted. */
-    uint64_t wb_persisted;   /* Documents persisted by the writer. */
-    uint64_t wb_failed;      /* Writer failures (document stays hot only). */
+    uint64_t puts;             /* Committed puts that stored a new document. */
+    uint64_t puts_existing;    /* Puts of documents already stored (nothing new stored). */
+    uint64_t puts_aborted;     /* Aborted or failed puts. */
+    uint64_t puts_inflight;    /* Open put transactions. */
+    uint64_t deletes;          /* Documents deleted by callers. */
+    uint64_t wb_pending;       /* Write-back documents queued, not yet persisted. */
+    uint64_t wb_persisted;     /* Documents persisted by the writer. */
+    uint64_t wb_failed;        /* Writer failures (document stays hot only). */
+    uint64_t wb_retries;       /* Writer attempts put back for a full disk (retried later). */
+    uint64_t wb_backlog_bytes; /* Unpersisted write-back payload bytes (queued, being written,
+                                * reserved by committing puts). */
+    uint64_t cold_readonly;    /* 1 while the cold tier is open read-only (disk full at open). */
+    uint64_t disk_free_bytes;  /* Bytes free on data_dir's disk (statvfs). */
     uint64_t corrupt_blocks; /* Blocks or records failing their check, or missing (doc dropped). */
     uint64_t reads_inflight; /* Open read handles. */
 } lkv_store_stats;

@@ -136,41 +136,54 @@ struct lkv_store {
     lkv_stats *own_stats;        /* Owned registry when cfg.stats was NULL, else NULL. */
     lkv_stat_group *stats_group; /* The store's registration (NULL until registered). */
     /* Guarded by mu. */
-    pthread_mutex_t mu;      /* Guards everything below. */
-    pthread_cond_t cv;       /* Broadcast on commits, promotions, writer progress. */
-    pthread_cond_t wcv;      /* Wakes the writer. */
-    pthread_t writer;        /* Write-back writer thread. */
-    int writer_started;      /* 1 once the thread runs (set before any other thread). */
-    int stopping;            /* Close began: no new puts; the writer exits when drained. */
-    lkv_policy *hotp;        /* Hot policy (bytes = pages * page_bytes). */
-    lkv_policy *coldp;       /* Cold policy (bytes = payload bytes). */
-    uint8_t *scratch;        /* One page of host memory for demotions (CUDA arena only). */
-    doc **slots;             /* Slot table (owned, and every doc in it). */
-    uint32_t n_slots;        /* Slots used (some may be NULL: free). */
-    uint32_t cap_slots;      /* Slots allocated. */
-    uint32_t *free_slots;    /* Free slot stack. */
-    uint32_t n_free_slots;   /* Entries on the stack. */
-    uint32_t cap_free_slots; /* Entries allocated. */
-    uint32_t *kidx;          /* Key index buckets (slots), NIL = empty. */
-    uint32_t kmask;          /* Buckets - 1. */
-    uint32_t kcount;         /* Docs in the key index. */
-    uint32_t *cidx;          /* Content index buckets. */
-    uint32_t cmask;          /* Buckets - 1. */
-    uint32_t ccount;         /* Docs in the content index. */
-    gone_ent *gone;          /* Ring of remembered keys. */
-    uint32_t *gone_b;        /* Buckets of the ring's hash (>= 2 * cap). */
-    uint32_t gone_cap;       /* Ring entries. */
-    uint32_t gone_pos;       /* Next ring entry to overwrite. */
-    uint32_t gone_bmask;     /* Buckets - 1. */
-    uint32_t q_head;         /* Write-back queue head (slot), NIL = empty. */
-    uint32_t q_tail;         /* Write-back queue tail (slot), NIL = empty. */
-    int writer_busy;         /* 1 while the writer holds a doc. */
-    uint64_t wb_failed_seen; /* wb_failed already reported by flush/close. */
-    lkv_store_stats st;      /* Counters (tier sizes are computed in stats_get). */
+    pthread_mutex_t mu;             /* Guards everything below. */
+    pthread_cond_t cv;              /* Broadcast on commits, promotions, writer progress. */
+    pthread_cond_t wcv;             /* Wakes the writer. */
+    pthread_t writer;               /* Write-back writer thread. */
+    int writer_started;             /* 1 once the thread runs (set before any other thread). */
+    int stopping;                   /* Close began: no new puts; the writer exits when drained. */
+    lkv_policy *hotp;               /* Hot policy (bytes = pages * page_bytes). */
+    lkv_policy *coldp;              /* Cold policy (bytes = payload bytes). */
+    uint8_t *scratch;               /* One page of host memory for demotions (CUDA arena only). */
+    doc **slots;                    /* Slot table (owned, and every doc in it). */
+    uint32_t n_slots;               /* Slots used (some may be NULL: free). */
+    uint32_t cap_slots;             /* Slots allocated. */
+    uint32_t *free_slots;           /* Free slot stack. */
+    uint32_t n_free_slots;          /* Entries on the stack. */
+    uint32_t cap_free_slots;        /* Entries allocated. */
+    uint32_t *kidx;                 /* Key index buckets (slots), NIL = empty. */
+    uint32_t kmask;                 /* Buckets - 1. */
+    uint32_t kcount;                /* Docs in the key index. */
+    uint32_t *cidx;                 /* Content index buckets. */
+    uint32_t cmask;                 /* Buckets - 1. */
+    uint32_t ccount;                /* Docs in the content index. */
+    gone_ent *gone;                 /* Ring of remembered keys. */
+    uint32_t *gone_b;               /* Buckets of the ring's hash (>= 2 * cap). */
+    uint32_t gone_cap;              /* Ring entries. */
+    uint32_t gone_pos;              /* Next ring entry to overwrite. */
+    uint32_t gone_bmask;            /* Buckets - 1. */
+    uint32_t q_head;                /* Write-back queue head (slot), NIL = empty. */
+    uint32_t q_tail;                /* Write-back queue tail (slot), NIL = empty. */
+    int writer_busy;                /* 1 while the writer holds a doc. */
+    int wb_stalled;                 /* 1 while the writer backs off a full disk (flush returns). */
+    uint64_t wb_backlog;            /* Unpersisted write-back bytes (queued, written, reserved). */
+    struct wb_waiter *waiters;      /* Puts waiting for backlog room (owned list, FIFO order). */
+    struct wb_waiter *waiters_tail; /* Last waiter, or NULL. */
+    uint64_t wb_failed_seen;        /* wb_failed already reported by flush/close. */
+    lkv_store_stats st;             /* Counters (tier sizes are computed in stats_get). */
 };
+
+/* A put waiting for write-back backlog room (lkv_store_put_wait). */
+typedef struct wb_waiter {
+    struct wb_waiter *next;   /* Next waiter, or NULL. */
+    void (*fn)(const void *); /* Called once with blob when there is room. */
+    unsigned char blob[32];   /* The caller's copy. */
+} wb_waiter;
 
 struct lkv_store_put {
     lkv_store *s;               /* Owner. */
+    uint64_t wb_reserved;       /* Backlog bytes reserved by lkv_store_put_wait (under mu). */
+    lkv_dockey key;             /* The document's key. */
     doc *d;                     /* Staging doc, or NULL when the document already existed. */
     uint32_t n_blocks;          /* Blocks expected. */
     uint32_t n_tokens;          /* Tokens of the document. */
@@ -258,8 +271,12 @@ void lkv__kill(lkv_store *s, doc *d, int cause, int sync);
 void lkv__settle(lkv_store *s, doc *d);
 /* Drops one lifetime reference of d, then settles it. */
 void lkv__unref(lkv_store *s, doc *d);
-/* Counts a corrupt block of d and drops d if it is still VISIBLE. */
+/* Counts a corrupt block of d and drops d if it is still VISIBLE (cause LKV_MISS_CORRUPT). */
 void lkv__corrupt(lkv_store *s, doc *d);
+/* Takes the waiters off the list if the backlog has room (lock held); the caller calls them
+ * with lkv__wb_call after unlocking. */
+wb_waiter *lkv__wb_take_waiters(lkv_store *s);
+void lkv__wb_call(wb_waiter *w);
 /* Promotes cold-only d (VISIBLE, referenced by the caller, not promoting) to the hot tier.
  * must_hot: try even if the admission filter says no. Returns 0 with d hot and one hot pin
  * taken for the caller; LKV_ENOSPC if it cannot or should not be made hot (nothing changed);

@@ -20,6 +20,7 @@
 #include <assert.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "lkv_store_int.h"
 
@@ -307,7 +308,7 @@ void lkv__corrupt(lkv_store *s, doc *d)
     s->st.corrupt_blocks++;
     if (d->state == ST_VISIBLE) {
         LKV_LOGW("store: dropping a document with a corrupt block");
-        lkv__kill(s, d, LKV_MISS_DELETED, 0);
+        lkv__kill(s, d, LKV_MISS_CORRUPT, 0);
         lkv__settle(s, d);
     }
 }
@@ -443,7 +444,57 @@ void lkv__wb_enqueue(lkv_store *s, doc *d)
     }
     s->q_tail = d->slot;
     s->st.wb_pending++;
+    s->wb_backlog += lkv__cold_bytes(d);
     pthread_cond_signal(&s->wcv);
+}
+
+/* Puts d (dequeued, still referenced) back at the queue's tail. */
+static void wb_requeue(lkv_store *s, doc *d)
+{
+    d->queued = 1;
+    d->qnext = NIL;
+    if (s->q_tail == NIL) {
+        s->q_head = d->slot;
+    } else {
+        s->slots[s->q_tail]->qnext = d->slot;
+    }
+    s->q_tail = d->slot;
+}
+
+wb_waiter *lkv__wb_take_waiters(lkv_store *s)
+{
+    uint64_t bound = s->cfg.wb_max_backlog_bytes;
+    if (s->waiters == NULL || (bound != 0 && s->wb_backlog >= bound)) {
+        return NULL;
+    }
+    wb_waiter *w = s->waiters;
+    s->waiters = s->waiters_tail = NULL;
+    return w;
+}
+
+void lkv__wb_call(wb_waiter *w)
+{
+    while (w != NULL) {
+        wb_waiter *n = w->next;
+        w->fn(w->blob);
+        free(w);
+        w = n;
+    }
+}
+
+/* One write-back document is done (persisted, failed or skipped): its bytes leave the backlog
+ * and waiting puts get room (called with the lock, which this drops and retakes). */
+static void wb_done(lkv_store *s, doc *d)
+{
+    uint64_t b = lkv__cold_bytes(d);
+    s->wb_backlog -= b <= s->wb_backlog ? b : s->wb_backlog;
+    s->st.wb_pending--;
+    wb_waiter *w = lkv__wb_take_waiters(s);
+    if (w != NULL) {
+        pthread_mutex_unlock(&s->mu);
+        lkv__wb_call(w);
+        pthread_mutex_lock(&s->mu);
+    }
 }
 
 /* ---- write-back writer ---------------------------------------------------------------------- */
@@ -470,16 +521,16 @@ static void *writer_main(void *arg)
         d->qnext = NIL;
         d->queued = 0;
         if (d->state != ST_VISIBLE || !d->hot || d->cold || d->cold_busy) {
-            s->st.wb_pending--;
+            wb_done(s, d);
             lkv__unref(s, d);
             pthread_cond_broadcast(&s->cv);
             continue;
         }
         int rc = lkv__cold_admit(s, d);
         if (rc != 0) {
-            s->st.wb_pending--;
             s->st.wb_failed++;
             LKV_LOGW("store: write-back skipped a document: cold tier %s", lkv_strerror(rc));
+            wb_done(s, d);
             lkv__unref(s, d);
             pthread_cond_broadcast(&s->cv);
             continue;
@@ -490,21 +541,43 @@ static void *writer_main(void *arg)
         s->writer_busy = 1;
         pthread_mutex_unlock(&s->mu);
 
-        rc = write_doc(s, d, 0, scratch);
+        rc = lkv_cold_can_write(s->cold, lkv__cold_bytes(d));
+        if (rc == 0) {
+            rc = write_doc(s, d, 0, scratch);
+        }
 
         pthread_mutex_lock(&s->mu);
         s->writer_busy = 0;
         lkv__cold_unpin(s, d);
         d->cold_busy = 0;
+        lkv__hot_unpin(s, d);
+        if (rc == LKV_ENOSPC && !s->stopping) {
+            /* The disk is full: the document stays hot and queued, and is tried again after a
+             * pause (the backlog bound holds new puts back meanwhile). */
+            cold_unadmit(s, d);
+            s->st.wb_retries++;
+            wb_requeue(s, d);
+            s->wb_stalled = 1;
+            pthread_cond_broadcast(&s->cv);
+            struct timespec ts;
+            clock_gettime(CLOCK_REALTIME, &ts);
+            ts.tv_nsec += 200 * 1000000L;
+            if (ts.tv_nsec >= 1000000000L) {
+                ts.tv_sec++;
+                ts.tv_nsec -= 1000000000L;
+            }
+            pthread_cond_timedwait(&s->wcv, &s->mu, &ts);
+            continue;
+        }
         if (rc != 0) {
             cold_unadmit(s, d);
             s->st.wb_failed++;
             LKV_LOGW("store: write-back of a document failed: %s", lkv_strerror(rc));
         } else {
             s->st.wb_persisted++;
+            s->wb_stalled = 0;
         }
-        s->st.wb_pending--;
-        lkv__hot_unpin(s, d);
+        wb_done(s, d);
         lkv__unref(s, d);
         pthread_cond_broadcast(&s->cv);
     }

@@ -467,7 +467,7 @@ static void test_corrupt(void)
     ASSERT_ERR(su_check(s, &k1, 30, 12), LKV_ENOTFOUND);
     ASSERT_OK(lkv_store_lookup(s, &k1, 1, &in));
     ASSERT_EQ(in.present, 0);
-    ASSERT_EQ(in.miss_cause, LKV_MISS_DELETED);
+    ASSERT_EQ(in.miss_cause, LKV_MISS_CORRUPT);
     ASSERT_EQ(su_stats(s).corrupt_blocks, 1);
 
     /* Streaming path: the hot tier is held by a pinned doc, so the get streams from RocksDB and
@@ -483,6 +483,7 @@ static void test_corrupt(void)
     lkv_store_get_end(rd);
     ASSERT_OK(lkv_store_lookup(s, &k2, 1, &in));
     ASSERT_EQ(in.present, 0);
+    ASSERT_EQ(in.miss_cause, LKV_MISS_CORRUPT);
     ASSERT_EQ(su_stats(s).corrupt_blocks, 2);
     ASSERT_OK(lkv_store_unpin(s, &big));
     ASSERT_OK(su_check(s, &big, 32, 32));
