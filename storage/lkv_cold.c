@@ -429,7 +429,10 @@ static int open_checked(lkv_cold *c)
         return 0;
     }
     int code = rcode(err);
-    int wal = code == LKV_ECORRUPT && strstr(err, ".log") != NULL;
+    /* RocksDB's WAL errors seldom name the file ("bad record length"): the damage is in the
+     * WAL if a point-in-time recovery (which stops at the first bad record) opens. */
+    int wal = code == LKV_ECORRUPT &&
+              (strstr(err, ".log") != NULL || docs_under_mode(c, 2) != UINT64_MAX);
     int missing = strstr(err, "No such file") != NULL;
     snprintf(what, sizeof what, "%s", err);
     rocksdb_free(err);
@@ -457,8 +460,10 @@ static int open_checked(lkv_cold *c)
     }
     if (wal) {
         char w[1100];
-        if (snprintf(w, sizeof w, "a WAL file is corrupt (%s; the newest WAL is %s/%s)", what,
-                     c->dir, f.wal[0] ? f.wal : "?") < 0) {
+        if (snprintf(w, sizeof w,
+                     "a WAL file is corrupt (%s; the newest WAL is %s/%s; with cold_on_corruption "
+                     "= reset the documents before the damage are kept)",
+                     what, c->dir, f.wal[0] ? f.wal : "?") < 0) {
             w[0] = '\0';
         }
         return damaged(c, w);
@@ -719,6 +724,58 @@ int lkv_cold_delete(lkv_cold *c, const lkv_dockey *key, int sync)
     return rc;
 }
 
+/* A value read: pinned by a PinnableSlice, or (read-only database) by an iterator. */
+typedef struct fetched {
+    rocksdb_pinnableslice_t *ps; /* Or NULL. */
+    rocksdb_iterator_t *it;      /* Or NULL. */
+    const uint8_t *v;            /* The value (valid until fetched_free). */
+    size_t vlen;                 /* Its bytes. */
+} fetched;
+
+/* Reads the value of k (lk held): 0, LKV_ENOTFOUND, or a RocksDB error. A read-only open's Get
+ * misses blob values in RocksDB 7.8 (its iterator sees them), so that case seeks instead. */
+static int fetch(lkv_cold *c, rocksdb_readoptions_t *ro, const uint8_t *k, size_t klen, fetched *f,
+                 const char *what)
+{
+    char *err = NULL;
+    memset(f, 0, sizeof *f);
+    if (c->readonly) {
+        f->it = rocksdb_create_iterator(c->db, ro);
+        rocksdb_iter_seek(f->it, (const char *)k, klen);
+        size_t kl = 0;
+        if (rocksdb_iter_valid(f->it)) {
+            const char *ik = rocksdb_iter_key(f->it, &kl);
+            if (kl == klen && memcmp(ik, k, klen) == 0) {
+                f->v = (const uint8_t *)rocksdb_iter_value(f->it, &f->vlen);
+                return 0;
+            }
+        }
+        rocksdb_iter_get_error(f->it, &err);
+        rocksdb_iter_destroy(f->it);
+        f->it = NULL;
+        return err != NULL ? rerr(what, err) : LKV_ENOTFOUND;
+    }
+    f->ps = rocksdb_get_pinned(c->db, ro, (const char *)k, klen, &err);
+    if (err != NULL) {
+        return rerr(what, err);
+    }
+    if (f->ps == NULL) {
+        return LKV_ENOTFOUND;
+    }
+    f->v = (const uint8_t *)rocksdb_pinnableslice_value(f->ps, &f->vlen);
+    return 0;
+}
+
+static void fetched_free(fetched *f)
+{
+    if (f->ps != NULL) {
+        rocksdb_pinnableslice_destroy(f->ps);
+    }
+    if (f->it != NULL) {
+        rocksdb_iter_destroy(f->it);
+    }
+}
+
 /* Parses and verifies a record value. tokens may be NULL. */
 static int parse_record(const uint8_t *k, const uint8_t *v, size_t vlen, lkv_cold_doc *meta,
                         uint32_t **tokens)
@@ -761,21 +818,16 @@ int lkv_cold_get_doc(lkv_cold *c, lkv_cold_snap *snap, const lkv_dockey *key, lk
     size_t vlen = 0;
     int rc;
 
+    fetched f;
+    (void)err;
+    (void)vlen;
     doc_key(key, k);
     pthread_rwlock_rdlock(&c->lk);
-    rocksdb_pinnableslice_t *ps =
-        rocksdb_get_pinned(c->db, snap ? snap->ropts : c->ropts, (const char *)k, sizeof k, &err);
-    if (err != NULL) {
-        pthread_rwlock_unlock(&c->lk);
-        return rerr("get record", err);
+    rc = fetch(c, snap ? snap->ropts : c->ropts, k, sizeof k, &f, "get record");
+    if (rc == 0) {
+        rc = parse_record(k, f.v, f.vlen, meta, tokens);
+        fetched_free(&f);
     }
-    if (ps == NULL) {
-        pthread_rwlock_unlock(&c->lk);
-        return LKV_ENOTFOUND;
-    }
-    const uint8_t *v = (const uint8_t *)rocksdb_pinnableslice_value(ps, &vlen);
-    rc = parse_record(k, v, vlen, meta, tokens);
-    rocksdb_pinnableslice_destroy(ps);
     pthread_rwlock_unlock(&c->lk);
     return rc;
 }
@@ -789,19 +841,17 @@ int lkv_cold_get_block(lkv_cold *c, lkv_cold_snap *snap, const lkv_dockey *key, 
     size_t vlen = 0;
     int rc = 0;
 
+    fetched f;
+    (void)err;
     lkv_cold_block_key(key, index, k);
     pthread_rwlock_rdlock(&c->lk);
-    rocksdb_pinnableslice_t *ps =
-        rocksdb_get_pinned(c->db, snap ? snap->ropts : c->ropts, (const char *)k, sizeof k, &err);
-    if (err != NULL) {
+    rc = fetch(c, snap ? snap->ropts : c->ropts, k, sizeof k, &f, "get block");
+    if (rc != 0) {
         pthread_rwlock_unlock(&c->lk);
-        return rerr("get block", err);
+        return rc;
     }
-    if (ps == NULL) {
-        pthread_rwlock_unlock(&c->lk);
-        return LKV_ENOTFOUND;
-    }
-    const uint8_t *v = (const uint8_t *)rocksdb_pinnableslice_value(ps, &vlen);
+    const uint8_t *v = f.v;
+    vlen = f.vlen;
     if (vlen != len + LKV_COLD_TAG_BYTES) {
         rc = LKV_ECORRUPT;
         goto out;
@@ -813,7 +863,7 @@ int lkv_cold_get_block(lkv_cold *c, lkv_cold_snap *snap, const lkv_dockey *key, 
     }
     memcpy(buf, v + LKV_COLD_TAG_BYTES, len);
 out:
-    rocksdb_pinnableslice_destroy(ps);
+    fetched_free(&f);
     pthread_rwlock_unlock(&c->lk);
     return rc;
 }
@@ -823,11 +873,14 @@ lkv_cold_snap *lkv_cold_snap_create(lkv_cold *c)
     lkv_cold_snap *s = lkv_xmalloc(sizeof *s);
     pthread_rwlock_rdlock(&c->lk);
     __atomic_add_fetch(&c->n_snaps, 1, __ATOMIC_ACQ_REL); /* No reopen while it is out. */
-    s->snap = rocksdb_create_snapshot(c->db);
+    /* A read-only database does not change (and its snapshots see nothing): no snapshot. */
+    s->snap = c->readonly ? NULL : rocksdb_create_snapshot(c->db);
     pthread_rwlock_unlock(&c->lk);
     s->ropts = rocksdb_readoptions_create();
     rocksdb_readoptions_set_verify_checksums(s->ropts, 1);
-    rocksdb_readoptions_set_snapshot(s->ropts, s->snap);
+    if (s->snap != NULL) {
+        rocksdb_readoptions_set_snapshot(s->ropts, s->snap);
+    }
     return s;
 }
 
@@ -838,7 +891,9 @@ void lkv_cold_snap_release(lkv_cold *c, lkv_cold_snap *s)
     }
     rocksdb_readoptions_destroy(s->ropts);
     pthread_rwlock_rdlock(&c->lk);
-    rocksdb_release_snapshot(c->db, s->snap);
+    if (s->snap != NULL) {
+        rocksdb_release_snapshot(c->db, s->snap);
+    }
     __atomic_sub_fetch(&c->n_snaps, 1, __ATOMIC_ACQ_REL);
     pthread_rwlock_unlock(&c->lk);
     free(s);
