@@ -172,6 +172,10 @@ static Lazykv__V1__MissCause miss_pb(int cause)
         return LAZYKV__V1__MISS_CAUSE__MISS_CAUSE_DELETED;
     case LKV_MISS_PROFILE:
         return LAZYKV__V1__MISS_CAUSE__MISS_CAUSE_PROFILE;
+    case LKV_MISS_CORRUPT:
+        return LAZYKV__V1__MISS_CAUSE__MISS_CAUSE_CORRUPT;
+    case LKV_MISS_LOST:
+        return LAZYKV__V1__MISS_CAUSE__MISS_CAUSE_LOST;
     default:
         return LAZYKV__V1__MISS_CAUSE__MISS_CAUSE_UNKNOWN;
     }
@@ -200,7 +204,14 @@ typedef struct put_state {
     lkv_store_put *commit;   /* Write-through: the transaction the pool commits. */
     int commit_rc;           /* Its result. */
     char commit_why[256];    /* lkv_store_why() of a failed pool commit (per thread). */
+    lkv_put_result res;      /* What the commit found and left. */
 } put_state;
+
+/* What the store keeps for a Put parked on the write-back backlog (lkv_store_put_wait). */
+typedef struct put_waiter {
+    lkv_rpc_ticket t; /* The parked call. */
+    put_state *st;    /* Its state (touched only by the continuation, on the call's thread). */
+} put_waiter;
 
 /* Opens the put: the store checks the profile, the tokens and the room, and says why it refuses
  * (lkv_store_why); only the header's own n_blocks field is checked here. */
@@ -267,6 +278,8 @@ static int put_on_message(void *arg, lkv_rpc *rpc, const ProtobufCMessage *m)
 
 static void put_commit_work(void *arg, void *job);
 static int put_commit_done(void *arg, lkv_rpc *rpc, void *job);
+static void put_room(const void *blob);
+static int put_resumed(void *arg, lkv_rpc *rpc, void *p);
 static int put_reply(lkv_cache_svc *svc, lkv_rpc *rpc, put_state *st, int rc);
 
 static int put_on_end(void *arg, lkv_rpc *rpc)
@@ -281,19 +294,50 @@ static int put_on_end(void *arg, lkv_rpc *rpc)
         return rc;
     }
     lkv_store_put *tx = st->tx;
-    st->tx = NULL; /* put_commit frees it, also on error; it also checks that every block came. */
     if (svc->durability == LKV_DURABILITY_WRITE_THROUGH) {
+        st->tx = NULL;   /* put_finish frees it, also on error; it checks every block came. */
         st->commit = tx; /* A synced RocksDB write: on the pool. */
         return lkv_rpc_offload(rpc, put_commit_work, put_commit_done, st);
     }
-    return put_reply(svc, rpc, st, lkv_store_put_commit(tx));
+    /* Write-back: wait for room in the unpersisted backlog first (parked, not holding this
+     * polling thread; the deadline or a cancel ends the wait and cleanup aborts tx). */
+    if (lkv_store_put_wait(tx, NULL, NULL, 0) == LKV_EAGAIN) {
+        put_waiter w;
+        lkv_rpc_defer(rpc, &w.t);
+        w.st = st;
+        if (lkv_store_put_wait(tx, put_room, &w, sizeof w) == LKV_EAGAIN) {
+            return LKV_EAGAIN; /* The writer resumes it (put_room). */
+        }
+        /* Room came meanwhile: resume at once (the continuation runs after this returns). */
+        if (lkv_rpc_resume(w.t, put_resumed, st) != 0) {
+            return LKV_ECANCELLED;
+        }
+        return LKV_EAGAIN;
+    }
+    st->tx = NULL;
+    return put_reply(svc, rpc, st, lkv_store_put_finish(tx, &st->res));
+}
+
+/* On the writer thread: the backlog has room; the parked Put continues on its own thread (or,
+ * if it ended meanwhile, nothing happens: its ticket is stale). */
+static void put_room(const void *blob)
+{
+    put_waiter w;
+    memcpy(&w, blob, sizeof w);
+    (void)lkv_rpc_resume(w.t, put_resumed, w.st);
+}
+
+static int put_resumed(void *arg, lkv_rpc *rpc, void *p)
+{
+    (void)p;
+    return put_on_end(arg, rpc); /* Checks the deadline and the room again. */
 }
 
 static void put_commit_work(void *arg, void *job)
 {
     (void)arg;
     put_state *st = job;
-    st->commit_rc = lkv_store_put_commit(st->commit);
+    st->commit_rc = lkv_store_put_finish(st->commit, &st->res);
     st->commit = NULL;
     /* The store's reason is per thread: copy it here, on the pool thread that failed. */
     snprintf(st->commit_why, sizeof(st->commit_why), "%s", st->commit_rc ? lkv_store_why() : "");
@@ -323,14 +367,15 @@ static int put_reply(lkv_cache_svc *svc, lkv_rpc *rpc, put_state *st, int rc)
     resp.key.len = LKV_DOCKEY_BYTES;
     resp.n_tokens = st->n_tokens;
     resp.n_blocks = st->n_blocks;
-    resp.durability = svc->durability == LKV_DURABILITY_WRITE_THROUGH
-                          ? LAZYKV__V1__DURABILITY__DURABILITY_DURABLE
-                          : LAZYKV__V1__DURABILITY__DURABILITY_HOT;
-    resp.already_present = st->exists != 0;
-    resp.tier = LAZYKV__V1__TIER__TIER_HOT;
+    /* The truth at this moment: DURABLE only if the document is on disk now. */
+    resp.durability = st->res.persisted ? LAZYKV__V1__DURABILITY__DURABILITY_DURABLE
+                                        : LAZYKV__V1__DURABILITY__DURABILITY_HOT;
+    resp.already_present = st->res.existed != 0;
+    resp.tier = tier_pb(st->res.tier);
     char hex[LKV_DOCKEY_HEX_LEN + 1];
     LKV_LOGD("put %s: %" PRIu32 " tokens, %" PRIu32 " blocks of '%s'%s", key_hex(&st->key, hex),
-             st->n_tokens, st->n_blocks, st->prof->name, st->exists ? " (already present)" : "");
+             st->n_tokens, st->n_blocks, st->prof->name,
+             st->res.existed ? " (already present)" : "");
     return lkv_rpc_reply(rpc, &resp.base);
 }
 
@@ -556,6 +601,13 @@ static int get_started(lkv_cache_svc *svc, lkv_rpc *rpc, get_state *st, int rc)
     if (rc == LKV_EPROFILE) {
         st->rd = NULL;
         return lkv_rpc_errorf(rpc, rc, "document %s belongs to a profile that is not configured",
+                              key_hex(&key, hex));
+    }
+    if (rc == LKV_ECORRUPT) {
+        st->rd = NULL;
+        return lkv_rpc_errorf(rpc, rc,
+                              "document %s failed its checksum in the cold tier; it was "
+                              "dropped (re-put it)",
                               key_hex(&key, hex));
     }
     if (rc != 0) {
@@ -950,6 +1002,12 @@ static int attach_done(void *arg, lkv_rpc *rpc, void *job)
             rc = lkv_rpc_errorf(rpc, rc,
                                 "Attach: docs[%d] (%s) belongs to a profile that is not "
                                 "configured",
+                                bad, hex);
+            break;
+        case LKV_ECORRUPT:
+            rc = lkv_rpc_errorf(rpc, rc,
+                                "Attach: docs[%d] (%s) failed its checksum in the cold tier and "
+                                "was dropped (re-put it); nothing was pinned",
                                 bad, hex);
             break;
         default:

@@ -1191,10 +1191,10 @@ static int acquire(lkv_store *s, const lkv_dockey *key, int must_hot, lkv_store_
     assert(d->cold);
     lkv_policy_touch(s->coldp, d->pid);
     int rc = lkv__promote(s, d, must_hot);
-    if (rc == LKV_ENOTFOUND) {
+    if (rc == LKV_ENOTFOUND || rc == LKV_ECORRUPT) {
         lkv__unref(s, d); /* DEAD now: settling releases its pages, its RocksDB data and slot. */
         pthread_mutex_unlock(&s->mu);
-        return LKV_ENOTFOUND;
+        return rc;
     }
     if (rc != 0) {
         if (must_hot) {

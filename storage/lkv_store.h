@@ -289,8 +289,10 @@ int lkv_store_put_all(lkv_store *s, const uint8_t salt[LKV_SALT_BYTES], const ch
  * found in (LKV_TIER_COLD when this call promoted it; info->promoted says so). While the handle is
  * open the document's data stays intact: a concurrent delete or eviction makes it invisible to new
  * lookups but this reader still reads every block (its pages are freed at lkv_store_get_end).
- * Returns LKV_ENOTFOUND if absent (also if it was found corrupt while promoting: it is then deleted
- * and counted), LKV_EPROFILE if its profile is not configured. Writes *info (may be NULL).
+ * Returns LKV_ENOTFOUND if absent, LKV_ECORRUPT if it was found corrupt while promoting (by our
+ * check or RocksDB's: it is then dropped, counted in corrupt_blocks, and later lookups miss it
+ * with cause LKV_MISS_CORRUPT), LKV_EPROFILE if its profile is not configured. Writes *info (may
+ * be NULL).
  * *out is owned by the caller and released with lkv_store_get_end. */
 int lkv_store_get_begin(lkv_store *s, const lkv_dockey *key, lkv_store_read **out,
                         lkv_doc_info *info);
@@ -321,7 +323,8 @@ int lkv_store_get_all(lkv_store *s, const lkv_dockey *key, void *buf, size_t len
  * absent, LKV_EBUSY if pinned by lkv_store_pin. Readers in progress finish intact. */
 int lkv_store_delete(lkv_store *s, const lkv_dockey *key);
 
-/* Pins key in the hot tier (promoting it first if cold; LKV_ENOSPC if it cannot be made hot)
+/* Pins key in the hot tier (promoting it first if cold; LKV_ENOSPC if it cannot be made hot,
+ * LKV_ECORRUPT if the promotion found it corrupt, as lkv_store_get_begin)
  * so it is never evicted until unpinned; pins count (n pins need n unpins). Writes the hot
  * pages into pages[0..min(pages_cap, n_blocks)) if pages is not NULL, and *info (may be NULL).
  * LKV_ENOTFOUND if absent. */

@@ -280,8 +280,9 @@ void lkv__wb_call(wb_waiter *w);
 /* Promotes cold-only d (VISIBLE, referenced by the caller, not promoting) to the hot tier.
  * must_hot: try even if the admission filter says no. Returns 0 with d hot and one hot pin
  * taken for the caller; LKV_ENOSPC if it cannot or should not be made hot (nothing changed);
- * LKV_ENOTFOUND if its data proved corrupt or missing (d is DEAD now, the caller still holds
- * its reference). Drops s->mu while reading RocksDB. */
+ * LKV_ECORRUPT if its data proved corrupt or missing (counted; d is DEAD now, the caller still
+ * holds its reference), LKV_ENOTFOUND if reading failed otherwise (d is DEAD too). Drops s->mu
+ * while reading RocksDB. */
 int lkv__promote(lkv_store *s, doc *d, int must_hot);
 /* Demotes hot, unpinned, VISIBLE d out of the hot tier now (persisting it first if needed). */
 void lkv__demote(lkv_store *s, doc *d);

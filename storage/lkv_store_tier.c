@@ -382,7 +382,8 @@ int lkv__promote(lkv_store *s, doc *d, int must_hot)
     pthread_cond_broadcast(&s->cv);
     if (rc != 0) {
         free(tokens);
-        if (rc == LKV_ECORRUPT || rc == LKV_ENOTFOUND) {
+        int corrupt = rc == LKV_ECORRUPT || rc == LKV_ENOTFOUND;
+        if (corrupt) {
             /* A missing record or block of a visible document is lost data: counted as such. */
             lkv__corrupt(s, d);
         } else if (d->state == ST_VISIBLE) {
@@ -390,7 +391,7 @@ int lkv__promote(lkv_store *s, doc *d, int must_hot)
             lkv__kill(s, d, LKV_MISS_DELETED, 0);
         }
         lkv__hot_unpin(s, d); /* The caller's unref then releases pages, data and slot. */
-        return LKV_ENOTFOUND;
+        return corrupt ? LKV_ECORRUPT : LKV_ENOTFOUND;
     }
     /* A promoted doc stays persisted (it was pinned cold), unless it died meanwhile. */
     assert(d->state != ST_VISIBLE || d->cold);

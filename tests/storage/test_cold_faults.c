@@ -343,7 +343,7 @@ static void test_corrupt_blob(void)
     lkv_doc_info in;
     ASSERT_OK(lkv_store_lookup(s, &k1, 1, &in));
     ASSERT_EQ(in.present, 1);
-    ASSERT_ERR(su_check(s, &k1, 1, 40), LKV_ENOTFOUND); /* Promotion met it. */
+    ASSERT_ERR(su_check(s, &k1, 1, 40), LKV_ECORRUPT); /* Promotion met it. */
     ASSERT_OK(lkv_store_lookup(s, &k1, 1, &in));
     ASSERT_EQ(in.present, 0);
     ASSERT_EQ(in.miss_cause, LKV_MISS_CORRUPT);

@@ -464,7 +464,7 @@ static void test_corrupt(void)
     /* Promotion path: the corrupt block is found while promoting; a miss, deleted, counted. */
     ASSERT_OK(lkv_store_lookup(s, &k1, 1, &in));
     ASSERT_EQ(in.present, 1); /* Lookups read metadata only. */
-    ASSERT_ERR(su_check(s, &k1, 30, 12), LKV_ENOTFOUND);
+    ASSERT_ERR(su_check(s, &k1, 30, 12), LKV_ECORRUPT);
     ASSERT_OK(lkv_store_lookup(s, &k1, 1, &in));
     ASSERT_EQ(in.present, 0);
     ASSERT_EQ(in.miss_cause, LKV_MISS_CORRUPT);
