@@ -297,7 +297,7 @@ static void read_dir(const char *dir, dir_facts *f)
             f->tables = 1;
         } else if (l > 4 && strcmp(n + l - 4, ".log") == 0 && l < sizeof f->wal &&
                    strcmp(n, f->wal) > 0) {
-            snprintf(f->wal, sizeof f->wal, "%s", n);
+            memcpy(f->wal, n, l + 1); /* l < sizeof f->wal */
         }
     }
     closedir(d);
@@ -641,14 +641,11 @@ void lkv_cold_batch_block(lkv_cold_batch *b, const lkv_dockey *key, uint32_t ind
     rocksdb_writebatch_putv(b->wb, 1, &kp, &ks, 2, parts, sizes);
 }
 
-int lkv_cold_batch_commit(lkv_cold *c, lkv_cold_batch *b, const lkv_cold_doc *meta,
-                          const uint32_t *tokens, int sync)
+void lkv_cold_batch_finish(lkv_cold_batch *b, const lkv_cold_doc *meta, const uint32_t *tokens)
 {
     uint8_t k[LKV_COLD_DOC_KEY_BYTES];
     size_t rlen = RECORD_FIXED + 4ull * meta->n_tokens;
     uint8_t *rec = lkv_xmalloc(rlen + LKV_COLD_TAG_BYTES);
-    char *err = NULL;
-    int rc = 0;
 
     doc_key(&meta->key, k);
     rec[0] = RECORD_VERSION;
@@ -667,6 +664,19 @@ int lkv_cold_batch_commit(lkv_cold *c, lkv_cold_batch *b, const lkv_cold_doc *me
     k[0] = 'P'; /* The document is persisted: its pending marker (if any) goes in the batch. */
     rocksdb_writebatch_delete(b->wb, (const char *)k, sizeof k);
     free(rec);
+}
+
+int lkv_cold_batch_commit(lkv_cold *c, lkv_cold_batch *b, const lkv_cold_doc *meta,
+                          const uint32_t *tokens, int sync)
+{
+    lkv_cold_batch_finish(b, meta, tokens);
+    return lkv_cold_batch_write(c, b, sync);
+}
+
+int lkv_cold_batch_write(lkv_cold *c, lkv_cold_batch *b, int sync)
+{
+    char *err = NULL;
+    int rc = 0;
     if (take_fault(c)) {
         rc = LKV_EIO;
         goto out;
@@ -970,6 +980,23 @@ int lkv_cold_mark_pending(lkv_cold *c, const lkv_dockey *key)
     rocksdb_put(c->db, c->wasync, (const char *)k, sizeof k, "", 0, &err);
     pthread_rwlock_unlock(&c->lk);
     return err != NULL ? rerr("pending marker", err) : 0;
+}
+
+void lkv_cold_unmark_pending(lkv_cold *c, const lkv_dockey *key)
+{
+    uint8_t k[LKV_COLD_DOC_KEY_BYTES];
+    char *err = NULL;
+    if (lkv_cold_readonly(c)) {
+        return;
+    }
+    doc_key(key, k);
+    k[0] = 'P';
+    pthread_rwlock_rdlock(&c->lk);
+    rocksdb_delete(c->db, c->wasync, (const char *)k, sizeof k, &err);
+    pthread_rwlock_unlock(&c->lk);
+    if (err != NULL) {
+        rerr("delete pending marker", err);
+    }
 }
 
 int lkv_cold_scan_pending(lkv_cold *c, lkv_cold_pending_fn fn, void *ctx)

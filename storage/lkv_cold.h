@@ -131,6 +131,14 @@ void lkv_cold_batch_free(lkv_cold_batch *b);
 void lkv_cold_batch_block(lkv_cold_batch *b, const lkv_dockey *key, uint32_t index,
                           const void *data, size_t len);
 
+/* Adds the document record of meta with tokens[0..meta->n_tokens) (borrowed) to the batch; after
+ * it, only lkv_cold_batch_write or lkv_cold_batch_free. */
+void lkv_cold_batch_finish(lkv_cold_batch *b, const lkv_cold_doc *meta, const uint32_t *tokens);
+
+/* Writes a finished batch (sync: fsync the WAL first) and frees it; returns as
+ * lkv_cold_batch_commit. */
+int lkv_cold_batch_write(lkv_cold *c, lkv_cold_batch *b, int sync);
+
 /* Adds the document record of meta with tokens[0..meta->n_tokens) LAST, writes the batch
  * (sync: fsync the WAL before returning) and frees it. Returns 0, LKV_EIO for an injected
  * fault, LKV_ENOSPC if the disk lacks room (see lkv_cold_open_ex), LKV_EIO / LKV_ECORRUPT /
@@ -167,6 +175,10 @@ int lkv_cold_scan(lkv_cold *c, lkv_cold_scan_fn fn, void *ctx, uint64_t *n_corru
  * persisted. mark writes one (sync=false: it survives a process crash, like the WAL the writer
  * uses); the document's commit batch and its delete remove it. LKV_ENOSPC on a full disk. */
 int lkv_cold_mark_pending(lkv_cold *c, const lkv_dockey *key);
+
+/* Deletes key's pending marker (a write-back document dropped or deleted before it was
+ * persisted: it is not "lost" in a crash). Best effort. */
+void lkv_cold_unmark_pending(lkv_cold *c, const lkv_dockey *key);
 
 /* At open: calls fn(ctx, key, has_doc) for every pending marker (has_doc: the document was
  * persisted after all) and deletes it (unless read-only). Returns 0 or a RocksDB error. */

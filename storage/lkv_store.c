@@ -780,8 +780,17 @@ int lkv_store_put_begin(lkv_store *s, const uint8_t salt[LKV_SALT_BYTES], const 
     d->block_bytes = block_bytes;
     d->created_ms = now_ms();
     rc = lkv__hot_admit(s, d);
+    while (rc == LKV_ENOSPC && s->wbuild != NULL) {
+        /* The writer's pin holds the room only while it copies a document: wait for that. */
+        lkv__demote_flush(s);
+        if (s->wbuild != NULL) {
+            pthread_cond_wait(&s->cv, &s->mu);
+        }
+        rc = lkv__hot_admit(s, d);
+    }
     if (rc != 0) {
         lkv__slot_free(s, d);
+        lkv__demote_flush(s);
         if (rc == LKV_ENOSPC) {
             why(rc,
                 "no room for the document: it needs %" PRIu32 " hot pages of %s (%s) and what "
@@ -795,6 +804,7 @@ int lkv_store_put_begin(lkv_store *s, const uint8_t salt[LKV_SALT_BYTES], const 
         goto fail;
     }
     lkv__hot_pin(s, d);
+    lkv__demote_flush(s); /* The victims that made room, written without the lock. */
     d->tokens = lkv_xmalloc(sizeof(uint32_t) * n_tokens);
     memcpy(d->tokens, tokens, sizeof(uint32_t) * n_tokens);
     s->st.puts_inflight++;
@@ -1174,8 +1184,8 @@ static int acquire(lkv_store *s, const lkv_dockey *key, int must_hot, lkv_store_
             pthread_mutex_unlock(&s->mu);
             return LKV_EPROFILE;
         }
-        if (!d->promoting) {
-            break;
+        if (!d->promoting && !(d->cold_busy && !d->hot)) {
+            break; /* Not being filled, nor written out by a demotion or the writer. */
         }
         pthread_cond_wait(&s->cv, &s->mu);
     }
@@ -1197,10 +1207,13 @@ static int acquire(lkv_store *s, const lkv_dockey *key, int must_hot, lkv_store_
         return rc;
     }
     if (rc != 0) {
-        if (must_hot) {
+        if (must_hot || d->state != ST_VISIBLE) {
+            /* (The promotion attempt may have dropped the lock to write demotions: d may have
+             * been deleted meanwhile.) */
+            int out = must_hot && d->state == ST_VISIBLE ? rc : LKV_ENOTFOUND;
             lkv__unref(s, d);
             pthread_mutex_unlock(&s->mu);
-            return rc;
+            return out;
         }
         rd->snap = lkv_cold_snap_create(s->cold);
         fill_info(s, d, &rd->info);
@@ -1391,12 +1404,17 @@ int lkv_store_demote(lkv_store *s, const lkv_dockey *key)
     int rc = 0;
     pthread_mutex_lock(&s->mu);
     doc *d = lkv__kidx_find(s, key);
+    while (d != NULL && d == s->wbuild) {
+        pthread_cond_wait(&s->cv, &s->mu); /* The writer copies it: a moment. */
+        d = lkv__kidx_find(s, key);
+    }
     if (d == NULL || d->state != ST_VISIBLE || !d->hot) {
         rc = LKV_ENOTFOUND;
     } else if (d->hot_pins > 0 || d->promoting) {
         rc = LKV_EBUSY;
     } else {
         lkv__demote(s, d);
+        lkv__demote_flush(s);
     }
     pthread_mutex_unlock(&s->mu);
     return rc;

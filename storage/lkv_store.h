@@ -23,8 +23,10 @@
  *
  * Movement between tiers.
  *   - Hot eviction (to make room for a put or a promotion) demotes the victim: if it is already
- *     in the cold tier it just leaves the hot tier; otherwise it is written to the cold tier
- *     first (under the store lock; sync=false) and dropped if the cold tier cannot take it.
+ *     in the cold tier it just leaves the hot tier; otherwise its blocks are copied into a
+ *     RocksDB batch (under the store lock, a memory copy) and written after the lock is let
+ *     go (sync=false; readers of it wait for that write), and it is dropped if the cold tier
+ *     cannot take it (cold budget, write error, full disk).
  *   - Cold eviction deletes the victim's RocksDB data; a victim that is also hot stays hot and
  *     is written again if it is later demoted.
  *   - lkv_store_get_begin / lkv_store_pin of a cold document promote it to the hot tier whole
@@ -156,10 +158,12 @@ int lkv_store_open(const lkv_store_config *cfg, lkv_store **out);
  * anyway). s may be NULL. */
 int lkv_store_close(lkv_store *s);
 
-/* Persists every queued write-back document now and waits for the queue to drain. Returns 0, or
+/* Persists every queued write-back document now and waits for the queue to drain. Returns 0,
  * LKV_EIO if a write-back write failed since the previous flush (or open): the document stays
- * hot only and wb_failed counts it. While the writer persists a document that document is
- * pinned in the hot tier, so with a tiny hot budget a put may see a transient LKV_ENOSPC. */
+ * hot only and wb_failed counts it, or LKV_ENOSPC if the disk is full (the writer keeps the
+ * queue and retries every 200 ms; wb_retries counts the attempts). The writer pins a document
+ * in the hot tier only while it copies it into its batch, never during the RocksDB write; a
+ * put or demote that needs that room or that document waits for the copy. */
 int lkv_store_flush(lkv_store *s);
 
 /* Profiles. The returned pointers are borrowed, valid until lkv_store_close. */

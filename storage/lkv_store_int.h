@@ -53,9 +53,12 @@
  * doc, both policies (lkv_policy is not thread-safe) and the write-back queue. Block copies of
  * puts and gets, RocksDB writes of the writer and of write-through commits, and promotion reads
  * run without it; the doc is pinned (and referenced) meanwhile, so its pages and fields that
- * the copy reads (key, n_blocks, block_bytes, pages[], tokens) do not change. Demotion writes
- * (a hot victim not yet persisted) and RocksDB deletes run under it. A put handle is owned by
- * one thread; its fields need no lock. A read handle's fields are immutable after acquire.
+ * the copy reads (key, n_blocks, block_bytes, pages[], tokens) do not change. The writer pins
+ * hot only while it copies (s->wbuild), then writes its batch unpinned (the doc is cold_busy:
+ * if it is evicted meanwhile, readers wait for the write). A hot victim not yet persisted is
+ * copied into a batch under the lock (its pages go at once) and written by lkv__demote_flush
+ * without it. RocksDB deletes and pending-marker deletes (small) run under it. A put handle is
+ * owned by one thread; its fields need no lock. A read handle's fields are immutable after acquire.
  * The counters in st are only written under mu (lkv_store_stats_get copies them under mu).
  */
 #ifndef LKV_STORE_INT_H
@@ -168,10 +171,20 @@ struct lkv_store {
     int wb_stalled;                 /* 1 while the writer backs off a full disk (flush returns). */
     uint64_t wb_backlog;            /* Unpersisted write-back bytes (queued, written, reserved). */
     struct wb_waiter *waiters;      /* Puts waiting for backlog room (owned list, FIFO order). */
+    struct demotion *demotions;     /* Built, not yet written (owned; empty whenever mu is free). */
+    struct doc *wbuild;             /* The doc the writer is copying into its batch (hot-pinned). */
     struct wb_waiter *waiters_tail; /* Last waiter, or NULL. */
     uint64_t wb_failed_seen;        /* wb_failed already reported by flush/close. */
     lkv_store_stats st;             /* Counters (tier sizes are computed in stats_get). */
 };
+
+/* A demotion whose batch is built (under the lock) and not yet written (lkv__demote_flush). */
+typedef struct demotion {
+    struct demotion *next; /* Next, or NULL. */
+    struct doc *d;         /* The victim: cold, cold_busy, cold-pinned, referenced. */
+    lkv_cold_batch *b;     /* Its finished batch (owned until written). */
+    int rc;                /* The write's result. */
+} demotion;
 
 /* A put waiting for write-back backlog room (lkv_store_put_wait). */
 typedef struct wb_waiter {
@@ -284,8 +297,13 @@ void lkv__wb_call(wb_waiter *w);
  * holds its reference), LKV_ENOTFOUND if reading failed otherwise (d is DEAD too). Drops s->mu
  * while reading RocksDB. */
 int lkv__promote(lkv_store *s, doc *d, int must_hot);
-/* Demotes hot, unpinned, VISIBLE d out of the hot tier now (persisting it first if needed). */
+/* Demotes hot, unpinned, VISIBLE d out of the hot tier now (persisting it first if needed).
+ * Call lkv__demote_flush after (d may be gone then). */
 void lkv__demote(lkv_store *s, doc *d);
+/* Writes the demotion batches hot evictions built (dropping s->mu meanwhile) and settles their
+ * docs. Every caller of something that may evict from the hot tier (lkv__hot_admit,
+ * lkv__demote) calls it before it lets go of s->mu for good, once what it holds is pinned. */
+void lkv__demote_flush(lkv_store *s);
 /* Write-back: queues committed d for the writer (takes a reference) and wakes it. */
 void lkv__wb_enqueue(lkv_store *s, doc *d);
 /* Write-through: persists COMMITTING d synchronously (drops s->mu during the write). Returns 0

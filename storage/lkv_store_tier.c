@@ -5,15 +5,21 @@
  * The engine keeps the two tiers' policies, the arena and RocksDB in step:
  *   admit      hot: policy admit (evicting victims through hot_evict_cb), then arena pages;
  *              cold: policy admit (evicting through cold_evict_cb); the data is written after.
- *   evict      a hot victim is demoted: written to RocksDB first (under the lock, sync=false)
- *              if it is not cold yet, and dropped (LKV_MISS_EVICTED) if the cold tier cannot
- *              take it; a cold victim loses its RocksDB data and leaves the store unless hot.
+ *   evict      a hot victim is demoted: if it is not cold yet, its blocks are copied into a
+ *              batch under the lock and the batch is written by lkv__demote_flush once the
+ *              evicting caller has pinned what it holds, without the lock (the victim is cold
+ *              and cold_busy meanwhile: readers wait); it is dropped (LKV_MISS_EVICTED) if the
+ *              cold tier cannot take it; a cold victim loses its RocksDB data and leaves the
+ *              store unless hot.
  *   promote    a cold-only doc is pinned in the cold tier, admitted hot, and its pages filled
  *              from a RocksDB snapshot without the lock.
  *   kill       a doc becomes DEAD, leaves the indexes, and gives back at once what nothing
  *              holds; lkv__settle gives back the rest when the last pin or reference goes.
  *   writer     one thread takes committed write-back docs off the FIFO queue, admits them to
- *              the cold policy and writes them without the lock (pinned in both tiers).
+ *              the cold policy, copies them into a batch (pinned hot for the copy only) and
+ *              writes it without the lock; a full disk puts the doc back in the queue (retried
+ *              every 200 ms, counted); the backlog's bytes and the puts waiting for room
+ *              (lkv_store_put_wait) are settled as each doc is done.
  * Policy callbacks run inside lkv_policy_admit, under the lock: they may kill cold-only docs
  * but never release a hot doc's policy entry themselves (the policy drops its victim).
  */
@@ -116,11 +122,12 @@ static void hot_release(lkv_store *s, doc *d)
     d->tokens = NULL;
 }
 
-/* Builds d's write batch from its hot pages and commits it. d must be hot and pinned (or the
- * lock held). scratch: one page of host memory when the arena is not host-mapped. */
-static int write_doc(lkv_store *s, doc *d, int sync, uint8_t *scratch)
+/* Builds d's finished write batch from its hot pages into *out. d must be hot and pinned (or
+ * the lock held). scratch: one page of host memory when the arena is not host-mapped. */
+static int build_doc(lkv_store *s, doc *d, uint8_t *scratch, lkv_cold_batch **out)
 {
     lkv_cold_batch *b = lkv_cold_batch_create();
+    *out = NULL;
     for (uint32_t i = 0; i < d->n_blocks; i++) {
         const void *p = lkv_arena_host_ptr(s->arena, d->pages[i]);
         if (p == NULL) {
@@ -142,7 +149,17 @@ static int write_doc(lkv_store *s, doc *d, int sync, uint8_t *scratch)
     meta.n_blocks = d->n_blocks;
     meta.block_bytes = (uint32_t)d->block_bytes;
     meta.created_ms = d->created_ms;
-    return lkv_cold_batch_commit(s->cold, b, &meta, d->tokens, sync);
+    lkv_cold_batch_finish(b, &meta, d->tokens);
+    *out = b;
+    return 0;
+}
+
+/* Builds d's write batch and writes it (d hot and pinned; no lock). */
+static int write_doc(lkv_store *s, doc *d, int sync, uint8_t *scratch)
+{
+    lkv_cold_batch *b;
+    int rc = build_doc(s, d, scratch, &b);
+    return rc != 0 ? rc : lkv_cold_batch_write(s->cold, b, sync);
 }
 
 /* Admits d to the cold policy (evicting cold victims) and sets d->cold. */
@@ -219,6 +236,9 @@ void lkv__kill(lkv_store *s, doc *d, int cause, int sync)
     if (cause != LKV_MISS_NONE) {
         lkv__gone_add(s, &d->key, cause);
     }
+    if (d->state == ST_VISIBLE && !d->cold && s->cfg.durability == LKV_DURABILITY_WRITE_BACK) {
+        lkv_cold_unmark_pending(s->cold, &d->key); /* Never persisted, and not lost either. */
+    }
     d->state = ST_DEAD;
     /* Entries still held (pinned) in a policy move to a private id, so that a new document of
      * the same key can be admitted meanwhile. */
@@ -249,7 +269,10 @@ void lkv__unref(lkv_store *s, doc *d)
     lkv__settle(s, d);
 }
 
-/* Hot victim: demote to the cold tier if not there yet, then the policy drops it. */
+/* Hot victim: demote to the cold tier if not there yet, then the policy drops it. The
+ * demotion's batch is built here (a copy of the pages, under the lock, since the pages go at
+ * once) and written by lkv__demote_flush after the lock is dropped; meanwhile the doc is cold
+ * and cold_busy (readers wait, the cold policy cannot evict it: pinned). */
 static void hot_evict_cb(void *ctx, uint64_t id, uint64_t bytes)
 {
     lkv_store *s = ctx;
@@ -260,15 +283,26 @@ static void hot_evict_cb(void *ctx, uint64_t id, uint64_t bytes)
     assert(d->state == ST_VISIBLE);
     s->st.evictions_hot++;
     if (!d->cold) {
-        int rc = lkv__cold_admit(s, d);
+        lkv_cold_batch *b = NULL;
+        int rc = lkv_cold_can_write(s->cold, lkv__cold_bytes(d));
         if (rc == 0) {
-            rc = write_doc(s, d, 0, s->scratch);
+            rc = lkv__cold_admit(s, d);
+        }
+        if (rc == 0) {
+            rc = build_doc(s, d, s->scratch, &b);
             if (rc != 0) {
                 cold_unadmit(s, d);
             }
         }
         if (rc == 0) {
-            s->st.demotions++;
+            demotion *m = lkv_xmalloc(sizeof *m);
+            m->d = d;
+            m->b = b;
+            m->next = s->demotions;
+            s->demotions = m;
+            lkv__cold_pin(s, d);
+            d->cold_busy = 1;
+            d->refs++;
         } else {
             s->st.drops++;
             LKV_LOGD("store: hot victim dropped (cold tier: %s)", lkv_strerror(rc));
@@ -364,11 +398,15 @@ int lkv__promote(lkv_store *s, doc *d, int must_hot)
     }
     if (rc != 0) {
         assert(rc != LKV_ENOTFOUND);
+        lkv__demote_flush(s);
         return rc;
     }
     lkv__hot_pin(s, d);
     d->promoting = 1;
+    /* The snapshot first, while d is certainly visible with its data (once the lock drops, a
+     * delete and a new document of the same key may come and go). */
     lkv_cold_snap *snap = lkv_cold_snap_create(s->cold);
+    lkv__demote_flush(s); /* The victims that made room, written without the lock. */
     pthread_mutex_unlock(&s->mu);
 
     uint32_t *tokens = NULL;
@@ -399,6 +437,39 @@ int lkv__promote(lkv_store *s, doc *d, int must_hot)
     d->tokens = tokens;
     s->st.promotions++;
     return 0;
+}
+
+void lkv__demote_flush(lkv_store *s)
+{
+    while (s->demotions != NULL) {
+        demotion *list = s->demotions;
+        s->demotions = NULL;
+        pthread_mutex_unlock(&s->mu);
+        for (demotion *m = list; m != NULL; m = m->next) {
+            m->rc = lkv_cold_batch_write(s->cold, m->b, 0);
+        }
+        pthread_mutex_lock(&s->mu);
+        while (list != NULL) {
+            demotion *m = list;
+            doc *d = m->d;
+            list = m->next;
+            lkv__cold_unpin(s, d);
+            d->cold_busy = 0;
+            if (m->rc == 0) {
+                s->st.demotions++;
+            } else {
+                s->st.drops++;
+                LKV_LOGD("store: hot victim dropped (cold tier: %s)", lkv_strerror(m->rc));
+                cold_unadmit(s, d);
+                if (!d->hot) {
+                    lkv__kill(s, d, LKV_MISS_EVICTED, 0);
+                }
+            }
+            lkv__unref(s, d);
+            free(m);
+        }
+        pthread_cond_broadcast(&s->cv);
+    }
 }
 
 void lkv__demote(lkv_store *s, doc *d)
@@ -536,23 +607,47 @@ static void *writer_main(void *arg)
             pthread_cond_broadcast(&s->cv);
             continue;
         }
+        /* Pinned hot only while its pages are copied into the batch (s->wbuild: callers
+         * that need the room or the doc wait for that copy, never for the write); pinned cold
+         * and cold_busy until the write is done. */
         lkv__cold_pin(s, d);
         d->cold_busy = 1;
         lkv__hot_pin(s, d);
         s->writer_busy = 1;
+        s->wbuild = d;
         pthread_mutex_unlock(&s->mu);
 
+        lkv_cold_batch *b = NULL;
         rc = lkv_cold_can_write(s->cold, lkv__cold_bytes(d));
         if (rc == 0) {
-            rc = write_doc(s, d, 0, scratch);
+            rc = build_doc(s, d, scratch, &b);
         }
 
         pthread_mutex_lock(&s->mu);
+        s->wbuild = NULL;
+        lkv__hot_unpin(s, d);
+        lkv__settle(s, d); /* Deleted meanwhile: its pages go now (the queue's ref keeps d). */
+        pthread_cond_broadcast(&s->cv);
+        int skipped = 0;
+        if (rc == 0 && d->state != ST_VISIBLE) {
+            lkv_cold_batch_free(b); /* Deleted while copied: nothing to persist. */
+            skipped = 1;
+        } else if (rc == 0) {
+            pthread_mutex_unlock(&s->mu);
+            rc = lkv_cold_batch_write(s->cold, b, 0);
+            pthread_mutex_lock(&s->mu);
+        }
         s->writer_busy = 0;
         lkv__cold_unpin(s, d);
         d->cold_busy = 0;
-        lkv__hot_unpin(s, d);
-        if (rc == LKV_ENOSPC && !s->stopping) {
+        if (skipped) {
+            cold_unadmit(s, d);
+            wb_done(s, d);
+            lkv__unref(s, d);
+            pthread_cond_broadcast(&s->cv);
+            continue;
+        }
+        if (rc == LKV_ENOSPC && !s->stopping && d->hot && d->state == ST_VISIBLE) {
             /* The disk is full: the document stays hot and queued, and is tried again after a
              * pause (the backlog bound holds new puts back meanwhile). */
             cold_unadmit(s, d);
@@ -574,6 +669,11 @@ static void *writer_main(void *arg)
             cold_unadmit(s, d);
             s->st.wb_failed++;
             LKV_LOGW("store: write-back of a document failed: %s", lkv_strerror(rc));
+            if (!d->hot && d->state == ST_VISIBLE) {
+                /* Evicted from the hot tier while being written: nothing holds it now. */
+                s->st.drops++;
+                lkv__kill(s, d, LKV_MISS_EVICTED, 0);
+            }
         } else {
             s->st.wb_persisted++;
             s->wb_stalled = 0;

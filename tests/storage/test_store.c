@@ -594,6 +594,7 @@ static void *worker(void *arg)
         case 1: {
             int rc = su_put(a->s, doc, n, &k);
             if (rc != 0 && rc != LKV_ENOSPC) {
+                fprintf(stderr, "   put: %s\n", lkv_err_name(rc));
                 a->fails++;
             }
             break;
@@ -604,6 +605,7 @@ static void *worker(void *arg)
             /* Absent is fine; su_check fails the test on different bytes. */
             int rc = su_check(a->s, &k, doc, n);
             if (rc != 0 && rc != LKV_ENOTFOUND) {
+                fprintf(stderr, "   get: %s\n", lkv_err_name(rc));
                 a->fails++;
             }
             break;
@@ -616,6 +618,7 @@ static void *worker(void *arg)
             su_key(a->s, doc, n, &k);
             int rc = lkv_store_delete(a->s, &k);
             if (rc != 0 && rc != LKV_ENOTFOUND && rc != LKV_EBUSY) {
+                fprintf(stderr, "   delete: %s\n", lkv_err_name(rc));
                 a->fails++;
             }
             break;
@@ -891,6 +894,109 @@ static void test_stats_registry(void)
     su_rmdir(dir2);
 }
 
+/* Concurrent puts of the same new document: one stores it, the other reports it existed. */
+static void test_same_doc_puts(void)
+{
+    char *dir = su_tmpdir();
+    lkv_store *s = su_open(dir, 16, 0, WB);
+    uint8_t salt[32];
+    uint32_t t[20];
+    lkv_kv_shape sh = tiny_profile("x").shape;
+    uint8_t kv[3 * TINY_BB];
+    lkv_store_put *a, *b;
+    int ea, eb;
+    lkv_tenant_salt_default(salt);
+    su_doc_tokens(5, 10, t);
+    su_fill_doc(&sh, 10, 5, kv);
+    ASSERT_OK(lkv_store_put_begin(s, salt, "tiny", t, 10, &a, NULL, &ea));
+    ASSERT_OK(lkv_store_put_begin(s, salt, "tiny", t, 10, &b, NULL, &eb));
+    ASSERT_EQ(ea, 0);
+    ASSERT_EQ(eb, 0); /* Neither is stored yet: both stage. */
+    for (uint32_t i = 0; i < 3; i++) {
+        ASSERT_OK(lkv_store_put_block(a, i, kv + i * TINY_BB, TINY_BB));
+        ASSERT_OK(lkv_store_put_block(b, i, kv + i * TINY_BB, TINY_BB));
+    }
+    lkv_put_result ra, rb;
+    ASSERT_OK(lkv_store_put_finish(a, &ra));
+    ASSERT_OK(lkv_store_put_finish(b, &rb));
+    ASSERT_EQ(ra.existed, 0);
+    ASSERT_EQ(rb.existed, 1);
+    ASSERT_EQ(rb.tier, LKV_TIER_HOT);
+    lkv_store_stats st = su_stats(s);
+    ASSERT_EQ(st.puts, 1);
+    ASSERT_EQ(st.puts_existing, 1);
+    ASSERT_EQ(st.hot_docs, 1);
+    ASSERT_EQ(st.hot_bytes, 3 * 4096); /* The loser's pages went back. */
+    ASSERT_OK(lkv_store_close(s));
+    su_rmdir(dir);
+}
+
+/* The writer never blocks callers: with a hot tier of exactly one document, every put of a new
+ * document right after the previous one succeeds (the writer persisting the previous one holds
+ * it only while it copies it), and evicting a document nothing pins never says busy. */
+static void test_writer_never_blocks(void)
+{
+    char *dir = su_tmpdir();
+    lkv_store *s = su_open(dir, 4, 0, WB);
+    lkv_dockey k[40];
+    for (int i = 0; i < 40; i++) {
+        ASSERT_OK(su_put(s, 100 + (uint64_t)i, 16, &k[i])); /* 4 blocks: the whole arena. */
+        if (i % 2 == 1) {
+            ASSERT_OK(lkv_store_demote(s, &k[i])); /* Never EBUSY: nothing pins it. */
+        }
+    }
+    ASSERT_OK(lkv_store_flush(s));
+    for (int i = 0; i < 40; i++) {
+        ASSERT_OK(su_check(s, &k[i], 100 + (uint64_t)i, 16)); /* All demoted, none dropped. */
+    }
+    lkv_store_stats st = su_stats(s);
+    ASSERT_EQ(st.drops, 0);
+    ASSERT_EQ(st.corrupt_blocks, 0);
+    ASSERT_OK(lkv_store_close(s));
+    su_rmdir(dir);
+}
+
+/* Write-through: re-putting a document the cold budget evicted while it stayed hot persists it
+ * again, so the result's "persisted" (the reply's DURABLE) is the truth. */
+static void test_put_result_persisted(void)
+{
+    char *dir = su_tmpdir();
+    lkv_store *s = su_open(dir, 32, 2 * 3 * TINY_BB, WT); /* Cold: two 3-block documents. */
+    lkv_dockey k1, k2, k3;
+    ASSERT_OK(su_put(s, 1, 10, &k1));
+    ASSERT_OK(su_put(s, 2, 10, &k2));
+    ASSERT_OK(su_put(s, 3, 10, &k3)); /* Evicts doc 1 from the cold tier; it stays hot. */
+    lkv_doc_info in;
+    ASSERT_OK(lkv_store_lookup(s, &k1, 1, &in));
+    ASSERT_EQ(in.present, 1);
+    ASSERT_EQ(in.persisted, 0);
+    uint8_t salt[32];
+    uint32_t t[20];
+    lkv_kv_shape sh = tiny_profile("x").shape;
+    uint8_t kv[3 * TINY_BB];
+    lkv_store_put *tx;
+    int exists;
+    lkv_tenant_salt_default(salt);
+    su_doc_tokens(1, 10, t);
+    su_fill_doc(&sh, 10, 1, kv);
+    ASSERT_OK(lkv_store_put_begin(s, salt, "tiny", t, 10, &tx, NULL, &exists));
+    ASSERT_EQ(exists, 1);
+    for (uint32_t i = 0; i < 3; i++) {
+        ASSERT_OK(lkv_store_put_block(tx, i, kv + i * TINY_BB, TINY_BB));
+    }
+    lkv_put_result r;
+    ASSERT_OK(lkv_store_put_finish(tx, &r));
+    ASSERT_EQ(r.existed, 1);
+    ASSERT_EQ(r.persisted, 1);
+    ASSERT_OK(lkv_store_lookup(s, &k1, 1, &in));
+    ASSERT_EQ(in.persisted, 1);
+    ASSERT_OK(lkv_store_close(s));
+    s = su_open(dir, 32, 2 * 3 * TINY_BB, WT);
+    ASSERT_OK(su_check(s, &k1, 1, 10)); /* On disk indeed. */
+    ASSERT_OK(lkv_store_close(s));
+    su_rmdir(dir);
+}
+
 int main(void)
 {
     LKV_RUN(test_basic);
@@ -907,5 +1013,8 @@ int main(void)
     LKV_RUN(test_misc);
     LKV_RUN(test_pin_counts);
     LKV_RUN(test_stats_registry);
+    LKV_RUN(test_same_doc_puts);
+    LKV_RUN(test_writer_never_blocks);
+    LKV_RUN(test_put_result_persisted);
     return 0;
 }
