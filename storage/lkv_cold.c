@@ -1,13 +1,18 @@
 /*
- * lkv_cold.c: the cold tier on RocksDB (key/value format in lkv_cold.h).
+ * lkv_cold.c: the cold tier on RocksDB (key/value format, integrity, disk faults and damage
+ * handling in lkv_cold.h).
  *
- * RocksDB options: create_if_missing, blob files on (min_blob_size, 256 MiB blob files, blob
- * GC on), LZ4-free (KV is incompressible noise to a general-purpose compressor). Writes go
- * through rocksdb_write with a WriteBatch; reads use rocksdb_get_pinned (no extra copy inside
- * RocksDB) and verify the BLAKE2b-128 tag before copying the payload out.
+ * RocksDB options: create_if_missing, paranoid checks, blob files on (min_blob_size, 256 MiB
+ * blob files, blob GC on), no compression (KV is incompressible noise to a general-purpose
+ * compressor), memtables sized from the disk headroom. Writes go through rocksdb_write with a
+ * WriteBatch after a free-space check; reads use rocksdb_get_pinned (no extra copy inside
+ * RocksDB; an iterator when opened read-only) and verify the XXH3-128 tag before copying the
+ * payload out. One rwlock: every use of the database takes its read side; the reopen after a
+ * read-only start takes the write side (trylock: it never waits behind readers).
  */
 #include "lkv_cold.h"
 
+#define XXH_INLINE_ALL /* Debian's libxxhash-dev header, inlined (no library at run time). */
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -23,11 +28,14 @@
 #include <sys/time.h>
 #include <time.h>
 #include <unistd.h>
+#include <xxhash.h>
 
 #include "lkv_log.h"
 
-#define RECORD_VERSION   1
+#define RECORD_VERSION   2 /* Format of records and blocks written now (XXH3-128 tags). */
+#define RECORD_V1        1 /* The previous format (BLAKE2b-128 tags): dropped at open. */
 #define RECORD_FIXED     61
+#define OLD_FORMAT       1 /* parse_record: a valid record of the previous format. */
 #define DEFAULT_MIN_BLOB (64u << 10)
 
 struct lkv_cold {
@@ -36,6 +44,7 @@ struct lkv_cold {
     rocksdb_writeoptions_t *wsync;  /* sync = true. */
     rocksdb_writeoptions_t *wasync; /* sync = false. */
     rocksdb_readoptions_t *ropts;   /* Default read options (verify_checksums on). */
+    rocksdb_readoptions_t *bropts;  /* Block reads: verify_checksums off (our XXH3 tag). */
     int fault_writes;               /* Injected failures left (atomic). */
     char *dir;                      /* The database directory (owned). */
     lkv_cold_options o;             /* Options (copy). */
@@ -51,7 +60,8 @@ struct lkv_cold_batch {
 
 struct lkv_cold_snap {
     const rocksdb_snapshot_t *snap; /* RocksDB snapshot. */
-    rocksdb_readoptions_t *ropts;   /* Read options pointing at it. */
+    rocksdb_readoptions_t *ropts;   /* Read options pointing at it (records: checksums on). */
+    rocksdb_readoptions_t *bropts;  /* The same for blocks (RocksDB checksums off: ours). */
 };
 
 static void put_le32(uint8_t *o, uint32_t v)
@@ -94,7 +104,23 @@ static void doc_key(const lkv_dockey *key, uint8_t out[33])
     memcpy(out + 1, key->b, LKV_DOCKEY_BYTES);
 }
 
+/* The tag of the current format: XXH3-128 of v seeded by XXH3-64 of the key (so a value
+ * read under another key fails), little-endian low then high 64 bits. */
 static void tag(const uint8_t *k, size_t klen, const void *v, size_t vlen, uint8_t out[16])
+{
+    XXH128_hash_t h = XXH3_128bits_withSeed(v, vlen, XXH3_64bits(k, klen));
+    put_le64(out, h.low64);
+    put_le64(out + 8, h.high64);
+}
+
+void lkv_cold_block_tag(const uint8_t key[LKV_COLD_BLOCK_KEY_BYTES], const void *data, size_t len,
+                        uint8_t out[LKV_COLD_TAG_BYTES])
+{
+    tag(key, LKV_COLD_BLOCK_KEY_BYTES, data, len, out);
+}
+
+/* The previous format's tag (BLAKE2b-128 over key | value): only to recognise old records. */
+static void tag_v1(const uint8_t *k, size_t klen, const void *v, size_t vlen, uint8_t out[16])
 {
     crypto_generichash_state st;
     crypto_generichash_init(&st, NULL, 0, LKV_COLD_TAG_BYTES);
@@ -508,6 +534,8 @@ int lkv_cold_open_ex(const char *dir, const lkv_cold_options *o, lkv_cold **out)
     rocksdb_writeoptions_set_sync(c->wasync, 0);
     c->ropts = rocksdb_readoptions_create();
     rocksdb_readoptions_set_verify_checksums(c->ropts, 1);
+    c->bropts = rocksdb_readoptions_create();
+    rocksdb_readoptions_set_verify_checksums(c->bropts, 0);
     *out = c;
     return 0;
 }
@@ -600,6 +628,7 @@ void lkv_cold_close(lkv_cold *c)
     rocksdb_writeoptions_destroy(c->wsync);
     rocksdb_writeoptions_destroy(c->wasync);
     rocksdb_readoptions_destroy(c->ropts);
+    rocksdb_readoptions_destroy(c->bropts);
     rocksdb_options_destroy(c->opts);
     pthread_rwlock_destroy(&c->lk);
     free(c->dir);
@@ -626,14 +655,16 @@ void lkv_cold_batch_block(lkv_cold_batch *b, const lkv_dockey *key, uint32_t ind
                           const void *data, size_t len)
 {
     uint8_t k[LKV_COLD_BLOCK_KEY_BYTES];
-    uint8_t t[LKV_COLD_TAG_BYTES];
+    uint8_t h[LKV_COLD_BLOCK_HDR_BYTES];
     const char *parts[2];
     size_t sizes[2];
 
     lkv_cold_block_key(key, index, k);
-    tag(k, sizeof k, data, len, t);
-    parts[0] = (const char *)t;
-    sizes[0] = sizeof t;
+    memset(h, 0, sizeof h);
+    h[0] = RECORD_VERSION;
+    tag(k, sizeof k, data, len, h + LKV_COLD_BLOCK_HDR_BYTES - LKV_COLD_TAG_BYTES);
+    parts[0] = (const char *)h;
+    sizes[0] = sizeof h;
     parts[1] = data;
     sizes[1] = len;
     const char *kp = (const char *)k;
@@ -795,8 +826,12 @@ static int parse_record(const uint8_t *k, const uint8_t *v, size_t vlen, lkv_col
         return LKV_ECORRUPT;
     }
     size_t rlen = vlen - LKV_COLD_TAG_BYTES;
+    if (v[0] == RECORD_V1) {
+        tag_v1(k, LKV_COLD_DOC_KEY_BYTES, v, rlen, t);
+        return memcmp(t, v + rlen, sizeof t) == 0 ? OLD_FORMAT : LKV_ECORRUPT;
+    }
     tag(k, LKV_COLD_DOC_KEY_BYTES, v, rlen, t);
-    if (sodium_memcmp(t, v + rlen, sizeof t) != 0 || v[0] != RECORD_VERSION) {
+    if (memcmp(t, v + rlen, sizeof t) != 0 || v[0] != RECORD_VERSION) {
         return LKV_ECORRUPT;
     }
     memcpy(meta->key.b, k + 1, LKV_DOCKEY_BYTES);
@@ -836,6 +871,7 @@ int lkv_cold_get_doc(lkv_cold *c, lkv_cold_snap *snap, const lkv_dockey *key, lk
     rc = fetch(c, snap ? snap->ropts : c->ropts, k, sizeof k, &f, "get record");
     if (rc == 0) {
         rc = parse_record(k, f.v, f.vlen, meta, tokens);
+        rc = rc == OLD_FORMAT ? LKV_ENOTFOUND : rc; /* Dropped by the scan at open. */
         fetched_free(&f);
     }
     pthread_rwlock_unlock(&c->lk);
@@ -855,23 +891,34 @@ int lkv_cold_get_block(lkv_cold *c, lkv_cold_snap *snap, const lkv_dockey *key, 
     (void)err;
     lkv_cold_block_key(key, index, k);
     pthread_rwlock_rdlock(&c->lk);
-    rc = fetch(c, snap ? snap->ropts : c->ropts, k, sizeof k, &f, "get block");
+    rc = fetch(c, snap ? snap->bropts : c->bropts, k, sizeof k, &f, "get block");
     if (rc != 0) {
         pthread_rwlock_unlock(&c->lk);
         return rc;
     }
     const uint8_t *v = f.v;
     vlen = f.vlen;
-    if (vlen != len + LKV_COLD_TAG_BYTES) {
+    if (vlen != len + LKV_COLD_BLOCK_HDR_BYTES || v[0] != RECORD_VERSION) {
         rc = LKV_ECORRUPT;
         goto out;
     }
-    tag(k, sizeof k, v + LKV_COLD_TAG_BYTES, len, t);
-    if (sodium_memcmp(t, v, sizeof t) != 0) {
+    /* Copy and check in one pass, 32 KiB at a time, so the tag reads what the copy just put
+     * in the cache (the tag is the same as one-shot XXH3; a failure leaves buf undefined). */
+    XXH3_state_t st;
+    XXH3_128bits_reset_withSeed(&st, XXH3_64bits(k, sizeof k));
+    const uint8_t *src = v + LKV_COLD_BLOCK_HDR_BYTES;
+    for (size_t off = 0; off < len; off += 32768) {
+        size_t n = len - off < 32768 ? len - off : 32768;
+        memcpy((uint8_t *)buf + off, src + off, n);
+        XXH3_128bits_update(&st, (const uint8_t *)buf + off, n);
+    }
+    XXH128_hash_t h = XXH3_128bits_digest(&st);
+    put_le64(t, h.low64);
+    put_le64(t + 8, h.high64);
+    if (memcmp(t, v + LKV_COLD_BLOCK_HDR_BYTES - LKV_COLD_TAG_BYTES, sizeof t) != 0) {
         rc = LKV_ECORRUPT;
         goto out;
     }
-    memcpy(buf, v + LKV_COLD_TAG_BYTES, len);
 out:
     fetched_free(&f);
     pthread_rwlock_unlock(&c->lk);
@@ -888,8 +935,11 @@ lkv_cold_snap *lkv_cold_snap_create(lkv_cold *c)
     pthread_rwlock_unlock(&c->lk);
     s->ropts = rocksdb_readoptions_create();
     rocksdb_readoptions_set_verify_checksums(s->ropts, 1);
+    s->bropts = rocksdb_readoptions_create();
+    rocksdb_readoptions_set_verify_checksums(s->bropts, 0);
     if (s->snap != NULL) {
         rocksdb_readoptions_set_snapshot(s->ropts, s->snap);
+        rocksdb_readoptions_set_snapshot(s->bropts, s->snap);
     }
     return s;
 }
@@ -900,6 +950,7 @@ void lkv_cold_snap_release(lkv_cold *c, lkv_cold_snap *s)
         return;
     }
     rocksdb_readoptions_destroy(s->ropts);
+    rocksdb_readoptions_destroy(s->bropts);
     pthread_rwlock_rdlock(&c->lk);
     if (s->snap != NULL) {
         rocksdb_release_snapshot(c->db, s->snap);
@@ -915,6 +966,7 @@ int lkv_cold_scan(lkv_cold *c, lkv_cold_scan_fn fn, void *ctx, uint64_t *n_corru
     const uint8_t lo[1] = {'D'}, hi[1] = {'E'};
     char *err = NULL;
     int rc = 0;
+    uint64_t n_old = 0;
 
     if (n_corrupt != NULL) {
         *n_corrupt = 0;
@@ -929,7 +981,16 @@ int lkv_cold_scan(lkv_cold *c, lkv_cold_scan_fn fn, void *ctx, uint64_t *n_corru
         const uint8_t *k = (const uint8_t *)rocksdb_iter_key(it, &klen);
         const uint8_t *v = (const uint8_t *)rocksdb_iter_value(it, &vlen);
         lkv_cold_doc meta;
-        if (klen != LKV_COLD_DOC_KEY_BYTES || parse_record(k, v, vlen, &meta, NULL) != 0) {
+        int prc = klen == LKV_COLD_DOC_KEY_BYTES ? parse_record(k, v, vlen, &meta, NULL) : 0;
+        if (prc == OLD_FORMAT) {
+            /* Written by the previous format: dropped cleanly (a miss), never "corrupt". */
+            lkv_dockey dk;
+            memcpy(dk.b, k + 1, LKV_DOCKEY_BYTES);
+            lkv_cold_delete(c, &dk, 0);
+            n_old++;
+            continue;
+        }
+        if (klen != LKV_COLD_DOC_KEY_BYTES || prc != 0) {
             LKV_LOGW("cold: dropping a corrupt document record (%zu-byte key)", klen);
             if (klen == LKV_COLD_DOC_KEY_BYTES) {
                 lkv_dockey dk;
@@ -951,6 +1012,11 @@ int lkv_cold_scan(lkv_cold *c, lkv_cold_scan_fn fn, void *ctx, uint64_t *n_corru
         if (rc != 0) {
             break;
         }
+    }
+    if (n_old > 0) {
+        LKV_LOGW("cold: dropped %" PRIu64 " documents written in the previous on-disk format "
+                 "(v1, BLAKE2b-128 tags); they are misses now and come back when put again",
+                 n_old);
     }
     if (rc == 0) {
         rocksdb_iter_get_error(it, &err);

@@ -436,8 +436,8 @@ static void corrupt_block(const char *dir, const lkv_dockey *key, uint32_t index
     rocksdb_writeoptions_t *wo = rocksdb_writeoptions_create();
     size_t vlen;
     char *v = rocksdb_get(db, ro, (const char *)bk, sizeof bk, &vlen, &err);
-    ASSERT_TRUE(err == NULL && v != NULL && vlen == TINY_BB + LKV_COLD_TAG_BYTES);
-    v[LKV_COLD_TAG_BYTES + 100] ^= 0x40;
+    ASSERT_TRUE(err == NULL && v != NULL && vlen == TINY_BB + LKV_COLD_BLOCK_HDR_BYTES);
+    v[LKV_COLD_BLOCK_HDR_BYTES + 100] ^= 0x40;
     rocksdb_put(db, wo, (const char *)bk, sizeof bk, v, vlen, &err);
     ASSERT_TRUE(err == NULL);
     rocksdb_free(v);
