@@ -282,6 +282,7 @@ static int scan_cb(void *ctx, const lkv_cold_doc *m)
     d->block_bytes = m->block_bytes;
     d->created_ms = m->created_ms;
     d->state = ST_VISIBLE;
+    lkv__acct(s, d);
     lkv__kidx_insert(s, d);
     lkv__cidx_insert(s, d);
     if (lkv__cold_admit(s, d) != 0) {
@@ -415,6 +416,8 @@ int lkv_store_open(const lkv_store_config *cfg, lkv_store **out)
             s->free_slots = NULL;
             s->n_slots = s->cap_slots = s->n_free_slots = s->cap_free_slots = 0;
             s->kcount = s->ccount = s->gone_pos = 0;
+            s->st.hot_docs = s->st.hot_blocks = 0;
+            s->st.cold_docs = s->st.cold_blocks = s->st.cold_bytes = 0;
             lkv__index_init(s, cfg->evicted_memory ? cfg->evicted_memory : DEFAULT_EVICTED_MEMORY);
             lkv_policy_destroy(s->coldp);
             MUST_OK(lkv_policy_create(cfg->policy_kind,
@@ -910,6 +913,7 @@ static void discard_locked(lkv_store *s, doc *d)
         lkv__kidx_remove(s, d);
     }
     d->state = ST_DEAD;
+    lkv__acct(s, d);
     lkv__hot_unpin(s, d);
     lkv__rekey(s, d, STAGE_BIT | d->slot);
     lkv__settle(s, d);
@@ -938,6 +942,7 @@ void lkv_store_put_abort(lkv_store_put *tx)
 static void publish_locked(lkv_store *s, doc *d)
 {
     d->state = ST_VISIBLE;
+    lkv__acct(s, d);
     if (!d->indexed) {
         lkv__kidx_insert(s, d);
     }
@@ -1441,23 +1446,7 @@ int lkv_store_foreach(lkv_store *s, lkv_store_foreach_fn fn, void *ctx)
 void lkv_store_stats_get(lkv_store *s, lkv_store_stats *out)
 {
     pthread_mutex_lock(&s->mu);
-    *out = s->st;
-    out->hot_docs = out->hot_blocks = out->cold_docs = out->cold_blocks = out->cold_bytes = 0;
-    for (uint32_t i = 0; i < s->n_slots; i++) {
-        doc *d = s->slots[i];
-        if (d == NULL || d->state != ST_VISIBLE) {
-            continue;
-        }
-        if (d->hot && !d->promoting) {
-            out->hot_docs++;
-            out->hot_blocks += d->n_blocks;
-        }
-        if (d->cold && !d->cold_busy) {
-            out->cold_docs++;
-            out->cold_blocks += d->n_blocks;
-            out->cold_bytes += lkv__cold_bytes(d);
-        }
-    }
+    *out = s->st; /* Tier sizes included: counters kept by lkv__acct, no walk. */
     out->hot_bytes = lkv_policy_bytes_used(s->hotp);
     out->hot_bytes_pinned = lkv_policy_bytes_pinned(s->hotp);
     out->hot_budget = lkv_policy_budget(s->hotp);
