@@ -701,6 +701,42 @@ int lkv_store_tier(lkv_store *s, const lkv_dockey *key)
 
 /* ---- puts --------------------------------------------------------------------------------- */
 
+/* The reason a put finds no room in the hot tier. */
+static int why_no_room(lkv_store *s, uint32_t n_blocks)
+{
+    char b1[32], b2[32], b3[32];
+    return why(LKV_ENOSPC,
+               "no room for the document: it needs %" PRIu32 " hot pages of %s (%s) and what "
+               "is not free of the %" PRIu64 " pages (%s) is pinned or being written (retry "
+               "later, or raise hot_bytes)",
+               n_blocks, fmt_bytes(s->page_bytes, b1, sizeof(b1)),
+               fmt_bytes((uint64_t)n_blocks * s->page_bytes, b2, sizeof(b2)),
+               lkv_policy_budget(s->hotp) / s->page_bytes,
+               fmt_bytes(lkv_policy_budget(s->hotp), b3, sizeof(b3)));
+}
+
+/* Reserves the hot pages of staging d (lock held; may drop it to write demotions): admits it
+ * (evicting victims), waits for the writer's copy if only that holds the room, pins it. */
+static int tx_admit(lkv_store *s, doc *d)
+{
+    int rc = lkv__hot_admit(s, d);
+    while (rc == LKV_ENOSPC && s->wbuild != NULL) {
+        /* The writer's pin holds the room only while it copies a document: wait for that. */
+        lkv__demote_flush(s);
+        if (s->wbuild != NULL) {
+            pthread_cond_wait(&s->cv, &s->mu);
+        }
+        rc = lkv__hot_admit(s, d);
+    }
+    if (rc != 0) {
+        lkv__demote_flush(s);
+        return rc == LKV_ENOSPC ? why_no_room(s, d->n_blocks) : rc;
+    }
+    lkv__hot_pin(s, d);
+    lkv__demote_flush(s); /* The victims that made room, written without the lock. */
+    return 0;
+}
+
 int lkv_store_put_begin(lkv_store *s, const uint8_t salt[LKV_SALT_BYTES], const char *profile,
                         const uint32_t *tokens, uint32_t n_tokens, lkv_store_put **out,
                         lkv_dockey *key_out, int *exists)
@@ -782,32 +818,22 @@ int lkv_store_put_begin(lkv_store *s, const uint8_t salt[LKV_SALT_BYTES], const 
     d->n_blocks = n_blocks;
     d->block_bytes = block_bytes;
     d->created_ms = now_ms();
-    rc = lkv__hot_admit(s, d);
-    while (rc == LKV_ENOSPC && s->wbuild != NULL) {
-        /* The writer's pin holds the room only while it copies a document: wait for that. */
-        lkv__demote_flush(s);
-        if (s->wbuild != NULL) {
-            pthread_cond_wait(&s->cv, &s->mu);
-        }
-        rc = lkv__hot_admit(s, d);
+    /* Pages are reserved now if they are free. If room must be made (evicting, which demotes
+     * documents), the reservation waits for the first valid block (lkv_store_put_block), so a
+     * put refused before that changes nothing; hopeless cases are refused here. */
+    uint64_t need = (uint64_t)n_blocks * s->page_bytes;
+    uint64_t budget = lkv_policy_budget(s->hotp);
+    if (lkv_policy_bytes_used(s->hotp) + need <= budget) {
+        rc = tx_admit(s, d);
+    } else if (budget - lkv_policy_bytes_pinned(s->hotp) < need && s->wbuild == NULL) {
+        rc = why_no_room(s, n_blocks);
+    } else {
+        rc = 0; /* Deferred. */
     }
     if (rc != 0) {
         lkv__slot_free(s, d);
-        lkv__demote_flush(s);
-        if (rc == LKV_ENOSPC) {
-            why(rc,
-                "no room for the document: it needs %" PRIu32 " hot pages of %s (%s) and what "
-                "is not free of the %" PRIu64 " pages (%s) is pinned or being written (retry "
-                "later, or raise hot_bytes)",
-                n_blocks, fmt_bytes(s->page_bytes, b1, sizeof(b1)),
-                fmt_bytes((uint64_t)n_blocks * s->page_bytes, b2, sizeof(b2)),
-                lkv_policy_budget(s->hotp) / s->page_bytes,
-                fmt_bytes(lkv_policy_budget(s->hotp), b3, sizeof(b3)));
-        }
         goto fail;
     }
-    lkv__hot_pin(s, d);
-    lkv__demote_flush(s); /* The victims that made room, written without the lock. */
     d->tokens = lkv_xmalloc(sizeof(uint32_t) * n_tokens);
     memcpy(d->tokens, tokens, sizeof(uint32_t) * n_tokens);
     s->st.puts_inflight++;
@@ -894,6 +920,16 @@ int lkv_store_put_block(lkv_store_put *tx, uint32_t index, const void *data, siz
                        index, tx->n_tokens);
         }
     }
+    if (tx->d != NULL && !tx->d->hot) {
+        /* The first valid block: now the pages are reserved (lkv_store_put_begin). */
+        lkv_store *s = tx->s;
+        pthread_mutex_lock(&s->mu);
+        int rc = s->stopping ? why(LKV_ESHUTDOWN, "the store is closing") : tx_admit(s, tx->d);
+        pthread_mutex_unlock(&s->mu);
+        if (rc != 0) {
+            return rc;
+        }
+    }
     if (tx->d != NULL) {
         int rc = lkv_arena_write(tx->s->arena, tx->d->pages[index], data, len);
         if (rc != 0) {
@@ -914,7 +950,9 @@ static void discard_locked(lkv_store *s, doc *d)
     }
     d->state = ST_DEAD;
     lkv__acct(s, d);
-    lkv__hot_unpin(s, d);
+    if (d->hot_pins > 0) {
+        lkv__hot_unpin(s, d); /* The stager's pin (none if the reservation was deferred). */
+    }
     lkv__rekey(s, d, STAGE_BIT | d->slot);
     lkv__settle(s, d);
     pthread_cond_broadcast(&s->cv);

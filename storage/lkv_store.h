@@ -38,8 +38,9 @@
  * misses (by cause). get, pin and delete never count hits or misses; get and pin refresh
  * recency and promote.
  *
- * Puts are transactions: put_begin reserves hot pages for the whole document (evicting if
- * needed; LKV_ENOSPC and nothing changes if the budget is held by pinned or in-flight data or
+ * Puts are transactions: put_begin (or, when room must be made, the first valid block) reserves
+ * hot pages for the whole document (evicting if needed; LKV_ENOSPC and nothing changes if the
+ * budget is held by pinned or in-flight data or
  * the document is larger than the hot budget: also in write-through mode, which never bypasses
  * the hot tier), put_block stages blocks in order, put_commit makes the document visible
  * atomically, put_abort (or a failed commit) releases everything and nothing becomes visible.
@@ -224,8 +225,11 @@ int lkv_store_tier(lkv_store *s, const lkv_dockey *key);
  * max_doc_tokens or a token >= vocab_size; LKV_ENOSPC the hot tier cannot
  * make room (budget held by pinned or in-flight data, or the document is larger than the hot
  * budget) or, in write-through mode with a cold budget, the document is larger than the cold
- * budget; LKV_ESHUTDOWN the store is closing. On success reserves hot pages for every block
- * (evicting/demoting victims), writes the key into *key_out (may be NULL) and *exists (may be
+ * budget; LKV_ESHUTDOWN the store is closing. On success reserves hot pages for every block if
+ * they are free; if room must be made (evicting, which demotes documents), the reservation and
+ * the evictions wait for the first block that passes its checks (lkv_store_put_block may then
+ * say LKV_ENOSPC), so a put refused before that changes nothing. Writes the key into *key_out
+ * (may be NULL) and *exists (may be
  * NULL: 1 if the document is already stored, in which case nothing is reserved and the blocks
  * are checked but discarded). *out is owned by the caller and must be finished with exactly one
  * of lkv_store_put_commit or lkv_store_put_abort. tokens and salt are borrowed (copied). */
@@ -238,10 +242,11 @@ uint32_t lkv_store_put_n_blocks(const lkv_store_put *tx);
 uint64_t lkv_store_put_block_bytes(const lkv_store_put *tx);
 
 /* Stages block index of the put: data (borrowed, len bytes, host memory) is copied into the
- * arena. Blocks must come in order 0, 1, ... (LKV_EINVAL otherwise), len must equal the block
- * size (LKV_EINVAL), and in the last block the token slots past the document's end must be zero
- * (LKV_EINVAL); lkv_store_why() says which. An error leaves the transaction open and unchanged
- * (the caller usually aborts). */
+ * arena (the first block reserves the pages if put_begin deferred that: LKV_ENOSPC if there is
+ * no room then, LKV_ESHUTDOWN if the store is closing). Blocks must come in order 0, 1, ...
+ * (LKV_EINVAL otherwise), len must equal the block size (LKV_EINVAL), and in the last block the
+ * token slots past the document's end must be zero (LKV_EINVAL); lkv_store_why() says which. An
+ * error leaves the transaction open and unchanged (the caller usually aborts). */
 int lkv_store_put_block(lkv_store_put *tx, uint32_t index, const void *data, size_t len);
 
 /* Commits the put and frees tx (always, also on error). LKV_EINVAL if not every block was

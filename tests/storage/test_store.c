@@ -1035,6 +1035,44 @@ static void test_put_result_persisted(void)
     su_rmdir(dir);
 }
 
+/* A put refused at its first block changes nothing: the room it needs (evicting, hence
+ * demoting, a hot document) is only made once a block passed its checks. */
+static void test_refused_put_changes_nothing(void)
+{
+    char *dir = su_tmpdir();
+    lkv_store *s = su_open(dir, 4, 0, WB);
+    lkv_dockey ka;
+    ASSERT_OK(su_put(s, 1, 16, &ka)); /* 4 pages: the whole arena. */
+    uint8_t salt[32];
+    uint32_t t[20];
+    lkv_store_put *tx;
+    lkv_tenant_salt_default(salt);
+    su_doc_tokens(2, 20, t);
+    lkv_store_stats before = su_stats(s);
+    ASSERT_OK(lkv_store_put_begin(s, salt, "tiny", t, 3, &tx, NULL, NULL)); /* 1 page. */
+    uint8_t bad[TINY_BB];
+    memset(bad, 0x11, sizeof bad); /* Nonzero token slots past the document's end. */
+    ASSERT_ERR(lkv_store_put_block(tx, 0, bad, sizeof bad), LKV_EINVAL);
+    ASSERT_ERR(lkv_store_put_block(tx, 0, bad, 100), LKV_EINVAL);
+    lkv_store_put_abort(tx);
+    lkv_store_stats after = su_stats(s);
+    ASSERT_EQ(after.evictions_hot, before.evictions_hot);
+    ASSERT_EQ(after.demotions, before.demotions);
+    ASSERT_EQ(after.hot_docs, 1);
+    lkv_doc_info in;
+    ASSERT_OK(lkv_store_lookup(s, &ka, 1, &in));
+    ASSERT_EQ(in.tier, LKV_TIER_HOT);
+    /* A valid put makes the room then (doc 1 is demoted, not lost). */
+    lkv_dockey kb;
+    ASSERT_OK(su_put(s, 2, 3, &kb));
+    ASSERT_OK(lkv_store_lookup(s, &ka, 1, &in));
+    ASSERT_EQ(in.present, 1);
+    ASSERT_EQ(in.tier, LKV_TIER_COLD);
+    ASSERT_OK(su_check(s, &ka, 1, 16));
+    ASSERT_OK(lkv_store_close(s));
+    su_rmdir(dir);
+}
+
 int main(void)
 {
     LKV_RUN(test_basic);
@@ -1054,5 +1092,6 @@ int main(void)
     LKV_RUN(test_same_doc_puts);
     LKV_RUN(test_writer_never_blocks);
     LKV_RUN(test_put_result_persisted);
+    LKV_RUN(test_refused_put_changes_nothing);
     return 0;
 }
