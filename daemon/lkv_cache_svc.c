@@ -36,6 +36,8 @@
 
 #include <assert.h>
 #include <inttypes.h>
+#include <stdatomic.h>
+#include <stdlib.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -520,7 +522,24 @@ out:
 
 /* ---- Get ------------------------------------------------------------------------------ */
 
+/* A hot read shared by the call and the messages gRPC still holds (zero-copy Get): the read
+ * handle (it pins the pages) ends when the last of them lets go. */
+typedef struct get_hold {
+    atomic_int refs;    /* The call, plus one per message whose slices are alive. */
+    lkv_store_read *rd; /* Owned. */
+} get_hold;
+
+static void get_hold_unref(void *p)
+{
+    get_hold *h = p;
+    if (atomic_fetch_sub(&h->refs, 1) == 1) {
+        lkv_store_get_end(h->rd); /* Any thread: gRPC's, after the send. */
+        free(h);
+    }
+}
+
 typedef struct get_state {
+    get_hold *hold;     /* Zero copy (hot, host arena): owns rd; NULL otherwise. */
     lkv_store_read *rd; /* Open read handle. */
     lkv_doc_info info;  /* Copy of the document's info. */
     lkv_dockey key;     /* Document key. */
@@ -535,6 +554,7 @@ typedef struct get_state {
 
 static int get_started(lkv_cache_svc *svc, lkv_rpc *rpc, get_state *st, int rc);
 static int get_send(const lkv_cache_svc *svc, lkv_rpc *rpc, get_state *st);
+static int get_send_pinned(lkv_rpc *rpc, get_state *st);
 
 /* Pool jobs of a Get: begin (a cold document is promoted: whole-document RocksDB reads) and the
  * reads of one message of a document streamed from the cold tier. */
@@ -634,8 +654,15 @@ static int get_started(lkv_cache_svc *svc, lkv_rpc *rpc, get_state *st, int rc)
         per = st->info.n_blocks;
     }
     st->per_msg = (uint32_t)(per > 0 ? per : 1);
-    st->buf = lkv_xmalloc((size_t)st->per_msg * bb);
     st->cold = lkv_store_get_pages(st->rd) == NULL;
+    if (!st->cold && lkv_store_get_block_ptr(st->rd, 0) != NULL) {
+        /* Hot in host memory: blocks go on the wire from the pinned arena pages. */
+        st->hold = lkv_xmalloc(sizeof(*st->hold));
+        atomic_init(&st->hold->refs, 1);
+        st->hold->rd = st->rd;
+    } else {
+        st->buf = lkv_xmalloc((size_t)st->per_msg * bb);
+    }
 
     Lazykv__V1__GetHeader h = LAZYKV__V1__GET_HEADER__INIT;
     lkv_dockey wire;
@@ -665,8 +692,69 @@ static int get_next(void *arg, lkv_rpc *rpc)
     if (st->cold) {
         return lkv_rpc_offload(rpc, get_read_work, get_read_done, st); /* RocksDB reads. */
     }
-    get_read(st); /* Copies out of the hot arena. */
+    if (st->hold != NULL) {
+        return get_send_pinned(rpc, st);
+    }
+    get_read(st); /* Copies out of the hot arena (not host-mapped: CUDA). */
     return get_send(arg, rpc, st);
+}
+
+static size_t put_varint(uint8_t *o, uint64_t v)
+{
+    size_t n = 0;
+    while (v >= 0x80) {
+        o[n++] = (uint8_t)(v | 0x80);
+        v >>= 7;
+    }
+    o[n++] = (uint8_t)v;
+    return n;
+}
+
+static size_t varint_len(uint64_t v)
+{
+    size_t n = 1;
+    while (v >= 0x80) {
+        v >>= 7;
+        n++;
+    }
+    return n;
+}
+
+/* Sends the next job_k blocks straight from the pinned arena pages: the GetResponse framing
+ * (field 2 "blocks", each a Block {index = 1, data = 2}) is written here and copied; the
+ * payloads are slices over the arena, released (one reference on the read) when gRPC is done. */
+static int get_send_pinned(lkv_rpc *rpc, get_state *st)
+{
+    uint32_t k = st->job_k;
+    uint64_t bb = st->info.block_bytes;
+    lkv_rpc_piece stack_p[2 * 16];
+    uint8_t stack_h[16 * 32];
+    lkv_rpc_piece *pc = k <= 16 ? stack_p : lkv_xmalloc(sizeof(*pc) * 2 * k);
+    uint8_t *hdr = k <= 16 ? stack_h : lkv_xmalloc(32u * k);
+    for (uint32_t i = 0; i < k; i++) {
+        uint32_t idx = st->next + i;
+        uint8_t *h = hdr + 32u * i;
+        size_t inner = 1 + varint_len(idx) + 1 + varint_len(bb) + bb;
+        size_t n = 0;
+        h[n++] = 0x12; /* GetResponse.blocks, length-delimited. */
+        n += put_varint(h + n, inner);
+        h[n++] = 0x08; /* Block.index, varint. */
+        n += put_varint(h + n, idx);
+        h[n++] = 0x12; /* Block.data, length-delimited. */
+        n += put_varint(h + n, bb);
+        pc[2 * i] = (lkv_rpc_piece){h, n, 0};
+        pc[2 * i + 1] = (lkv_rpc_piece){lkv_store_get_block_ptr(st->rd, idx), bb, 1};
+    }
+    atomic_fetch_add(&st->hold->refs, 1); /* This message's; released by the engine. */
+    int rc = lkv_rpc_send_pieces(rpc, pc, (int)(2 * k), get_hold_unref, st->hold);
+    if (pc != stack_p) {
+        free(pc);
+        free(hdr);
+    }
+    if (rc == 0) {
+        st->next += k;
+    }
+    return rc;
 }
 
 /* Sends the job_k blocks get_read read (or fails the call as it says). */
@@ -729,7 +817,11 @@ static void get_cleanup(void *arg, lkv_rpc *rpc)
     if (st == NULL) {
         return;
     }
-    lkv_store_get_end(st->rd);
+    if (st->hold != NULL) {
+        get_hold_unref(st->hold); /* The read ends once gRPC has let go of every block too. */
+    } else {
+        lkv_store_get_end(st->rd);
+    }
     free(st->buf);
     free(st);
     lkv_rpc_set_state(rpc, NULL);

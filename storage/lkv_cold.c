@@ -46,6 +46,7 @@ struct lkv_cold {
     rocksdb_readoptions_t *ropts;   /* Default read options (verify_checksums on). */
     rocksdb_readoptions_t *bropts;  /* Block reads: verify_checksums off (our XXH3 tag). */
     int fault_writes;               /* Injected failures left (atomic). */
+    int ledger_fd;                  /* The write ledger (pending markers), or -1. */
     char *dir;                      /* The database directory (owned). */
     lkv_cold_options o;             /* Options (copy). */
     pthread_rwlock_t lk;            /* Read side: every use of db; write side: a reopen. */
@@ -63,6 +64,8 @@ struct lkv_cold_snap {
     rocksdb_readoptions_t *ropts;   /* Read options pointing at it (records: checksums on). */
     rocksdb_readoptions_t *bropts;  /* The same for blocks (RocksDB checksums off: ours). */
 };
+
+static void ledger_open(lkv_cold *c);
 
 static void put_le32(uint8_t *o, uint32_t v)
 {
@@ -401,6 +404,10 @@ int lkv_cold_reset(lkv_cold *c, const char *why)
     rocksdb_close(c->db);
     c->db = NULL;
     int rc = damaged(c, why);
+    if (c->ledger_fd >= 0) {
+        close(c->ledger_fd); /* Moved aside with the rest. */
+        ledger_open(c);
+    }
     pthread_rwlock_unlock(&c->lk);
     return rc;
 }
@@ -506,6 +513,7 @@ int lkv_cold_open_ex(const char *dir, const lkv_cold_options *o, lkv_cold **out)
         return LKV_EINTERNAL;
     }
     c = lkv_xcalloc(1, sizeof *c);
+    c->ledger_fd = -1;
     c->dir = lkv_xmalloc(strlen(dir) + 1);
     strcpy(c->dir, dir);
     if (o != NULL) {
@@ -536,6 +544,7 @@ int lkv_cold_open_ex(const char *dir, const lkv_cold_options *o, lkv_cold **out)
     rocksdb_readoptions_set_verify_checksums(c->ropts, 1);
     c->bropts = rocksdb_readoptions_create();
     rocksdb_readoptions_set_verify_checksums(c->bropts, 0);
+    ledger_open(c);
     *out = c;
     return 0;
 }
@@ -630,6 +639,9 @@ void lkv_cold_close(lkv_cold *c)
     rocksdb_readoptions_destroy(c->ropts);
     rocksdb_readoptions_destroy(c->bropts);
     rocksdb_options_destroy(c->opts);
+    if (c->ledger_fd >= 0) {
+        close(c->ledger_fd);
+    }
     pthread_rwlock_destroy(&c->lk);
     free(c->dir);
     free(c);
@@ -692,8 +704,6 @@ void lkv_cold_batch_finish(lkv_cold_batch *b, const lkv_cold_doc *meta, const ui
     tag(k, sizeof k, rec, rlen, rec + rlen);
     rocksdb_writebatch_put(b->wb, (const char *)k, sizeof k, (const char *)rec,
                            rlen + LKV_COLD_TAG_BYTES);
-    k[0] = 'P'; /* The document is persisted: its pending marker (if any) goes in the batch. */
-    rocksdb_writebatch_delete(b->wb, (const char *)k, sizeof k);
     free(rec);
 }
 
@@ -751,9 +761,6 @@ int lkv_cold_delete(lkv_cold *c, const lkv_dockey *key, int sync)
     }
     rocksdb_writebatch_t *wb = rocksdb_writebatch_create();
     rocksdb_writebatch_delete(wb, (const char *)dk, sizeof dk);
-    dk[0] = 'P';
-    rocksdb_writebatch_delete(wb, (const char *)dk, sizeof dk);
-    dk[0] = 'D';
     rocksdb_writebatch_delete_range(wb, (const char *)lo, sizeof lo, (const char *)hi, sizeof hi);
     pthread_rwlock_rdlock(&c->lk);
     rocksdb_write(c->db, sync ? c->wsync : c->wasync, wb, &err);
@@ -1030,84 +1037,112 @@ int lkv_cold_scan(lkv_cold *c, lkv_cold_scan_fn fn, void *ctx, uint64_t *n_corru
     return rc;
 }
 
-/* ---- pending markers (write-back documents acknowledged, not yet persisted) -------------- */
+/* ---- pending markers: the write ledger ----------------------------------------------------- */
+
+#define LEDGER_NAME "lkv-pending.ledger"
+#define LEDGER_REC  33 /* op ('P' pending, 'U' no longer) | doc key (32). */
+
+static int ledger_append(lkv_cold *c, uint8_t op, const lkv_dockey *key)
+{
+    uint8_t r[LEDGER_REC];
+    if (c->ledger_fd < 0) {
+        return LKV_EIO;
+    }
+    r[0] = op;
+    memcpy(r + 1, key->b, LKV_DOCKEY_BYTES);
+    /* O_APPEND: one small write lands whole and in order; no fsync (a process crash keeps it,
+     * as it keeps the WAL the writer uses). */
+    return write(c->ledger_fd, r, sizeof r) == (ssize_t)sizeof r ? 0 : LKV_EIO;
+}
 
 int lkv_cold_mark_pending(lkv_cold *c, const lkv_dockey *key)
 {
-    uint8_t k[LKV_COLD_DOC_KEY_BYTES];
-    char *err = NULL;
-    uint64_t a = avail_bytes(c->dir);
-    if (lkv_cold_readonly(c) || (a != UINT64_MAX && a < c->o.min_free_bytes / 2)) {
-        return LKV_ENOSPC;
-    }
-    doc_key(key, k);
-    k[0] = 'P';
-    pthread_rwlock_rdlock(&c->lk);
-    rocksdb_put(c->db, c->wasync, (const char *)k, sizeof k, "", 0, &err);
-    pthread_rwlock_unlock(&c->lk);
-    return err != NULL ? rerr("pending marker", err) : 0;
+    return ledger_append(c, 'P', key);
 }
 
 void lkv_cold_unmark_pending(lkv_cold *c, const lkv_dockey *key)
 {
-    uint8_t k[LKV_COLD_DOC_KEY_BYTES];
-    char *err = NULL;
-    if (lkv_cold_readonly(c)) {
-        return;
+    (void)ledger_append(c, 'U', key);
+}
+
+/* Opens the ledger (lock-free appends from any thread). */
+static void ledger_open(lkv_cold *c)
+{
+    char p[4200];
+    snprintf(p, sizeof p, "%s/%s", c->dir, LEDGER_NAME);
+    c->ledger_fd = open(p, O_RDWR | O_CREAT | O_APPEND | O_CLOEXEC, 0600);
+    if (c->ledger_fd < 0) {
+        LKV_LOGW("cold: cannot open the write ledger %s (%s): write-back documents lost in a "
+                 "crash will be misses of cause never instead of lost",
+                 p, strerror(errno));
     }
-    doc_key(key, k);
-    k[0] = 'P';
-    pthread_rwlock_rdlock(&c->lk);
-    rocksdb_delete(c->db, c->wasync, (const char *)k, sizeof k, &err);
-    pthread_rwlock_unlock(&c->lk);
-    if (err != NULL) {
-        rerr("delete pending marker", err);
-    }
+}
+
+typedef struct ledger_ent {
+    lkv_dockey key; /* The document. */
+    uint8_t op;     /* 'P' or 'U'. */
+    size_t pos;     /* Record number in the ledger. */
+} ledger_ent;
+
+/* By key, then by position: the last entry of a key's run is its latest op. */
+static int ent_cmp(const void *a, const void *b)
+{
+    const ledger_ent *x = a, *y = b;
+    int c = memcmp(x->key.b, y->key.b, LKV_DOCKEY_BYTES);
+    return c != 0 ? c : x->pos < y->pos ? -1 : x->pos > y->pos;
 }
 
 int lkv_cold_scan_pending(lkv_cold *c, lkv_cold_pending_fn fn, void *ctx)
 {
-    rocksdb_readoptions_t *ro = rocksdb_readoptions_create();
-    const char lo[1] = {'P'}, hi[1] = {'Q'};
-    char *err = NULL;
-    int rc = 0;
-    rocksdb_readoptions_set_iterate_upper_bound(ro, hi, 1);
-    rocksdb_readoptions_set_verify_checksums(ro, 1);
+    if (c->ledger_fd < 0) {
+        return 0;
+    }
+    struct stat st;
+    if (fstat(c->ledger_fd, &st) != 0) {
+        return 0;
+    }
+    size_t n = (size_t)st.st_size / LEDGER_REC, m = 0;
+    ledger_ent *e = lkv_xmalloc((n ? n : 1) * sizeof *e);
+    uint8_t r[LEDGER_REC];
+    for (size_t i = 0; i < n; i++) {
+        if (pread(c->ledger_fd, r, sizeof r, (off_t)(i * LEDGER_REC)) != (ssize_t)sizeof r) {
+            break;
+        }
+        memcpy(e[m].key.b, r + 1, LKV_DOCKEY_BYTES);
+        e[m].op = r[0];
+        e[m].pos = i;
+        m++;
+    }
+    qsort(e, m, sizeof *e, ent_cmp);
+    ledger_ent *last = lkv_xmalloc((m ? m : 1) * sizeof *last);
+    size_t nl = 0;
+    for (size_t i = 0; i < m; i++) {
+        if (i + 1 == m || memcmp(e[i].key.b, e[i + 1].key.b, LKV_DOCKEY_BYTES) != 0) {
+            last[nl++] = e[i];
+        }
+    }
     pthread_rwlock_rdlock(&c->lk);
-    rocksdb_iterator_t *it = rocksdb_create_iterator(c->db, ro);
-    for (rocksdb_iter_seek(it, lo, 1); rocksdb_iter_valid(it); rocksdb_iter_next(it)) {
-        size_t klen;
-        const uint8_t *k = (const uint8_t *)rocksdb_iter_key(it, &klen);
-        if (klen != LKV_COLD_DOC_KEY_BYTES) {
+    for (size_t i = 0; i < nl; i++) {
+        if (last[i].op != 'P') {
             continue;
         }
-        lkv_dockey dk;
-        memcpy(dk.b, k + 1, LKV_DOCKEY_BYTES);
         uint8_t d[LKV_COLD_DOC_KEY_BYTES];
-        doc_key(&dk, d);
+        char *err = NULL;
         size_t vlen = 0;
+        doc_key(&last[i].key, d);
         char *v = rocksdb_get(c->db, c->ropts, (const char *)d, sizeof d, &vlen, &err);
         if (err != NULL) {
             rocksdb_free(err);
-            err = NULL;
         }
         int has_doc = v != NULL;
         rocksdb_free(v);
-        fn(ctx, &dk, has_doc);
-        if (!lkv_cold_readonly(c)) {
-            rocksdb_delete(c->db, c->wasync, (const char *)k, klen, &err);
-            if (err != NULL) {
-                rerr("delete pending marker", err);
-                err = NULL;
-            }
-        }
+        fn(ctx, &last[i].key, has_doc);
     }
-    rocksdb_iter_get_error(it, &err);
-    if (err != NULL) {
-        rc = rerr("scan pending markers", err);
-    }
-    rocksdb_iter_destroy(it);
     pthread_rwlock_unlock(&c->lk);
-    rocksdb_readoptions_destroy(ro);
-    return rc;
+    if (!c->readonly && ftruncate(c->ledger_fd, 0) != 0) {
+        LKV_LOGW("cold: cannot reset the write ledger: %s", strerror(errno));
+    }
+    free(e);
+    free(last);
+    return 0;
 }

@@ -12,7 +12,6 @@
  *   doc     key   'D' | doc key (32)
  *           value record (below) | tag (16), tag = XXH3-128 of the record seeded by XXH3-64
  *           of the key's 33 bytes
- *   pending key   'P' | doc key (32), empty value: acknowledged (write-back), not persisted yet
  *
  *   record  offset  size    field
  *           0       1       format version (2)
@@ -183,17 +182,19 @@ void lkv_cold_snap_release(lkv_cold *c, lkv_cold_snap *snap);
 typedef int (*lkv_cold_scan_fn)(void *ctx, const lkv_cold_doc *meta);
 int lkv_cold_scan(lkv_cold *c, lkv_cold_scan_fn fn, void *ctx, uint64_t *n_corrupt);
 
-/* Pending markers ('P' | doc key, empty value): a write-back document acknowledged but not yet
- * persisted. mark writes one (sync=false: it survives a process crash, like the WAL the writer
- * uses); the document's commit batch and its delete remove it. LKV_ENOSPC on a full disk. */
+/* Pending markers: the write ledger, dir/lkv-pending.ledger, an append-only file of 33-byte
+ * records (op 'P' or 'U' | doc key) kept outside RocksDB so that marking never waits behind
+ * the writer's multi-MiB batches (one write(2) with O_APPEND, no fsync: it survives a process
+ * crash, as the WAL the writer uses does). mark records a write-back document acknowledged and
+ * not yet persisted; unmark one dropped or deleted before it was persisted (not "lost"). A
+ * persisted document needs no record: at open its 'D' record is there. Both are best effort
+ * (LKV_EIO from mark if the ledger could not be opened or written). */
 int lkv_cold_mark_pending(lkv_cold *c, const lkv_dockey *key);
-
-/* Deletes key's pending marker (a write-back document dropped or deleted before it was
- * persisted: it is not "lost" in a crash). Best effort. */
 void lkv_cold_unmark_pending(lkv_cold *c, const lkv_dockey *key);
 
-/* At open: calls fn(ctx, key, has_doc) for every pending marker (has_doc: the document was
- * persisted after all) and deletes it (unless read-only). Returns 0 or a RocksDB error. */
+/* At open: calls fn(ctx, key, has_doc) for every key whose latest ledger record is 'P'
+ * (has_doc: it was persisted after all), then empties the ledger (unless read-only). The
+ * ledger grows by 33 bytes per write-back put until the next open. Returns 0. */
 typedef void (*lkv_cold_pending_fn)(void *ctx, const lkv_dockey *key, int has_doc);
 int lkv_cold_scan_pending(lkv_cold *c, lkv_cold_pending_fn fn, void *ctx);
 

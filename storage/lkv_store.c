@@ -1332,6 +1332,14 @@ int lkv_store_get_block(lkv_store_read *rd, uint32_t index, void *buf, size_t le
     return rc;
 }
 
+const void *lkv_store_get_block_ptr(const lkv_store_read *rd, uint32_t index)
+{
+    if (rd->snap != NULL || index >= rd->info.n_blocks) {
+        return NULL;
+    }
+    return lkv_arena_host_ptr(rd->s->arena, rd->pages[index]);
+}
+
 const lkv_doc_info *lkv_store_get_info(const lkv_store_read *rd)
 {
     return &rd->info;

@@ -312,6 +312,12 @@ int lkv_store_get_begin(lkv_store *s, const lkv_dockey *key, lkv_store_read **ou
  * (the document is then deleted and counted; stop streaming). */
 int lkv_store_get_block(lkv_store_read *rd, uint32_t index, void *buf, size_t len);
 
+/* Where block index of a document read from the hot tier lies in host memory (the host arena,
+ * mapped in this process), for sending it without a copy: the block_bytes bytes there stay
+ * valid and unchanged until lkv_store_get_end(rd). NULL if the read streams from the cold tier,
+ * the arena is not host-mapped (CUDA), or index is out of range. */
+const void *lkv_store_get_block_ptr(const lkv_store_read *rd, uint32_t index);
+
 /* Info of the document being read (borrowed, valid until lkv_store_get_end). */
 const lkv_doc_info *lkv_store_get_info(const lkv_store_read *rd);
 
