@@ -885,6 +885,13 @@ static int delete_reply(lkv_cache_svc *svc, lkv_rpc *rpc, const lkv_dockey *kp, 
         return lkv_rpc_errorf(rpc, rc, "document %s is pinned by a lease; release it first",
                               key_hex(&key, hex));
     }
+    if (rc == LKV_ENOSPC) {
+        return lkv_rpc_errorf(rpc, rc,
+                              "Delete of %s failed: the disk of the cold tier is full, so the "
+                              "delete cannot be made durable; nothing was deleted (free space "
+                              "and retry)",
+                              key_hex(&key, hex));
+    }
     if (rc != 0) {
         return lkv_rpc_errorf(rpc, rc, "Delete of %s failed: %s", key_hex(&key, hex),
                               lkv_strerror(rc));

@@ -1395,9 +1395,18 @@ int lkv_store_delete(lkv_store *s, const lkv_dockey *key)
     } else if (d->user_pins > 0) {
         rc = LKV_EBUSY;
     } else {
-        lkv__kill(s, d, LKV_MISS_DELETED, s->cfg.durability == LKV_DURABILITY_WRITE_THROUGH);
-        lkv__settle(s, d);
-        s->st.deletes++;
+        int sync = s->cfg.durability == LKV_DURABILITY_WRITE_THROUGH;
+        if (d->cold && d->cold_pins == 0) {
+            /* The RocksDB delete first (through the WAL): if it cannot be written (a full
+             * disk), the delete fails and changes nothing, rather than come back to life at
+             * the next start. (A doc being read or written is deleted when that ends.) */
+            rc = lkv_cold_delete(s->cold, &d->key, sync);
+        }
+        if (rc == 0) {
+            lkv__kill(s, d, LKV_MISS_DELETED, sync);
+            lkv__settle(s, d);
+            s->st.deletes++;
+        }
     }
     pthread_mutex_unlock(&s->mu);
     return rc;

@@ -334,8 +334,10 @@ int lkv_store_get_all(lkv_store *s, const lkv_dockey *key, void *buf, size_t len
 
 /* ---- Delete, pins, eviction ------------------------------------------------------------ */
 
-/* Deletes key from both tiers (RocksDB delete, sync in write-through mode). LKV_ENOTFOUND if
- * absent, LKV_EBUSY if pinned by lkv_store_pin. Readers in progress finish intact. */
+/* Deletes key from both tiers (RocksDB delete through the WAL, sync in write-through mode).
+ * LKV_ENOTFOUND if absent, LKV_EBUSY if pinned by lkv_store_pin, LKV_ENOSPC / LKV_EIO if the
+ * RocksDB delete cannot be written (disk full): then nothing changed. Readers in progress
+ * finish intact. */
 int lkv_store_delete(lkv_store *s, const lkv_dockey *key);
 
 /* Pins key in the hot tier (promoting it first if cold; LKV_ENOSPC if it cannot be made hot,

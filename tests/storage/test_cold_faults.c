@@ -186,7 +186,12 @@ static void test_start_on_full_disk(void)
     ASSERT_EQ(st.cold_readonly, 1);
     ASSERT_EQ(st.cold_docs, 1);
     ASSERT_OK(su_check(s, &k1, 1, 40)); /* Served from the read-only tier. */
-    ASSERT_OK(su_put(s, 2, 40, &k2));   /* Hot; waits for room. */
+    lkv_store_demote(s, &k1);
+    ASSERT_ERR(lkv_store_delete(s, &k1), LKV_ENOSPC); /* Cannot be made durable: refused... */
+    lkv_doc_info in;
+    ASSERT_OK(lkv_store_lookup(s, &k1, 1, &in));
+    ASSERT_EQ(in.present, 1);         /* ... and nothing changed. */
+    ASSERT_OK(su_put(s, 2, 40, &k2)); /* Hot; waits for room. */
     ASSERT_ERR(lkv_store_flush(s), LKV_ENOSPC);
     unfill(mnt);
     wait_persisted(s, 1);
