@@ -7,6 +7,8 @@
  *                still read, and puts work again once space is freed; a store opened on a
  *                full disk opens read-only, serves what it has, and reopens read-write (and
  *                persists the waiting backlog) once there is room.
+ *   backlog      write-back's backlog bound (lkv_store_put_wait) with the writer stuck on the
+ *                full disk: the next put waits, and is called back once space is freed.
  *   read-only    the same tmpfs remounted read-only: a clear refusal at open (LKV_EIO).
  *   damaged      in a plain temp dir: CURRENT missing, MANIFEST missing, a table file corrupt,
  *                a WAL record corrupt before its tail: each refused (LKV_ECORRUPT) by default,
@@ -19,6 +21,7 @@
  */
 #include <dirent.h>
 #include <fcntl.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -169,6 +172,59 @@ static void test_disk_full_write_back(void)
     ASSERT_OK(lkv_store_close(s));
     s = open_cfg(dir, WB, MIN_FREE, 0, NULL);
     ASSERT_EQ(su_stats(s).cold_docs, 2);
+    ASSERT_OK(lkv_store_close(s));
+}
+
+static atomic_int room_calls;
+static void on_room(const void *blob)
+{
+    ASSERT_EQ(*(const int *)blob, 42);
+    atomic_fetch_add(&room_calls, 1);
+}
+
+/* The write-back backlog bound: with the writer stuck on a full disk, a second put cannot
+ * commit (lkv_store_put_wait says LKV_EAGAIN and registers a waiter); once space is freed the
+ * writer drains the backlog and calls the waiter, and the put goes through. */
+static void test_backlog_bound(void)
+{
+    char dir[512];
+    snprintf(dir, sizeof dir, "%s/backlog", mnt);
+    lkv_store_config c;
+    lkv_store *s = NULL;
+    su_config(&c, dir, 64, 0, WB);
+    c.cold_min_free_bytes = MIN_FREE;
+    c.wb_max_backlog_bytes = 8 * TINY_BB; /* Less than two 40-token documents (10 KiB). */
+    ASSERT_OK(lkv_store_open(&c, &s));
+    fill_to(mnt, MIN_FREE - (1u << 20));
+    lkv_dockey k1, k2;
+    ASSERT_OK(su_put(s, 1, 40, &k1)); /* The backlog was empty: in, then stuck. */
+    uint8_t salt[32];
+    uint32_t t[40];
+    lkv_kv_shape sh = tiny_profile("x").shape;
+    uint8_t kv[10 * TINY_BB];
+    lkv_tenant_salt_default(salt);
+    su_doc_tokens(2, 40, t);
+    su_fill_doc(&sh, 40, 2, kv);
+    lkv_store_put *tx;
+    ASSERT_OK(lkv_store_put_begin(s, salt, "tiny", t, 40, &tx, &k2, NULL));
+    for (uint32_t i = 0; i < 10; i++) {
+        ASSERT_OK(lkv_store_put_block(tx, i, kv + i * TINY_BB, TINY_BB));
+    }
+    int tag = 42;
+    ASSERT_ERR(lkv_store_put_wait(tx, on_room, &tag, sizeof tag), LKV_EAGAIN);
+    usleep(300000);
+    ASSERT_EQ(atomic_load(&room_calls), 0); /* Still no room: the disk is full. */
+    ASSERT_TRUE(su_stats(s).wb_backlog_bytes >= 10 * TINY_BB);
+    unfill(mnt);
+    for (int i = 0; i < 1000 && atomic_load(&room_calls) == 0; i++) {
+        usleep(10000);
+    }
+    ASSERT_EQ(atomic_load(&room_calls), 1);
+    ASSERT_OK(lkv_store_put_wait(tx, NULL, NULL, 0)); /* Reserved now. */
+    ASSERT_OK(lkv_store_put_commit(tx));
+    ASSERT_OK(lkv_store_flush(s));
+    ASSERT_EQ(su_stats(s).wb_backlog_bytes, 0);
+    ASSERT_OK(su_check(s, &k2, 2, 40));
     ASSERT_OK(lkv_store_close(s));
 }
 
@@ -468,6 +524,7 @@ int main(void)
     }
     LKV_RUN(test_disk_full_write_through);
     LKV_RUN(test_disk_full_write_back);
+    LKV_RUN(test_backlog_bound);
     LKV_RUN(test_start_on_full_disk);
     LKV_RUN(test_readonly_dir);
     umount_tmpfs();
