@@ -282,7 +282,7 @@ static int scan_cb(void *ctx, const lkv_cold_doc *m)
     d->block_bytes = m->block_bytes;
     d->created_ms = m->created_ms;
     d->state = ST_VISIBLE;
-    lkv__acct(s, d);
+    lkv__sizes_sync(s, d);
     lkv__kidx_insert(s, d);
     lkv__cidx_insert(s, d);
     if (lkv__cold_admit(s, d) != 0) {
@@ -949,7 +949,7 @@ static void discard_locked(lkv_store *s, doc *d)
         lkv__kidx_remove(s, d);
     }
     d->state = ST_DEAD;
-    lkv__acct(s, d);
+    lkv__sizes_sync(s, d);
     if (d->hot_pins > 0) {
         lkv__hot_unpin(s, d); /* The stager's pin (none if the reservation was deferred). */
     }
@@ -980,7 +980,7 @@ void lkv_store_put_abort(lkv_store_put *tx)
 static void publish_locked(lkv_store *s, doc *d)
 {
     d->state = ST_VISIBLE;
-    lkv__acct(s, d);
+    lkv__sizes_sync(s, d);
     if (!d->indexed) {
         lkv__kidx_insert(s, d);
     }
@@ -1501,7 +1501,7 @@ int lkv_store_foreach(lkv_store *s, lkv_store_foreach_fn fn, void *ctx)
 void lkv_store_stats_get(lkv_store *s, lkv_store_stats *out)
 {
     pthread_mutex_lock(&s->mu);
-    *out = s->st; /* Tier sizes included: counters kept by lkv__acct, no walk. */
+    *out = s->st; /* Tier sizes included: counters kept by lkv__sizes_sync, no walk. */
     out->hot_bytes = lkv_policy_bytes_used(s->hotp);
     out->hot_bytes_pinned = lkv_policy_bytes_pinned(s->hotp);
     out->hot_budget = lkv_policy_budget(s->hotp);

@@ -110,8 +110,8 @@ typedef struct doc {
     unsigned queued : 1;    /* In the write-back queue. */
     unsigned indexed : 1;   /* In the key index. */
     unsigned cindexed : 1;  /* In the content index. */
-    unsigned acc_hot : 1;   /* Counted in the store's hot_docs/hot_blocks (lkv__acct). */
-    unsigned acc_cold : 1;  /* Counted in the store's cold_docs/blocks/bytes (lkv__acct). */
+    unsigned sz_hot : 1;    /* Counted in the store's hot_docs/hot_blocks (lkv__sizes_sync). */
+    unsigned sz_cold : 1;   /* Counted in the store's cold_docs/blocks/bytes (lkv__sizes_sync). */
     uint32_t hot_pins;      /* Pins held in the hot tier (the one count; see the file comment). */
     uint32_t user_pins;     /* Of which lkv_store_pin pins. */
     uint32_t cold_pins;     /* Pins held in the cold tier. */
@@ -177,7 +177,7 @@ struct lkv_store {
     struct doc *wbuild;             /* The doc the writer is copying into its batch (hot-pinned). */
     struct wb_waiter *waiters_tail; /* Last waiter, or NULL. */
     uint64_t wb_failed_seen;        /* wb_failed already reported by flush/close. */
-    lkv_store_stats st; /* Counters, tier sizes included (kept by lkv__acct: O(1) stats). */
+    lkv_store_stats st; /* Counters, tier sizes included (kept by lkv__sizes_sync: O(1) stats). */
 };
 
 /* A demotion whose batch is built (under the lock) and not yet written (lkv__demote_flush). */
@@ -244,11 +244,11 @@ static inline uint64_t lkv__cold_bytes(const doc *d)
  * cold, cold_busy or promoting (lock held): a doc counts in hot_docs/hot_blocks while VISIBLE,
  * hot and not promoting, and in cold_docs/cold_blocks/cold_bytes while VISIBLE, cold and not
  * cold_busy (what lookups report as hot and persisted). So lkv_store_stats_get is O(1). */
-static inline void lkv__acct(lkv_store *s, doc *d)
+static inline void lkv__sizes_sync(lkv_store *s, doc *d)
 {
     unsigned h = d->state == ST_VISIBLE && d->hot && !d->promoting;
     unsigned c = d->state == ST_VISIBLE && d->cold && !d->cold_busy;
-    if (h != d->acc_hot) {
+    if (h != d->sz_hot) {
         if (h) {
             s->st.hot_docs++;
             s->st.hot_blocks += d->n_blocks;
@@ -256,9 +256,9 @@ static inline void lkv__acct(lkv_store *s, doc *d)
             s->st.hot_docs--;
             s->st.hot_blocks -= d->n_blocks;
         }
-        d->acc_hot = h;
+        d->sz_hot = h;
     }
-    if (c != d->acc_cold) {
+    if (c != d->sz_cold) {
         if (c) {
             s->st.cold_docs++;
             s->st.cold_blocks += d->n_blocks;
@@ -268,7 +268,7 @@ static inline void lkv__acct(lkv_store *s, doc *d)
             s->st.cold_blocks -= d->n_blocks;
             s->st.cold_bytes -= lkv__cold_bytes(d);
         }
-        d->acc_cold = c;
+        d->sz_cold = c;
     }
 }
 

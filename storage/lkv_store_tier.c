@@ -108,7 +108,7 @@ int lkv__hot_admit(lkv_store *s, doc *d)
     }
     MUST_OK(lkv_arena_alloc(s->arena, d->n_blocks, d->pages)); /* The budget is the arena. */
     d->hot = 1;
-    lkv__acct(s, d);
+    lkv__sizes_sync(s, d);
     return 0;
 }
 
@@ -119,7 +119,7 @@ static void hot_release(lkv_store *s, doc *d)
     MUST_OK(lkv_policy_remove(s->hotp, d->pid));
     lkv_arena_free(s->arena, d->n_blocks, d->pages);
     d->hot = 0;
-    lkv__acct(s, d);
+    lkv__sizes_sync(s, d);
     free(d->tokens);
     d->tokens = NULL;
 }
@@ -175,7 +175,7 @@ int lkv__cold_admit(lkv_store *s, doc *d)
     }
     if (rc == 0) {
         d->cold = 1;
-        lkv__acct(s, d);
+        lkv__sizes_sync(s, d);
     }
     return rc;
 }
@@ -186,7 +186,7 @@ static void cold_unadmit(lkv_store *s, doc *d)
     assert(d->cold && d->cold_pins == 0);
     MUST_OK(lkv_policy_remove(s->coldp, d->pid));
     d->cold = 0;
-    lkv__acct(s, d);
+    lkv__sizes_sync(s, d);
     /* A dead doc of the same key may have left its data for this one (see cold_drop): with
      * this write failed, nobody owns it. Best effort. */
     doc *owner = lkv__kidx_find(s, &d->key);
@@ -215,7 +215,7 @@ static void cold_drop(lkv_store *s, doc *d, int from_cb, int sync)
         MUST_OK(lkv_policy_remove(s->coldp, d->pid));
     }
     d->cold = 0;
-    lkv__acct(s, d);
+    lkv__sizes_sync(s, d);
 }
 
 /* Makes d invisible (DEAD) and remembers its key with cause. Releases at once what nothing
@@ -245,7 +245,7 @@ void lkv__kill(lkv_store *s, doc *d, int cause, int sync)
         lkv_cold_unmark_pending(s->cold, &d->key); /* Never persisted, and not lost either. */
     }
     d->state = ST_DEAD;
-    lkv__acct(s, d);
+    lkv__sizes_sync(s, d);
     /* Entries still held (pinned) in a policy move to a private id, so that a new document of
      * the same key can be admitted meanwhile. */
     lkv__rekey(s, d, STAGE_BIT | d->slot);
@@ -308,7 +308,7 @@ static void hot_evict_cb(void *ctx, uint64_t id, uint64_t bytes)
             s->demotions = m;
             lkv__cold_pin(s, d);
             d->cold_busy = 1;
-            lkv__acct(s, d);
+            lkv__sizes_sync(s, d);
             d->refs++;
         } else {
             s->st.drops++;
@@ -317,7 +317,7 @@ static void hot_evict_cb(void *ctx, uint64_t id, uint64_t bytes)
     }
     lkv_arena_free(s->arena, d->n_blocks, d->pages);
     d->hot = 0;
-    lkv__acct(s, d);
+    lkv__sizes_sync(s, d);
     free(d->tokens);
     d->tokens = NULL;
     if (!d->cold) {
@@ -411,7 +411,7 @@ int lkv__promote(lkv_store *s, doc *d, int must_hot)
     }
     lkv__hot_pin(s, d);
     d->promoting = 1;
-    lkv__acct(s, d);
+    lkv__sizes_sync(s, d);
     /* The snapshot first, while d is certainly visible with its data (once the lock drops, a
      * delete and a new document of the same key may come and go). */
     lkv_cold_snap *snap = lkv_cold_snap_create(s->cold);
@@ -424,7 +424,7 @@ int lkv__promote(lkv_store *s, doc *d, int must_hot)
     pthread_mutex_lock(&s->mu);
     lkv_cold_snap_release(s->cold, snap);
     d->promoting = 0;
-    lkv__acct(s, d);
+    lkv__sizes_sync(s, d);
     lkv__cold_unpin(s, d);
     lkv__settle(s, d); /* If it was deleted meanwhile, its RocksDB data can go now. */
     pthread_cond_broadcast(&s->cv);
@@ -465,7 +465,7 @@ void lkv__demote_flush(lkv_store *s)
             list = m->next;
             lkv__cold_unpin(s, d);
             d->cold_busy = 0;
-            lkv__acct(s, d);
+            lkv__sizes_sync(s, d);
             if (m->rc == 0) {
                 s->st.demotions++;
             } else {
@@ -502,7 +502,7 @@ int lkv__write_through(lkv_store *s, doc *d)
     }
     lkv__cold_pin(s, d);
     d->cold_busy = 1;
-    lkv__acct(s, d);
+    lkv__sizes_sync(s, d);
     pthread_mutex_unlock(&s->mu);
     uint8_t *scratch = s->scratch ? lkv_xmalloc(s->page_bytes) : NULL;
     rc = write_doc(s, d, 1, scratch);
@@ -510,7 +510,7 @@ int lkv__write_through(lkv_store *s, doc *d)
     pthread_mutex_lock(&s->mu);
     lkv__cold_unpin(s, d);
     d->cold_busy = 0;
-    lkv__acct(s, d);
+    lkv__sizes_sync(s, d);
     if (rc != 0) {
         cold_unadmit(s, d);
     }
@@ -625,7 +625,7 @@ static void *writer_main(void *arg)
          * and cold_busy until the write is done. */
         lkv__cold_pin(s, d);
         d->cold_busy = 1;
-        lkv__acct(s, d);
+        lkv__sizes_sync(s, d);
         lkv__hot_pin(s, d);
         s->writer_busy = 1;
         s->wbuild = d;
@@ -654,7 +654,7 @@ static void *writer_main(void *arg)
         s->writer_busy = 0;
         lkv__cold_unpin(s, d);
         d->cold_busy = 0;
-        lkv__acct(s, d);
+        lkv__sizes_sync(s, d);
         if (skipped) {
             cold_unadmit(s, d);
             wb_done(s, d);
