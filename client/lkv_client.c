@@ -939,6 +939,31 @@ static int get_decode(get_msg *m, const uint8_t *p, const uint8_t *end)
     return 0;
 }
 
+/* For tests (tests/client/test_client.c, declared there): decodes one GetResponse encoding
+ * with get_decode and reports what it found: up to cap blocks (index, data pointer into p,
+ * length) and whether it had a header. 0, or -1 if malformed. */
+int lkv__get_response_scan(const uint8_t *p, size_t len, uint32_t *idx, const uint8_t **data,
+                           size_t *lens, size_t cap, size_t *n, int *has_header);
+int lkv__get_response_scan(const uint8_t *p, size_t len, uint32_t *idx, const uint8_t **data,
+                           size_t *lens, size_t cap, size_t *n, int *has_header)
+{
+    get_msg m;
+    memset(&m, 0, sizeof m);
+    int rc = get_decode(&m, p, p + len);
+    *n = m.n_blk;
+    *has_header = m.hdr != NULL;
+    for (size_t i = 0; i < m.n_blk && i < cap; i++) {
+        idx[i] = m.blk[i].index;
+        data[i] = m.blk[i].data;
+        lens[i] = m.blk[i].len;
+    }
+    if (m.hdr != NULL) {
+        lazykv__v1__get_header__free_unpacked(m.hdr, NULL);
+    }
+    free(m.blk);
+    return rc;
+}
+
 /* Receives the next message into g->m. Returns 1 if one came, 0 at the end of the stream (the
  * status then decides), or a negative code (recorded in g). */
 static int get_recv(lkv_get_t *g)
