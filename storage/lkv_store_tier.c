@@ -290,7 +290,10 @@ static void hot_evict_cb(void *ctx, uint64_t id, uint64_t bytes)
     s->st.evictions_hot++;
     if (!d->cold) {
         lkv_cold_batch *b = NULL;
-        int rc = lkv_cold_can_write(s->cold, lkv__cold_bytes(d));
+        /* (Read-only after a full disk at open: no reopen attempt here, under the store lock;
+         * the writer thread makes it.) */
+        int rc = lkv_cold_readonly(s->cold) ? LKV_ENOSPC
+                                            : lkv_cold_can_write(s->cold, lkv__cold_bytes(d));
         if (rc == 0) {
             rc = lkv__cold_admit(s, d);
         }
