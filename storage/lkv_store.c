@@ -22,6 +22,7 @@
 #include <sys/stat.h>
 #include <time.h>
 
+#include "lkv_arena.h"
 #include "lkv_store_int.h"
 
 static int64_t now_ms(void)
@@ -239,6 +240,83 @@ static int stats_register(lkv_store *s)
     return lkv_stats_register(s->stats, d, N_STORE_STATS, stats_read, s, &s->stats_group);
 }
 
+/* Per region: used, pinned, budget bytes and free pages (REGION_STATS values each). */
+#define REGION_STATS 4
+
+static void region_stats_read(void *ctx, double *vals, int n)
+{
+    lkv_store *s = ctx;
+    pthread_mutex_lock(&s->mu);
+    for (int r = 0; r < s->n_profiles && (r + 1) * REGION_STATS <= n; r++) {
+        lkv_arena_region_info ri;
+        lkv_arena_region(s->arena, r, &ri);
+        vals[r * REGION_STATS + 0] = (double)lkv_policy_bytes_used(s->reg[r].hotp);
+        vals[r * REGION_STATS + 1] = (double)lkv_policy_bytes_pinned(s->reg[r].hotp);
+        vals[r * REGION_STATS + 2] = (double)lkv_policy_budget(s->reg[r].hotp);
+        vals[r * REGION_STATS + 3] = (double)ri.n_free;
+    }
+    pthread_mutex_unlock(&s->mu);
+}
+
+/* Registers every region's bytes held, pinned, budget and free pages (labels profile=NAME). */
+static int region_stats_register(lkv_store *s)
+{
+    int n = s->n_profiles * REGION_STATS;
+    lkv_stat_desc *d = lkv_xcalloc((size_t)n, sizeof(*d));
+    char(*labels)[96] = lkv_xcalloc((size_t)s->n_profiles, sizeof(*labels));
+    char(*keys)[96] = lkv_xcalloc((size_t)n, sizeof(*keys));
+    static const char *const names[REGION_STATS] = {
+        "store_region_bytes_used", "store_region_bytes_pinned", "store_region_bytes_budget",
+        "store_region_pages_free"};
+    static const char *const sfx[REGION_STATS] = {"bytes_used", "bytes_pinned", "bytes_budget",
+                                                  "pages_free"};
+    static const char *const help[REGION_STATS] = {
+        "Hot bytes held in the profile's arena region (pages held * its page size).",
+        "Of those, pinned (leases, reads, in-flight puts and reservations).",
+        "The region's budget (its pages * its page size).", "Free pages of the region."};
+    for (int r = 0; r < s->n_profiles; r++) {
+        snprintf(labels[r], sizeof(labels[r]), "profile=%s", s->profiles[r].name);
+        for (int k = 0; k < REGION_STATS; k++) {
+            lkv_stat_desc *e = &d[r * REGION_STATS + k];
+            snprintf(keys[r * REGION_STATS + k], sizeof(keys[0]), "%s.%s", s->profiles[r].name,
+                     sfx[k]);
+            e->name = names[k];
+            e->labels = labels[r];
+            e->kind = LKV_STAT_GAUGE;
+            e->unit = k == 3 ? "pages" : "bytes";
+            e->help = help[k];
+            e->section = "regions";
+            e->key = keys[r * REGION_STATS + k];
+        }
+    }
+    int rc = lkv_stats_register(s->stats, d, n, region_stats_read, s, &s->region_group);
+    free(d);
+    free(labels);
+    free(keys);
+    return rc;
+}
+
+int lkv_store_region_get(lkv_store *s, int r, lkv_store_region *out)
+{
+    if (r < 0 || r >= s->n_profiles || out == NULL) {
+        return LKV_EINVAL;
+    }
+    lkv_arena_region_info ri;
+    memset(out, 0, sizeof(*out));
+    pthread_mutex_lock(&s->mu);
+    lkv_arena_region(s->arena, r, &ri);
+    out->profile = &s->profiles[r];
+    out->base_offset = ri.base_offset;
+    out->page_bytes = ri.page_bytes;
+    out->n_pages = ri.n_pages;
+    out->pages_free = ri.n_free;
+    out->bytes_used = lkv_policy_bytes_used(s->reg[r].hotp);
+    out->bytes_pinned = lkv_policy_bytes_pinned(s->reg[r].hotp);
+    out->budget = lkv_policy_budget(s->reg[r].hotp);
+    pthread_mutex_unlock(&s->mu);
+    return 0;
+}
+
 lkv_stats *lkv_store_stats_registry(lkv_store *s)
 {
     return s->stats;
@@ -278,6 +356,62 @@ static int scan_cb(void *ctx, const lkv_cold_doc *m)
     return 0;
 }
 
+int lkv_store_plan_regions(const lkv_profile *profiles, int n, uint64_t hot_bytes,
+                           lkv_arena_region_cfg *out, char *err, int errlen)
+{
+    uint64_t explicit_sum = 0, default_pages = 0;
+    int n_default = 0;
+    char dummy[8];
+    if (err == NULL) {
+        err = dummy;
+        errlen = (int)sizeof(dummy);
+    }
+    err[0] = '\0';
+    if (n < 1 || n > LKV_ARENA_MAX_REGIONS) {
+        snprintf(err, (size_t)errlen, "%d profiles: 1..%d are allowed", n, LKV_ARENA_MAX_REGIONS);
+        return LKV_ECONFIG;
+    }
+    for (int i = 0; i < n; i++) {
+        out[i].page_bytes = lkv_arena_page_size(lkv_block_bytes(&profiles[i].shape));
+        if (out[i].page_bytes == 0) {
+            snprintf(err, (size_t)errlen, "profile '%.64s': empty block", profiles[i].name);
+            return LKV_ECONFIG;
+        }
+        if (profiles[i].hot_bytes > 0) {
+            explicit_sum += profiles[i].hot_bytes;
+        } else {
+            default_pages += out[i].page_bytes;
+            n_default++;
+        }
+    }
+    if (explicit_sum > hot_bytes || (n_default > 0 && explicit_sum == hot_bytes)) {
+        snprintf(err, (size_t)errlen,
+                 "the profiles' hot_bytes add up to %" PRIu64 " bytes, %s hot_bytes (%" PRIu64
+                 ")%s: lower them or raise hot_bytes",
+                 explicit_sum, explicit_sum > hot_bytes ? "more than" : "all of", hot_bytes,
+                 n_default > 0 ? ", leaving nothing for the profiles without one" : "");
+        return LKV_ECONFIG;
+    }
+    /* Equal token capacity: every default profile gets the same number of pages. */
+    uint64_t each = n_default > 0 ? (hot_bytes - explicit_sum) / default_pages : 0;
+    for (int i = 0; i < n; i++) {
+        uint64_t pages =
+            profiles[i].hot_bytes > 0 ? profiles[i].hot_bytes / out[i].page_bytes : each;
+        if (pages < 1 || pages > LKV_REF_MAX_PAGE + 1ull) {
+            snprintf(err, (size_t)errlen,
+                     "profile '%.64s' gets %" PRIu64 " arena pages of %" PRIu64
+                     " bytes (1..%u allowed) from %s: set profile.%.64s.hot_bytes or change "
+                     "hot_bytes (%" PRIu64 ")",
+                     profiles[i].name, pages, out[i].page_bytes, LKV_REF_MAX_PAGE + 1u,
+                     profiles[i].hot_bytes > 0 ? "its hot_bytes" : "its share of hot_bytes",
+                     profiles[i].name, hot_bytes);
+            return LKV_ECONFIG;
+        }
+        out[i].n_pages = (uint32_t)pages;
+    }
+    return 0;
+}
+
 static int bad_config(const char *what)
 {
     LKV_LOGE("store config: %s", what);
@@ -287,9 +421,10 @@ static int bad_config(const char *what)
 int lkv_store_open(const lkv_store_config *cfg, lkv_store **out)
 {
     lkv_store *s;
-    char err[160];
+    char err[400];
     int rc;
     uint64_t max_block = 0;
+    lkv_arena_region_cfg *plan = NULL;
 
     *out = NULL;
     if (cfg == NULL || cfg->data_dir == NULL || cfg->data_dir[0] == '\0') {
@@ -331,21 +466,24 @@ int lkv_store_open(const lkv_store_config *cfg, lkv_store **out)
         max_block = bb > max_block ? bb : max_block;
     }
     s->page_bytes = lkv_arena_page_size(max_block);
-    uint64_t n_pages = cfg->hot_bytes / s->page_bytes;
-    if (n_pages < 1 || n_pages > LKV_REF_MAX_PAGE + 1ull) {
-        LKV_LOGE("store config: hot_bytes %llu gives %llu pages of %llu bytes (1..%u allowed)",
-                 (unsigned long long)cfg->hot_bytes, (unsigned long long)n_pages,
-                 (unsigned long long)s->page_bytes, LKV_REF_MAX_PAGE + 1u);
+    plan = lkv_xcalloc((size_t)s->n_profiles, sizeof(*plan));
+    if (lkv_store_plan_regions(s->profiles, s->n_profiles, cfg->hot_bytes, plan, err,
+                               (int)sizeof err) != 0) {
+        LKV_LOGE("store config: %s", err);
         rc = LKV_ECONFIG;
         goto fail_early;
+    }
+    uint64_t n_pages = 0;
+    for (int i = 0; i < s->n_profiles; i++) {
+        n_pages += plan[i].n_pages;
     }
     if (mkdir(cfg->data_dir, 0700) != 0 && errno != EEXIST) {
         LKV_LOGE("store: mkdir %s: %s", cfg->data_dir, strerror(errno));
         rc = LKV_EIO;
         goto fail_early;
     }
-    rc = lkv_arena_create(cfg->hot_backend, cfg->cuda_device, s->page_bytes, (uint32_t)n_pages,
-                          &s->arena);
+    rc = lkv_arena_create_regions(cfg->hot_backend, cfg->cuda_device, plan, s->n_profiles,
+                                  &s->arena);
     if (rc != 0) {
         goto fail_early;
     }
@@ -358,7 +496,18 @@ int lkv_store_open(const lkv_store_config *cfg, lkv_store **out)
     if (fault != NULL) {
         lkv_cold_fault_writes(s->cold, atoi(fault));
     }
-    MUST_OK(lkv_policy_create(cfg->policy_kind, n_pages * s->page_bytes, &s->hotp));
+    s->reg = lkv_xcalloc((size_t)s->n_profiles, sizeof(*s->reg));
+    for (int i = 0; i < s->n_profiles; i++) {
+        lkv_arena_region_info ri;
+        MUST_OK(lkv_arena_region(s->arena, i, &ri));
+        s->reg[i].page_bytes = ri.page_bytes;
+        s->reg[i].base_offset = ri.base_offset;
+        s->reg[i].n_pages = ri.n_pages;
+        MUST_OK(lkv_policy_create(cfg->policy_kind, (uint64_t)ri.n_pages * ri.page_bytes,
+                                  &s->reg[i].hotp));
+    }
+    free(plan);
+    plan = NULL;
     MUST_OK(lkv_policy_create(cfg->policy_kind, cfg->cold_bytes ? cfg->cold_bytes : UINT64_MAX,
                               &s->coldp));
     if (lkv_arena_backend(s->arena) != LKV_ARENA_HOST) {
@@ -386,22 +535,26 @@ int lkv_store_open(const lkv_store_config *cfg, lkv_store **out)
         s->stats = s->own_stats;
     }
     rc = stats_register(s);
+    if (rc == 0) {
+        rc = region_stats_register(s);
+    }
     if (rc != 0) {
         lkv_store_close(s);
         return rc;
     }
     lkv__writer_start(s);
-    LKV_LOGI("store: open %s: hot %s %llu pages x %llu B, cold %llu docs (budget %llu B), "
-             "%s, %s, %d profiles",
-             cfg->data_dir, lkv_arena_backend(s->arena) == LKV_ARENA_HOST ? "host" : "cuda",
-             (unsigned long long)n_pages, (unsigned long long)s->page_bytes,
-             (unsigned long long)lkv_policy_count(s->coldp), (unsigned long long)cfg->cold_bytes,
-             lkv_durability_name(cfg->durability), lkv_policy_name(cfg->policy_kind),
-             s->n_profiles);
+    LKV_LOGI(
+        "store: open %s: hot %s %llu pages in %d regions (%llu B), cold %llu docs (budget "
+        "%llu B), %s, %s, %d profiles",
+        cfg->data_dir, lkv_arena_backend(s->arena) == LKV_ARENA_HOST ? "host" : "cuda",
+        (unsigned long long)n_pages, s->n_profiles, (unsigned long long)lkv_arena_bytes(s->arena),
+        (unsigned long long)lkv_policy_count(s->coldp), (unsigned long long)cfg->cold_bytes,
+        lkv_durability_name(cfg->durability), lkv_policy_name(cfg->policy_kind), s->n_profiles);
     *out = s;
     return 0;
 
 fail_early:
+    free(plan);
     free(s->profiles);
     free(s);
     return rc;
@@ -414,6 +567,7 @@ int lkv_store_close(lkv_store *s)
         return 0;
     }
     lkv_stats_unregister(s->stats, s->stats_group); /* No stats_read runs after this. */
+    lkv_stats_unregister(s->stats, s->region_group);
     lkv__writer_stop(s);
     if (s->st.wb_failed != s->wb_failed_seen) {
         rc = LKV_EIO;
@@ -425,7 +579,10 @@ int lkv_store_close(lkv_store *s)
     lkv__index_free(s);
     lkv_cold_close(s->cold);
     lkv_arena_destroy(s->arena);
-    lkv_policy_destroy(s->hotp);
+    for (int i = 0; s->reg != NULL && i < s->n_profiles; i++) {
+        lkv_policy_destroy(s->reg[i].hotp);
+    }
+    free(s->reg);
     lkv_policy_destroy(s->coldp);
     pthread_cond_destroy(&s->cv);
     pthread_cond_destroy(&s->wcv);
@@ -535,6 +692,8 @@ static void fill_info(lkv_store *s, const doc *d, lkv_doc_info *o)
     o->profile = d->profile >= 0 ? &s->profiles[d->profile] : NULL;
     o->persisted = d->cold && !d->cold_busy;
     o->pins = d->user_pins;
+    o->region = d->profile;
+    o->page_bytes = d->profile >= 0 ? s->reg[d->profile].page_bytes : 0;
 }
 
 static void miss_info(lkv_doc_info *o, int cause)
@@ -546,11 +705,20 @@ static void miss_info(lkv_doc_info *o, int cause)
 /* Looks key up, counts, fills *o. mismatch_hash: content hash to test for a profile mismatch,
  * or 0 for none; miss_blocks: blocks to count on a miss. */
 static void lookup_locked(lkv_store *s, const lkv_dockey *k, uint64_t content, uint32_t mblocks,
-                          lkv_doc_info *o)
+                          int region, lkv_doc_info *o)
 {
     doc *d = lkv__kidx_find(s, k);
     uint64_t pid = lkv__live_pid(k);
-    lkv_policy_record(s->hotp, pid);
+    if (d != NULL && d->profile >= 0) {
+        region = d->profile;
+    }
+    /* The request goes into the history of the region the document belongs in (all of them
+     * when a key lookup misses: the key does not say its profile). */
+    for (int r = 0; r < s->n_profiles; r++) {
+        if (region < 0 || r == region) {
+            lkv_policy_record(s->reg[r].hotp, pid);
+        }
+    }
     lkv_policy_record(s->coldp, pid);
     if (d != NULL && d->state == ST_VISIBLE && d->profile >= 0) {
         fill_info(s, d, o);
@@ -585,7 +753,7 @@ int lkv_store_lookup(lkv_store *s, const lkv_dockey *keys, uint32_t n, lkv_doc_i
     }
     pthread_mutex_lock(&s->mu);
     for (uint32_t i = 0; i < n; i++) {
-        lookup_locked(s, &keys[i], 0, 0, &out[i]);
+        lookup_locked(s, &keys[i], 0, 0, -1, &out[i]);
     }
     pthread_mutex_unlock(&s->mu);
     return 0;
@@ -607,7 +775,7 @@ int lkv_store_lookup_tokens(lkv_store *s, const uint8_t salt[LKV_SALT_BYTES], co
     uint64_t content = lkv_dockey_content_hash(salt, tokens, n_tokens);
     uint32_t blocks = lkv_blocks_for_tokens(&p->shape, n_tokens);
     pthread_mutex_lock(&s->mu);
-    lookup_locked(s, &k, content ? content : 1, blocks, out);
+    lookup_locked(s, &k, content ? content : 1, blocks, (int)(p - s->profiles), out);
     pthread_mutex_unlock(&s->mu);
     if (key_out != NULL) {
         *key_out = k;
@@ -681,14 +849,16 @@ int lkv_store_put_begin(lkv_store *s, const uint8_t salt[LKV_SALT_BYTES], const 
         return 0;
     }
     char b1[32], b2[32], b3[32];
-    if ((uint64_t)n_blocks * s->page_bytes > lkv_policy_budget(s->hotp)) {
+    const hot_region *reg = &s->reg[p - s->profiles];
+    if ((uint64_t)n_blocks * reg->page_bytes > lkv_policy_budget(reg->hotp)) {
         rc = why(LKV_ENOSPC,
                  "the document needs %" PRIu32 " hot pages of %s (%s), more than the whole hot "
-                 "budget of %" PRIu64 " pages (%s): raise hot_bytes",
-                 n_blocks, fmt_bytes(s->page_bytes, b1, sizeof(b1)),
-                 fmt_bytes((uint64_t)n_blocks * s->page_bytes, b2, sizeof(b2)),
-                 lkv_policy_budget(s->hotp) / s->page_bytes,
-                 fmt_bytes(lkv_policy_budget(s->hotp), b3, sizeof(b3)));
+                 "budget of profile '%s', %" PRIu64 " pages (%s): raise hot_bytes or "
+                 "profile.%s.hot_bytes",
+                 n_blocks, fmt_bytes(reg->page_bytes, b1, sizeof(b1)),
+                 fmt_bytes((uint64_t)n_blocks * reg->page_bytes, b2, sizeof(b2)), p->name,
+                 lkv_policy_budget(reg->hotp) / reg->page_bytes,
+                 fmt_bytes(lkv_policy_budget(reg->hotp), b3, sizeof(b3)), p->name);
         goto fail;
     }
     if (s->cfg.durability == LKV_DURABILITY_WRITE_THROUGH &&
@@ -717,12 +887,12 @@ int lkv_store_put_begin(lkv_store *s, const uint8_t salt[LKV_SALT_BYTES], const 
         if (rc == LKV_ENOSPC) {
             why(rc,
                 "no room for the document: it needs %" PRIu32 " hot pages of %s (%s) and what "
-                "is not free of the %" PRIu64 " pages (%s) is pinned or being written (retry "
-                "later, or raise hot_bytes)",
-                n_blocks, fmt_bytes(s->page_bytes, b1, sizeof(b1)),
-                fmt_bytes((uint64_t)n_blocks * s->page_bytes, b2, sizeof(b2)),
-                lkv_policy_budget(s->hotp) / s->page_bytes,
-                fmt_bytes(lkv_policy_budget(s->hotp), b3, sizeof(b3)));
+                "is not free of profile '%s''s %" PRIu64 " pages (%s) is pinned or being "
+                "written (retry later, or raise hot_bytes)",
+                n_blocks, fmt_bytes(reg->page_bytes, b1, sizeof(b1)),
+                fmt_bytes((uint64_t)n_blocks * reg->page_bytes, b2, sizeof(b2)), p->name,
+                lkv_policy_budget(reg->hotp) / reg->page_bytes,
+                fmt_bytes(lkv_policy_budget(reg->hotp), b3, sizeof(b3)));
         }
         goto fail;
     }
@@ -814,7 +984,7 @@ int lkv_store_put_block(lkv_store_put *tx, uint32_t index, const void *data, siz
         }
     }
     if (tx->d != NULL) {
-        int rc = lkv_arena_write(tx->s->arena, tx->d->pages[index], data, len);
+        int rc = lkv_arena_write(tx->s->arena, tx->d->profile, tx->d->pages[index], data, len);
         if (rc != 0) {
             return rc;
         }
@@ -900,7 +1070,7 @@ int lkv_store_put_commit(lkv_store_put *tx)
         /* Another write-through commit of the same key is syncing: wait for its outcome. */
         pthread_cond_wait(&s->cv, &s->mu);
     }
-    rc = lkv_policy_contains(s->hotp, lkv__live_pid(&d->key)) ? LKV_EINTERNAL : 0;
+    rc = lkv_policy_contains(lkv__hotp(s, d), lkv__live_pid(&d->key)) ? LKV_EINTERNAL : 0;
     if (rc != 0) {
         LKV_LOGE("store: policy id collision at commit");
         discard_locked(s, d);
@@ -977,7 +1147,7 @@ static int acquire(lkv_store *s, const lkv_dockey *key, int must_hot, lkv_store_
     rd->d = d;
     d->refs++;
     if (d->hot) {
-        lkv_policy_touch(s->hotp, d->pid);
+        lkv_policy_touch(lkv__hotp(s, d), d->pid);
         lkv__hot_pin(s, d);
         goto hot;
     }
@@ -1054,7 +1224,8 @@ int lkv_store_get_block(lkv_store_read *rd, uint32_t index, void *buf, size_t le
         return LKV_EINVAL;
     }
     if (rd->snap == NULL) {
-        return lkv_arena_read(rd->s->arena, rd->pages[index], buf, rd->info.block_bytes);
+        return lkv_arena_read(rd->s->arena, d->profile, rd->pages[index], buf,
+                              rd->info.block_bytes);
     }
     int rc = lkv_cold_get_block(rd->s->cold, rd->snap, &d->key, index, buf, rd->info.block_bytes);
     if (rc == LKV_ECORRUPT || rc == LKV_ENOTFOUND) {
@@ -1233,9 +1404,12 @@ void lkv_store_stats_get(lkv_store *s, lkv_store_stats *out)
             out->cold_bytes += lkv__cold_bytes(d);
         }
     }
-    out->hot_bytes = lkv_policy_bytes_used(s->hotp);
-    out->hot_bytes_pinned = lkv_policy_bytes_pinned(s->hotp);
-    out->hot_budget = lkv_policy_budget(s->hotp);
+    out->hot_bytes = out->hot_bytes_pinned = out->hot_budget = 0;
+    for (int r = 0; r < s->n_profiles; r++) {
+        out->hot_bytes += lkv_policy_bytes_used(s->reg[r].hotp);
+        out->hot_bytes_pinned += lkv_policy_bytes_pinned(s->reg[r].hotp);
+        out->hot_budget += lkv_policy_budget(s->reg[r].hotp);
+    }
     out->hot_page_bytes = s->page_bytes;
     out->hot_pages_total = lkv_arena_pages_total(s->arena);
     out->hot_pages_free = lkv_arena_pages_free(s->arena);
@@ -1248,8 +1422,8 @@ void lkv_store_arena_info_get(lkv_store *s, lkv_store_arena_info *out)
     memset(out, 0, sizeof *out);
     out->backend = lkv_arena_backend(s->arena) == LKV_ARENA_HOST ? LKV_HOT_HOST : LKV_HOT_CUDA;
     out->shm_name = lkv_arena_shm_name(s->arena);
-    out->page_bytes = s->page_bytes;
-    out->n_pages = lkv_arena_pages_total(s->arena);
+    out->arena_bytes = lkv_arena_bytes(s->arena);
+    out->n_regions = lkv_arena_n_regions(s->arena);
     out->cuda_device = lkv_arena_cuda_device(s->arena);
     lkv_arena_cuda_ipc_handle(s->arena, out->cuda_ipc);
 }

@@ -6,13 +6,18 @@
  * demoted and deleted whole. It is addressed by its document key (lkv_dockey.h).
  *
  * Tiers.
- *   hot   one arena allocated at open, carved into pages of the largest profile's block size;
- *         host shared memory or CUDA HBM (lkv_arena.h). A document in the hot tier owns one
- *         page per block. Budget: the arena size (hot_bytes rounded down to whole pages).
+ *   hot   one arena allocated at open (host shared memory or CUDA HBM, lkv_arena.h), carved
+ *         into one REGION per profile (DESIGN.md 4, the arena contract): region r holds pages
+ *         of profile r's block size rounded up to 256 B, at its own 2 MiB-aligned offset, with
+ *         its own eviction policy and budget (its share of hot_bytes, lkv_store_plan_regions).
+ *         A document in the hot tier owns one page per block in its profile's region; the
+ *         page numbers it is given (pins, reads, reservations) are indices within that region.
+ *         Budgets count the bytes really held: n_blocks * the region's page size.
  *   cold  RocksDB with blob files under data_dir (lkv_cold.h), every block checksummed and
  *         verified on read; a document becomes visible there only whole (one atomic batch).
  *         Budget: cold_bytes (bytes of block payload; 0 = unlimited).
- * Each tier has its own eviction policy instance (storage/lkv_policy.h) over metadata only.
+ * Each region of the hot tier, and the cold tier, has its own eviction policy instance
+ * (storage/lkv_policy.h) over metadata only.
  *
  * Durability (config):
  *   write-back     put_commit returns once the document is in the hot tier; a background
@@ -111,17 +116,29 @@ const char *lkv_durability_name(int mode);
 /* Returns "none", "never", "evicted", "deleted", "profile" or "unknown". */
 const char *lkv_miss_cause_name(int cause);
 
+/* How hot_bytes is shared among profiles (one arena region each; DESIGN.md 4): a profile whose
+ * hot_bytes is set gets that; what is left is shared by the others so that each can hold the
+ * same number of blocks (shares in proportion to their page sizes: equal token capacity, so a
+ * built-in toy profile beside a served 8B model takes a sliver, not half). Each region gets
+ * floor(share / page_bytes) pages, at least one. Writes profiles[i]'s region into out[i]
+ * (n entries, caller-owned). Returns 0, or LKV_ECONFIG with err (errlen bytes) naming the
+ * profile and the fix (the explicit shares exceed hot_bytes, a region would have no page or
+ * more than LKV_REF_MAX_PAGE + 1 pages). profiles need not be finished; borrowed. */
+struct lkv_arena_region_cfg;
+int lkv_store_plan_regions(const lkv_profile *profiles, int n, uint64_t hot_bytes,
+                           struct lkv_arena_region_cfg *out, char *err, int errlen);
+
 /* Store configuration. Zero-initialise, then set fields. All pointers are borrowed for the
  * duration of lkv_store_open only (the store copies what it keeps). */
 typedef struct lkv_store_config {
-    const char *data_dir;         /* Directory of the RocksDB cold tier (created if absent). */
-    uint64_t hot_bytes;           /* Hot budget in bytes (>= one page). */
-    int hot_backend;              /* enum lkv_hot_backend. */
-    int cuda_device;              /* CUDA device ordinal for LKV_HOT_CUDA / AUTO. */
-    uint64_t cold_bytes;          /* Cold budget in bytes of block payload; 0 = unlimited. */
-    int policy_kind;              /* enum lkv_policy_kind, used for both tiers. */
-    int policy_cost_bytes;        /* 0: GDSF cost 1 per document; 1: cost = bytes. */
-    int durability;               /* enum lkv_durability. */
+    const char *data_dir;  /* Directory of the RocksDB cold tier (created if absent). */
+    uint64_t hot_bytes;    /* Hot budget in bytes, shared by the profiles' regions (see above). */
+    int hot_backend;       /* enum lkv_hot_backend. */
+    int cuda_device;       /* CUDA device ordinal for LKV_HOT_CUDA / AUTO. */
+    uint64_t cold_bytes;   /* Cold budget in bytes of block payload; 0 = unlimited. */
+    int policy_kind;       /* enum lkv_policy_kind, used for both tiers. */
+    int policy_cost_bytes; /* 0: GDSF cost 1 per document; 1: cost = bytes. */
+    int durability;        /* enum lkv_durability. */
     const lkv_profile *profiles;  /* n_profiles profiles; lkv_store_open finishes copies. */
     int n_profiles;               /* >= 1. */
     uint32_t evicted_memory;      /* Recently evicted keys remembered; 0 = 65536. */
@@ -185,6 +202,9 @@ typedef struct lkv_doc_info {
     int persisted;              /* 1 if the document is in the cold tier. */
     uint32_t pins;              /* Caller pins (lkv_store_pin) held now. */
     int promoted;               /* get/pin: 1 if this call promoted it (then tier is COLD). */
+    int region;                 /* Arena region of its pages (= its profile's index); -1 if the
+                                 * profile is not configured. */
+    uint64_t page_bytes;        /* Page size of that region (0 if none). */
 } lkv_doc_info;
 
 /* Looks up n keys (borrowed array) and writes n infos into out (caller-owned). Counts one hit
@@ -315,12 +335,14 @@ typedef struct lkv_store_stats {
     /* Hot tier. */
     uint64_t hot_docs;         /* Visible documents in the hot tier. */
     uint64_t hot_blocks;       /* Their blocks. */
-    uint64_t hot_bytes;        /* Arena bytes held (documents, in-flight puts, readers). */
+    uint64_t hot_bytes;        /* Arena bytes held (documents, in-flight puts, readers), all
+                                * regions: pages held * their region's page size. */
     uint64_t hot_bytes_pinned; /* Of which pinned (pins, reads, in-flight puts). */
-    uint64_t hot_budget;       /* Arena bytes (pages * page_bytes). */
-    uint64_t hot_page_bytes;   /* Bytes of one arena page. */
-    uint64_t hot_pages_total;  /* Arena pages. */
-    uint64_t hot_pages_free;   /* Arena pages free. */
+    uint64_t hot_budget;       /* Sum of the regions' budgets (pages * page_bytes). */
+    uint64_t hot_page_bytes;   /* Bytes of one page of the largest region (per region:
+                                * lkv_store_region_get). */
+    uint64_t hot_pages_total;  /* Arena pages, all regions. */
+    uint64_t hot_pages_free;   /* Arena pages free, all regions. */
     /* Cold tier. */
     uint64_t cold_docs;   /* Documents in RocksDB. */
     uint64_t cold_blocks; /* Their blocks. */
@@ -367,11 +389,30 @@ lkv_stats *lkv_store_stats_registry(lkv_store *s);
 typedef struct lkv_store_arena_info {
     int backend;          /* LKV_HOT_HOST or LKV_HOT_CUDA (never AUTO). */
     const char *shm_name; /* Host: the shm_open name ("/lazykv-..."); NULL for CUDA. */
-    uint64_t page_bytes;  /* Bytes of one page (a multiple of 4096). */
-    uint32_t n_pages;     /* Pages in the arena. */
+    uint64_t arena_bytes; /* Bytes of the whole allocation (what a worker maps). */
+    int n_regions;        /* Regions (= profiles); see lkv_store_region_get. */
     int cuda_device;      /* CUDA: device ordinal; -1 for host. */
     uint8_t cuda_ipc[64]; /* CUDA: cudaIpcMemHandle_t bytes of the arena base; zeros if host. */
 } lkv_store_arena_info;
+
+/* One arena region (the hot tier of one profile): its layout and what it holds now. Page i of
+ * the region is at arena byte base_offset + i * page_bytes (DESIGN.md 4, the arena contract). */
+typedef struct lkv_store_region {
+    const lkv_profile *profile; /* Its profile (borrowed until close). */
+    uint64_t base_offset;       /* Byte offset of its page 0 (a multiple of 2 MiB). */
+    uint64_t page_bytes;        /* Bytes of one page: block_bytes rounded up to 256 B. */
+    uint32_t n_pages;           /* Pages. */
+    uint32_t pages_free;        /* Pages free now. */
+    uint64_t bytes_used;        /* Bytes held (pages held * page_bytes). */
+    uint64_t bytes_pinned;      /* Of which pinned. */
+    uint64_t budget;            /* n_pages * page_bytes. */
+} lkv_store_region;
+
+/* Writes region r (0..lkv_store_profile_count-1; the region of profile r) into *out, a
+ * consistent snapshot. LKV_EINVAL for a bad r. Each region's used, pinned and budget bytes are
+ * also registered in the stats registry (section "regions", keys "<profile>.bytes_used", ...;
+ * metrics store_region_bytes_*{profile="..."}). */
+int lkv_store_region_get(lkv_store *s, int r, lkv_store_region *out);
 
 void lkv_store_arena_info_get(lkv_store *s, lkv_store_arena_info *out);
 
