@@ -32,7 +32,8 @@
     X(EPROTO, -1020, "malformed message")                                                          \
     X(ESHUTDOWN, -1021, "shutting down")                                                           \
     X(ENOTSUP, -1022, "not supported")                                                             \
-    X(EINTERNAL, -1023, "internal error")
+    X(EINTERNAL, -1023, "internal error")                                                          \
+    X(EINPROGRESS, -1024, "being computed by another worker")
 
 enum lkv_err {
     LKV_OK = 0,

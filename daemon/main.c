@@ -269,8 +269,10 @@ int main(int argc, char **argv)
     }
     LKV_LOGI("received %s: shutting down", sig == SIGTERM ? "SIGTERM" : "SIGINT");
     lkv_server_shutdown(srv, cfg.shutdown_grace_ms);
+    /* Before the server is destroyed: waking a Reserve that waits for a reservation resumes
+     * its (ended) call through the server's ticket table, which must still exist. */
+    lkv_lease_table_destroy(leases); /* Unpins what live leases hold, aborts reservations. */
     lkv_server_destroy(srv);
-    lkv_lease_table_destroy(leases); /* Unpins what live leases hold. */
     lkv_auth_destroy(auth);
     free(wire);
     free(t_lookups);

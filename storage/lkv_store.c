@@ -1035,7 +1035,33 @@ static void publish_locked(lkv_store *s, doc *d)
     pthread_cond_broadcast(&s->cv);
 }
 
+/* Pins visible doc d for the caller (as lkv_store_pin) and describes it. Lock held. */
+static void pin_out_locked(lkv_store *s, doc *d, uint32_t *pages, uint32_t cap,
+                           lkv_doc_info *info)
+{
+    d->user_pins++;
+    lkv__hot_pin(s, d);
+    if (pages != NULL) {
+        memcpy(pages, d->pages, sizeof(uint32_t) * (d->n_blocks < cap ? d->n_blocks : cap));
+    }
+    if (info != NULL) {
+        fill_info(s, d, info);
+    }
+}
+
+static int commit_tx(lkv_store_put *tx, int pin, uint32_t *pages, uint32_t cap,
+                     lkv_doc_info *info, int *pin_later);
+
 int lkv_store_put_commit(lkv_store_put *tx)
+{
+    int later = 0;
+    return commit_tx(tx, 0, NULL, 0, NULL, &later);
+}
+
+/* Commits tx; with pin, pins the visible result for the caller (*pin_later = 1 when the result
+ * is another doc that was not hot: the caller then pins it with lkv_store_pin after). */
+static int commit_tx(lkv_store_put *tx, int pin, uint32_t *pages, uint32_t cap,
+                     lkv_doc_info *info, int *pin_later)
 {
     lkv_store *s = tx->s;
     doc *d = tx->d;
@@ -1054,6 +1080,7 @@ int lkv_store_put_commit(lkv_store_put *tx)
     s->st.puts_inflight--;
     if (d == NULL) {
         s->st.puts_existing++;
+        *pin_later = pin;
         goto out;
     }
     for (;;) {
@@ -1065,6 +1092,11 @@ int lkv_store_put_commit(lkv_store_put *tx)
             /* Committed by someone else meanwhile: keep theirs. */
             discard_locked(s, d);
             s->st.puts_existing++;
+            if (pin && e->hot && !e->promoting) {
+                pin_out_locked(s, e, pages, cap, info);
+            } else {
+                *pin_later = pin;
+            }
             goto out;
         }
         /* Another write-through commit of the same key is syncing: wait for its outcome. */
@@ -1081,6 +1113,9 @@ int lkv_store_put_commit(lkv_store_put *tx)
     if (s->cfg.durability == LKV_DURABILITY_WRITE_BACK) {
         publish_locked(s, d);
         lkv__wb_enqueue(s, d);
+        if (pin) {
+            pin_out_locked(s, d, pages, cap, info);
+        }
         goto out;
     }
     /* Write-through: reserve the key, sync the batch without the lock, then publish. */
@@ -1093,9 +1128,73 @@ int lkv_store_put_commit(lkv_store_put *tx)
         goto out;
     }
     publish_locked(s, d);
+    if (pin) {
+        pin_out_locked(s, d, pages, cap, info);
+    }
 out:
     pthread_mutex_unlock(&s->mu);
     free(tx);
+    return rc;
+}
+
+/* ---- put in place ------------------------------------------------------------------------- */
+
+const uint32_t *lkv_store_put_pages(const lkv_store_put *tx)
+{
+    return tx->d != NULL ? tx->d->pages : NULL;
+}
+
+int lkv_store_put_region(const lkv_store_put *tx)
+{
+    return (int)(tx->profile - tx->s->profiles);
+}
+
+int lkv_store_put_commit_written(lkv_store_put *tx, uint32_t *pages, uint32_t cap,
+                                 lkv_doc_info *info)
+{
+    lkv_store *s = tx->s;
+    tl_why[0] = '\0';
+    if (tx->next != 0) {
+        return why(LKV_EINVAL, "blocks of this put were staged by copy: commit with put_commit");
+    }
+    if (tx->d == NULL) {
+        return why(LKV_EINVAL, "nothing was reserved: the document was already stored");
+    }
+    uint32_t last = tx->n_blocks - 1;
+    uint32_t bt = (uint32_t)tx->profile->shape.block_tokens;
+    uint32_t valid = tx->n_tokens - last * bt;
+    if (valid < bt) {
+        /* The one check the store can make of data it did not copy: the zero tail. */
+        int region = tx->d->profile;
+        const uint8_t *p = lkv_arena_host_ptr(s->arena, region, tx->d->pages[last]);
+        uint8_t *buf = NULL;
+        if (p == NULL) {
+            buf = lkv_xmalloc(tx->block_bytes);
+            int rc = lkv_arena_read(s->arena, region, tx->d->pages[last], buf, tx->block_bytes);
+            if (rc != 0) {
+                free(buf);
+                return why(rc, "reading block %" PRIu32 " back from the arena failed", last);
+            }
+            p = buf;
+        }
+        int ok = tail_is_zero(&tx->profile->shape, p, valid);
+        free(buf);
+        if (!ok) {
+            return why(LKV_EINVAL,
+                       "block %" PRIu32 " (page %" PRIu32 "): the token slots past the "
+                       "document's end (token %" PRIu32 " on, slot %" PRIu32
+                       " of the block) must be zero in every layer, K and V and head",
+                       last, tx->d->pages[last], tx->n_tokens, valid);
+        }
+    }
+    tx->next = tx->n_blocks;
+    lkv_dockey key = tx->d->key;
+    int later = 0;
+    int rc = commit_tx(tx, 1, pages, cap, info, &later);
+    if (rc == 0 && later) {
+        /* A Put made it visible meanwhile and it is not hot now: pin it as Attach would. */
+        rc = lkv_store_pin(s, &key, pages, cap, info);
+    }
     return rc;
 }
 

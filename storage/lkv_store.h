@@ -265,6 +265,32 @@ int lkv_store_put_commit(lkv_store_put *tx);
  * becomes visible. tx may be NULL. */
 void lkv_store_put_abort(lkv_store_put *tx);
 
+/* ---- Put in place (DESIGN.md 4): a co-located worker writes the blocks itself ------------ */
+
+/* A put opened with lkv_store_put_begin can instead be filled in place: the caller writes
+ * block i straight into arena page pages[i] of region lkv_store_put_region (through its own
+ * mapping: shared memory, or CUDA IPC), then commits with lkv_store_put_commit_written. Until
+ * then the document is invisible to everyone (its pages are held and pinned).
+ * lkv_store_put_pages returns the n_blocks pages in block order (borrowed until the put ends),
+ * or NULL if the document already existed (nothing reserved). lkv_store_put_region returns
+ * the region (= the profile's index), with lkv_store_region_get for its layout. */
+const uint32_t *lkv_store_put_pages(const lkv_store_put *tx);
+int lkv_store_put_region(const lkv_store_put *tx);
+
+/* Checks what the store can of blocks written in place (the token slots past the document's
+ * end in the last block must be zero, as lkv_store_put_block checks) and commits as
+ * lkv_store_put_commit, taking one caller pin (lkv_store_pin) of the committed document in the
+ * same step, so it cannot be evicted before the caller uses it: writes its hot pages into
+ * pages[0..min(cap, n_blocks)) and *info (may be NULL). If the same document was made visible
+ * meanwhile (a Put), that one is kept, pinned and described instead (info->promoted or other
+ * pages: compare). Returns 0 with tx freed; LKV_EINVAL if the check fails (lkv_store_why says
+ * which block and where): then NOTHING changed and tx is still open (write the tail, commit
+ * again, or abort); other commit errors (LKV_EIO, LKV_EROCKSDB in write-through) free tx and
+ * nothing becomes visible. Must not be called on a put whose blocks were staged with
+ * lkv_store_put_block (LKV_EINVAL, tx still open). */
+int lkv_store_put_commit_written(lkv_store_put *tx, uint32_t *pages, uint32_t cap,
+                                 lkv_doc_info *info);
+
 /* Convenience: begin + every block (blocks: n_blocks * block_bytes contiguous bytes, borrowed)
  * + commit, or abort on the first error. */
 int lkv_store_put_all(lkv_store *s, const uint8_t salt[LKV_SALT_BYTES], const char *profile,
