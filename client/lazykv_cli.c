@@ -26,6 +26,7 @@
 #include <errno.h>
 #include <inttypes.h>
 #include <stdio.h>
+#include <unistd.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
@@ -1311,8 +1312,7 @@ static void print_lease(const lkv_lease *l, int json)
             const lkv_arena_region *g = &l->arena.regions[r];
             printf("%s{\"profile\": ", r ? ", " : "");
             json_str(g->profile);
-            printf(", \"base_offset\": %" PRIu64 ", \"page_bytes\": %" PRIu64
-                   ", \"n_pages\": %u}",
+            printf(", \"base_offset\": %" PRIu64 ", \"page_bytes\": %" PRIu64 ", \"n_pages\": %u}",
                    g->base_offset, g->page_bytes, g->n_pages);
         }
         printf("]}, \"docs\": [");
@@ -1486,7 +1486,7 @@ static int cmd_reserve(cli *x, int argc, char **argv)
 {
     if (want_help(argc, argv)) {
         printf("usage: lazykv reserve [--ttl MS] [--lease ID] [--wait] [--no-write] [--commit]\n"
-               "                      FILE\n\n"
+               "                      [--hold] FILE\n\n"
                "Put in place, for tests and tools (lazykv.v1.Cache/Reserve; worker role, on the\n"
                "daemon's host with a host arena): reserves arena pages for the document of the\n"
                "KV file under a new lease (or lease ID) for MS ms (default %d), maps the arena\n"
@@ -1495,12 +1495,13 @@ static int cmd_reserve(cli *x, int argc, char **argv)
                "document is invisible until `lazykv commit ID KEY` (or --commit now);\n"
                "`lazykv abort ID KEY`, release or expiry frees it. --wait: if another worker is\n"
                "computing the same document, wait for it (exit 0 with \"present\" once it\n"
-               "commits) instead of failing at once (exit %d, ABORTED).\n\n%s",
+               "commits) instead of failing at once (exit %d, ABORTED). --hold: after printing,\n"
+               "keep running until killed (a worker that dies before its commit, for tests).\n\n%s",
                ATTACH_DEFAULT_MS, EXIT_SERVER, exit_codes_help);
         return EXIT_OK;
     }
     long ttl = ATTACH_DEFAULT_MS;
-    int wait = 0, nowrite = 0, commit_now = 0, has_lease = 0;
+    int wait = 0, nowrite = 0, commit_now = 0, has_lease = 0, hold = 0;
     uint8_t lease_id[LKV_LEASE_ID_BYTES];
     const char *file = NULL;
     for (int i = 0; i < argc; i++) {
@@ -1510,6 +1511,8 @@ static int cmd_reserve(cli *x, int argc, char **argv)
             nowrite = 1;
         } else if (strcmp(argv[i], "--commit") == 0) {
             commit_now = 1;
+        } else if (strcmp(argv[i], "--hold") == 0) {
+            hold = 1;
         } else if (strcmp(argv[i], "--ttl") == 0 || strcmp(argv[i], "--lease") == 0) {
             if (i + 1 >= argc) {
                 return usage_err("reserve", "%s needs a value", argv[i]);
@@ -1548,16 +1551,17 @@ static int cmd_reserve(cli *x, int argc, char **argv)
     memset(&map, 0, sizeof(map));
     lkv_reservation r;
     int ex = EXIT_OK;
-    int rc = lkv_client_reserve(x->c, kf.profile, kf.tokens, kf.n_tokens,
-                                has_lease ? lease_id : NULL, (uint32_t)ttl, wait,
-                                nowrite ? NULL : &map, x->timeout_ms, &r);
+    int rc =
+        lkv_client_reserve(x->c, kf.profile, kf.tokens, kf.n_tokens, has_lease ? lease_id : NULL,
+                           (uint32_t)ttl, wait, nowrite ? NULL : &map, x->timeout_ms, &r);
     if (rc != 0) {
         ex = rpc_fail("reserve", rc);
         goto out;
     }
     if (!r.already_present && !nowrite) {
         if (r.doc.block_bytes != kf.block_bytes || r.doc.n_pages != kf.n_blocks) {
-            fprintf(stderr, "lazykv reserve: the daemon's layout (%u blocks of %" PRIu64
+            fprintf(stderr,
+                    "lazykv reserve: the daemon's layout (%u blocks of %" PRIu64
                     " bytes) does not match the file's\n",
                     r.doc.n_pages, r.doc.block_bytes);
             lkv_client_abort(x->c, r.lease_id, r.doc.key, x->timeout_ms);
@@ -1580,8 +1584,14 @@ static int cmd_reserve(cli *x, int argc, char **argv)
         }
     }
     printf("%s lease=%s blocks=%u region=%u %s%s\n", hex, id, r.doc.n_pages, r.doc.region,
-           r.already_present ? "present" : commit_now ? "committed" : "reserved",
+           r.already_present ? "present"
+           : commit_now      ? "committed"
+                             : "reserved",
            r.waited ? " waited" : "");
+    fflush(stdout);
+    while (hold) {
+        pause(); /* A worker that dies (is killed) before committing. */
+    }
 out_r:
     lkv_reservation_free(&r);
 out:
@@ -1639,10 +1649,11 @@ static int cmd_abort(cli *x, int argc, char **argv)
 }
 
 static const command commands[] = {
-    {"ping", cmd_ping},     {"put", cmd_put},         {"get", cmd_get},     {"lookup", cmd_lookup},
-    {"rm", cmd_rm},         {"ls", cmd_ls},           {"evict", cmd_evict}, {"stats", cmd_stats},
-    {"attach", cmd_attach}, {"release", cmd_release}, {"reserve", cmd_reserve},
-    {"commit", cmd_commit}, {"abort", cmd_abort},
+    {"ping", cmd_ping},       {"put", cmd_put},         {"get", cmd_get},
+    {"lookup", cmd_lookup},   {"rm", cmd_rm},           {"ls", cmd_ls},
+    {"evict", cmd_evict},     {"stats", cmd_stats},     {"attach", cmd_attach},
+    {"release", cmd_release}, {"reserve", cmd_reserve}, {"commit", cmd_commit},
+    {"abort", cmd_abort},
 };
 
 static const command *find_command(const char *name)

@@ -1509,7 +1509,8 @@ int lkv_client_reserve(lkv_client_t *c, const char *profile, const uint32_t *tok
         out->addrs = lkv_xcalloc(out->doc.n_pages ? out->doc.n_pages : 1, sizeof(void *));
         for (uint32_t i = 0; i < out->doc.n_pages; i++) {
             out->addrs[i] = lkv_block_addr(map->base, &out->doc, i);
-            if ((uint8_t *)out->addrs[i] + out->doc.block_bytes > (uint8_t *)map->base + map->bytes) {
+            if ((uint8_t *)out->addrs[i] + out->doc.block_bytes >
+                (uint8_t *)map->base + map->bytes) {
                 rc = bad_reply(LKV_EPROTO, "ReserveResponse", "a page past the arena's end");
                 goto out;
             }
@@ -1523,8 +1524,8 @@ out:
     return rc;
 }
 
-int lkv_client_commit(lkv_client_t *c, const uint8_t *lease_id, const uint8_t *key,
-                      int deadline_ms, lkv_attached_doc *out, int *already_present)
+int lkv_client_commit(lkv_client_t *c, const uint8_t *lease_id, const uint8_t *key, int deadline_ms,
+                      lkv_attached_doc *out, int *already_present)
 {
     err_clear();
     if (out != NULL) {
@@ -1557,8 +1558,7 @@ int lkv_client_commit(lkv_client_t *c, const uint8_t *lease_id, const uint8_t *k
     return rc;
 }
 
-int lkv_client_abort(lkv_client_t *c, const uint8_t *lease_id, const uint8_t *key,
-                     int deadline_ms)
+int lkv_client_abort(lkv_client_t *c, const uint8_t *lease_id, const uint8_t *key, int deadline_ms)
 {
     err_clear();
     if (lease_id == NULL || key == NULL) {
@@ -1570,8 +1570,8 @@ int lkv_client_abort(lkv_client_t *c, const uint8_t *lease_id, const uint8_t *ke
     req.key.data = (uint8_t *)key;
     req.key.len = LKV_KEY_BYTES;
     ProtobufCMessage *m = NULL;
-    int rc = unary(c, "/lazykv.v1.Cache/Abort", &req.base,
-                   &lazykv__v1__abort_response__descriptor, deadline_ms, &m);
+    int rc = unary(c, "/lazykv.v1.Cache/Abort", &req.base, &lazykv__v1__abort_response__descriptor,
+                   deadline_ms, &m);
     if (rc == 0) {
         lkv_pb_free(m);
     }

@@ -261,13 +261,13 @@ typedef struct lkv_arena_region {
 
 /* How a co-located process maps the hot arena (the proto's ArenaInfo). */
 typedef struct lkv_lease_arena {
-    char backend[16];          /* "host" or "cuda". */
-    char shm_name[256];        /* host: shm_open name; else "". */
-    uint64_t arena_bytes;      /* Bytes of the whole allocation (map [0, arena_bytes)). */
-    int cuda_device;           /* cuda: device ordinal; -1 on host. */
-    uint8_t cuda_ipc[64];      /* cuda: cudaIpcMemHandle_t of the base (cudaIpcOpenMemHandle). */
-    int has_cuda_ipc;          /* 1 if cuda_ipc is set. */
-    uint32_t n_regions;        /* Entries of regions (one per profile, at most 64 shown). */
+    char backend[16];     /* "host" or "cuda". */
+    char shm_name[256];   /* host: shm_open name; else "". */
+    uint64_t arena_bytes; /* Bytes of the whole allocation (map [0, arena_bytes)). */
+    int cuda_device;      /* cuda: device ordinal; -1 on host. */
+    uint8_t cuda_ipc[64]; /* cuda: cudaIpcMemHandle_t of the base (cudaIpcOpenMemHandle). */
+    int has_cuda_ipc;     /* 1 if cuda_ipc is set. */
+    uint32_t n_regions;   /* Entries of regions (one per profile, at most 64 shown). */
     lkv_arena_region regions[LKV_CLIENT_MAX_REGIONS];
 } lkv_lease_arena;
 
@@ -327,8 +327,8 @@ int lkv_client_release(lkv_client_t *c, const uint8_t *lease_id, int deadline_ms
 /* A mapping of the host arena (shared memory), read-write: a worker that may reserve is
  * trusted with all of it (daemon/README.md, security notes). */
 typedef struct lkv_arena_map {
-    void *base;    /* Mapping of [0, bytes), or NULL when not mapped. */
-    size_t bytes;  /* Its length. */
+    void *base;     /* Mapping of [0, bytes), or NULL when not mapped. */
+    size_t bytes;   /* Its length. */
     char name[256]; /* The shm object mapped. */
 } lkv_arena_map;
 
@@ -372,12 +372,11 @@ void lkv_reservation_free(lkv_reservation *r);
  * free()) describes it; *already_present (may be NULL) is 1 if a Put's copy was kept (other
  * pages). LKV_EINVAL: the daemon's check failed (a non-zero tail; lkv_client_last_error says
  * where): nothing visible, the reservation is still open. LKV_ENOTFOUND: no such reservation. */
-int lkv_client_commit(lkv_client_t *c, const uint8_t *lease_id, const uint8_t *key,
-                      int deadline_ms, lkv_attached_doc *out, int *already_present);
+int lkv_client_commit(lkv_client_t *c, const uint8_t *lease_id, const uint8_t *key, int deadline_ms,
+                      lkv_attached_doc *out, int *already_present);
 
 /* lazykv.v1.Cache/Abort: gives the reservation's pages back. LKV_ENOTFOUND if none. */
-int lkv_client_abort(lkv_client_t *c, const uint8_t *lease_id, const uint8_t *key,
-                     int deadline_ms);
+int lkv_client_abort(lkv_client_t *c, const uint8_t *lease_id, const uint8_t *key, int deadline_ms);
 
 /* Formats a 32-byte key as 64 lowercase hex characters plus NUL into out (65 bytes). */
 void lkv_key_to_hex(const uint8_t *key, char *out);
