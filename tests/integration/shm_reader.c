@@ -11,9 +11,9 @@
  *     shm_reader SHM_NAME ARENA_BYTES REGION_BASE PAGE_BYTES REGION_PAGES BLOCK_BYTES PAGES
  *                EXPECT_FILE
  *
- * PAGES is a comma list of pages of that region ("7,8,12"); EXPECT_FILE holds len(PAGES) * BLOCK_BYTES
- * bytes. Exit status: 0 every block matches, 1 a mismatch (the first one is printed), 2 usage
- * or system errors (e.g. the shm object cannot be opened: printed with errno text).
+ * PAGES is a comma list of pages of that region ("7,8,12"); EXPECT_FILE holds len(PAGES) *
+ * BLOCK_BYTES bytes. Exit status: 0 every block matches, 1 a mismatch (the first one is printed), 2
+ * usage or system errors (e.g. the shm object cannot be opened: printed with errno text).
  */
 #include <errno.h>
 #include <fcntl.h>
