@@ -1036,8 +1036,7 @@ static void publish_locked(lkv_store *s, doc *d)
 }
 
 /* Pins visible doc d for the caller (as lkv_store_pin) and describes it. Lock held. */
-static void pin_out_locked(lkv_store *s, doc *d, uint32_t *pages, uint32_t cap,
-                           lkv_doc_info *info)
+static void pin_out_locked(lkv_store *s, doc *d, uint32_t *pages, uint32_t cap, lkv_doc_info *info)
 {
     d->user_pins++;
     lkv__hot_pin(s, d);
@@ -1049,8 +1048,8 @@ static void pin_out_locked(lkv_store *s, doc *d, uint32_t *pages, uint32_t cap,
     }
 }
 
-static int commit_tx(lkv_store_put *tx, int pin, uint32_t *pages, uint32_t cap,
-                     lkv_doc_info *info, int *pin_later);
+static int commit_tx(lkv_store_put *tx, int pin, uint32_t *pages, uint32_t cap, lkv_doc_info *info,
+                     int *pin_later);
 
 int lkv_store_put_commit(lkv_store_put *tx)
 {
@@ -1060,8 +1059,8 @@ int lkv_store_put_commit(lkv_store_put *tx)
 
 /* Commits tx; with pin, pins the visible result for the caller (*pin_later = 1 when the result
  * is another doc that was not hot: the caller then pins it with lkv_store_pin after). */
-static int commit_tx(lkv_store_put *tx, int pin, uint32_t *pages, uint32_t cap,
-                     lkv_doc_info *info, int *pin_later)
+static int commit_tx(lkv_store_put *tx, int pin, uint32_t *pages, uint32_t cap, lkv_doc_info *info,
+                     int *pin_later)
 {
     lkv_store *s = tx->s;
     doc *d = tx->d;
