@@ -570,7 +570,7 @@ int lkv_lease_reserve(lkv_lease_table *t, int owner, const uint8_t *id, uint32_t
     pthread_mutex_lock(&t->mu);
     uint64_t now = mono_ms();
     reap_locked(t, now, &wl); /* An expired reservation must not hold the key. */
-    lease *l;
+    lease *l = NULL;
     if (id != NULL) {
         l = lease_find(t, owner, id, now);
         if (l == NULL) {
