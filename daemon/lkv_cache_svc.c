@@ -1147,14 +1147,26 @@ typedef struct resv_job {
     int wait;                             /* Wait for another worker's reservation. */
     int waited;                           /* 1 once the call was parked for one. */
     int owner;                            /* The caller's tenant index. */
+    const uint8_t *salt;                  /* The caller's tenant salt (outlives the call). */
+    /* One attempt (reserve_work, inline or on the pool) and its results: */
+    struct resv_wake *w;            /* Wake-up offered (wait), or NULL. */
+    int rc;                         /* lkv_lease_reserve's result. */
+    char why[256];                  /* lkv_store_why() of a refusal (per thread). */
+    uint8_t id[LKV_LEASE_ID_BYTES]; /* The lease. */
+    uint64_t expires;               /* Its expiry, Unix ms. */
+    uint32_t lease_docs;            /* Documents in it. */
+    lkv_dockey key;                 /* The document's store key. */
+    int present;                    /* 1: attached, not reserved. */
+    lkv_lease_doc d;                /* Its pages (malloc'ed) and info. */
 } resv_job;
 
 /* A registered wake-up of a waiting Reserve. state: 0 registering, 1 parked (ticket valid), 2
  * woken before the call could park. Whoever loses the race frees it (see reserve_try). */
-typedef struct resv_wake {
+typedef struct resv_wake resv_wake;
+struct resv_wake {
     _Atomic int state;
     lkv_rpc_ticket ticket;
-} resv_wake;
+};
 
 static int reserve_try(lkv_cache_svc *svc, lkv_rpc *rpc, resv_job *j);
 
@@ -1239,6 +1251,7 @@ static int reserve(void *arg, lkv_rpc *rpc, const ProtobufCMessage *m)
     j->ttl = req->ttl_ms;
     j->wait = req->wait;
     j->owner = call_index(svc, rpc);
+    j->salt = call_salt(svc, rpc);
     lkv_rpc_set_state(rpc, j);
     return reserve_try(svc, rpc, j);
 }
@@ -1268,15 +1281,12 @@ static int reserve_refused(lkv_cache_svc *svc, lkv_rpc *rpc, const resv_job *j, 
                               " documents (max_lease_docs)",
                               lim->max_docs);
     case LKV_ENOSPC:
-        if (lkv_store_why()[0] == '\0' && j->renew == 0) {
-            return lkv_rpc_errorf(rpc, rc,
-                                  "Reserve: %" PRIu32 " leases are live (max_leases) or the "
-                                  "document cannot be made hot; retry later",
-                                  lim->max_leases);
-        }
-        return store_refused(rpc, rc, "Reserve");
+        return lkv_rpc_errorf(rpc, rc,
+                              "Reserve: %s%" PRIu32 " leases are live (max_leases), or document "
+                              "%s is cached cold and cannot be made hot now; retry later",
+                              j->renew ? "" : "", lim->max_leases, hex);
     default:
-        return store_refused(rpc, rc, "Reserve");
+        return lkv_rpc_errorf(rpc, rc, "Reserve of %s failed: %s", hex, lkv_strerror(rc));
     }
 }
 
@@ -1320,26 +1330,30 @@ static int reserve_reply(lkv_cache_svc *svc, lkv_rpc *rpc, resv_job *j, const ui
     return rc;
 }
 
-/* Tries the reservation; replies, fails, or parks the call until another worker's reservation
- * of the document ends (then reserve_resume tries again). */
-static int reserve_try(lkv_cache_svc *svc, lkv_rpc *rpc, resv_job *j)
+/* One attempt at the reservation (the call's thread, or a pool thread when the document may
+ * need a promotion from RocksDB): touches only the job. */
+static void reserve_work(void *arg, void *job)
 {
-    int rc = lkv_rpc_check_deadline(rpc);
-    if (rc != 0) {
-        return rc;
-    }
-    resv_wake *w = j->wait ? lkv_xcalloc(1, sizeof(*w)) : NULL;
-    uint8_t id[LKV_LEASE_ID_BYTES];
-    uint64_t expires = 0;
-    uint32_t lease_docs = 0;
-    lkv_dockey key;
-    int present = 0;
-    lkv_lease_doc d;
-    rc = lkv_lease_reserve(svc->leases, j->owner, j->renew ? j->lease_id : NULL, j->ttl,
-                           call_salt(svc, rpc), j->prof, j->tokens, j->n_tokens,
-                           w != NULL ? reserve_wake : NULL, w, id, &expires, &lease_docs, &key,
-                           &present, &d);
-    if (rc == LKV_EINPROGRESS && w != NULL) {
+    lkv_cache_svc *svc = arg;
+    resv_job *j = job;
+    const lkv_profile *p;
+    lkv_store_profile_get(svc->store, j->prof->name, &p); /* Resets this thread's why. */
+    j->rc =
+        lkv_lease_reserve(svc->leases, j->owner, j->renew ? j->lease_id : NULL, j->ttl, j->salt,
+                          j->prof, j->tokens, j->n_tokens, j->w != NULL ? reserve_wake : NULL, j->w,
+                          j->id, &j->expires, &j->lease_docs, &j->key, &j->present, &j->d);
+    snprintf(j->why, sizeof(j->why), "%s", j->rc ? lkv_store_why() : "");
+}
+
+/* After an attempt: replies, fails, or parks the call until the reservation it waits for ends
+ * (then reserve_resume tries again). */
+static int reserve_done(void *arg, lkv_rpc *rpc, void *job)
+{
+    lkv_cache_svc *svc = arg;
+    resv_job *j = job;
+    resv_wake *w = j->w;
+    j->w = NULL;
+    if (j->rc == LKV_EINPROGRESS && w != NULL) {
         /* w is registered: park, unless it already fired (then resume ourselves at once). */
         int ret = lkv_rpc_defer(rpc, &w->ticket);
         int expect = 0;
@@ -1350,10 +1364,32 @@ static int reserve_try(lkv_cache_svc *svc, lkv_rpc *rpc, resv_job *j)
         return ret;
     }
     free(w); /* Not registered. */
-    if (rc != 0) {
-        return reserve_refused(svc, rpc, j, rc, &key);
+    if (j->rc != 0) {
+        if (j->why[0] != '\0' && j->rc != LKV_EINPROGRESS && j->rc != LKV_EEXIST) {
+            char hex[LKV_DOCKEY_HEX_LEN + 1];
+            return lkv_rpc_errorf(rpc, j->rc, "Reserve of %s: %s", key_hex(&j->key, hex), j->why);
+        }
+        return reserve_refused(svc, rpc, j, j->rc, &j->key);
     }
-    return reserve_reply(svc, rpc, j, id, expires, lease_docs, &key, present, &d);
+    return reserve_reply(svc, rpc, j, j->id, j->expires, j->lease_docs, &j->key, j->present, &j->d);
+}
+
+/* Tries the reservation: inline, or on the pool when the document is cold (a Reserve of a
+ * cached document attaches it, and pinning a cold one promotes it from RocksDB). */
+static int reserve_try(lkv_cache_svc *svc, lkv_rpc *rpc, resv_job *j)
+{
+    int rc = lkv_rpc_check_deadline(rpc);
+    if (rc != 0) {
+        return rc;
+    }
+    j->w = j->wait ? lkv_xcalloc(1, sizeof(*j->w)) : NULL;
+    lkv_dockey key;
+    lkv_dockey_compute(j->salt, j->prof->fingerprint, j->tokens, j->n_tokens, &key);
+    if (lkv_store_tier(svc->store, &key) == LKV_TIER_COLD) {
+        return lkv_rpc_offload(rpc, reserve_work, reserve_done, j);
+    }
+    reserve_work(svc, j);
+    return reserve_done(svc, rpc, j);
 }
 
 /* A Commit between its checks and its reply (commit_work may run on the pool). */

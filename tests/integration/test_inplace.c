@@ -135,6 +135,20 @@ static void test_reserve_commit(lkv_client_t *c, lkv_arena_map *map)
     ASSERT_OK(lkv_client_release(c, r.lease_id, 0, &rel));
     ASSERT_EQ(rel, 1);
     ASSERT_EQ(stat_of(c, "leases", "docs_pinned"), 0);
+    /* Cold now (Admin Evict): a Reserve promotes it (on the pool) and attaches it. */
+    ASSERT_OK(lkv_client_evict(c, r.doc.key, 0));
+    lkv_doc_status ds;
+    lkv_docref kref = {.key = r.doc.key};
+    ASSERT_OK(lkv_client_lookup(c, &kref, 1, 0, &ds));
+    ASSERT_EQ(ds.tier, LKV_WIRE_TIER_COLD);
+    lkv_reservation r3;
+    ASSERT_OK(lkv_client_reserve(c, "itest", d.tokens, d.n_tokens, NULL, 20000, 0, map, 0, &r3));
+    ASSERT_EQ(r3.already_present, 1);
+    for (uint32_t i = 0; i < 3; i++) {
+        ASSERT_TRUE(memcmp(r3.addrs[i], d.blocks + (size_t)i * d.block_bytes, d.block_bytes) == 0);
+    }
+    ASSERT_OK(lkv_client_release(c, r3.lease_id, 0, NULL));
+    lkv_reservation_free(&r3);
     lkv_reservation_free(&r);
     lkv_reservation_free(&r2);
     lkv_it_doc_free(&d);
