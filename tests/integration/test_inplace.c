@@ -15,7 +15,9 @@
  *   - budgets: a document larger than its profile's region is RESOURCE_EXHAUSTED; a Reserve
  *     evicts unpinned documents as Put does;
  *   - per-profile pages: a stories260k 20 KiB block takes a 20 KiB page (the region's page
- *     size in the reply and in Stats, and the bytes held after the commit).
+ *     size in the reply and in Stats, and the bytes held after the commit);
+ *   - persistence like Put: write-back across a SIGTERM restart, write-through (Commit on the
+ *     pool) across kill -9 of the daemon.
  */
 #include <pthread.h>
 #include <signal.h>
@@ -401,6 +403,38 @@ static void test_budgets_and_pages(lkv_client_t *c, lkv_arena_map *map)
     }
 }
 
+/* Documents stored in place persist like Puts: write-back (the writer, flushed at SIGTERM)
+ * survives a restart; write-through (the Commit runs on the pool and replies once synced)
+ * survives kill -9 of the daemon. *c is replaced by a client of the restarted daemon. */
+static void test_persisted(lkv_client_t **c, lkv_arena_map *map)
+{
+    it_doc d1, d2;
+    lkv_it_doc_make(&lkv_it_itest, 1001, 37, &d1); /* Committed by test_reserve_commit. */
+    lkv_it_doc_make(&lkv_it_itest, 3001, 45, &d2);
+    lkv_arena_map_close(map);
+    lkv_client_destroy(*c);
+    ASSERT_EQ(lkv_daemon_stop(&dm, SIGTERM, lkv_test_timeout_ms(20000)), 0);
+    const char *wt[] = {"--set", "durability=write-through", NULL};
+    ASSERT_OK(lkv_daemon_start_with(&dm, wt));
+    *c = lkv_it_client(&dm);
+    ASSERT_EQ(present(*c, &lkv_it_itest, &d1), 1);
+    check_get(*c, &lkv_it_itest, &d1);
+    lkv_reservation r;
+    ASSERT_OK(lkv_client_reserve(*c, "itest", d2.tokens, d2.n_tokens, NULL, 20000, 0, map, 0, &r));
+    write_blocks(&r, &d2);
+    ASSERT_OK(lkv_client_commit(*c, r.lease_id, r.doc.key, 0, NULL, NULL));
+    lkv_reservation_free(&r);
+    lkv_arena_map_close(map);
+    lkv_client_destroy(*c);
+    lkv_daemon_stop(&dm, SIGKILL, lkv_test_timeout_ms(20000)); /* A crash: only disk counts. */
+    ASSERT_OK(lkv_daemon_start(&dm));
+    *c = lkv_it_client(&dm);
+    ASSERT_EQ(present(*c, &lkv_it_itest, &d2), 1);
+    check_get(*c, &lkv_it_itest, &d2);
+    lkv_it_doc_free(&d1);
+    lkv_it_doc_free(&d2);
+}
+
 int main(void)
 {
     const char *args[] = {LKV_IT_PROFILE_ARGS, "--set", "profile.itest.hot_bytes=128KiB", NULL};
@@ -414,6 +448,7 @@ int main(void)
     RUN(test_writer_killed, c);
     RUN(test_two_reservers, c, &map);
     RUN(test_budgets_and_pages, c, &map);
+    RUN(test_persisted, &c, &map);
     lkv_arena_map_close(&map);
     lkv_client_destroy(c);
     ASSERT_OK(lkv_daemon_stop(&dm, SIGTERM, lkv_test_timeout_ms(20000)));
