@@ -30,6 +30,7 @@
 
 #include "lkv_it_util.h"
 #include "lkv_kvfile.h"
+#include "test_cli_run.h"
 #include "lkv_test.h"
 
 static lkv_daemon dm;
@@ -403,6 +404,60 @@ static void test_budgets_and_pages(lkv_client_t *c, lkv_arena_map *map)
     }
 }
 
+/* Writes document d of itest as a KV file at path. */
+static void write_kvfile(const char *path, const it_doc *d)
+{
+    lkv_kvfile kf = {.n_tokens = d->n_tokens,
+                     .tokens = d->tokens,
+                     .n_blocks = d->n_blocks,
+                     .block_bytes = d->block_bytes,
+                     .blocks = d->blocks};
+    snprintf(kf.profile, sizeof kf.profile, "itest");
+    char err[256];
+    ASSERT_OK(lkv_kvfile_write(path, &kf, err, sizeof err));
+}
+
+/* `lazykv reserve` (write the file's blocks in place), `commit`, `abort`, exit codes. */
+static void test_cli(lkv_client_t *c)
+{
+    it_doc d[3];
+    char path[3][600];
+    for (int i = 0; i < 3; i++) {
+        lkv_it_doc_make(&lkv_it_itest, 5001 + (uint64_t)i, 30, &d[i]);
+        snprintf(path[i], sizeof path[i], "%s/cli%d.kv", dm.dir, i);
+        write_kvfile(path[i], &d[i]);
+    }
+    cli_dir = dm.dir;
+    ASSERT_EQ(cli_run("--addr", dm.addr, "reserve", path[0], NULL), 0);
+    char key[65], lease[33];
+    ASSERT_EQ(sscanf(cli_out, "%64s lease=%32s", key, lease), 2);
+    ASSERT_TRUE(lkv_it_contains(cli_out, " reserved"));
+    ASSERT_EQ(present(c, &lkv_it_itest, &d[0]), 0);
+    /* Another worker: ABORTED (exit 3, LKV_EINPROGRESS), at once. */
+    ASSERT_EQ(cli_run("--addr", dm.addr, "reserve", path[0], NULL), 3);
+    ASSERT_TRUE(lkv_it_contains(cli_err, "LKV_EINPROGRESS"));
+    ASSERT_EQ(cli_run("--addr", dm.addr, "commit", lease, key, NULL), 0);
+    ASSERT_TRUE(lkv_it_contains(cli_out, "committed"));
+    check_get(c, &lkv_it_itest, &d[0]);
+    ASSERT_EQ(cli_run("--addr", dm.addr, "commit", lease, key, NULL), 1); /* NOT_FOUND */
+    ASSERT_EQ(cli_run("--addr", dm.addr, "release", lease, NULL), 0);
+    /* --commit in one go. */
+    ASSERT_EQ(cli_run("--addr", dm.addr, "reserve", "--commit", path[1], NULL), 0);
+    ASSERT_TRUE(lkv_it_contains(cli_out, " committed"));
+    check_get(c, &lkv_it_itest, &d[1]);
+    /* Reserve, abort: nothing visible. */
+    ASSERT_EQ(cli_run("--addr", dm.addr, "reserve", "--ttl", "5000", path[2], NULL), 0);
+    ASSERT_EQ(sscanf(cli_out, "%64s lease=%32s", key, lease), 2);
+    ASSERT_EQ(cli_run("--addr", dm.addr, "abort", lease, key, NULL), 0);
+    ASSERT_EQ(present(c, &lkv_it_itest, &d[2]), 0);
+    ASSERT_EQ(cli_run("--addr", dm.addr, "abort", lease, key, NULL), 1);
+    ASSERT_EQ(cli_run("--addr", dm.addr, "commit", "nothex", key, NULL), 2);
+    ASSERT_EQ(cli_run("--addr", dm.addr, "reserve", NULL), 2);
+    for (int i = 0; i < 3; i++) {
+        lkv_it_doc_free(&d[i]);
+    }
+}
+
 /* Documents stored in place persist like Puts: write-back (the writer, flushed at SIGTERM)
  * survives a restart; write-through (the Commit runs on the pool and replies once synced)
  * survives kill -9 of the daemon. *c is replaced by a client of the restarted daemon. */
@@ -448,6 +503,7 @@ int main(void)
     RUN(test_writer_killed, c);
     RUN(test_two_reservers, c, &map);
     RUN(test_budgets_and_pages, c, &map);
+    RUN(test_cli, c);
     RUN(test_persisted, &c, &map);
     lkv_arena_map_close(&map);
     lkv_client_destroy(c);
