@@ -35,6 +35,7 @@ typedef struct lease_doc {
     uint32_t n_blocks;   /* Its blocks (for pinned_bytes). */
     uint64_t page_bytes; /* Its region's page size. */
     lkv_store_put *tx;   /* Reserved: the open put (owned); NULL once attached or committed. */
+    int committing;      /* 1 while lkv_lease_commit runs tx's commit without the lock. */
 } lease_doc;
 
 typedef struct waiter {
@@ -50,6 +51,8 @@ typedef struct lease {
     uint64_t expires_mono_ms;       /* Monotonic expiry. */
     lease_doc *docs;                /* n_docs pinned documents (cap entries allocated). */
     uint32_t n_docs, cap;
+    uint32_t committing; /* Commits running without the lock: not reaped, not
+                          * released meanwhile (the slot and its entries stay). */
 } lease;
 
 struct lkv_lease_table {
@@ -177,7 +180,7 @@ static int reap_locked(lkv_lease_table *t, uint64_t now, wake_list *wl)
     int n = 0;
     for (uint32_t i = 0; i < t->lim.max_leases; i++) {
         lease *l = &t->slots[i];
-        if (l->in_use && l->expires_mono_ms <= now) {
+        if (l->in_use && l->expires_mono_ms <= now && l->committing == 0) {
             uint32_t docs = lease_end(t, l, wl);
             t->st.expired++;
             n++;
@@ -713,9 +716,24 @@ int lkv_lease_commit(lkv_lease_table *t, int owner, const uint8_t *id, const lkv
     if (e == NULL) {
         goto out;
     }
+    if (e->committing) {
+        rc = LKV_EBUSY; /* Another Commit of it is running. */
+        goto out;
+    }
+    /* The commit (a synced RocksDB write in write-through) runs without the table lock: the
+     * lease is kept (not reaped, not released) and the key stays reserved meanwhile. */
+    lkv_store_put *tx = e->tx;
+    uint32_t first = lkv_store_put_pages(tx) != NULL ? lkv_store_put_pages(tx)[0] : 0;
+    e->committing = 1;
+    l->committing++;
+    pthread_mutex_unlock(&t->mu);
     lkv_doc_info info;
-    uint32_t first = lkv_store_put_pages(e->tx) != NULL ? lkv_store_put_pages(e->tx)[0] : 0;
-    rc = lkv_store_put_commit_written(e->tx, tmp, MAX_DOC_BLOCKS, &info);
+    rc = lkv_store_put_commit_written(tx, tmp, MAX_DOC_BLOCKS, &info);
+    pthread_mutex_lock(&t->mu);
+    l->committing--;
+    e = entry_find(l, key, 1); /* l->docs may have grown meanwhile. */
+    assert(e != NULL && e->committing && e->tx == tx);
+    e->committing = 0;
     if (rc == LKV_EINVAL) {
         goto out; /* The check failed: nothing changed, the reservation stays open. */
     }
@@ -754,7 +772,9 @@ int lkv_lease_abort(lkv_lease_table *t, int owner, const uint8_t *id, const lkv_
     int rc = LKV_ENOTFOUND;
     lease *l = lease_find(t, owner, id, mono_ms());
     lease_doc *e = l != NULL ? entry_find(l, key, 1) : NULL;
-    if (e != NULL) {
+    if (e != NULL && e->committing) {
+        rc = LKV_EBUSY; /* Its Commit is running: it ends by itself. */
+    } else if (e != NULL) {
         entry_end(t, e, &wl);
         entry_remove(l, e);
         t->st.aborts++;
@@ -774,7 +794,9 @@ int lkv_lease_release(lkv_lease_table *t, int owner, const uint8_t *id, uint32_t
     lease *l = lease_find(t, owner, id, mono_ms());
     int rc = LKV_ENOTFOUND;
     wake_list wl = {0};
-    if (l != NULL) {
+    if (l != NULL && l->committing > 0) {
+        rc = LKV_EBUSY; /* A Commit in it is running: release after it replies. */
+    } else if (l != NULL) {
         uint32_t n = lease_end(t, l, &wl);
         t->st.releases++;
         if (released != NULL) {

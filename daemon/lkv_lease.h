@@ -138,16 +138,18 @@ int lkv_lease_reserve(lkv_lease_table *t, int owner, const uint8_t *id, uint32_t
  * Errors: LKV_ENOTFOUND (no such lease, or it holds no reservation of key); LKV_EINVAL (the
  * check failed: nothing visible, the reservation stays open: fix and commit again, or abort);
  * LKV_EIO / LKV_EROCKSDB (write-through could not persist: the reservation is gone, nothing
- * visible). */
+ * visible); LKV_EBUSY (another commit of it is running). The commit itself runs without the
+ * table's lock (a write-through sync does not hold up other leases); meanwhile the key stays
+ * reserved and the lease is neither reaped nor released. */
 int lkv_lease_commit(lkv_lease_table *t, int owner, const uint8_t *id, const lkv_dockey *key,
                      lkv_lease_doc *out, int *kept_other);
 
 /* Aborts the reservation of key in lease id of owner: its pages go back, nothing becomes
- * visible, waiters are woken. LKV_ENOTFOUND as for commit. */
+ * visible, waiters are woken. LKV_ENOTFOUND as for commit; LKV_EBUSY while its commit runs. */
 int lkv_lease_abort(lkv_lease_table *t, int owner, const uint8_t *id, const lkv_dockey *key);
 
 /* Releases lease id (16 bytes, borrowed) of owner: unpins its documents (and aborts its
- * reservations). Writes how many into
+ * reservations); LKV_EBUSY while a commit in it runs. Writes how many into
  * *released (may be NULL). LKV_ENOTFOUND if unknown, expired or another owner's. */
 int lkv_lease_release(lkv_lease_table *t, int owner, const uint8_t *id, uint32_t *released);
 
