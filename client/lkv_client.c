@@ -753,6 +753,7 @@ int lkv_client_lookup(lkv_client_t *c, const lkv_docref *refs, size_t n, int dea
         }
         o->miss_cause = s->miss_cause;
         copy_name(o->profile, sizeof(o->profile), s->profile);
+        copy_name(o->model_id, sizeof(o->model_id), s->model_id);
     }
     lkv_pb_free(m);
 out:
@@ -1281,7 +1282,11 @@ static int doc_from_pb(const Lazykv__V1__AttachedDoc *a, lkv_attached_doc *o)
         memcpy(o->key, a->key.data, LKV_KEY_BYTES);
     }
     copy_name(o->profile, sizeof(o->profile), a->profile);
+    copy_name(o->model_id, sizeof(o->model_id), a->model_id);
     o->n_tokens = a->n_tokens;
+    o->attached = 1;
+    o->present = 1;
+    o->tier = LKV_WIRE_TIER_HOT;
     if (a->layout != NULL) {
         o->n_layers = a->layout->n_layers;
         o->n_kv_heads = a->layout->n_kv_heads;
@@ -1320,8 +1325,9 @@ void *lkv_block_addr(void *arena_base, const lkv_attached_doc *d, uint32_t i)
     return (uint8_t *)arena_base + d->region_base + (uint64_t)d->pages[i] * d->page_bytes;
 }
 
-int lkv_client_attach(lkv_client_t *c, const lkv_docref *refs, size_t n, const uint8_t *lease_id,
-                      uint32_t ttl_ms, int deadline_ms, lkv_lease *out)
+/* Attach in mode (the proto's AttachMode: 0 all-or-nothing, 1 pin what is present). */
+static int attach_call(lkv_client_t *c, const lkv_docref *refs, size_t n, const uint8_t *lease_id,
+                       uint32_t ttl_ms, int deadline_ms, int mode, lkv_lease *out)
 {
     err_clear();
     memset(out, 0, sizeof(*out));
@@ -1344,6 +1350,8 @@ int lkv_client_attach(lkv_client_t *c, const lkv_docref *refs, size_t n, const u
     req.n_docs = n;
     req.docs = dp;
     req.ttl_ms = ttl_ms;
+    req.mode = mode == 1 ? LAZYKV__V1__ATTACH_MODE__ATTACH_MODE_PRESENT
+                         : LAZYKV__V1__ATTACH_MODE__ATTACH_MODE_ALL;
     if (lease_id != NULL) {
         req.lease_id.data = (uint8_t *)lease_id;
         req.lease_id.len = LKV_LEASE_ID_BYTES;
@@ -1354,15 +1362,19 @@ int lkv_client_attach(lkv_client_t *c, const lkv_docref *refs, size_t n, const u
         goto out;
     }
     const Lazykv__V1__AttachResponse *r = (const Lazykv__V1__AttachResponse *)m;
-    if (r->lease_id.len != LKV_LEASE_ID_BYTES) {
+    int no_lease = mode == 1 && lease_id == NULL && r->lease_id.len == 0 && r->lease_docs == 0;
+    if (r->lease_id.len != LKV_LEASE_ID_BYTES && !no_lease) {
         rc = bad_reply(LKV_EPROTO, "AttachResponse", "lease_id is not 16 bytes");
         goto out;
     }
-    if (r->n_attached != n) {
+    if (r->n_attached != n || (mode == 1 && r->n_docs != n)) {
         rc = bad_reply(LKV_EPROTO, "AttachResponse", "wrong number of attached documents");
         goto out;
     }
-    memcpy(out->id, r->lease_id.data, LKV_LEASE_ID_BYTES);
+    out->live = !no_lease;
+    if (out->live) {
+        memcpy(out->id, r->lease_id.data, LKV_LEASE_ID_BYTES);
+    }
     out->expires_unix_ms = r->expires_unix_ms;
     out->ttl_ms = r->ttl_ms;
     out->lease_docs = r->lease_docs;
@@ -1370,8 +1382,16 @@ int lkv_client_attach(lkv_client_t *c, const lkv_docref *refs, size_t n, const u
     out->n_docs = n;
     out->docs = lkv_xcalloc(n ? n : 1, sizeof(*out->docs));
     for (size_t i = 0; i < n && rc == 0; i++) {
-        if (doc_from_pb(r->attached[i], &out->docs[i]) != 0) {
+        const Lazykv__V1__AttachedDoc *a = r->attached[i];
+        lkv_attached_doc *o = &out->docs[i];
+        if (doc_from_pb(a, o) != 0) {
             rc = bad_reply(LKV_EPROTO, "AttachResponse", "pages outside their arena region");
+            break;
+        }
+        o->attached = mode != 1 || a->n_pages > 0;
+        if (mode == 1 && r->docs[i] != NULL && !o->attached) {
+            o->present = r->docs[i]->present ? 1 : 0;
+            o->tier = r->docs[i]->tier;
         }
     }
 out:
@@ -1385,6 +1405,19 @@ out:
     free(ts);
     free(ds);
     return rc;
+}
+
+int lkv_client_attach(lkv_client_t *c, const lkv_docref *refs, size_t n, const uint8_t *lease_id,
+                      uint32_t ttl_ms, int deadline_ms, lkv_lease *out)
+{
+    return attach_call(c, refs, n, lease_id, ttl_ms, deadline_ms, 0, out);
+}
+
+int lkv_client_attach_present(lkv_client_t *c, const lkv_docref *refs, size_t n,
+                              const uint8_t *lease_id, uint32_t ttl_ms, int deadline_ms,
+                              lkv_lease *out)
+{
+    return attach_call(c, refs, n, lease_id, ttl_ms, deadline_ms, 1, out);
 }
 
 int lkv_client_release(lkv_client_t *c, const uint8_t *lease_id, int deadline_ms,
@@ -1579,6 +1612,64 @@ int lkv_client_abort(lkv_client_t *c, const uint8_t *lease_id, const uint8_t *ke
 }
 
 /* ---- keys ---- */
+
+/* ---- cluster ---- */
+
+void lkv_cluster_info_free(lkv_cluster_info *i)
+{
+    if (i == NULL) {
+        return;
+    }
+    free(i->members);
+    free(i->profiles);
+    memset(i, 0, sizeof(*i));
+}
+
+int lkv_client_cluster(lkv_client_t *c, int deadline_ms, lkv_cluster_info *out)
+{
+    err_clear();
+    memset(out, 0, sizeof(*out));
+    Lazykv__V1__ClusterRequest req = LAZYKV__V1__CLUSTER_REQUEST__INIT;
+    ProtobufCMessage *m = NULL;
+    int rc = unary(c, "/lazykv.v1.Cache/Cluster", &req.base,
+                   &lazykv__v1__cluster_response__descriptor, deadline_ms, &m);
+    if (rc != 0) {
+        return rc;
+    }
+    const Lazykv__V1__ClusterResponse *r = (const Lazykv__V1__ClusterResponse *)m;
+    copy_name(out->mode, sizeof(out->mode), r->mode);
+    out->epoch = r->epoch;
+    out->etcd_up = r->etcd_up;
+    out->n_members = r->n_members;
+    out->members = lkv_xcalloc(r->n_members + 1, sizeof(*out->members));
+    for (size_t i = 0; i < r->n_members; i++) {
+        const Lazykv__V1__ClusterMember *s = r->members[i];
+        lkv_cluster_member *o = &out->members[i];
+        copy_name(o->id, sizeof(o->id), s->id);
+        copy_name(o->addr, sizeof(o->addr), s->addr);
+        copy_name(o->version, sizeof(o->version), s->version);
+        copy_name(o->state, sizeof(o->state), s->state);
+        o->hot_bytes = s->hot_bytes;
+        o->self = s->self;
+        o->share = s->share;
+        o->hot_used_bytes = s->hot_used_bytes;
+        o->cold_used_bytes = s->cold_used_bytes;
+        o->hot_docs = s->hot_docs;
+        o->cold_docs = s->cold_docs;
+    }
+    out->profiles = lkv_xcalloc(r->n_profiles + 1, sizeof(*out->profiles));
+    for (size_t i = 0; i < r->n_profiles; i++) {
+        const Lazykv__V1__ClusterProfile *s = r->profiles[i];
+        if (s->fingerprint.len != 32) {
+            continue;
+        }
+        lkv_cluster_profile *o = &out->profiles[out->n_profiles++];
+        copy_name(o->name, sizeof(o->name), s->name);
+        memcpy(o->fingerprint, s->fingerprint.data, 32);
+    }
+    lkv_pb_free(m);
+    return 0;
+}
 
 void lkv_key_to_hex(const uint8_t *key, char *out)
 {

@@ -93,6 +93,7 @@ typedef struct lkv_doc_status {
     char profile[64];           /* Profile name when known, else "". */
     uint32_t pins;              /* Pins held now (leases); filled by lkv_client_list only. */
     uint64_t bytes;             /* Block payload bytes; filled by lkv_client_list only. */
+    char model_id[128];         /* The profile's weights identity ("" if none); Lookup only. */
 } lkv_doc_status;
 
 /* Header of a Get stream: describes the blocks that follow. */
@@ -288,6 +289,10 @@ typedef struct lkv_attached_doc {
     uint32_t region;            /* Its region (index into lkv_lease_arena.regions). */
     uint64_t region_base;       /* That region's base_offset. */
     uint64_t page_bytes;        /* That region's page_bytes. */
+    char model_id[128];         /* The profile's weights identity ("" if none or unknown). */
+    int attached;               /* 1: pinned, pages valid. 0 (present mode only): not pinned. */
+    int present;                /* Not attached: 1 cached but no hot room, 0 not cached. */
+    int tier;                   /* enum lkv_wire_tier: HOT when attached, else COLD/ABSENT. */
 } lkv_attached_doc;
 
 /* Address of block i of d in an arena mapped at arena_base (host mapping, or the pointer
@@ -297,6 +302,7 @@ void *lkv_block_addr(void *arena_base, const lkv_attached_doc *d, uint32_t i);
 
 /* A lease, as returned by lkv_client_attach. Free with lkv_lease_free. */
 typedef struct lkv_lease {
+    int live;                       /* 1: a lease was made or renewed (id is valid). */
     uint8_t id[LKV_LEASE_ID_BYTES]; /* Pass to renew or release. */
     uint64_t expires_unix_ms;       /* When the lease ends unless renewed. */
     uint32_t ttl_ms;                /* TTL granted. */
@@ -313,6 +319,15 @@ typedef struct lkv_lease {
  * LKV_ENOSPC: cannot be made hot or too many leases; LKV_EINVAL: bad request. */
 int lkv_client_attach(lkv_client_t *c, const lkv_docref *refs, size_t n, const uint8_t *lease_id,
                       uint32_t ttl_ms, int deadline_ms, lkv_lease *out);
+
+/* Attach in ATTACH_MODE_PRESENT (the RAG request): pins what is present and reports the rest, so
+ * an eviction between Lookup and Attach costs one miss, not a failed request. As
+ * lkv_client_attach, except: a document that is not cached or cannot be made hot is not an error
+ * (its entry has attached 0, n_pages 0, present/tier saying why); when nothing could be pinned
+ * and lease_id is NULL, no lease is made (out->live 0; nothing to release). */
+int lkv_client_attach_present(lkv_client_t *c, const lkv_docref *refs, size_t n,
+                              const uint8_t *lease_id, uint32_t ttl_ms, int deadline_ms,
+                              lkv_lease *out);
 
 /* Frees what *l owns and zeroes it. NULL is allowed. */
 void lkv_lease_free(lkv_lease *l);
@@ -377,6 +392,43 @@ int lkv_client_commit(lkv_client_t *c, const uint8_t *lease_id, const uint8_t *k
 
 /* lazykv.v1.Cache/Abort: gives the reservation's pages back. LKV_ENOTFOUND if none. */
 int lkv_client_abort(lkv_client_t *c, const uint8_t *lease_id, const uint8_t *key, int deadline_ms);
+
+/* ---- Cluster (lazykv.v1.Cache/Cluster) ---- */
+
+/* One member as the answering daemon sees it (the proto's ClusterMember). */
+typedef struct lkv_cluster_member {
+    char id[128];
+    char addr[128];
+    char version[32];
+    char state[16];     /* "up", "down", "joining". */
+    uint64_t hot_bytes; /* Rendezvous weight. */
+    int self;           /* 1 for the member that answered. */
+    double share;       /* Expected share of the key space. */
+    uint64_t hot_used_bytes, cold_used_bytes, hot_docs, cold_docs; /* Self only. */
+} lkv_cluster_member;
+
+typedef struct lkv_cluster_profile {
+    char name[64];
+    uint8_t fingerprint[32];
+} lkv_cluster_profile;
+
+/* The proto's ClusterResponse. Free with lkv_cluster_info_free. */
+typedef struct lkv_cluster_info {
+    char mode[16]; /* "none", "etcd", "static", "dns". */
+    uint64_t epoch;
+    int etcd_up;
+    size_t n_members;
+    lkv_cluster_member *members; /* Owned. */
+    size_t n_profiles;
+    lkv_cluster_profile *profiles; /* Owned. */
+} lkv_cluster_info;
+
+/* lazykv.v1.Cache/Cluster (data role): on 0, *out is filled (caller frees with
+ * lkv_cluster_info_free); on error it is zeroed. */
+int lkv_client_cluster(lkv_client_t *c, int deadline_ms, lkv_cluster_info *out);
+
+/* Frees what *i owns and zeroes it. NULL allowed. */
+void lkv_cluster_info_free(lkv_cluster_info *i);
 
 /* Formats a 32-byte key as 64 lowercase hex characters plus NUL into out (65 bytes). */
 void lkv_key_to_hex(const uint8_t *key, char *out);

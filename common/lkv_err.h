@@ -33,7 +33,8 @@
     X(ESHUTDOWN, -1021, "shutting down")                                                           \
     X(ENOTSUP, -1022, "not supported")                                                             \
     X(EINTERNAL, -1023, "internal error")                                                          \
-    X(EINPROGRESS, -1024, "being computed by another worker")
+    X(EINPROGRESS, -1024, "being computed by another worker")                                      \
+    X(ENOTOWNER, -1040, "not the owner: route the call to the document's owner")
 
 enum lkv_err {
     LKV_OK = 0,

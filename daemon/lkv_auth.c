@@ -365,6 +365,7 @@ uint32_t lkv_auth_method_roles(const char *method, size_t len)
         {"/lazykv.v1.Cache/Delete", LKV_ROLE_DATA},
         {"/lazykv.v1.Cache/Attach", LKV_ROLE_WORKER},
         {"/lazykv.v1.Cache/Release", LKV_ROLE_WORKER},
+        {"/lazykv.v1.Cache/Cluster", LKV_ROLE_DATA},
         /* Put in place writes the arena: only the worker role (trusted with all of it). */
         {"/lazykv.v1.Cache/Reserve", LKV_ROLE_WORKER},
         {"/lazykv.v1.Cache/Commit", LKV_ROLE_WORKER},

@@ -54,6 +54,12 @@ typedef struct lkv_cache_svc {
     int n_tenants;               /* Entries of wire and lookups (>= 1 when either is set). */
     const lkv_wirekey *wire;     /* n_tenants permutations (borrowed); NULL: identity for all. */
     lkv_tenant_lookups *lookups; /* n_tenants per-tenant counters (borrowed), or NULL. */
+    /* Optional (NULL: every call is served here): where a Put, Lookup, Get, Delete or Attach
+     * is served, asked with its request (the Put's first message) before the store is touched:
+     * 0 here, LKV_EAGAIN the hook parked the call and finishes it (forwarded), < 0 refused
+     * with that code (the hook set the message). daemon/cluster/lkv_cluster.h. */
+    int (*route)(void *ctx, lkv_rpc *rpc, const ProtobufCMessage *req);
+    void *route_ctx;
 } lkv_cache_svc;
 
 /* Initialises *svc (caller-owned) for store (borrowed) and durability. */

@@ -184,7 +184,7 @@ typedef struct opt {
     int kind;         /* enum opt_kind. */
     size_t off;       /* Offset in lkv_config. */
     size_t size;      /* OPT_STRING: array size. */
-    uint64_t min;     /* Numeric bounds (inclusive). */
+    uint64_t min;     /* Numeric bounds (inclusive); OPT_STRING: 1 = may be empty. */
     uint64_t max;
     const char *def;  /* Default, as text (what lkv_config_defaults sets). */
     const char *help; /* One line, with the unit. */
@@ -205,10 +205,10 @@ static const opt opts[] = {
      "CUDA device ordinal of the hot arena"},
     {"cold_bytes", OPT_SIZE, OFF(cold_bytes), 0, 0, UINT64_MAX, "16GiB",
      "cold tier budget, bytes of block payload (0 = unlimited)"},
-    {"policy", OPT_POLICY, OFF(policy_kind), 0, 0, 0, "lru",
-     "eviction policy of both tiers: lru, gdsf, lfuda, tinylfu, tlfu-gdsf"},
+    {"policy", OPT_POLICY, OFF(policy_kind), 0, 0, 0, "adaptive",
+     "eviction policy of both tiers: lru, gdsf, lfuda, tinylfu, tlfu-gdsf, adaptive"},
     {"policy_cost", OPT_COST, OFF(policy_cost_bytes), 0, 0, 0, "documents",
-     "what gdsf optimises: documents (document hit rate) or bytes (byte hit rate)"},
+     "what gdsf and adaptive optimise: documents (document hit rate) or bytes (byte hit rate)"},
     {"durability", OPT_DURABLE, OFF(durability), 0, 0, 0, "write-back",
      "write-back (ack when hot, persist in background) or write-through (ack when durable)"},
     {"threads", OPT_INT, OFF(threads), 0, 1, 256, "2",
@@ -236,6 +236,39 @@ static const opt opts[] = {
      "documents one lease may pin"},
     {"max_lease_ttl", OPT_DURATION, OFF(max_lease_ttl_ms), 0, 1, 86400000, "60s",
      "longest lease an Attach may ask for (renew by attaching again), ms"},
+    /* Cluster (daemon/cluster/lkv_cluster.h). */
+    {"cluster_mode", OPT_STRING, OFF(cluster_mode), sizeof(((lkv_config *)0)->cluster_mode), 0, 0,
+     "none", "cluster membership: none, etcd, static (cluster_members) or dns (cluster_dns)"},
+    {"cluster_id", OPT_STRING, OFF(cluster_id), sizeof(((lkv_config *)0)->cluster_id), 1, 0, "",
+     "this member's unique id (empty: its advertised address)"},
+    {"cluster_advertise", OPT_STRING, OFF(cluster_advertise),
+     sizeof(((lkv_config *)0)->cluster_advertise), 1, 0, "",
+     "host:port other members and clients reach this daemon at (empty: the bound address)"},
+    {"cluster_etcd", OPT_STRING, OFF(cluster_etcd), sizeof(((lkv_config *)0)->cluster_etcd), 1, 0,
+     "", "etcd v3 gRPC endpoints, host:port[,host:port] (cluster_mode etcd)"},
+    {"cluster_prefix", OPT_STRING, OFF(cluster_prefix), sizeof(((lkv_config *)0)->cluster_prefix),
+     0, 0, "/lazykv/members/", "etcd key prefix of the member records (ends with /)"},
+    {"cluster_lease_ttl", OPT_DURATION, OFF(cluster_lease_ttl_ms), 0, 2000, 3600000, "10s",
+     "etcd lease TTL of this member's record (a dead member leaves after it), ms"},
+    {"cluster_members", OPT_STRING, OFF(cluster_members),
+     sizeof(((lkv_config *)0)->cluster_members), 1, 0, "",
+     "static member list host:port[=hot_bytes],... (cluster_mode static)"},
+    {"cluster_dns", OPT_STRING, OFF(cluster_dns), sizeof(((lkv_config *)0)->cluster_dns), 1, 0, "",
+     "name:port resolved to the members, e.g. a headless Service (cluster_mode dns)"},
+    {"cluster_dns_refresh", OPT_DURATION, OFF(cluster_dns_refresh_ms), 0, 100, 3600000, "5s",
+     "how often cluster_dns is resolved again, ms"},
+    {"cluster_health_interval", OPT_DURATION, OFF(cluster_health_interval_ms), 0, 10, 600000,
+     "500ms", "period of the grpc.health.v1 probe of every other member, ms"},
+    {"cluster_down_after", OPT_DURATION, OFF(cluster_down_after_ms), 0, 20, 3600000, "2s",
+     "a member that has not answered for this long is marked down (its share moves), ms"},
+    {"cluster_token_file", OPT_STRING, OFF(cluster_token_file),
+     sizeof(((lkv_config *)0)->cluster_token_file), 1, 0, "",
+     "file with the bearer token of cluster-internal calls (same on every member; required)"},
+    {"wirekey_secret_file", OPT_STRING, OFF(wirekey_secret_file),
+     sizeof(((lkv_config *)0)->wirekey_secret_file), 1, 0, "",
+     "shared wire-key secret (64 hex digits) used instead of DATA_DIR/wirekey.secret"},
+    {"cluster_replica_ttl", OPT_DURATION, OFF(cluster_replica_ttl_ms), 0, 0, 86400000, "60s",
+     "an Attach of a document another member owns keeps a local replica this long (0: none)"},
 };
 #define N_OPTS ((int)(sizeof(opts) / sizeof(opts[0])))
 
@@ -309,7 +342,7 @@ static int set_opt(lkv_config *c, const opt *o, const char *value, char *err, si
     uint64_t u;
     switch (o->kind) {
     case OPT_STRING:
-        if (value[0] == '\0') {
+        if (value[0] == '\0' && o->min == 0) { /* min 1: the option may be empty. */
             return fail(err, errlen, "option '%s': must not be empty", o->name);
         }
         if (strlen(value) >= o->size) {
@@ -445,6 +478,7 @@ enum pf_kind {
     PF_PAIRING, /* int, enum lkv_rope_pairing. */
     PF_SCALING, /* int, enum lkv_rope_scaling. */
     PF_SIZE,    /* uint64_t, a size ("64MiB"). */
+    PF_STR,     /* char[LKV_MODEL_ID_MAX] (model_id). */
 };
 
 typedef struct pfield {
@@ -476,6 +510,8 @@ static const pfield pfields[] = {
     {"original_max_pos", PF_DOUBLE, POFF(posenc.original_max_pos), "llama3 original context"},
     {"hot_bytes", PF_SIZE, POFF(hot_bytes),
      "hot arena bytes of this profile's region (0 = an equal-tokens share of the rest)"},
+    {"model_id", PF_STR, POFF(model_id),
+     "weights identity: blake2b:<hex of the checkpoint> or a revision (\"\" = none)"},
 };
 #define N_PFIELDS ((int)(sizeof(pfields) / sizeof(pfields[0])))
 
@@ -508,6 +544,10 @@ static void builtin_stories260k(lkv_profile *p)
     p->posenc.rope_theta = 10000.0;
     p->posenc.rope_pairing = LKV_ROPE_INTERLEAVED;
     p->vocab_size = 512;
+    /* The weights: BLAKE2b-256 of tests/data/models/stories260K.bin (the decode worker checks
+     * the checkpoint it loads against it). */
+    snprintf(p->model_id, sizeof(p->model_id), "%s",
+             "blake2b:3e77c0b76962b86e8b60b343f705d70cc9e8573156925a0be325b349930dc37b");
 }
 
 static void builtin_llama31_8b(lkv_profile *p)
@@ -552,6 +592,17 @@ static int profile_name_ok(const char *name)
         }
     }
     return 1;
+}
+
+/* model_id: checked here so the message names the option; the fingerprint covers it. */
+static int set_model_id(lkv_profile *p, const char *value, char *err, size_t errlen)
+{
+    char msg[160];
+    if (lkv_profile_model_id_check(value, msg, (int)sizeof(msg)) != 0) {
+        return fail(err, errlen, "profile '%s' option 'model_id': %s", p->name, msg);
+    }
+    snprintf(p->model_id, sizeof(p->model_id), "%s", value);
+    return 0;
 }
 
 static int set_pfield(lkv_profile *p, const char *key, const char *value, char *err, size_t errlen)
@@ -605,6 +656,8 @@ static int set_pfield(lkv_profile *p, const char *key, const char *value, char *
         }
         *(double *)field = d;
         return 0;
+    case PF_STR:
+        return set_model_id(p, value, err, errlen);
     default:
         break;
     }
@@ -921,8 +974,49 @@ int lkv_config_load_file(lkv_config *c, const char *path, char *err, size_t errl
     return rc;
 }
 
+/* The cluster_* options: a known mode and what that mode needs. */
+static int validate_cluster(const lkv_config *c, char *err, size_t errlen)
+{
+    static const char *const modes[] = {"none", "etcd", "static", "dns", NULL};
+    int mode = parse_name(c->cluster_mode, modes);
+    if (mode < 0) {
+        return enum_fail("cluster_mode", c->cluster_mode, modes, err, errlen);
+    }
+    if (mode == 0) {
+        return 0;
+    }
+    if (mode == 1 && c->cluster_etcd[0] == '\0') {
+        return fail(err, errlen, "option 'cluster_etcd': required with cluster_mode = etcd");
+    }
+    if (mode == 2 && c->cluster_members[0] == '\0') {
+        return fail(err, errlen, "option 'cluster_members': required with cluster_mode = static");
+    }
+    if (mode == 3 && strchr(c->cluster_dns, ':') == NULL) {
+        return fail(err, errlen,
+                    "option 'cluster_dns': name:port required with cluster_mode = dns");
+    }
+    if (c->cluster_token_file[0] == '\0') {
+        return fail(err, errlen,
+                    "option 'cluster_token_file': required in a cluster (the credential of "
+                    "forwarded and other member-to-member calls)");
+    }
+    size_t pl = strlen(c->cluster_prefix);
+    if (pl < 2 || c->cluster_prefix[pl - 1] != '/') {
+        return fail(err, errlen, "option 'cluster_prefix': '%s' must end with '/'",
+                    c->cluster_prefix);
+    }
+    if (c->cluster_advertise[0] != '\0' && strrchr(c->cluster_advertise, ':') == NULL) {
+        return fail(err, errlen, "option 'cluster_advertise': '%s' is not host:port",
+                    c->cluster_advertise);
+    }
+    return 0;
+}
+
 int lkv_config_validate(lkv_config *c, char *err, size_t errlen)
 {
+    if (validate_cluster(c, err, errlen) != 0) {
+        return LKV_ECONFIG;
+    }
     /* listen: host:port, port 0..65535; IPv6 hosts in brackets. */
     const char *colon = strrchr(c->listen, ':');
     uint64_t port;

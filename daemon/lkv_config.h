@@ -74,6 +74,21 @@ typedef struct lkv_config {
     uint32_t max_leases;       /* Live leases at once. */
     uint32_t max_lease_docs;   /* Documents per lease. */
     uint64_t max_lease_ttl_ms; /* Longest TTL an Attach may ask for, ms. */
+    /* Cluster (daemon/cluster/lkv_cluster.h; "cluster_*" options, checked by validate). */
+    char cluster_mode[16];               /* none, etcd, static, dns. */
+    char cluster_id[128];                /* Member id ("": the advertised address). */
+    char cluster_advertise[128];         /* host:port peers and clients use ("": listen's). */
+    char cluster_etcd[512];              /* etcd endpoints host:port[,host:port]. */
+    char cluster_prefix[128];            /* etcd key prefix of member records. */
+    uint64_t cluster_lease_ttl_ms;       /* etcd lease TTL, ms (whole seconds). */
+    char cluster_members[4096];          /* static: host:port[=hot_bytes],... */
+    char cluster_dns[256];               /* dns: name:port. */
+    uint64_t cluster_dns_refresh_ms;     /* dns: re-resolve period, ms. */
+    uint64_t cluster_health_interval_ms; /* Peer health probe period, ms. */
+    uint64_t cluster_down_after_ms;      /* Silent this long: marked down, ms. */
+    char cluster_token_file[1024];       /* File holding the cluster-internal bearer token. */
+    char wirekey_secret_file[1024];      /* Shared wire-key secret (else DATA_DIR's own). */
+    uint64_t cluster_replica_ttl_ms;     /* Local replicas for Attach live this long (0: none). */
 } lkv_config;
 
 /* What main should do after lkv_config_from_args. */

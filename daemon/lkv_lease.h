@@ -148,6 +148,17 @@ int lkv_lease_commit(lkv_lease_table *t, int owner, const uint8_t *id, const lkv
  * visible, waiters are woken. LKV_ENOTFOUND as for commit; LKV_EBUSY while its commit runs. */
 int lkv_lease_abort(lkv_lease_table *t, int owner, const uint8_t *id, const lkv_dockey *key);
 
+/* Partial attach (the RAG request's ATTACH_MODE_PRESENT): as lkv_lease_attach, but a document
+ * that is not cached (status[i] = LKV_ENOTFOUND) or cannot be made hot (LKV_ENOSPC) is skipped,
+ * not an error: it is not pinned and out[i] stays zeroed (pages NULL). status (caller-owned, n
+ * entries) receives 0 for each pinned document. When no lease id is given and nothing could be
+ * pinned, no lease is made: returns 0 with id_out zeroed and *lease_docs 0. Every other error is
+ * as lkv_lease_attach's (all-or-nothing for this call's pins). */
+int lkv_lease_attach_present(lkv_lease_table *t, int owner, const uint8_t *id, uint32_t ttl_ms,
+                             const lkv_dockey *keys, uint32_t n, uint8_t id_out[LKV_LEASE_ID_BYTES],
+                             uint64_t *expires_unix_ms, uint32_t *lease_docs, lkv_lease_doc *out,
+                             int *status, int *bad);
+
 /* Releases lease id (16 bytes, borrowed) of owner: unpins its documents (and aborts its
  * reservations); LKV_EBUSY while a commit in it runs. Writes how many into
  * *released (may be NULL). LKV_ENOTFOUND if unknown, expired or another owner's. */

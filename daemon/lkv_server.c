@@ -945,6 +945,18 @@ int lkv_rpc_check_deadline(lkv_rpc *rpc)
     return 0;
 }
 
+int64_t lkv_rpc_deadline_left_ms(const lkv_rpc *rpc)
+{
+    gpr_timespec dl = rpc->mi < 0 ? rpc->details.deadline : rpc->deadline;
+    dl = gpr_convert_clock_type(dl, GPR_CLOCK_MONOTONIC);
+    if (gpr_time_cmp(dl, gpr_inf_future(GPR_CLOCK_MONOTONIC)) == 0) {
+        return INT64_MAX;
+    }
+    gpr_timespec left = gpr_time_sub(dl, gpr_now(GPR_CLOCK_MONOTONIC));
+    int64_t ms = (int64_t)left.tv_sec * 1000 + left.tv_nsec / 1000000;
+    return ms > 0 ? ms : 0;
+}
+
 const char *lkv_rpc_method(const lkv_rpc *rpc)
 {
     return method_path(rpc);

@@ -167,6 +167,10 @@ int lkv_rpc_errorf(lkv_rpc *rpc, int rc, const char *fmt, ...)
  * call it before each expensive step (RocksDB, copies). */
 int lkv_rpc_check_deadline(lkv_rpc *rpc);
 
+/* Milliseconds left before the call's deadline (0 once it passed; INT64_MAX without one): a
+ * call forwarded to another daemon carries what is left (daemon/cluster/). */
+int64_t lkv_rpc_deadline_left_ms(const lkv_rpc *rpc);
+
 /* The method path (static) and the peer ("ipv4:127.0.0.1:5555"; borrowed, valid for the call). */
 const char *lkv_rpc_method(const lkv_rpc *rpc);
 const char *lkv_rpc_peer(lkv_rpc *rpc);

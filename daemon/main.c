@@ -28,6 +28,7 @@
 #include "lkv_admin_svc.h"
 #include "lkv_auth.h"
 #include "lkv_cache_svc.h"
+#include "lkv_cluster.h"
 #include "lkv_config.h"
 #include "lkv_err.h"
 #include "lkv_health.h"
@@ -42,6 +43,19 @@
 /* Admission (lkv_server_opts.admit): authenticates the bearer token of every call and checks
  * the method's role (daemon/lkv_auth.h), then attaches the caller's tenant as the principal.
  * ctx is the tenant table. */
+static lkv_cluster *g_cluster; /* The cluster (daemon/cluster/lkv_cluster.h), set before serving. */
+
+/* Cluster-internal calls (the cluster token): 1 admitted, 0 not one, < 0 refused. */
+static int admit_cluster(lkv_rpc *rpc, const char *authz)
+{
+    const lkv_tenant *t = NULL;
+    int rc = lkv_cluster_admit(g_cluster, rpc, authz, &t);
+    if (rc == 1) {
+        lkv_rpc_set_principal(rpc, t);
+    }
+    return rc;
+}
+
 static int admit(void *ctx, lkv_rpc *rpc)
 {
     const lkv_auth *auth = ctx;
@@ -57,6 +71,10 @@ static int admit(void *ctx, lkv_rpc *rpc)
         return lkv_rpc_errorf(rpc, LKV_EUNAUTH, "malformed credentials: %s",
                               count > 1 ? "the authorization header was sent more than once"
                                         : "the authorization header is too long");
+    }
+    int crc = count == 1 ? admit_cluster(rpc, buf) : 0;
+    if (crc != 0) {
+        return crc < 0 ? crc : 0;
     }
     int rc = lkv_auth_check(auth, n >= 0 ? buf : NULL, n >= 0 ? (size_t)n : 0,
                             lkv_auth_peer_is_loopback(lkv_rpc_peer(rpc)),
@@ -193,7 +211,10 @@ int main(int argc, char **argv)
     const char **t_names = lkv_xcalloc((size_t)n_idx, sizeof(*t_names));
     uint8_t secret[LKV_WIREKEY_SECRET_BYTES] = {0};
     int isolate = lkv_auth_count(auth) > 0;
-    if (isolate && lkv_wirekey_secret_load(cfg.data_dir, secret) != 0) {
+    if (isolate &&
+        (cfg.wirekey_secret_file[0]
+             ? lkv_wirekey_secret_load_shared(cfg.wirekey_secret_file, cfg.data_dir, secret)
+             : lkv_wirekey_secret_load(cfg.data_dir, secret)) != 0) {
         lkv_auth_destroy(auth);
         lkv_store_close(store);
         return 1;
@@ -235,9 +256,29 @@ int main(int argc, char **argv)
     admin.tenant_names = t_names;
     admin.tenant_lookups = t_lookups;
     lkv_health_init(&health, services);
-    lkv_method methods[LKV_CACHE_SVC_METHODS + LKV_ADMIN_SVC_METHODS + LKV_HEALTH_METHODS];
+    rc = lkv_cluster_create(&cfg, store, auth, LAZYKVD_VERSION, &g_cluster, err, sizeof(err));
+    if (rc != 0) {
+        LKV_LOGE("%s", err);
+        lkv_lease_table_destroy(leases);
+        lkv_auth_destroy(auth);
+        lkv_store_close(store);
+        return 2;
+    }
+    cache.route = lkv_cluster_route;
+    cache.route_ctx = g_cluster;
+    lkv_method methods[LKV_CACHE_SVC_METHODS + LKV_CLUSTER_METHODS + LKV_ADMIN_SVC_METHODS +
+                       LKV_HEALTH_METHODS];
     int n = 0;
     n += lkv_cache_svc_methods(&cache, methods + n);
+    for (int i = 0; i < n; i++) {
+        if (strcmp(methods[i].path, "/lazykv.v1.Cache/Get") == 0) {
+            lkv_cluster_set_get(g_cluster, &methods[i]); /* Moved documents: lkv_transfer.h. */
+        }
+        if (strcmp(methods[i].path, "/lazykv.v1.Cache/Attach") == 0) {
+            lkv_cluster_set_attach(g_cluster, &methods[i]); /* Local replicas. */
+        }
+    }
+    n += lkv_cluster_methods(g_cluster, methods + n);
     n += lkv_admin_svc_methods(&admin, methods + n);
     n += lkv_health_methods(&health, methods + n);
 
@@ -261,6 +302,17 @@ int main(int argc, char **argv)
     LKV_LOGI("listening on %s (%d polling threads, %d pool threads, max message %s)",
              lkv_server_address(srv), cfg.threads, cfg.pool_threads,
              lkv_format_bytes(cfg.max_message_bytes, hb, sizeof(hb)));
+    rc = lkv_cluster_start(g_cluster, lkv_server_address(srv), err, sizeof(err));
+    if (rc != 0) {
+        LKV_LOGE("%s", err);
+        lkv_server_shutdown(srv, 0);
+        lkv_cluster_destroy(g_cluster);
+        lkv_lease_table_destroy(leases); /* Before the server: see the shutdown below. */
+        lkv_server_destroy(srv);
+        lkv_auth_destroy(auth);
+        lkv_store_close(store);
+        return 2;
+    }
     printf("lazykvd listening on %s\n", lkv_server_address(srv));
     fflush(stdout);
 
@@ -268,7 +320,9 @@ int main(int argc, char **argv)
     while (sigwait(&sigs, &sig) != 0) {
     }
     LKV_LOGI("received %s: shutting down", sig == SIGTERM ? "SIGTERM" : "SIGINT");
+    lkv_cluster_leave(g_cluster); /* Peers re-home our share now, not after the lease TTL. */
     lkv_server_shutdown(srv, cfg.shutdown_grace_ms);
+    lkv_cluster_destroy(g_cluster); /* Forwarded calls still out: cancelled, waited for. */
     /* Before the server is destroyed: waking a Reserve that waits for a reservation resumes
      * its (ended) call through the server's ticket table, which must still exist. */
     lkv_lease_table_destroy(leases); /* Unpins what live leases hold, aborts reservations. */

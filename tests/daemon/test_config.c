@@ -51,7 +51,7 @@ static void test_defaults(void)
     ASSERT_EQ(c.hot_bytes, 1ull << 30);
     ASSERT_EQ(c.hot_backend, LKV_HOT_AUTO);
     ASSERT_EQ(c.durability, LKV_DURABILITY_WRITE_BACK);
-    ASSERT_EQ(c.policy_kind, LKV_POLICY_LRU);
+    ASSERT_EQ(c.policy_kind, LKV_POLICY_ADAPTIVE);
     ASSERT_EQ(c.max_message_bytes, 64ull << 20);
     ASSERT_EQ(c.threads, 2);
     ASSERT_EQ(c.pool_threads, 4);
@@ -200,6 +200,20 @@ static void test_overrides(void)
     ASSERT_EQ(lkv_config_profile(&c, "stories260k")->vocab_size, 1000);
     ASSERT_TRUE(strcmp(c.listen, "127.0.0.1:0") == 0);
 
+    /* model_id is part of the fingerprint: a fine-tune of the same shape gets other keys. */
+    static lkv_config ft;
+    const char *args_ft[] = {"--set", "profile.stories260k.model_id=stories260k-ft@r2", NULL};
+    if (from_args(&ft, &action, args_ft) != 0) {
+        LKV_FAIL("%s", err);
+    }
+    static lkv_config base;
+    ASSERT_OK(from_args(&base, &action, (const char *[]){NULL}));
+    const lkv_profile *pb = lkv_config_profile(&base, "stories260k");
+    const lkv_profile *pf = lkv_config_profile(&ft, "stories260k");
+    ASSERT_TRUE(strncmp(pb->model_id, "blake2b:", 8) == 0);
+    ASSERT_TRUE(strcmp(pf->model_id, "stories260k-ft@r2") == 0);
+    ASSERT_TRUE(memcmp(pb->fingerprint, pf->fingerprint, 32) != 0);
+
     /* The command line wins over the file, whatever the argument order. */
     const char *args2[] = {"--threads", "7", "--config", LKV_SOURCE_DIR "/daemon/lazykvd.conf",
                            NULL};
@@ -271,6 +285,7 @@ static void test_bad_values_name_the_option(void)
     bad_text("[profile p]\nn_layers = 2\n", "profile 'p'", "n_q_heads");
     bad_text("[profile p]\nwidth = 2\n", "'width'", "profile 'p'");
     bad_text("[profile stories260k]\ndtype = f64\n", "'dtype'", "bf16");
+    bad_text("[profile stories260k]\nmodel_id = blake2b:abc\n", "'model_id'", "64 lowercase hex");
     bad_text("[profile stories260k]\nrope_theta = fast\n", "'rope_theta'", "stories260k");
     bad_text("[profile stories260k]\nn_kv_heads = 3\n", "n_kv_heads", "stories260k");
     /* Cross-option checks. */
@@ -447,6 +462,44 @@ static void test_bad_tenants(void)
     bad_text("[club x]\n", "[club x]", "[tenant NAME]");
 }
 
+/* The cluster_* options: each mode's requirements, the credential, the prefix; and a good one. */
+static void test_cluster_options(void)
+{
+    bad_text("cluster_mode = zookeeper\n", "'cluster_mode'", "etcd");
+    bad_text("cluster_mode = etcd\ncluster_token_file = /t\n", "'cluster_etcd'", "required");
+    bad_text("cluster_mode = static\ncluster_token_file = /t\n", "'cluster_members'", NULL);
+    bad_text("cluster_mode = dns\ncluster_dns = nameonly\ncluster_token_file = /t\n",
+             "'cluster_dns'", "name:port");
+    bad_text("cluster_mode = etcd\ncluster_etcd = 127.0.0.1:2379\n", "'cluster_token_file'",
+             "required");
+    bad_text("cluster_mode = etcd\ncluster_etcd = e:1\ncluster_token_file = /t\n"
+             "cluster_prefix = /lazykv\n",
+             "'cluster_prefix'", "/");
+    bad_text("cluster_mode = static\ncluster_members = a:1\ncluster_token_file = /t\n"
+             "cluster_advertise = noport\n",
+             "'cluster_advertise'", NULL);
+    bad_text("cluster_lease_ttl = 1s\n", "'cluster_lease_ttl'", NULL);
+    bad_text("cluster_down_after = soon\n", "'cluster_down_after'", NULL);
+    static lkv_config c;
+    lkv_config_defaults(&c);
+    ASSERT_TRUE(strcmp(c.cluster_mode, "none") == 0);
+    ASSERT_EQ(c.cluster_id[0], '\0'); /* Empty defaults are allowed for these. */
+    ASSERT_EQ(c.cluster_lease_ttl_ms, 10000);
+    ASSERT_EQ(c.cluster_down_after_ms, 2000);
+    ASSERT_EQ(c.cluster_health_interval_ms, 500);
+    err[0] = '\0';
+    ASSERT_OK(
+        lkv_config_load_string(&c,
+                               "cluster_mode = etcd\ncluster_etcd = 10.0.0.1:2379,10.0.0.2:2379\n"
+                               "cluster_id = lazykv-0\ncluster_token_file = /run/tok\n"
+                               "cluster_lease_ttl = 5s\ncluster_down_after = 750ms\n",
+                               "good.conf", err, sizeof(err)));
+    ASSERT_OK(lkv_config_validate(&c, err, sizeof(err)));
+    ASSERT_TRUE(strcmp(c.cluster_etcd, "10.0.0.1:2379,10.0.0.2:2379") == 0);
+    ASSERT_EQ(c.cluster_lease_ttl_ms, 5000);
+    ASSERT_EQ(c.cluster_down_after_ms, 750);
+}
+
 int main(void)
 {
     LKV_RUN(test_defaults);
@@ -460,5 +513,6 @@ int main(void)
     LKV_RUN(test_summary_and_format);
     LKV_RUN(test_tenants);
     LKV_RUN(test_bad_tenants);
+    LKV_RUN(test_cluster_options);
     return 0;
 }

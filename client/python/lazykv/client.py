@@ -52,6 +52,8 @@ _MISS = {
     cache_pb2.MISS_CAUSE_CORRUPT: "corrupt",
     cache_pb2.MISS_CAUSE_DELETED: "deleted",
     cache_pb2.MISS_CAUSE_LOST: "lost",
+    cache_pb2.MISS_CAUSE_PROFILE: "profile",
+    cache_pb2.MISS_CAUSE_OWNER_DOWN: "owner_down",
 }
 _DURABILITY = {
     cache_pb2.DURABILITY_UNSPECIFIED: "unspecified",
@@ -91,6 +93,7 @@ class DocStatus:
     key: bytes  # The 32-byte key (also for absent documents).
     miss_cause: object  # None when present, else "unknown", "evicted", "deleted", ...
     profile: str
+    model_id: str = ""  # The profile's weights identity ("blake2b:<hex>" or a revision; "" none).
 
 
 @dataclasses.dataclass(frozen=True)
@@ -356,7 +359,7 @@ class Client:
         return [DocStatus(present=s.present, tier=_TIER.get(s.tier, str(s.tier)),
                           n_tokens=s.n_tokens, n_blocks=s.n_blocks, key=bytes(s.key),
                           miss_cause=_MISS.get(s.miss_cause, str(s.miss_cause)),
-                          profile=s.profile) for s in r.docs]
+                          profile=s.profile, model_id=s.model_id) for s in r.docs]
 
     def get(self, key=None, *, profile=None, tokens=None, timeout=None):
         """Fetches a document's blocks; returns a Document. NotFound if it is not cached."""
@@ -450,6 +453,16 @@ class Client:
         except grpc.RpcError as e:
             raise from_rpc_error(e) from None
         return r.released_docs
+
+    def cluster(self, *, timeout=None):
+        """lazykv.v1.Cache/Cluster (data role): the ClusterResponse message (members with
+        id, addr, state, version, hot_bytes, share, self and, for self, its tiers; profiles
+        with their fingerprints; mode). lazykv.cluster.ClusterClient routes with it."""
+        try:
+            return self._cache.Cluster(cache_pb2.ClusterRequest(), timeout=self._t(timeout),
+                                       metadata=self._metadata)
+        except grpc.RpcError as e:
+            raise from_rpc_error(e) from None
 
     # -- admin and health -------------------------------------------------------------------
 
