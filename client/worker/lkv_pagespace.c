@@ -105,7 +105,8 @@ int lkv_pagespace_map(lkv_pagespace *ps, const lkv_lease_arena *a, const char *p
         return LKV_EPROFILE;
     }
     if (ps->base != NULL && ps->n_daemon == rg->n_pages && ps->page_bytes == rg->page_bytes &&
-        ps->region_base == rg->base_offset && strcmp(ps->shm_name, a->shm_name) == 0) {
+        ps->region_base == rg->base_offset && ps->mapped_writable == ps->writable &&
+        strcmp(ps->shm_name, a->shm_name) == 0) {
         return 0; /* Mapped once per daemon arena. */
     }
     unmap(ps);
@@ -120,7 +121,7 @@ int lkv_pagespace_map(lkv_pagespace *ps, const lkv_lease_arena *a, const char *p
                  rg->base_offset, os_page);
         return LKV_EINVAL;
     }
-    int fd = shm_open(a->shm_name, O_RDONLY, 0);
+    int fd = shm_open(a->shm_name, ps->writable ? O_RDWR : O_RDONLY, 0);
     if (fd < 0) {
         snprintf(ps->err, sizeof(ps->err), "shm_open(%.200s): %s", a->shm_name, strerror(errno));
         return LKV_EIO;
@@ -136,8 +137,9 @@ int lkv_pagespace_map(lkv_pagespace *ps, const lkv_lease_arena *a, const char *p
         return LKV_EIO;
     }
     int rc = reserve(ps, rg->page_bytes, rg->n_pages);
-    if (rc == 0 && mmap(ps->base, need, PROT_READ, MAP_SHARED | MAP_FIXED, fd,
-                        (off_t)rg->base_offset) == MAP_FAILED) {
+    int prot = ps->writable ? PROT_READ | PROT_WRITE : PROT_READ;
+    if (rc == 0 && mmap(ps->base, need, prot, MAP_SHARED | MAP_FIXED, fd, (off_t)rg->base_offset) ==
+                       MAP_FAILED) {
         snprintf(ps->err, sizeof(ps->err), "mmap(%.200s): %s", a->shm_name, strerror(errno));
         unmap(ps);
         rc = LKV_EIO;
@@ -146,6 +148,7 @@ int lkv_pagespace_map(lkv_pagespace *ps, const lkv_lease_arena *a, const char *p
     if (rc == 0) {
         snprintf(ps->shm_name, sizeof(ps->shm_name), "%s", a->shm_name);
         ps->region_base = rg->base_offset;
+        ps->mapped_writable = ps->writable;
         ps->n_maps++;
     }
     return rc;

@@ -15,7 +15,9 @@
  * daemon page p here is page p of that region and the stride is the region's page_bytes. A
  * document attached under a lease is read where the daemon keeps it: its block b is region page
  * pages[b], so its reference names that page and nothing is copied. The daemon's pages are mapped
- * read-only: the worker cannot corrupt the cache.
+ * read-only (the worker cannot corrupt the cache) unless writable is set: then read-write, so
+ * that a miss is computed straight into the pages the daemon reserved for it (put in place; a
+ * worker allowed to Reserve is trusted with the whole arena anyway, cache.proto "Trust").
  *
  * The range is reserved once (PROT_NONE) and the two parts are mapped over it with MAP_FIXED. The
  * region is mapped once per daemon arena: lkv_pagespace_map does nothing when the region is the
@@ -41,8 +43,12 @@ typedef struct lkv_pagespace {
                            * part does not end on an OS page (pages between are never used). */
     uint32_t n_local;     /* Worker pages from first_local on. */
     char shm_name[256];   /* The daemon's shm object mapped, "" if none. */
-    uint64_t map_bytes;   /* Bytes reserved (n_daemon + n_local) * page_bytes. */
+    uint64_t map_bytes;   /* Bytes reserved (first_local + n_local) * page_bytes, rounded up. */
     uint64_t n_maps;      /* Times a daemon arena was mapped (1 per daemon lifetime). */
+    int writable;         /* Set before the first map: 1 maps the daemon region read-write
+                           * (the worker computes misses into reserved pages: put in place),
+                           * 0 read-only (the default: the worker cannot write the cache). */
+    int mapped_writable;  /* How the mapped region was mapped. */
     char err[512];        /* Message of the last failure. */
 } lkv_pagespace;
 

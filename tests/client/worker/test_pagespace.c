@@ -158,6 +158,15 @@ static void test_odd_page(void)
         ASSERT_EQ(daemon[i], 0);
     }
     lkv_pagespace_free(&ps);
+    /* Writable (put in place): the worker's writes land in the daemon's object. */
+    lkv_pagespace_init(&ps, 4);
+    ps.writable = 1;
+    a = arena_of(0, 1);
+    ASSERT_OK(lkv_pagespace_map(&ps, &a, "tiny"));
+    ps.base[100] = 0x42;
+    ASSERT_EQ(daemon[100], 0x42);
+    ASSERT_EQ(daemon[-1], 0xA5); /* the other region: not part of the mapping */
+    lkv_pagespace_free(&ps);
     shm_unlink(names[0]);
 }
 
