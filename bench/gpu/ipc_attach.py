@@ -128,7 +128,7 @@ def attach(addr, ttl_ms, specs):
     for raw in r.get(5, []):
         d = parse(raw)
         lay = parse(one(d, 3, b""))
-        reg = parse(one(d, 6, b""))  # AttachedDoc.region (the arena contract)
+        reg = parse(one(d, 7, b""))  # AttachedDoc.region (the arena contract)
         out["docs"].append({
             "region_base": one(reg, 2, 0),
             "page_bytes": one(reg, 3, 0),
