@@ -27,6 +27,7 @@
 #include <errno.h>
 #include <inttypes.h>
 #include <stdio.h>
+#include <unistd.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
@@ -80,6 +81,9 @@ static const char *main_help =
     "  stats [SECTION]           daemon statistics (admin; --json, --raw, --watch S)\n"
     "  attach DOC...             pin documents under a lease, print its pages (worker)\n"
     "  release LEASE             end a lease (worker)\n"
+    "  reserve FILE              put a KV file in place: reserve, write the arena (worker)\n"
+    "  commit LEASE KEY          make a reserved document visible (worker)\n"
+    "  abort LEASE KEY           give a reservation's pages back (worker)\n"
     "  cluster                   members, their state, tiers and share of the key space\n"
     "\n"
     "DOC is a 64-hex-digit key, or --profile NAME --tokens LIST (LIST: comma-separated\n"
@@ -1379,8 +1383,16 @@ static void print_lease(const lkv_lease *l, int json)
         json_str(l->arena.backend);
         printf(", \"shm_name\": ");
         json_str(l->arena.shm_name);
-        printf(", \"page_bytes\": %" PRIu64 ", \"n_pages\": %u, \"cuda_device\": %d}, \"docs\": [",
-               l->arena.page_bytes, l->arena.n_pages, l->arena.cuda_device);
+        printf(", \"arena_bytes\": %" PRIu64 ", \"cuda_device\": %d, \"regions\": [",
+               l->arena.arena_bytes, l->arena.cuda_device);
+        for (uint32_t r = 0; r < l->arena.n_regions; r++) {
+            const lkv_arena_region *g = &l->arena.regions[r];
+            printf("%s{\"profile\": ", r ? ", " : "");
+            json_str(g->profile);
+            printf(", \"base_offset\": %" PRIu64 ", \"page_bytes\": %" PRIu64 ", \"n_pages\": %u}",
+                   g->base_offset, g->page_bytes, g->n_pages);
+        }
+        printf("]}, \"docs\": [");
         for (size_t i = 0; i < l->n_docs; i++) {
             const lkv_attached_doc *d = &l->docs[i];
             lkv_key_to_hex(d->key, hex);
@@ -1390,8 +1402,9 @@ static void print_lease(const lkv_lease *l, int json)
                    "\"head_dim\": %u, \"dtype\": ",
                    d->n_tokens, d->n_layers, d->n_kv_heads, d->head_dim);
             json_str(d->dtype);
-            printf(", \"block_tokens\": %u, \"block_bytes\": %" PRIu64 ", \"pages\": [",
-                   d->block_tokens, d->block_bytes);
+            printf(", \"block_tokens\": %u, \"block_bytes\": %" PRIu64 ", \"region\": %u, "
+                   "\"region_base\": %" PRIu64 ", \"page_bytes\": %" PRIu64 ", \"pages\": [",
+                   d->block_tokens, d->block_bytes, d->region, d->region_base, d->page_bytes);
             for (uint32_t k = 0; k < d->n_pages; k++) {
                 printf("%s%u", k ? ", " : "", d->pages[k]);
             }
@@ -1402,9 +1415,9 @@ static void print_lease(const lkv_lease *l, int json)
     }
     printf("lease %s ttl_ms=%u expires_unix_ms=%" PRIu64 " docs=%u\n", id, l->ttl_ms,
            l->expires_unix_ms, l->lease_docs);
-    printf("arena backend=%s shm=%s page_bytes=%" PRIu64 " pages=%u (%s)", l->arena.backend,
-           l->arena.shm_name[0] ? l->arena.shm_name : "-", l->arena.page_bytes, l->arena.n_pages,
-           human_bytes((double)l->arena.page_bytes * l->arena.n_pages, sz, sizeof(sz)));
+    printf("arena backend=%s shm=%s bytes=%" PRIu64 " (%s) regions=%u", l->arena.backend,
+           l->arena.shm_name[0] ? l->arena.shm_name : "-", l->arena.arena_bytes,
+           human_bytes((double)l->arena.arena_bytes, sz, sizeof(sz)), l->arena.n_regions);
     if (l->arena.cuda_device >= 0) {
         printf(" cuda_device=%d", l->arena.cuda_device);
     }
@@ -1413,9 +1426,10 @@ static void print_lease(const lkv_lease *l, int json)
         const lkv_attached_doc *d = &l->docs[i];
         lkv_key_to_hex(d->key, hex);
         printf("%s profile=%s tokens=%" PRIu64 " layout=%ux%ux%u/%s block_tokens=%u "
-               "block_bytes=%" PRIu64 " pages=",
+               "block_bytes=%" PRIu64 " region=%u region_base=%" PRIu64 " page_bytes=%" PRIu64
+               " pages=",
                hex, d->profile, d->n_tokens, d->n_layers, d->n_kv_heads, d->head_dim, d->dtype,
-               d->block_tokens, d->block_bytes);
+               d->block_tokens, d->block_bytes, d->region, d->region_base, d->page_bytes);
         print_pages(d->pages, d->n_pages);
         printf("\n");
     }
@@ -1428,8 +1442,9 @@ static int cmd_attach(cli *x, int argc, char **argv)
                "Debugging aid (lazykv.v1.Cache/Attach; worker role): pins the documents in the\n"
                "hot tier under a new lease (or renews lease ID, 32 hex digits) for MS\n"
                "milliseconds (default %d; at most the daemon's max_lease_ttl), and prints the\n"
-               "lease id, the arena mapping (backend, shm name, page size) and each document's\n"
-               "layout and arena pages (block i at byte pages[i] * page_bytes). The lease\n"
+               "lease id, the arena mapping (backend, shm name, regions) and each document's\n"
+               "layout, region and pages (block i at byte region_base + pages[i] *\n"
+               "page_bytes). The lease\n"
                "outlives this command: end it with `lazykv release ID` or let it expire.\n\n%s",
                ATTACH_DEFAULT_MS, exit_codes_help);
         return EXIT_OK;
@@ -1670,11 +1685,193 @@ typedef struct command {
     int (*fn)(cli *, int, char **); /* Handler: args after the command word. */
 } command;
 
+/* Parses LEASE_ID KEY (commit, abort). */
+static int parse_resv_ref(const char *cmd, int argc, char **argv, uint8_t *id, uint8_t *key)
+{
+    if (argc != 2) {
+        return usage_err(cmd, "expected LEASE_ID KEY", NULL);
+    }
+    if (lease_from_hex(argv[0], id) != 0) {
+        return usage_err(cmd, "not a lease id (32 hex digits): %s", argv[0]);
+    }
+    if (lkv_key_from_hex(argv[1], key) != 0) {
+        return usage_err(cmd, "not a key (64 hex digits): %s", argv[1]);
+    }
+    return EXIT_OK;
+}
+
+static int cmd_reserve(cli *x, int argc, char **argv)
+{
+    if (want_help(argc, argv)) {
+        printf("usage: lazykv reserve [--ttl MS] [--lease ID] [--wait] [--no-write] [--commit]\n"
+               "                      [--hold] FILE\n\n"
+               "Put in place, for tests and tools (lazykv.v1.Cache/Reserve; worker role, on the\n"
+               "daemon's host with a host arena): reserves arena pages for the document of the\n"
+               "KV file under a new lease (or lease ID) for MS ms (default %d), maps the arena\n"
+               "and writes the file's blocks straight into the reserved pages (--no-write: leave\n"
+               "them as they are), then prints \"KEY lease=ID blocks=N reserved|present\". The\n"
+               "document is invisible until `lazykv commit ID KEY` (or --commit now);\n"
+               "`lazykv abort ID KEY`, release or expiry frees it. --wait: if another worker is\n"
+               "computing the same document, wait for it (exit 0 with \"present\" once it\n"
+               "commits) instead of failing at once (exit %d, ABORTED). --hold: after printing,\n"
+               "keep running until killed (a worker that dies before its commit, for tests).\n\n%s",
+               ATTACH_DEFAULT_MS, EXIT_SERVER, exit_codes_help);
+        return EXIT_OK;
+    }
+    long ttl = ATTACH_DEFAULT_MS;
+    int wait = 0, nowrite = 0, commit_now = 0, has_lease = 0, hold = 0;
+    uint8_t lease_id[LKV_LEASE_ID_BYTES];
+    const char *file = NULL;
+    for (int i = 0; i < argc; i++) {
+        if (strcmp(argv[i], "--wait") == 0) {
+            wait = 1;
+        } else if (strcmp(argv[i], "--no-write") == 0) {
+            nowrite = 1;
+        } else if (strcmp(argv[i], "--commit") == 0) {
+            commit_now = 1;
+        } else if (strcmp(argv[i], "--hold") == 0) {
+            hold = 1;
+        } else if (strcmp(argv[i], "--ttl") == 0 || strcmp(argv[i], "--lease") == 0) {
+            if (i + 1 >= argc) {
+                return usage_err("reserve", "%s needs a value", argv[i]);
+            }
+            const char *v = argv[++i];
+            if (argv[i - 1][2] == 't' && parse_count(v, 86400000L, &ttl) != 0) {
+                return usage_err("reserve", "bad --ttl %s (milliseconds, >= 1)", v);
+            }
+            if (argv[i - 1][2] == 'l') {
+                if (lease_from_hex(v, lease_id) != 0) {
+                    return usage_err("reserve", "bad --lease %s (32 hex digits)", v);
+                }
+                has_lease = 1;
+            }
+        } else if (file == NULL) {
+            file = argv[i];
+        } else {
+            return usage_err("reserve", "expected exactly one FILE", NULL);
+        }
+    }
+    if (file == NULL) {
+        return usage_err("reserve", "expected exactly one FILE", NULL);
+    }
+    lkv_kvfile kf;
+    char err[512];
+    if (lkv_kvfile_read(file, &kf, err, sizeof(err)) != 0) {
+        fprintf(stderr, "lazykv reserve: %s\n", err);
+        return EXIT_USAGE;
+    }
+    if (kf.tokens == NULL) {
+        fprintf(stderr, "lazykv reserve: %s has no token ids\n", file);
+        lkv_kvfile_free(&kf);
+        return EXIT_USAGE;
+    }
+    lkv_arena_map map;
+    memset(&map, 0, sizeof(map));
+    lkv_reservation r;
+    int ex = EXIT_OK;
+    int rc =
+        lkv_client_reserve(x->c, kf.profile, kf.tokens, kf.n_tokens, has_lease ? lease_id : NULL,
+                           (uint32_t)ttl, wait, nowrite ? NULL : &map, x->timeout_ms, &r);
+    if (rc != 0) {
+        ex = rpc_fail("reserve", rc);
+        goto out;
+    }
+    if (!r.already_present && !nowrite) {
+        if (r.doc.block_bytes != kf.block_bytes || r.doc.n_pages != kf.n_blocks) {
+            fprintf(stderr,
+                    "lazykv reserve: the daemon's layout (%u blocks of %" PRIu64
+                    " bytes) does not match the file's\n",
+                    r.doc.n_pages, r.doc.block_bytes);
+            lkv_client_abort(x->c, r.lease_id, r.doc.key, x->timeout_ms);
+            ex = EXIT_USAGE;
+            goto out_r;
+        }
+        for (uint32_t i = 0; i < r.doc.n_pages; i++) {
+            memcpy(r.addrs[i], (const uint8_t *)kf.blocks + (size_t)i * kf.block_bytes,
+                   (size_t)kf.block_bytes);
+        }
+    }
+    char id[2 * LKV_LEASE_ID_BYTES + 1], hex[KEY_HEX + 1];
+    bytes_to_hex(r.lease_id, LKV_LEASE_ID_BYTES, id);
+    lkv_key_to_hex(r.doc.key, hex);
+    if (commit_now && !r.already_present) {
+        rc = lkv_client_commit(x->c, r.lease_id, r.doc.key, x->timeout_ms, NULL, NULL);
+        if (rc != 0) {
+            ex = rpc_fail("commit", rc);
+            goto out_r;
+        }
+    }
+    printf("%s lease=%s blocks=%u region=%u %s%s\n", hex, id, r.doc.n_pages, r.doc.region,
+           r.already_present ? "present"
+           : commit_now      ? "committed"
+                             : "reserved",
+           r.waited ? " waited" : "");
+    fflush(stdout);
+    while (hold) {
+        pause(); /* A worker that dies (is killed) before committing. */
+    }
+out_r:
+    lkv_reservation_free(&r);
+out:
+    lkv_arena_map_close(&map);
+    lkv_kvfile_free(&kf);
+    return ex;
+}
+
+static int cmd_commit(cli *x, int argc, char **argv)
+{
+    if (want_help(argc, argv)) {
+        printf("usage: lazykv commit LEASE_ID KEY\n\nMakes the document KEY, reserved under "
+               "LEASE_ID and written in place, visible\n(lazykv.v1.Cache/Commit; worker role). "
+               "It stays pinned under the lease. A\nnon-zero tail past the document's end is "
+               "refused (exit %d): nothing is visible.\n\n%s",
+               EXIT_SERVER, exit_codes_help);
+        return EXIT_OK;
+    }
+    uint8_t id[LKV_LEASE_ID_BYTES], key[LKV_KEY_BYTES];
+    int ex = parse_resv_ref("commit", argc, argv, id, key);
+    if (ex != EXIT_OK) {
+        return ex;
+    }
+    lkv_attached_doc d;
+    int already = 0;
+    int rc = lkv_client_commit(x->c, id, key, x->timeout_ms, &d, &already);
+    if (rc != 0) {
+        return rpc_fail("commit", rc);
+    }
+    printf("%s committed blocks=%u%s\n", argv[1], d.n_pages, already ? " already-present" : "");
+    free(d.pages);
+    return EXIT_OK;
+}
+
+static int cmd_abort(cli *x, int argc, char **argv)
+{
+    if (want_help(argc, argv)) {
+        printf("usage: lazykv abort LEASE_ID KEY\n\nGives the pages reserved for KEY under "
+               "LEASE_ID back (lazykv.v1.Cache/Abort;\nworker role); nothing becomes "
+               "visible.\n\n%s",
+               exit_codes_help);
+        return EXIT_OK;
+    }
+    uint8_t id[LKV_LEASE_ID_BYTES], key[LKV_KEY_BYTES];
+    int ex = parse_resv_ref("abort", argc, argv, id, key);
+    if (ex != EXIT_OK) {
+        return ex;
+    }
+    int rc = lkv_client_abort(x->c, id, key, x->timeout_ms);
+    if (rc != 0) {
+        return rpc_fail("abort", rc);
+    }
+    printf("%s aborted\n", argv[1]);
+    return EXIT_OK;
+}
+
 static const command commands[] = {
     {"ping", cmd_ping},       {"put", cmd_put},         {"get", cmd_get},
     {"lookup", cmd_lookup},   {"rm", cmd_rm},           {"ls", cmd_ls},
     {"evict", cmd_evict},     {"stats", cmd_stats},     {"attach", cmd_attach},
-    {"release", cmd_release}, {"cluster", cmd_cluster},
+    {"release", cmd_release}, {"reserve", cmd_reserve}, {"commit", cmd_commit},
+    {"abort", cmd_abort},     {"cluster", cmd_cluster},
 };
 
 static const command *find_command(const char *name)

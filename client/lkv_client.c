@@ -28,7 +28,10 @@
 
 #include <assert.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <limits.h>
+#include <sys/mman.h>
+#include <unistd.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -1521,6 +1524,83 @@ void lkv_lease_free(lkv_lease *l)
     memset(l, 0, sizeof(*l));
 }
 
+/* Copies the proto's ArenaInfo into *o. */
+static void arena_from_pb(const Lazykv__V1__ArenaInfo *a, lkv_lease_arena *o)
+{
+    memset(o, 0, sizeof(*o));
+    o->cuda_device = -1;
+    if (a == NULL) {
+        return;
+    }
+    copy_name(o->backend, sizeof(o->backend), a->backend);
+    copy_name(o->shm_name, sizeof(o->shm_name), a->shm_name);
+    o->arena_bytes = a->arena_bytes;
+    o->cuda_device = a->cuda_device;
+    if (a->cuda_ipc_handle.len == sizeof(o->cuda_ipc)) {
+        memcpy(o->cuda_ipc, a->cuda_ipc_handle.data, sizeof(o->cuda_ipc));
+        o->has_cuda_ipc = 1;
+    }
+    for (size_t i = 0; i < a->n_regions && i < LKV_CLIENT_MAX_REGIONS; i++) {
+        lkv_arena_region *r = &o->regions[o->n_regions++];
+        copy_name(r->profile, sizeof(r->profile), a->regions[i]->profile);
+        r->base_offset = a->regions[i]->base_offset;
+        r->page_bytes = a->regions[i]->page_bytes;
+        r->n_pages = a->regions[i]->n_pages;
+    }
+}
+
+/* Copies the proto's AttachedDoc into *o (o->pages malloc'ed). Returns 0, or LKV_EPROTO if its
+ * pages do not fit its region (a broken reply must not become an address). */
+static int doc_from_pb(const Lazykv__V1__AttachedDoc *a, lkv_attached_doc *o)
+{
+    memset(o, 0, sizeof(*o));
+    if (a->key.len == LKV_KEY_BYTES) {
+        memcpy(o->key, a->key.data, LKV_KEY_BYTES);
+    }
+    copy_name(o->profile, sizeof(o->profile), a->profile);
+    copy_name(o->model_id, sizeof(o->model_id), a->model_id);
+    o->n_tokens = a->n_tokens;
+    o->attached = 1;
+    o->present = 1;
+    o->tier = LKV_WIRE_TIER_HOT;
+    if (a->layout != NULL) {
+        o->n_layers = a->layout->n_layers;
+        o->n_kv_heads = a->layout->n_kv_heads;
+        o->head_dim = a->layout->head_dim;
+        copy_name(o->dtype, sizeof(o->dtype), a->layout->dtype);
+        o->block_tokens = a->layout->block_tokens;
+        o->block_bytes = a->layout->block_bytes;
+    }
+    o->n_pages = (uint32_t)a->n_pages;
+    o->pages = lkv_xmalloc((a->n_pages ? a->n_pages : 1) * sizeof(uint32_t));
+    if (a->n_pages > 0) {
+        memcpy(o->pages, a->pages, a->n_pages * sizeof(uint32_t));
+    }
+    if (a->region == NULL) {
+        return a->n_pages > 0 ? LKV_EPROTO : 0;
+    }
+    o->region = a->region->index;
+    o->region_base = a->region->base_offset;
+    o->page_bytes = a->region->page_bytes;
+    if (o->page_bytes < o->block_bytes) {
+        return LKV_EPROTO;
+    }
+    for (uint32_t i = 0; i < o->n_pages; i++) {
+        if (o->pages[i] >= a->region->n_pages) {
+            return LKV_EPROTO;
+        }
+    }
+    return 0;
+}
+
+void *lkv_block_addr(void *arena_base, const lkv_attached_doc *d, uint32_t i)
+{
+    if (arena_base == NULL || d == NULL || i >= d->n_pages) {
+        return NULL;
+    }
+    return (uint8_t *)arena_base + d->region_base + (uint64_t)d->pages[i] * d->page_bytes;
+}
+
 /* Attach in mode (the proto's AttachMode: 0 all-or-nothing, 1 pin what is present). */
 static int attach_call(lkv_client_t *c, const lkv_docref *refs, size_t n, const uint8_t *lease_id,
                        uint32_t ttl_ms, int deadline_ms, int mode, lkv_lease *out)
@@ -1574,44 +1654,20 @@ static int attach_call(lkv_client_t *c, const lkv_docref *refs, size_t n, const 
     out->expires_unix_ms = r->expires_unix_ms;
     out->ttl_ms = r->ttl_ms;
     out->lease_docs = r->lease_docs;
-    out->arena.cuda_device = -1;
-    if (r->arena != NULL) {
-        copy_name(out->arena.backend, sizeof(out->arena.backend), r->arena->backend);
-        copy_name(out->arena.shm_name, sizeof(out->arena.shm_name), r->arena->shm_name);
-        out->arena.page_bytes = r->arena->page_bytes;
-        out->arena.n_pages = r->arena->n_pages;
-        out->arena.cuda_device = r->arena->cuda_device;
-    }
+    arena_from_pb(r->arena, &out->arena);
     out->n_docs = n;
     out->docs = lkv_xcalloc(n ? n : 1, sizeof(*out->docs));
-    for (size_t i = 0; i < n; i++) {
+    for (size_t i = 0; i < n && rc == 0; i++) {
         const Lazykv__V1__AttachedDoc *a = r->attached[i];
         lkv_attached_doc *o = &out->docs[i];
-        if (a->key.len == LKV_KEY_BYTES) {
-            memcpy(o->key, a->key.data, LKV_KEY_BYTES);
+        if (doc_from_pb(a, o) != 0) {
+            rc = bad_reply(LKV_EPROTO, "AttachResponse", "pages outside their arena region");
+            break;
         }
-        copy_name(o->profile, sizeof(o->profile), a->profile);
-        copy_name(o->model_id, sizeof(o->model_id), a->model_id);
-        o->n_tokens = a->n_tokens;
         o->attached = mode != 1 || a->n_pages > 0;
-        o->present = 1;
-        o->tier = LKV_WIRE_TIER_HOT;
         if (mode == 1 && r->docs[i] != NULL && !o->attached) {
             o->present = r->docs[i]->present ? 1 : 0;
             o->tier = r->docs[i]->tier;
-        }
-        if (a->layout != NULL) {
-            o->n_layers = a->layout->n_layers;
-            o->n_kv_heads = a->layout->n_kv_heads;
-            o->head_dim = a->layout->head_dim;
-            copy_name(o->dtype, sizeof(o->dtype), a->layout->dtype);
-            o->block_tokens = a->layout->block_tokens;
-            o->block_bytes = a->layout->block_bytes;
-        }
-        o->n_pages = (uint32_t)a->n_pages;
-        o->pages = lkv_xmalloc((a->n_pages ? a->n_pages : 1) * sizeof(uint32_t));
-        if (a->n_pages > 0) {
-            memcpy(o->pages, a->pages, a->n_pages * sizeof(uint32_t));
         }
     }
 out:
@@ -1661,6 +1717,174 @@ int lkv_client_release(lkv_client_t *c, const uint8_t *lease_id, int deadline_ms
     }
     lkv_pb_free(m);
     return 0;
+}
+
+/* ---- put in place ---- */
+
+int lkv_arena_map_open(const lkv_lease_arena *a, lkv_arena_map *m)
+{
+    if (strcmp(a->backend, "host") != 0) {
+        return err_local(LKV_ENOTSUP,
+                         "the arena is %s: map it with cudaIpcOpenMemHandle(arena.cuda_ipc)",
+                         a->backend);
+    }
+    if (m->base != NULL && strcmp(m->name, a->shm_name) == 0 && m->bytes == a->arena_bytes) {
+        return 0;
+    }
+    lkv_arena_map_close(m);
+    int fd = shm_open(a->shm_name, O_RDWR, 0);
+    if (fd < 0) {
+        return err_local(LKV_EIO, "shm_open %s: %s", a->shm_name, strerror(errno));
+    }
+    void *p = mmap(NULL, a->arena_bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    int e = errno;
+    close(fd);
+    if (p == MAP_FAILED) {
+        return err_local(LKV_EIO, "mmap %s (%llu bytes): %s", a->shm_name,
+                         (unsigned long long)a->arena_bytes, strerror(e));
+    }
+    m->base = p;
+    m->bytes = a->arena_bytes;
+    snprintf(m->name, sizeof(m->name), "%s", a->shm_name);
+    return 0;
+}
+
+void lkv_arena_map_close(lkv_arena_map *m)
+{
+    if (m != NULL && m->base != NULL) {
+        munmap(m->base, m->bytes);
+        memset(m, 0, sizeof(*m));
+    }
+}
+
+void lkv_reservation_free(lkv_reservation *r)
+{
+    if (r == NULL) {
+        return;
+    }
+    free(r->doc.pages);
+    free(r->addrs);
+    memset(r, 0, sizeof(*r));
+}
+
+int lkv_client_reserve(lkv_client_t *c, const char *profile, const uint32_t *tokens, size_t n,
+                       const uint8_t *lease_id, uint32_t ttl_ms, int wait, lkv_arena_map *map,
+                       int deadline_ms, lkv_reservation *out)
+{
+    err_clear();
+    memset(out, 0, sizeof(*out));
+    if (profile == NULL || tokens == NULL || n == 0) {
+        return err_local(LKV_EINVAL, "reserve: no profile or tokens");
+    }
+    Lazykv__V1__PutHeader h = LAZYKV__V1__PUT_HEADER__INIT;
+    h.profile = (char *)profile;
+    h.token_ids = (uint32_t *)tokens;
+    h.n_token_ids = n;
+    Lazykv__V1__ReserveRequest req = LAZYKV__V1__RESERVE_REQUEST__INIT;
+    req.header = &h;
+    req.ttl_ms = ttl_ms;
+    req.wait = wait != 0;
+    if (lease_id != NULL) {
+        req.lease_id.data = (uint8_t *)lease_id;
+        req.lease_id.len = LKV_LEASE_ID_BYTES;
+    }
+    ProtobufCMessage *m = NULL;
+    int rc = unary(c, "/lazykv.v1.Cache/Reserve", &req.base,
+                   &lazykv__v1__reserve_response__descriptor, deadline_ms, &m);
+    if (rc != 0) {
+        return rc;
+    }
+    const Lazykv__V1__ReserveResponse *r = (const Lazykv__V1__ReserveResponse *)m;
+    if (r->lease_id.len != LKV_LEASE_ID_BYTES || r->doc == NULL) {
+        rc = bad_reply(LKV_EPROTO, "ReserveResponse", "no lease_id or doc");
+        goto out;
+    }
+    memcpy(out->lease_id, r->lease_id.data, LKV_LEASE_ID_BYTES);
+    out->expires_unix_ms = r->expires_unix_ms;
+    out->ttl_ms = r->ttl_ms;
+    out->lease_docs = r->lease_docs;
+    out->already_present = r->already_present;
+    out->waited = r->waited;
+    arena_from_pb(r->arena, &out->arena);
+    if (doc_from_pb(r->doc, &out->doc) != 0 || out->doc.n_pages != r->n_blocks) {
+        rc = bad_reply(LKV_EPROTO, "ReserveResponse", "pages outside their arena region");
+        goto out;
+    }
+    if (map != NULL) {
+        rc = lkv_arena_map_open(&out->arena, map);
+        if (rc != 0) {
+            goto out;
+        }
+        out->addrs = lkv_xcalloc(out->doc.n_pages ? out->doc.n_pages : 1, sizeof(void *));
+        for (uint32_t i = 0; i < out->doc.n_pages; i++) {
+            out->addrs[i] = lkv_block_addr(map->base, &out->doc, i);
+            if ((uint8_t *)out->addrs[i] + out->doc.block_bytes >
+                (uint8_t *)map->base + map->bytes) {
+                rc = bad_reply(LKV_EPROTO, "ReserveResponse", "a page past the arena's end");
+                goto out;
+            }
+        }
+    }
+out:
+    lkv_pb_free(m);
+    if (rc != 0) {
+        lkv_reservation_free(out);
+    }
+    return rc;
+}
+
+int lkv_client_commit(lkv_client_t *c, const uint8_t *lease_id, const uint8_t *key, int deadline_ms,
+                      lkv_attached_doc *out, int *already_present)
+{
+    err_clear();
+    if (out != NULL) {
+        memset(out, 0, sizeof(*out));
+    }
+    if (lease_id == NULL || key == NULL) {
+        return err_local(LKV_EINVAL, "commit: no lease id or key");
+    }
+    Lazykv__V1__CommitRequest req = LAZYKV__V1__COMMIT_REQUEST__INIT;
+    req.lease_id.data = (uint8_t *)lease_id;
+    req.lease_id.len = LKV_LEASE_ID_BYTES;
+    req.key.data = (uint8_t *)key;
+    req.key.len = LKV_KEY_BYTES;
+    ProtobufCMessage *m = NULL;
+    int rc = unary(c, "/lazykv.v1.Cache/Commit", &req.base,
+                   &lazykv__v1__commit_response__descriptor, deadline_ms, &m);
+    if (rc != 0) {
+        return rc;
+    }
+    const Lazykv__V1__CommitResponse *r = (const Lazykv__V1__CommitResponse *)m;
+    if (already_present != NULL) {
+        *already_present = r->already_present;
+    }
+    if (out != NULL && r->doc != NULL && doc_from_pb(r->doc, out) != 0) {
+        free(out->pages);
+        memset(out, 0, sizeof(*out));
+        rc = bad_reply(LKV_EPROTO, "CommitResponse", "pages outside their arena region");
+    }
+    lkv_pb_free(m);
+    return rc;
+}
+
+int lkv_client_abort(lkv_client_t *c, const uint8_t *lease_id, const uint8_t *key, int deadline_ms)
+{
+    err_clear();
+    if (lease_id == NULL || key == NULL) {
+        return err_local(LKV_EINVAL, "abort: no lease id or key");
+    }
+    Lazykv__V1__AbortRequest req = LAZYKV__V1__ABORT_REQUEST__INIT;
+    req.lease_id.data = (uint8_t *)lease_id;
+    req.lease_id.len = LKV_LEASE_ID_BYTES;
+    req.key.data = (uint8_t *)key;
+    req.key.len = LKV_KEY_BYTES;
+    ProtobufCMessage *m = NULL;
+    int rc = unary(c, "/lazykv.v1.Cache/Abort", &req.base, &lazykv__v1__abort_response__descriptor,
+                   deadline_ms, &m);
+    if (rc == 0) {
+        lkv_pb_free(m);
+    }
+    return rc;
 }
 
 /* ---- keys ---- */

@@ -264,13 +264,27 @@ int lkv_client_evict(lkv_client_t *c, const uint8_t *key, int deadline_ms);
 
 #define LKV_LEASE_ID_BYTES 16
 
+#define LKV_CLIENT_MAX_REGIONS 64
+
+/* One region of the arena (the proto's ArenaRegion): the pages of one profile. Page i of the
+ * region is at arena byte base_offset + i * page_bytes (DESIGN.md 4, the arena contract). */
+typedef struct lkv_arena_region {
+    char profile[64];     /* The profile whose documents live here. */
+    uint64_t base_offset; /* Byte offset of page 0 (a multiple of 2 MiB). */
+    uint64_t page_bytes;  /* Bytes of one page (block_bytes rounded up to 256). */
+    uint32_t n_pages;     /* Pages of the region. */
+} lkv_arena_region;
+
 /* How a co-located process maps the hot arena (the proto's ArenaInfo). */
 typedef struct lkv_lease_arena {
-    char backend[16];    /* "host" or "cuda". */
-    char shm_name[256];  /* host: shm_open name; else "". */
-    uint64_t page_bytes; /* Bytes per arena page. */
-    uint32_t n_pages;    /* Pages in the arena. */
-    int cuda_device;     /* cuda: device ordinal; -1 on host. */
+    char backend[16];     /* "host" or "cuda". */
+    char shm_name[256];   /* host: shm_open name; else "". */
+    uint64_t arena_bytes; /* Bytes of the whole allocation (map [0, arena_bytes)). */
+    int cuda_device;      /* cuda: device ordinal; -1 on host. */
+    uint8_t cuda_ipc[64]; /* cuda: cudaIpcMemHandle_t of the base (cudaIpcOpenMemHandle). */
+    int has_cuda_ipc;     /* 1 if cuda_ipc is set. */
+    uint32_t n_regions;   /* Entries of regions (one per profile, at most 64 shown). */
+    lkv_arena_region regions[LKV_CLIENT_MAX_REGIONS];
 } lkv_lease_arena;
 
 /* One attached document (the proto's AttachedDoc with its BlockLayout). */
@@ -285,12 +299,21 @@ typedef struct lkv_attached_doc {
     uint32_t block_tokens;      /* Layout: tokens per block. */
     uint64_t block_bytes;       /* Layout: bytes per block. */
     uint32_t n_pages;           /* Blocks of the document = entries of pages. */
-    uint32_t *pages;            /* Arena page of block 0..n_pages-1; owned by the lkv_lease. */
+    uint32_t *pages;            /* Page of block 0..n_pages-1 within the region; owned by the
+                                 * lkv_lease (or lkv_reservation). */
+    uint32_t region;            /* Its region (index into lkv_lease_arena.regions). */
+    uint64_t region_base;       /* That region's base_offset. */
+    uint64_t page_bytes;        /* That region's page_bytes. */
     char model_id[128];         /* The profile's weights identity ("" if none or unknown). */
     int attached;               /* 1: pinned, pages valid. 0 (present mode only): not pinned. */
     int present;                /* Not attached: 1 cached but no hot room, 0 not cached. */
     int tier;                   /* enum lkv_wire_tier: HOT when attached, else COLD/ABSENT. */
 } lkv_attached_doc;
+
+/* Address of block i of d in an arena mapped at arena_base (host mapping, or the pointer
+ * cudaIpcOpenMemHandle gave): arena_base + d->region_base + d->pages[i] * d->page_bytes. NULL
+ * for i >= d->n_pages. The kernels take (arena_base + region_base, page_bytes) per launch. */
+void *lkv_block_addr(void *arena_base, const lkv_attached_doc *d, uint32_t i);
 
 /* A lease, as returned by lkv_client_attach. Free with lkv_lease_free. */
 typedef struct lkv_lease {
@@ -328,6 +351,62 @@ void lkv_lease_free(lkv_lease *l);
  * NULL) receives the number of documents unpinned. LKV_ENOTFOUND if unknown or expired. */
 int lkv_client_release(lkv_client_t *c, const uint8_t *lease_id, int deadline_ms,
                        uint32_t *released);
+
+/* ---- Put in place (worker role; cache.proto "Put in place") ------------------------------- */
+
+/* A mapping of the host arena (shared memory), read-write: a worker that may reserve is
+ * trusted with all of it (daemon/README.md, security notes). */
+typedef struct lkv_arena_map {
+    void *base;     /* Mapping of [0, bytes), or NULL when not mapped. */
+    size_t bytes;   /* Its length. */
+    char name[256]; /* The shm object mapped. */
+} lkv_arena_map;
+
+/* Maps the host arena a (from an Attach or Reserve reply) read-write into *m (zero it first):
+ * 0, LKV_ENOTSUP for a cuda arena (open a->cuda_ipc with cudaIpcOpenMemHandle instead), LKV_EIO
+ * if shm_open or mmap fails. Mapping again the same object is a no-op. */
+int lkv_arena_map_open(const lkv_lease_arena *a, lkv_arena_map *m);
+/* Unmaps (m may be zeroed or NULL). */
+void lkv_arena_map_close(lkv_arena_map *m);
+
+/* A reservation, as returned by lkv_client_reserve. Free with lkv_reservation_free. */
+typedef struct lkv_reservation {
+    uint8_t lease_id[LKV_LEASE_ID_BYTES]; /* The lease (pass to commit, abort, release). */
+    uint64_t expires_unix_ms;             /* When the lease ends unless renewed. */
+    uint32_t ttl_ms;                      /* TTL granted. */
+    uint32_t lease_docs;                  /* Documents in the lease. */
+    int already_present;                  /* 1: cached already: attached, NOT reserved (read). */
+    int waited;                           /* 1: the call waited for another worker. */
+    lkv_lease_arena arena;                /* Arena mapping. */
+    lkv_attached_doc doc;                 /* key, layout, pages, region. */
+    void **addrs; /* With a map: doc.n_pages block addresses in it (owned), else NULL. */
+} lkv_reservation;
+
+/* lazykv.v1.Cache/Reserve (worker role): reserves arena pages for the document tokens[0..n) of
+ * profile (borrowed) under a new lease (lease_id NULL) or lease_id (16 bytes; renewed), for
+ * ttl_ms. wait: if another worker is computing it, wait (within deadline_ms) for its commit
+ * (then out->already_present) or abort (then this caller reserves it). map (may be NULL): the
+ * host arena mapping to compute out->addrs in (mapped here on first use). Errors: LKV_EINPROGRESS
+ * (ABORTED: being computed by another worker and wait is 0), LKV_EEXIST, LKV_ENOSPC,
+ * LKV_ENOTFOUND (lease), LKV_EINVAL / LKV_EPROFILE (bad request), LKV_ETIMEDOUT, or another
+ * mapped error; *out is zeroed then. On 0 *out is the caller's (lkv_reservation_free). */
+int lkv_client_reserve(lkv_client_t *c, const char *profile, const uint32_t *tokens, size_t n,
+                       const uint8_t *lease_id, uint32_t ttl_ms, int wait, lkv_arena_map *map,
+                       int deadline_ms, lkv_reservation *out);
+
+/* Frees what *r owns and zeroes it. NULL is allowed. */
+void lkv_reservation_free(lkv_reservation *r);
+
+/* lazykv.v1.Cache/Commit: makes the document key (32 bytes), written into the reserved pages,
+ * visible; it stays pinned under lease_id. out (may be NULL; the caller frees out->pages with
+ * free()) describes it; *already_present (may be NULL) is 1 if a Put's copy was kept (other
+ * pages). LKV_EINVAL: the daemon's check failed (a non-zero tail; lkv_client_last_error says
+ * where): nothing visible, the reservation is still open. LKV_ENOTFOUND: no such reservation. */
+int lkv_client_commit(lkv_client_t *c, const uint8_t *lease_id, const uint8_t *key, int deadline_ms,
+                      lkv_attached_doc *out, int *already_present);
+
+/* lazykv.v1.Cache/Abort: gives the reservation's pages back. LKV_ENOTFOUND if none. */
+int lkv_client_abort(lkv_client_t *c, const uint8_t *lease_id, const uint8_t *key, int deadline_ms);
 
 /* ---- Cluster (lazykv.v1.Cache/Cluster) ---- */
 

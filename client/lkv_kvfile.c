@@ -232,9 +232,14 @@ int lkv_kvfile_write(const char *path, const lkv_kvfile *kf, char *err, int errl
         return rc;
     }
     size_t name_len = strlen(kf->profile);
+    /* A regular file is written to a temporary name and renamed over path, so a reader never
+     * sees half a file. Anything else that exists (/dev/null, /dev/stdout, a FIFO) is written
+     * in place: renaming over it would replace the device with a regular file. */
+    struct stat stt;
+    int direct = stat(path, &stt) == 0 && !S_ISREG(stt.st_mode);
     size_t tmp_len = strlen(path) + 32;
     char *tmp = lkv_xmalloc(tmp_len);
-    snprintf(tmp, tmp_len, "%s.tmp.%ld", path, (long)getpid());
+    snprintf(tmp, tmp_len, direct ? "%s" : "%s.tmp.%ld", path, (long)getpid());
     FILE *f = fopen(tmp, "wb");
     if (f == NULL) {
         seterr(err, errlen, "%s: %s", tmp, strerror(errno));
@@ -267,9 +272,11 @@ int lkv_kvfile_write(const char *path, const lkv_kvfile *kf, char *err, int errl
     if (fclose(f) != 0) {
         ok = 0;
     }
-    if (!ok || rename(tmp, path) != 0) {
+    if (!ok || (!direct && rename(tmp, path) != 0)) {
         seterr(err, errlen, "%s: write failed: %s", path, strerror(errno));
-        unlink(tmp);
+        if (!direct) {
+            unlink(tmp);
+        }
         rc = LKV_EIO;
     }
     free(tmp);

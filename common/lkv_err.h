@@ -33,9 +33,10 @@
     X(ESHUTDOWN, -1021, "shutting down")                                                           \
     X(ENOTSUP, -1022, "not supported")                                                             \
     X(EINTERNAL, -1023, "internal error")                                                          \
-    X(ENOTOWNER, -1040, "not the owner: route the call to the document's owner")                   \
     X(ERATE, -1024, "rate limit exceeded: retry later")                                            \
-    X(EQUOTA, -1025, "tenant quota exceeded")
+    X(EQUOTA, -1025, "tenant quota exceeded")                                                      \
+    X(EINPROGRESS, -1026, "being computed by another worker")                                      \
+    X(ENOTOWNER, -1040, "not the owner: route the call to the document's owner")
 
 enum lkv_err {
     LKV_OK = 0,

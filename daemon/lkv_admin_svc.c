@@ -132,8 +132,13 @@ static void txt(info_buf *b, const char *key, const char *v)
  * listed follow "calls", in registration order, titled by their name. */
 static const struct {
     const char *name, *title;
-} known_sections[] = {{"hot", "Hot"},           {"cold", "Cold"}, {"lookups", "Lookups"},
-                      {"movement", "Movement"}, {"puts", "Puts"}, {"persistence", "Persistence"},
+} known_sections[] = {{"hot", "Hot"},
+                      {"regions", "Regions"},
+                      {"cold", "Cold"},
+                      {"lookups", "Lookups"},
+                      {"movement", "Movement"},
+                      {"puts", "Puts"},
+                      {"persistence", "Persistence"},
                       {"leases", "Leases"}};
 #define N_KNOWN ((int)(sizeof(known_sections) / sizeof(known_sections[0])))
 

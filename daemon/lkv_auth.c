@@ -362,10 +362,17 @@ uint32_t lkv_auth_method_roles(const char *method, size_t len)
         const char *m;
         uint32_t need;
     } exact[] = {
-        {"/lazykv.v1.Cache/Put", LKV_ROLE_DATA},      {"/lazykv.v1.Cache/Lookup", LKV_ROLE_DATA},
-        {"/lazykv.v1.Cache/Get", LKV_ROLE_DATA},      {"/lazykv.v1.Cache/Delete", LKV_ROLE_DATA},
-        {"/lazykv.v1.Cache/Attach", LKV_ROLE_WORKER}, {"/lazykv.v1.Cache/Release", LKV_ROLE_WORKER},
+        {"/lazykv.v1.Cache/Put", LKV_ROLE_DATA},
+        {"/lazykv.v1.Cache/Lookup", LKV_ROLE_DATA},
+        {"/lazykv.v1.Cache/Get", LKV_ROLE_DATA},
+        {"/lazykv.v1.Cache/Delete", LKV_ROLE_DATA},
+        {"/lazykv.v1.Cache/Attach", LKV_ROLE_WORKER},
+        {"/lazykv.v1.Cache/Release", LKV_ROLE_WORKER},
         {"/lazykv.v1.Cache/Cluster", LKV_ROLE_DATA},
+        /* Put in place writes the arena: only the worker role (trusted with all of it). */
+        {"/lazykv.v1.Cache/Reserve", LKV_ROLE_WORKER},
+        {"/lazykv.v1.Cache/Commit", LKV_ROLE_WORKER},
+        {"/lazykv.v1.Cache/Abort", LKV_ROLE_WORKER},
     };
     static const char health[] = "/grpc.health.v1.Health/";
     static const char admin[] = "/lazykv.v1.Admin/";

@@ -959,6 +959,64 @@ static int delete_reply(lkv_cache_svc *svc, lkv_rpc *rpc, const lkv_dockey *kp, 
 
 /* ---- Attach / Release (zero-copy leases) ---------------------------------------------- */
 
+/* The ArenaInfo of a reply and the regions it points at (filled by arena_pb_init). */
+typedef struct arena_pb {
+    lkv_store_arena_info ai;
+    Lazykv__V1__ArenaInfo info;
+    Lazykv__V1__ArenaRegion *regs;  /* One per region (owned). */
+    Lazykv__V1__ArenaRegion **regp; /* Pointers to them (owned). */
+    int n;                          /* Regions. */
+} arena_pb;
+
+/* Describes the arena and every region (the arena contract, cache.proto). */
+static void arena_pb_init(lkv_cache_svc *svc, arena_pb *a)
+{
+    static const uint8_t zero_ipc[sizeof(a->ai.cuda_ipc)];
+    lkv_store_arena_info_get(svc->store, &a->ai);
+    Lazykv__V1__ArenaInfo init = LAZYKV__V1__ARENA_INFO__INIT;
+    a->info = init;
+    a->info.backend = a->ai.backend == LKV_HOT_CUDA ? "cuda" : "host";
+    a->info.shm_name =
+        a->ai.shm_name != NULL ? (char *)a->ai.shm_name : (char *)protobuf_c_empty_string;
+    a->info.cuda_device = a->ai.backend == LKV_HOT_CUDA ? a->ai.cuda_device : -1;
+    if (a->ai.backend == LKV_HOT_CUDA && memcmp(a->ai.cuda_ipc, zero_ipc, sizeof(zero_ipc)) != 0) {
+        /* Empty when the arena could not be exported (cudaIpcGetMemHandle failed). */
+        a->info.cuda_ipc_handle.data = a->ai.cuda_ipc;
+        a->info.cuda_ipc_handle.len = sizeof(a->ai.cuda_ipc);
+    }
+    a->info.arena_bytes = a->ai.arena_bytes;
+    a->n = a->ai.n_regions;
+    a->regs = lkv_xcalloc((size_t)a->n, sizeof(*a->regs));
+    a->regp = lkv_xcalloc((size_t)a->n, sizeof(*a->regp));
+    for (int r = 0; r < a->n; r++) {
+        lkv_store_region rg;
+        Lazykv__V1__ArenaRegion rinit = LAZYKV__V1__ARENA_REGION__INIT;
+        a->regs[r] = rinit;
+        if (lkv_store_region_get(svc->store, r, &rg) == 0) {
+            a->regs[r].profile = (char *)rg.profile->name;
+            a->regs[r].base_offset = rg.base_offset;
+            a->regs[r].page_bytes = rg.page_bytes;
+            a->regs[r].n_pages = rg.n_pages;
+        }
+        a->regs[r].index = (uint32_t)r;
+        a->regp[r] = &a->regs[r];
+    }
+    a->info.n_regions = (size_t)a->n;
+    a->info.regions = a->regp;
+}
+
+static void arena_pb_free(arena_pb *a)
+{
+    free(a->regs);
+    free(a->regp);
+}
+
+/* The region message of a document's region, or NULL. */
+static Lazykv__V1__ArenaRegion *arena_pb_region(arena_pb *a, int r)
+{
+    return r >= 0 && r < a->n ? &a->regs[r] : NULL;
+}
+
 static const char *dtype_name(int dtype)
 {
     switch (dtype) {
@@ -1213,20 +1271,8 @@ static int attach_done(void *arg, lkv_rpc *rpc, void *job)
         }
         goto out;
     }
-    lkv_store_arena_info ai;
-    lkv_store_arena_info_get(svc->store, &ai);
-    Lazykv__V1__ArenaInfo arena = LAZYKV__V1__ARENA_INFO__INIT;
-    arena.backend = ai.backend == LKV_HOT_CUDA ? "cuda" : "host";
-    arena.shm_name = ai.shm_name != NULL ? (char *)ai.shm_name : (char *)protobuf_c_empty_string;
-    arena.page_bytes = ai.page_bytes;
-    arena.n_pages = ai.n_pages;
-    arena.cuda_device = ai.backend == LKV_HOT_CUDA ? ai.cuda_device : -1;
-    static const uint8_t zero_ipc[sizeof(ai.cuda_ipc)];
-    if (ai.backend == LKV_HOT_CUDA && memcmp(ai.cuda_ipc, zero_ipc, sizeof(zero_ipc)) != 0) {
-        /* Empty when the arena could not be exported (cudaIpcGetMemHandle failed). */
-        arena.cuda_ipc_handle.data = ai.cuda_ipc;
-        arena.cuda_ipc_handle.len = sizeof(ai.cuda_ipc);
-    }
+    arena_pb apb;
+    arena_pb_init(svc, &apb);
     uint32_t n_pinned = 0;
     for (size_t i = 0; i < n; i++) {
         const lkv_doc_info *inf = &docs[i].info;
@@ -1268,6 +1314,7 @@ static int attach_done(void *arg, lkv_rpc *rpc, void *job)
         ad[i].n_pages = inf->n_blocks;
         ad[i].pages = docs[i].pages;
         ad[i].model_id = model_id_pb(p);
+        ad[i].region = arena_pb_region(&apb, inf->region);
         adp[i] = &ad[i];
     }
     Lazykv__V1__AttachResponse resp = LAZYKV__V1__ATTACH_RESPONSE__INIT;
@@ -1276,7 +1323,7 @@ static int attach_done(void *arg, lkv_rpc *rpc, void *job)
     resp.expires_unix_ms = j->expires;
     resp.n_docs = n;
     resp.docs = dsp;
-    resp.arena = &arena;
+    resp.arena = &apb.info;
     resp.n_attached = n;
     resp.attached = adp;
     resp.ttl_ms = (uint32_t)ttl;
@@ -1289,6 +1336,7 @@ static int attach_done(void *arg, lkv_rpc *rpc, void *job)
     LKV_LOGD("attach: %s lease, %zu document(s) (%u pinned%s), %u in the lease, ttl %" PRIu64 " ms",
              renew ? "renewed" : "new", n, n_pinned, partial ? ", mode present" : "", lease_docs,
              ttl);
+    arena_pb_free(&apb);
 out:
     attach_job_free(j);
     free(ds);
@@ -1321,6 +1369,422 @@ static int release(void *arg, lkv_rpc *rpc, const ProtobufCMessage *m)
     }
     Lazykv__V1__ReleaseResponse resp = LAZYKV__V1__RELEASE_RESPONSE__INIT;
     resp.released_docs = released;
+    return lkv_rpc_reply(rpc, &resp.base);
+}
+
+/* ---- Put in place: Reserve / Commit / Abort -------------------------------------------- */
+
+/* An AttachedDoc (and its layout and wire key, caller's storage) for a reserved or committed
+ * document. */
+static void doc_pb(lkv_cache_svc *svc, lkv_rpc *rpc, const lkv_dockey *key, const lkv_lease_doc *d,
+                   arena_pb *apb, Lazykv__V1__AttachedDoc *ad, Lazykv__V1__BlockLayout *lay,
+                   lkv_dockey *wire)
+{
+    const lkv_profile *p = d->info.profile;
+    Lazykv__V1__BlockLayout linit = LAZYKV__V1__BLOCK_LAYOUT__INIT;
+    Lazykv__V1__AttachedDoc ainit = LAZYKV__V1__ATTACHED_DOC__INIT;
+    wire_of(svc, rpc, key, wire);
+    *lay = linit;
+    lay->n_layers = (uint32_t)p->shape.n_layers;
+    lay->n_kv_heads = (uint32_t)p->shape.n_kv_heads;
+    lay->head_dim = (uint32_t)p->shape.head_dim;
+    lay->dtype = (char *)dtype_name(p->shape.dtype);
+    lay->block_tokens = (uint32_t)p->shape.block_tokens;
+    lay->block_bytes = d->info.block_bytes;
+    *ad = ainit;
+    ad->key.data = wire->b;
+    ad->key.len = LKV_DOCKEY_BYTES;
+    ad->profile = (char *)p->name;
+    ad->layout = lay;
+    ad->n_tokens = d->info.n_tokens;
+    ad->n_pages = d->info.n_blocks;
+    ad->pages = d->pages;
+    ad->model_id = model_id_pb(p);
+    ad->region = arena_pb_region(apb, d->info.region);
+}
+
+/* A Reserve between its checks and its reply (the call's state; freed by reserve_cleanup). */
+typedef struct resv_job {
+    const lkv_profile *prof;              /* Borrowed from the store. */
+    uint32_t *tokens;                     /* n_tokens (owned copy). */
+    uint32_t n_tokens;                    /* Tokens. */
+    int renew;                            /* 1: lease_id names the lease. */
+    uint8_t lease_id[LKV_LEASE_ID_BYTES]; /* The lease to use (set once one exists). */
+    uint32_t ttl;                         /* Asked TTL, ms. */
+    int wait;                             /* Wait for another worker's reservation. */
+    int waited;                           /* 1 once the call was parked for one. */
+    int owner;                            /* The caller's tenant index. */
+    const uint8_t *salt;                  /* The caller's tenant salt (outlives the call). */
+    /* One attempt (reserve_work, inline or on the pool) and its results: */
+    struct resv_wake *w;            /* Wake-up offered (wait), or NULL. */
+    int rc;                         /* lkv_lease_reserve's result. */
+    char why[256];                  /* lkv_store_why() of a refusal (per thread). */
+    uint8_t id[LKV_LEASE_ID_BYTES]; /* The lease. */
+    uint64_t expires;               /* Its expiry, Unix ms. */
+    uint32_t lease_docs;            /* Documents in it. */
+    lkv_dockey key;                 /* The document's store key. */
+    int present;                    /* 1: attached, not reserved. */
+    lkv_lease_doc d;                /* Its pages (malloc'ed) and info. */
+} resv_job;
+
+/* A registered wake-up of a waiting Reserve. state: 0 registering, 1 parked (ticket valid), 2
+ * woken before the call could park. Whoever loses the race frees it (see reserve_try). */
+typedef struct resv_wake resv_wake;
+struct resv_wake {
+    _Atomic int state;
+    lkv_rpc_ticket ticket;
+};
+
+static int reserve_try(lkv_cache_svc *svc, lkv_rpc *rpc, resv_job *j);
+
+static int reserve_resume(void *arg, lkv_rpc *rpc, void *unused)
+{
+    (void)unused;
+    resv_job *j = lkv_rpc_state(rpc);
+    j->waited = 1;
+    return reserve_try(arg, rpc, j);
+}
+
+/* The lease table's wake-up (outside its lock, any thread): resume the parked Reserve. */
+static void reserve_wake(void *arg)
+{
+    resv_wake *w = arg;
+    int expect = 0;
+    if (atomic_compare_exchange_strong(&w->state, &expect, 2)) {
+        return; /* Not parked yet: reserve_try sees 2, retries at once and frees w. */
+    }
+    /* Parked: a call that ended meanwhile (deadline, cancel, shutdown) refuses this. */
+    lkv_rpc_resume(w->ticket, reserve_resume, NULL);
+    free(w);
+}
+
+static void reserve_cleanup(void *arg, lkv_rpc *rpc)
+{
+    (void)arg;
+    resv_job *j = lkv_rpc_state(rpc);
+    if (j != NULL) {
+        free(j->tokens);
+        free(j);
+        lkv_rpc_set_state(rpc, NULL);
+    }
+}
+
+static int reserve(void *arg, lkv_rpc *rpc, const ProtobufCMessage *m)
+{
+    lkv_cache_svc *svc = arg;
+    const Lazykv__V1__ReserveRequest *req = (const Lazykv__V1__ReserveRequest *)m;
+    if (svc->leases == NULL) {
+        return lkv_rpc_errorf(rpc, LKV_ENOTSUP, "leases are not enabled on this daemon");
+    }
+    const lkv_lease_limits *lim = lkv_lease_limits_get(svc->leases);
+    int rc = check_lease_id(rpc, "Reserve", &req->lease_id, 1);
+    if (rc != 0) {
+        return rc;
+    }
+    if (req->ttl_ms == 0 || req->ttl_ms > lim->max_ttl_ms) {
+        return lkv_rpc_errorf(rpc, LKV_EINVAL,
+                              "Reserve: ttl_ms = %" PRIu32 " (ask for 1..%" PRIu32
+                              " ms; max_lease_ttl)",
+                              req->ttl_ms, lim->max_ttl_ms);
+    }
+    const Lazykv__V1__PutHeader *h = req->header;
+    if (h == NULL) {
+        return lkv_rpc_errorf(rpc, LKV_EINVAL, "Reserve: header (profile, token_ids) is missing");
+    }
+    const lkv_profile *p = NULL;
+    rc = find_profile(svc, rpc, "Reserve header", h->profile, &p);
+    if (rc == 0) {
+        rc = check_tokens(rpc, "Reserve header", p, h->token_ids, h->n_token_ids);
+    }
+    if (rc != 0) {
+        return rc;
+    }
+    uint32_t nb = lkv_blocks_for_tokens(&p->shape, h->n_token_ids);
+    if (h->n_blocks != 0 && h->n_blocks != nb) {
+        return lkv_rpc_errorf(rpc, LKV_EINVAL,
+                              "Reserve header: n_blocks = %" PRIu32 " but %zu tokens in blocks "
+                              "of %d make %" PRIu32,
+                              h->n_blocks, h->n_token_ids, p->shape.block_tokens, nb);
+    }
+    resv_job *j = lkv_xcalloc(1, sizeof(*j));
+    j->prof = p;
+    j->n_tokens = (uint32_t)h->n_token_ids;
+    j->tokens = lkv_xmalloc(sizeof(uint32_t) * j->n_tokens);
+    memcpy(j->tokens, h->token_ids, sizeof(uint32_t) * j->n_tokens);
+    j->renew = req->lease_id.len > 0;
+    if (j->renew) {
+        memcpy(j->lease_id, req->lease_id.data, LKV_LEASE_ID_BYTES);
+    }
+    j->ttl = req->ttl_ms;
+    j->wait = req->wait;
+    j->owner = call_index(svc, rpc);
+    j->salt = call_salt(svc, rpc);
+    lkv_rpc_set_state(rpc, j);
+    return reserve_try(svc, rpc, j);
+}
+
+/* Fails a Reserve that lkv_lease_reserve refused with rc. */
+static int reserve_refused(lkv_cache_svc *svc, lkv_rpc *rpc, const resv_job *j, int rc,
+                           const lkv_dockey *key)
+{
+    char hex[LKV_DOCKEY_HEX_LEN + 1];
+    key_hex(key, hex);
+    const lkv_lease_limits *lim = lkv_lease_limits_get(svc->leases);
+    switch (rc) {
+    case LKV_EINPROGRESS:
+        return lkv_rpc_errorf(rpc, rc,
+                              "Reserve: document %s is being computed by another worker (ask "
+                              "with wait to attach it once committed)",
+                              hex);
+    case LKV_EEXIST:
+        return lkv_rpc_errorf(rpc, rc, "Reserve: this lease already reserved document %s", hex);
+    case LKV_ENOTFOUND:
+        return lkv_rpc_errorf(rpc, rc,
+                              "Reserve: lease not found (unknown, released or expired: reserve "
+                              "without lease_id for a new one)");
+    case LKV_EINVAL:
+        return lkv_rpc_errorf(rpc, rc,
+                              "Reserve: the lease would hold more than %" PRIu32
+                              " documents (max_lease_docs)",
+                              lim->max_docs);
+    case LKV_ENOSPC:
+        return lkv_rpc_errorf(rpc, rc,
+                              "Reserve: %s%" PRIu32 " leases are live (max_leases), or document "
+                              "%s is cached cold and cannot be made hot now; retry later",
+                              j->renew ? "" : "", lim->max_leases, hex);
+    default:
+        return lkv_rpc_errorf(rpc, rc, "Reserve of %s failed: %s", hex, lkv_strerror(rc));
+    }
+}
+
+/* Replies to a Reserve that succeeded (reserved, or attached because present). */
+static int reserve_reply(lkv_cache_svc *svc, lkv_rpc *rpc, resv_job *j, const uint8_t *id,
+                         uint64_t expires, uint32_t lease_docs, const lkv_dockey *key, int present,
+                         lkv_lease_doc *d)
+{
+    arena_pb apb;
+    Lazykv__V1__AttachedDoc ad;
+    Lazykv__V1__BlockLayout lay;
+    lkv_dockey wire;
+    arena_pb_init(svc, &apb);
+    doc_pb(svc, rpc, key, d, &apb, &ad, &lay, &wire);
+    Lazykv__V1__ReserveResponse resp = LAZYKV__V1__RESERVE_RESPONSE__INIT;
+    resp.lease_id.data = (uint8_t *)id;
+    resp.lease_id.len = LKV_LEASE_ID_BYTES;
+    resp.expires_unix_ms = expires;
+    resp.ttl_ms = j->ttl;
+    resp.lease_docs = lease_docs;
+    resp.already_present = present != 0;
+    resp.arena = &apb.info;
+    resp.doc = &ad;
+    resp.n_blocks = d->info.n_blocks;
+    resp.waited = j->waited != 0;
+    int rc = lkv_rpc_reply(rpc, &resp.base);
+    if (rc != 0) {
+        /* The worker never learns the pages: give them back now rather than at expiry. */
+        if (!j->renew) {
+            lkv_lease_release(svc->leases, j->owner, id, NULL);
+        } else if (!present) {
+            lkv_lease_abort(svc->leases, j->owner, id, key);
+        }
+    }
+    char hex[LKV_DOCKEY_HEX_LEN + 1];
+    LKV_LOGD("reserve %s: %" PRIu32 " blocks of '%s'%s%s", key_hex(key, hex), d->info.n_blocks,
+             j->prof->name, present ? " (present: attached)" : "",
+             j->waited ? " after waiting" : "");
+    free(d->pages);
+    arena_pb_free(&apb);
+    return rc;
+}
+
+/* One attempt at the reservation (the call's thread, or a pool thread when the document may
+ * need a promotion from RocksDB): touches only the job. */
+static void reserve_work(void *arg, void *job)
+{
+    lkv_cache_svc *svc = arg;
+    resv_job *j = job;
+    const lkv_profile *p;
+    lkv_store_profile_get(svc->store, j->prof->name, &p); /* Resets this thread's why. */
+    j->rc =
+        lkv_lease_reserve(svc->leases, j->owner, j->renew ? j->lease_id : NULL, j->ttl, j->salt,
+                          j->prof, j->tokens, j->n_tokens, j->w != NULL ? reserve_wake : NULL, j->w,
+                          j->id, &j->expires, &j->lease_docs, &j->key, &j->present, &j->d);
+    snprintf(j->why, sizeof(j->why), "%s", j->rc ? lkv_store_why() : "");
+}
+
+/* After an attempt: replies, fails, or parks the call until the reservation it waits for ends
+ * (then reserve_resume tries again). */
+static int reserve_done(void *arg, lkv_rpc *rpc, void *job)
+{
+    lkv_cache_svc *svc = arg;
+    resv_job *j = job;
+    resv_wake *w = j->w;
+    j->w = NULL;
+    if (j->rc == LKV_EINPROGRESS && w != NULL) {
+        /* w is registered: park, unless it already fired (then resume ourselves at once). */
+        int ret = lkv_rpc_defer(rpc, &w->ticket);
+        int expect = 0;
+        if (!atomic_compare_exchange_strong(&w->state, &expect, 1)) {
+            lkv_rpc_resume(w->ticket, reserve_resume, NULL);
+            free(w);
+        }
+        return ret;
+    }
+    free(w); /* Not registered. */
+    if (j->rc != 0) {
+        if (j->why[0] != '\0' && j->rc != LKV_EINPROGRESS && j->rc != LKV_EEXIST) {
+            char hex[LKV_DOCKEY_HEX_LEN + 1];
+            return lkv_rpc_errorf(rpc, j->rc, "Reserve of %s: %s", key_hex(&j->key, hex), j->why);
+        }
+        return reserve_refused(svc, rpc, j, j->rc, &j->key);
+    }
+    return reserve_reply(svc, rpc, j, j->id, j->expires, j->lease_docs, &j->key, j->present, &j->d);
+}
+
+/* Tries the reservation: inline, or on the pool when the document is cold (a Reserve of a
+ * cached document attaches it, and pinning a cold one promotes it from RocksDB). */
+static int reserve_try(lkv_cache_svc *svc, lkv_rpc *rpc, resv_job *j)
+{
+    int rc = lkv_rpc_check_deadline(rpc);
+    if (rc != 0) {
+        return rc;
+    }
+    j->w = j->wait ? lkv_xcalloc(1, sizeof(*j->w)) : NULL;
+    lkv_dockey key;
+    lkv_dockey_compute(j->salt, j->prof->fingerprint, j->tokens, j->n_tokens, &key);
+    if (lkv_store_tier(svc->store, &key) == LKV_TIER_COLD) {
+        return lkv_rpc_offload(rpc, reserve_work, reserve_done, j);
+    }
+    reserve_work(svc, j);
+    return reserve_done(svc, rpc, j);
+}
+
+/* A Commit between its checks and its reply (commit_work may run on the pool). */
+typedef struct commit_job {
+    int owner;                            /* The caller's tenant index. */
+    uint8_t lease_id[LKV_LEASE_ID_BYTES]; /* The lease. */
+    lkv_dockey key;                       /* Store key. */
+    lkv_lease_doc doc;                    /* The result (pages malloc'ed). */
+    int kept_other;                       /* A Put's copy was kept. */
+    int rc;                               /* lkv_lease_commit's result. */
+    char why[256];                        /* lkv_store_why() of a failure (per thread). */
+} commit_job;
+
+/* Decodes and checks the (lease_id, key) pair of a Commit or Abort. */
+static int check_resv_ref(lkv_cache_svc *svc, lkv_rpc *rpc, const char *what,
+                          const ProtobufCBinaryData *id, const ProtobufCBinaryData *key,
+                          lkv_dockey *out)
+{
+    if (svc->leases == NULL) {
+        return lkv_rpc_errorf(rpc, LKV_ENOTSUP, "leases are not enabled on this daemon");
+    }
+    int rc = check_lease_id(rpc, what, id, 0);
+    if (rc != 0) {
+        return rc;
+    }
+    if (key->len != LKV_DOCKEY_BYTES) {
+        return lkv_rpc_errorf(rpc, LKV_EINVAL, "%s: key is %zu bytes, expected %d", what, key->len,
+                              LKV_DOCKEY_BYTES);
+    }
+    lkv_wirekey_decode(call_wire(svc, rpc), key->data, out);
+    return 0;
+}
+
+static void commit_work(void *arg, void *job)
+{
+    lkv_cache_svc *svc = arg;
+    commit_job *c = job;
+    c->rc = lkv_lease_commit(svc->leases, c->owner, c->lease_id, &c->key, &c->doc, &c->kept_other);
+    snprintf(c->why, sizeof(c->why), "%s", c->rc ? lkv_store_why() : "");
+}
+
+static int commit_done(void *arg, lkv_rpc *rpc, void *job)
+{
+    lkv_cache_svc *svc = arg;
+    commit_job *c = job;
+    int rc = c->rc;
+    char hex[LKV_DOCKEY_HEX_LEN + 1];
+    if (rc != 0) {
+        key_hex(&c->key, hex);
+        if (rc == LKV_ENOTFOUND) {
+            rc = lkv_rpc_errorf(rpc, rc,
+                                "Commit: no reservation of %s in this lease (never reserved, "
+                                "already committed or aborted, or the lease expired)",
+                                hex);
+        } else {
+            rc = lkv_rpc_errorf(rpc, rc, "Commit of %s refused%s: %s", hex,
+                                rc == LKV_EINVAL ? " (nothing visible; the reservation is still "
+                                                   "open: fix the pages and commit again, or "
+                                                   "abort)"
+                                                 : " (nothing visible)",
+                                c->why[0] ? c->why : lkv_strerror(rc));
+        }
+        free(c);
+        return rc;
+    }
+    arena_pb apb;
+    Lazykv__V1__AttachedDoc ad;
+    Lazykv__V1__BlockLayout lay;
+    lkv_dockey wire;
+    arena_pb_init(svc, &apb);
+    doc_pb(svc, rpc, &c->key, &c->doc, &apb, &ad, &lay, &wire);
+    Lazykv__V1__CommitResponse resp = LAZYKV__V1__COMMIT_RESPONSE__INIT;
+    resp.doc = &ad;
+    resp.durability = svc->durability == LKV_DURABILITY_WRITE_THROUGH
+                          ? LAZYKV__V1__DURABILITY__DURABILITY_DURABLE
+                          : LAZYKV__V1__DURABILITY__DURABILITY_HOT;
+    resp.tier = LAZYKV__V1__TIER__TIER_HOT;
+    resp.already_present = c->kept_other != 0;
+    rc = lkv_rpc_reply(rpc, &resp.base);
+    LKV_LOGD("commit %s: %" PRIu32 " blocks%s", key_hex(&c->key, hex), c->doc.info.n_blocks,
+             c->kept_other ? " (a Put's copy was kept)" : "");
+    arena_pb_free(&apb);
+    free(c->doc.pages);
+    free(c);
+    return rc;
+}
+
+static int commit(void *arg, lkv_rpc *rpc, const ProtobufCMessage *m)
+{
+    lkv_cache_svc *svc = arg;
+    const Lazykv__V1__CommitRequest *req = (const Lazykv__V1__CommitRequest *)m;
+    lkv_dockey key;
+    int rc = check_resv_ref(svc, rpc, "Commit", &req->lease_id, &req->key, &key);
+    if (rc != 0) {
+        return rc;
+    }
+    commit_job *c = lkv_xcalloc(1, sizeof(*c)); /* Freed by commit_done. */
+    c->owner = call_index(svc, rpc);
+    memcpy(c->lease_id, req->lease_id.data, LKV_LEASE_ID_BYTES);
+    c->key = key;
+    if (svc->durability == LKV_DURABILITY_WRITE_THROUGH) {
+        return lkv_rpc_offload(rpc, commit_work, commit_done, c); /* A synced RocksDB write. */
+    }
+    commit_work(svc, c);
+    return commit_done(svc, rpc, c);
+}
+
+static int abort_resv(void *arg, lkv_rpc *rpc, const ProtobufCMessage *m)
+{
+    lkv_cache_svc *svc = arg;
+    const Lazykv__V1__AbortRequest *req = (const Lazykv__V1__AbortRequest *)m;
+    lkv_dockey key;
+    int rc = check_resv_ref(svc, rpc, "Abort", &req->lease_id, &req->key, &key);
+    if (rc != 0) {
+        return rc;
+    }
+    rc = lkv_lease_abort(svc->leases, call_index(svc, rpc), req->lease_id.data, &key);
+    if (rc == LKV_ENOTFOUND) {
+        char hex[LKV_DOCKEY_HEX_LEN + 1];
+        return lkv_rpc_errorf(rpc, rc,
+                              "Abort: no reservation of %s in this lease (never reserved, "
+                              "already committed or aborted, or the lease expired)",
+                              key_hex(&key, hex));
+    }
+    if (rc != 0) {
+        return lkv_rpc_errorf(rpc, rc, "Abort failed: %s", lkv_strerror(rc));
+    }
+    Lazykv__V1__AbortResponse resp = LAZYKV__V1__ABORT_RESPONSE__INIT;
     return lkv_rpc_reply(rpc, &resp.base);
 }
 
@@ -1373,6 +1837,22 @@ int lkv_cache_svc_methods(lkv_cache_svc *svc, lkv_method *out)
          .req_desc = &lazykv__v1__release_request__descriptor,
          .svc = svc,
          .unary = release},
+        {.path = "/lazykv.v1.Cache/Reserve",
+         .kind = LKV_RPC_UNARY,
+         .req_desc = &lazykv__v1__reserve_request__descriptor,
+         .svc = svc,
+         .unary = reserve,
+         .cleanup = reserve_cleanup},
+        {.path = "/lazykv.v1.Cache/Commit",
+         .kind = LKV_RPC_UNARY,
+         .req_desc = &lazykv__v1__commit_request__descriptor,
+         .svc = svc,
+         .unary = commit},
+        {.path = "/lazykv.v1.Cache/Abort",
+         .kind = LKV_RPC_UNARY,
+         .req_desc = &lazykv__v1__abort_request__descriptor,
+         .svc = svc,
+         .unary = abort_resv},
     };
     memcpy(out, ms, sizeof(ms));
     return LKV_CACHE_SVC_METHODS;

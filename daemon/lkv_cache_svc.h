@@ -3,7 +3,10 @@
  *
  * Put (client stream), Lookup (unary), Get (server stream), Delete, Attach and Release (unary:
  * zero-copy leases over lkv_lease.h; the reply carries the arena mapping, so only callers the
- * admission hook let in with the worker role reach them). Every input is
+ * admission hook let in with the worker role reach them), and Reserve, Commit and Abort (put in
+ * place, worker role: a co-located worker writes a miss straight into reserved arena pages; a
+ * Reserve that waits for another worker's reservation is parked with lkv_rpc_defer and resumed
+ * by the lease table's wake-up, never holding a polling thread). Every input is
  * validated before the store is touched, so a refused call changes nothing; a Put whose stream
  * fails or whose client goes away is aborted (lkv_store_put_abort: nothing becomes visible).
  * Error messages name what was expected and what was got. The service holds no gRPC state: it
@@ -20,7 +23,7 @@
 #include "lkv_store.h"
 #include "lkv_wirekey.h"
 
-#define LKV_CACHE_SVC_METHODS 6
+#define LKV_CACHE_SVC_METHODS 9
 
 /* One tenant's lookup counters (the "lookups" section of Stats as that tenant sees it). */
 typedef struct lkv_tenant_lookups {

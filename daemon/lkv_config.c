@@ -19,6 +19,7 @@
 
 #include "lkv_err.h"
 #include "lkv_log.h"
+#include "lkv_arena.h"
 #include "lkv_policy.h"
 
 #define KIB 1024ull
@@ -508,6 +509,7 @@ enum pf_kind {
     PF_POSENC,  /* int, enum lkv_posenc_kind. */
     PF_PAIRING, /* int, enum lkv_rope_pairing. */
     PF_SCALING, /* int, enum lkv_rope_scaling. */
+    PF_SIZE,    /* uint64_t, a size ("64MiB"). */
     PF_STR,     /* char[LKV_MODEL_ID_MAX] (model_id). */
 };
 
@@ -538,6 +540,8 @@ static const pfield pfields[] = {
     {"low_freq_factor", PF_DOUBLE, POFF(posenc.low_freq_factor), "llama3 low_freq_factor"},
     {"high_freq_factor", PF_DOUBLE, POFF(posenc.high_freq_factor), "llama3 high_freq_factor"},
     {"original_max_pos", PF_DOUBLE, POFF(posenc.original_max_pos), "llama3 original context"},
+    {"hot_bytes", PF_SIZE, POFF(hot_bytes),
+     "hot arena bytes of this profile's region (0 = an equal-tokens share of the rest)"},
     {"model_id", PF_STR, POFF(model_id),
      "weights identity: blake2b:<hex of the checkpoint> or a revision (\"\" = none)"},
 };
@@ -669,6 +673,13 @@ static int set_pfield(lkv_profile *p, const char *key, const char *value, char *
         } else {
             *(uint32_t *)field = (uint32_t)u;
         }
+        return 0;
+    case PF_SIZE:
+        if (parse_size(value, &u) != 0) {
+            return fail(err, errlen, "profile '%s' option '%s': '%s' is not a size (e.g. 64MiB)",
+                        p->name, f->name, value);
+        }
+        *(uint64_t *)field = u;
         return 0;
     case PF_DOUBLE:
         if (parse_double(value, &d) != 0) {
@@ -1116,6 +1127,11 @@ int lkv_config_validate(lkv_config *c, char *err, size_t errlen)
                     "option 'hot_bytes': %s is smaller than one block of the largest profile (%s)",
                     lkv_format_bytes(c->hot_bytes, a, sizeof(a)),
                     lkv_format_bytes(max_block, b, sizeof(b)));
+    }
+    lkv_arena_region_cfg plan[LKV_CONFIG_MAX_PROFILES];
+    if (lkv_store_plan_regions(c->profiles, c->n_profiles, c->hot_bytes, plan, msg,
+                               (int)sizeof(msg)) != 0) {
+        return fail(err, errlen, "option 'hot_bytes': %s", msg);
     }
     return 0;
 }

@@ -10,10 +10,20 @@
  * second, and at once when a shorter lease is made) and releases expired leases, so a worker
  * that dies while holding a lease pins memory for at most its TTL.
  *
- * Invariants (under the table lock): every key of a live lease holds one store pin taken by
- * this table; a lease past its expiry is treated as absent by every call (attach, release) even
- * before the reaper has freed it; leases of other tenants are indistinguishable from absent
- * ones (LKV_ENOTFOUND), so an id cannot be probed across tenants.
+ * Reservations (put in place, DESIGN.md 4): a lease may also hold RESERVED documents: an open
+ * store put (lkv_store_put_begin) whose pages the worker writes through its mapping, invisible
+ * to everyone, until lkv_lease_commit makes the document visible (and pins it under the lease
+ * like an attached one) or lkv_lease_abort, Release, expiry or destroy gives the pages back
+ * (nothing ever becomes visible then). One key has at most one reservation at a time, across
+ * all leases: a second reserver gets LKV_EINPROGRESS at once and may register a wake-up that the
+ * table calls exactly once when that reservation ends (committed, aborted, expired, released,
+ * or the table is destroyed), so a daemon can park the caller (lkv_rpc_defer) and retry.
+ *
+ * Invariants (under the table lock): every attached key of a live lease holds one store pin
+ * taken by this table, every reserved key one open store put; a lease past its expiry is treated as
+ * absent by every call (attach, release) even before the reaper has freed it; leases of other
+ * tenants are indistinguishable from absent ones (LKV_ENOTFOUND), so an id cannot be probed across
+ * tenants.
  *
  * All-or-nothing: an attach that fails for any document unpins what it pinned in that call and
  * leaves the lease as it was (its expiry too).
@@ -41,20 +51,33 @@ typedef struct lkv_lease_table lkv_lease_table; /* Opaque. */
 
 /* One attached document, written by lkv_lease_attach. */
 typedef struct lkv_lease_doc {
-    lkv_doc_info info; /* The document's info (profile borrowed from the store). */
+    lkv_doc_info info; /* The document's info (profile borrowed from the store; info.region and
+                        * info.page_bytes say where its pages are: lkv_store_region_get). */
     uint32_t *pages;   /* info.n_blocks arena pages in block order; owned by the caller (free). */
 } lkv_lease_doc;
 
+/* Called once, outside the table's lock, when the reservation a refused reserver waits for ends
+ * (or at lkv_lease_table_destroy). arg is the one registered. */
+typedef void (*lkv_lease_wake_fn)(void *arg);
+
 /* Lease statistics (a consistent snapshot). */
 typedef struct lkv_lease_stats {
-    uint64_t live;         /* Live leases (not yet released or reaped). */
-    uint64_t docs;         /* Pins held by live leases. */
-    uint64_t pinned_bytes; /* Arena bytes of those documents (n_blocks * page_bytes each). */
-    uint64_t attaches;     /* Successful attaches that made a new lease. */
-    uint64_t renewals;     /* Successful attaches that renewed a lease. */
-    uint64_t releases;     /* Leases ended by Release. */
-    uint64_t expired;      /* Leases ended by expiry. */
-    uint64_t refused;      /* Attaches refused (any reason). */
+    uint64_t live;           /* Live leases (not yet released or reaped). */
+    uint64_t docs;           /* Pins held by live leases. */
+    uint64_t pinned_bytes;   /* Arena bytes of those documents (n_blocks * their page_bytes). */
+    uint64_t attaches;       /* Successful attaches that made a new lease. */
+    uint64_t renewals;       /* Successful attaches that renewed a lease. */
+    uint64_t releases;       /* Leases ended by Release. */
+    uint64_t expired;        /* Leases ended by expiry. */
+    uint64_t refused;        /* Attaches refused (any reason). */
+    uint64_t reserved;       /* Reservations open now. */
+    uint64_t reserved_bytes; /* Arena bytes they hold. */
+    uint64_t reserves;       /* Reservations made. */
+    uint64_t commits;        /* Reservations committed (visible). */
+    uint64_t aborts;         /* Reservations aborted by their worker. */
+    uint64_t resv_expired;   /* Reservations freed by expiry or Release (never visible). */
+    uint64_t resv_busy;      /* Reserves refused: being computed by another worker. */
+    uint64_t waiting;        /* Reservers waiting for another's reservation now. */
 } lkv_lease_stats;
 
 /* Creates the table over store (borrowed; must outlive the table) and starts the reaper.
@@ -87,6 +110,44 @@ int lkv_lease_attach(lkv_lease_table *t, int owner, const uint8_t *id, uint32_t 
                      const lkv_dockey *keys, uint32_t n, uint8_t id_out[LKV_LEASE_ID_BYTES],
                      uint64_t *expires_unix_ms, uint32_t *lease_docs, lkv_lease_doc *out, int *bad);
 
+/* Reserves, for tenant owner, the document tokens[0..n_tokens) of profile (checked by the caller:
+ * lkv_store_profile_get, lkv_profile_check_tokens) under salt, in lease id (NULL: a new lease;
+ * else renews it) with ttl_ms as lkv_lease_attach. On 0 writes id_out, *expires_unix_ms,
+ * *lease_docs, *key and out (out->pages malloc'ed, the caller's) and *present:
+ *   0  reserved: out->pages are the document's pages in its region (out->info.region), held
+ *      for the caller alone, not visible; write the blocks there, then lkv_lease_commit;
+ *   1  the document is already cached: it was attached (pinned) under the lease instead and
+ *      out describes it (as lkv_lease_attach): read it, do not write it.
+ * Errors (nothing changed): LKV_EINVAL (ttl, or max_docs would be exceeded), LKV_ENOTFOUND
+ * (lease unknown, expired or another owner's), LKV_ENOSPC (max_leases live, or the hot tier of
+ * the profile cannot make room: lkv_store_why says why), LKV_EEXIST (this lease already
+ * reserved it), LKV_EINPROGRESS (another lease's reservation holds it: if wake is not NULL it
+ * is registered and called once when that reservation ends), store errors. */
+int lkv_lease_reserve(lkv_lease_table *t, int owner, const uint8_t *id, uint32_t ttl_ms,
+                      const uint8_t *salt, const lkv_profile *profile, const uint32_t *tokens,
+                      uint32_t n_tokens, lkv_lease_wake_fn wake, void *wake_arg,
+                      uint8_t id_out[LKV_LEASE_ID_BYTES], uint64_t *expires_unix_ms,
+                      uint32_t *lease_docs, lkv_dockey *key, int *present, lkv_lease_doc *out);
+
+/* Commits the reservation of key (borrowed) in lease id of owner: the store checks the zero
+ * tail and makes the document visible whole (lkv_store_put_commit_written; write-through: synced
+ * first, so call it where blocking is allowed); it then stays pinned under the lease like an
+ * attached document and out (pages malloc'ed, the caller's) describes it: the same pages,
+ * unless a Put stored the same document meanwhile (then that one's, and *kept_other = 1; may be
+ * NULL). Waiters are woken.
+ * Errors: LKV_ENOTFOUND (no such lease, or it holds no reservation of key); LKV_EINVAL (the
+ * check failed: nothing visible, the reservation stays open: fix and commit again, or abort);
+ * LKV_EIO / LKV_EROCKSDB (write-through could not persist: the reservation is gone, nothing
+ * visible); LKV_EBUSY (another commit of it is running). The commit itself runs without the
+ * table's lock (a write-through sync does not hold up other leases); meanwhile the key stays
+ * reserved and the lease is neither reaped nor released. */
+int lkv_lease_commit(lkv_lease_table *t, int owner, const uint8_t *id, const lkv_dockey *key,
+                     lkv_lease_doc *out, int *kept_other);
+
+/* Aborts the reservation of key in lease id of owner: its pages go back, nothing becomes
+ * visible, waiters are woken. LKV_ENOTFOUND as for commit; LKV_EBUSY while its commit runs. */
+int lkv_lease_abort(lkv_lease_table *t, int owner, const uint8_t *id, const lkv_dockey *key);
+
 /* Partial attach (the RAG request's ATTACH_MODE_PRESENT): as lkv_lease_attach, but a document
  * that is not cached (status[i] = LKV_ENOTFOUND) or cannot be made hot (LKV_ENOSPC) is skipped,
  * not an error: it is not pinned and out[i] stays zeroed (pages NULL). status (caller-owned, n
@@ -98,7 +159,8 @@ int lkv_lease_attach_present(lkv_lease_table *t, int owner, const uint8_t *id, u
                              uint64_t *expires_unix_ms, uint32_t *lease_docs, lkv_lease_doc *out,
                              int *status, int *bad);
 
-/* Releases lease id (16 bytes, borrowed) of owner: unpins its documents. Writes how many into
+/* Releases lease id (16 bytes, borrowed) of owner: unpins its documents (and aborts its
+ * reservations); LKV_EBUSY while a commit in it runs. Writes how many into
  * *released (may be NULL). LKV_ENOTFOUND if unknown, expired or another owner's. */
 int lkv_lease_release(lkv_lease_table *t, int owner, const uint8_t *id, uint32_t *released);
 

@@ -694,7 +694,16 @@ int lkv_tenancy_check_put(void *ctx, lkv_rpc *rpc, const char *profile, const ui
     uint64_t n_blocks = (n_tokens + (uint64_t)p->shape.block_tokens - 1) / p->shape.block_tokens;
     lkv_store_usage u;
     lkv_store_usage_get(t->store, tn->salt, &u);
-    uint64_t hot_need = n_blocks * u.page_bytes;
+    /* Hot bytes are the pages of the profile's own arena region (DESIGN.md 4). */
+    uint64_t page_bytes = u.page_bytes;
+    lkv_store_region rg;
+    for (int r = 0; lkv_store_region_get(t->store, r, &rg) == 0; r++) {
+        if (rg.profile == p) {
+            page_bytes = rg.page_bytes;
+            break;
+        }
+    }
+    uint64_t hot_need = n_blocks * page_bytes;
     uint64_t cold_need = n_blocks * lkv_block_bytes(&p->shape);
     if (tn->max_hot_bytes != 0 && hot_need > tn->max_hot_bytes) {
         return over_quota(t, rpc, tn, "max_hot_bytes", tn->max_hot_bytes, u.hot_bytes, hot_need,

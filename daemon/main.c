@@ -343,9 +343,9 @@ int main(int argc, char **argv)
     if (rc != 0) {
         LKV_LOGE("%s", err);
         lkv_server_shutdown(srv, 0);
-        lkv_server_destroy(srv);
         lkv_cluster_destroy(g_cluster);
-        lkv_lease_table_destroy(leases);
+        lkv_lease_table_destroy(leases); /* Before the server: see the shutdown below. */
+        lkv_server_destroy(srv);
         lkv_tenancy_destroy(ten);
         lkv_store_close(store);
         lkv_stats_destroy(stats);
@@ -357,9 +357,9 @@ int main(int argc, char **argv)
         if (rc != 0) {
             LKV_LOGE("%s", err);
             lkv_server_shutdown(srv, 0);
-            lkv_server_destroy(srv);
             lkv_cluster_destroy(g_cluster);
-            lkv_lease_table_destroy(leases);
+            lkv_lease_table_destroy(leases); /* Before the server: see the shutdown below. */
+            lkv_server_destroy(srv);
             lkv_tenancy_destroy(ten);
             lkv_store_close(store);
             lkv_stats_destroy(stats);
@@ -388,8 +388,10 @@ int main(int argc, char **argv)
     lkv_metrics_stop(metrics);
     lkv_server_shutdown(srv, cfg.shutdown_grace_ms);
     lkv_cluster_destroy(g_cluster); /* Forwarded calls still out: cancelled, waited for. */
+    /* Before the server is destroyed: waking a Reserve that waits for a reservation resumes
+     * its (ended) call through the server's ticket table, which must still exist. */
+    lkv_lease_table_destroy(leases); /* Unpins what live leases hold, aborts reservations. */
     lkv_server_destroy(srv);
-    lkv_lease_table_destroy(leases); /* Unpins what live leases hold. */
     lkv_tenancy_destroy(ten);
     LKV_LOGI("shutdown: server stopped; flushing write-back documents and closing the store");
     lkv_store_stats_get(store, &st);

@@ -20,10 +20,22 @@
  * Block reference (one uint64 per block, built per prompt; the only metadata the decode kernel
  * reads):
  *
- *     bits  0..23  arena page index               (16M pages)
+ *     bits  0..23  page index within the region   (16M pages per region)
  *     bits 24..45  document start in this prompt  (positions 0..4,194,303)
  *     bits 46..57  block index within document    (documents up to 4096 blocks)
  *     bits 58..63  valid tokens in block minus 1  (1..64 tokens)
+ *
+ * The arena contract (DESIGN.md 4; proto/lazykv/v1/cache.proto): the hot arena is one
+ * allocation carved into one region per model profile; region r starts at base_offset(r) (a
+ * multiple of 2 MiB) and has pages of page_bytes(r) = lkv_block_bytes of its profile rounded up
+ * to a multiple of 256 B. The page index of a reference is an index within the region of the
+ * document's profile, so block bytes start at
+ *
+ *     arena_base + base_offset + page * page_bytes       (lkv_ref_block_addr)
+ *
+ * A prompt's documents are all of one profile: the kernels take one (region base pointer =
+ * arena_base + base_offset, page stride = page_bytes) pair per launch (lkv_attn.h: arena and
+ * page_bytes), so a reference never names its region.
  *
  * This header is plain C with static inline helpers, usable from C and CUDA alike.
  */
@@ -153,6 +165,14 @@ static inline int lkv_ref_pack_checked(uint32_t page, uint64_t start, uint32_t b
     }
     *out = lkv_ref_pack(page, (uint32_t)start, block, valid);
     return 0;
+}
+
+/* Address of the block that reference r names, in a region that starts at region_base (the
+ * arena's base plus the region's base_offset) with pages of page_bytes. */
+static inline LKV_HD const void *lkv_ref_block_addr(const void *region_base, uint64_t page_bytes,
+                                                    uint64_t r)
+{
+    return (const uint8_t *)region_base + (uint64_t)(r & LKV_REF_MAX_PAGE) * page_bytes;
 }
 
 static inline LKV_HD uint32_t lkv_ref_page(uint64_t r)

@@ -1,8 +1,11 @@
 /*
- * lkv_arena.c: the hot arena (see lkv_arena.h): one allocation, fixed pages, a free stack.
+ * lkv_arena.c: the hot arena (see lkv_arena.h): one allocation, regions of fixed pages, a free
+ * stack per region.
  *
- * Invariants: free_stack[0..n_free) holds each free page exactly once; used[p] is 1 iff page p
- * is allocated (a byte per page, checked by assert to catch double frees). The host backend's
+ * Invariants, per region: free_stack[0..n_free) holds each free page exactly once; used[p] is 1
+ * iff page p is allocated (a byte per page, checked by assert to catch double frees); the
+ * region's bytes [base, base + n_pages * page_bytes) lie inside the allocation and overlap no
+ * other region's. The host backend's
  * memory is a MAP_SHARED mapping of a POSIX shared memory object created with O_EXCL and mode
  * 0600; its name is unlinked at destroy.
  */
@@ -27,25 +30,36 @@
 #include "cuda/lkv_arena_cuda.h"
 #endif
 
-#define PAGE_ALIGN 4096u
+#define PAGE_ALIGN LKV_ARENA_PAGE_ALIGN
 
-struct lkv_arena {
-    int backend;          /* LKV_ARENA_HOST or LKV_ARENA_CUDA. */
-    int device;           /* CUDA device, -1 for host. */
-    uint8_t *base;        /* Host mapping or device pointer. */
-    uint64_t bytes;       /* n_pages * page_bytes. */
+typedef struct region {
+    uint64_t base;        /* Byte offset of page 0. */
     uint64_t page_bytes;  /* Bytes per page. */
     uint32_t n_pages;     /* Pages. */
     uint32_t n_free;      /* Entries in free_stack. */
     uint32_t *free_stack; /* Free page indices. */
     uint8_t *used;        /* Per page: 1 if allocated. */
-    char shm_name[64];    /* Host: shm_open name. */
-    uint8_t ipc[64];      /* CUDA: IPC handle bytes. */
+} region;
+
+struct lkv_arena {
+    int backend;       /* LKV_ARENA_HOST or LKV_ARENA_CUDA. */
+    int device;        /* CUDA device, -1 for host. */
+    uint8_t *base;     /* Host mapping or device pointer. */
+    uint64_t bytes;    /* Bytes of the allocation (end of the last region). */
+    int n_regions;     /* Entries of reg. */
+    region *reg;       /* Regions (owned). */
+    char shm_name[64]; /* Host: shm_open name. */
+    uint8_t ipc[64];   /* CUDA: IPC handle bytes. */
 };
 
 uint64_t lkv_arena_page_size(uint64_t block_bytes)
 {
     return (block_bytes + PAGE_ALIGN - 1) / PAGE_ALIGN * PAGE_ALIGN;
+}
+
+static region *reg_of(const lkv_arena *a, int r)
+{
+    return r >= 0 && r < a->n_regions ? &a->reg[r] : NULL;
 }
 
 int lkv_arena_shm_sweep(void)
@@ -149,16 +163,30 @@ static int cuda_present(void)
 #endif
 }
 
-int lkv_arena_create(int backend, int cuda_device, uint64_t page_bytes, uint32_t n_pages,
-                     lkv_arena **out)
+int lkv_arena_create_regions(int backend, int cuda_device, const lkv_arena_region_cfg *regions,
+                             int n_regions, lkv_arena **out)
 {
     lkv_arena *a;
     int rc;
+    uint64_t end = 0;
 
     *out = NULL;
-    if (n_pages == 0 || n_pages > LKV_REF_MAX_PAGE + 1u || page_bytes == 0 ||
-        page_bytes % PAGE_ALIGN != 0 || page_bytes > UINT64_MAX / n_pages) {
+    if (regions == NULL || n_regions < 1 || n_regions > LKV_ARENA_MAX_REGIONS) {
         return LKV_EINVAL;
+    }
+    for (int r = 0; r < n_regions; r++) {
+        uint64_t pb = regions[r].page_bytes;
+        uint32_t np = regions[r].n_pages;
+        if (np == 0 || np > LKV_REF_MAX_PAGE + 1u || pb == 0 || pb % PAGE_ALIGN != 0 ||
+            pb > (UINT64_MAX / 4) / np) {
+            return LKV_EINVAL;
+        }
+        uint64_t base =
+            (end + LKV_ARENA_REGION_ALIGN - 1) / LKV_ARENA_REGION_ALIGN * LKV_ARENA_REGION_ALIGN;
+        if (base > UINT64_MAX / 4 - pb * np) {
+            return LKV_EINVAL;
+        }
+        end = base + pb * np;
     }
     if (backend == LKV_ARENA_AUTO) {
         backend = cuda_present() ? LKV_ARENA_CUDA : LKV_ARENA_HOST;
@@ -172,9 +200,7 @@ int lkv_arena_create(int backend, int cuda_device, uint64_t page_bytes, uint32_t
     a = lkv_xcalloc(1, sizeof *a);
     a->backend = backend;
     a->device = -1;
-    a->page_bytes = page_bytes;
-    a->n_pages = n_pages;
-    a->bytes = page_bytes * n_pages;
+    a->bytes = end;
     if (backend == LKV_ARENA_HOST) {
         lkv_arena_shm_sweep();
     }
@@ -183,19 +209,39 @@ int lkv_arena_create(int backend, int cuda_device, uint64_t page_bytes, uint32_t
         free(a);
         return rc;
     }
-    a->free_stack = lkv_xmalloc(sizeof(uint32_t) * n_pages);
-    a->used = lkv_xcalloc(n_pages, 1);
-    /* Pop order 0, 1, 2, ...: the lowest pages are used first. */
-    for (uint32_t i = 0; i < n_pages; i++) {
-        a->free_stack[i] = n_pages - 1 - i;
+    a->n_regions = n_regions;
+    a->reg = lkv_xcalloc((size_t)n_regions, sizeof *a->reg);
+    end = 0;
+    for (int r = 0; r < n_regions; r++) {
+        region *g = &a->reg[r];
+        g->base =
+            (end + LKV_ARENA_REGION_ALIGN - 1) / LKV_ARENA_REGION_ALIGN * LKV_ARENA_REGION_ALIGN;
+        g->page_bytes = regions[r].page_bytes;
+        g->n_pages = regions[r].n_pages;
+        end = g->base + g->page_bytes * g->n_pages;
+        g->free_stack = lkv_xmalloc(sizeof(uint32_t) * g->n_pages);
+        g->used = lkv_xcalloc(g->n_pages, 1);
+        /* Pop order 0, 1, 2, ...: the lowest pages are used first. */
+        for (uint32_t i = 0; i < g->n_pages; i++) {
+            g->free_stack[i] = g->n_pages - 1 - i;
+        }
+        g->n_free = g->n_pages;
+        LKV_LOGI("arena: region %d at offset %llu: %u pages of %llu bytes (%llu KiB)", r,
+                 (unsigned long long)g->base, g->n_pages, (unsigned long long)g->page_bytes,
+                 (unsigned long long)((g->page_bytes * g->n_pages) >> 10));
     }
-    a->n_free = n_pages;
-    LKV_LOGI("arena: %s, %u pages of %llu bytes (%llu MiB)%s%s",
-             backend == LKV_ARENA_HOST ? "host shm" : "cuda", n_pages,
-             (unsigned long long)page_bytes, (unsigned long long)(a->bytes >> 20),
-             a->shm_name[0] ? ", " : "", a->shm_name);
+    LKV_LOGI("arena: %s, %d region(s), %llu MiB%s%s",
+             backend == LKV_ARENA_HOST ? "host shm" : "cuda", n_regions,
+             (unsigned long long)(a->bytes >> 20), a->shm_name[0] ? ", " : "", a->shm_name);
     *out = a;
     return 0;
+}
+
+int lkv_arena_create(int backend, int cuda_device, uint64_t page_bytes, uint32_t n_pages,
+                     lkv_arena **out)
+{
+    lkv_arena_region_cfg r = {.page_bytes = page_bytes, .n_pages = n_pages};
+    return lkv_arena_create_regions(backend, cuda_device, &r, 1, out);
 }
 
 void lkv_arena_destroy(lkv_arena *a)
@@ -215,41 +261,60 @@ void lkv_arena_destroy(lkv_arena *a)
         lkv__cuda_free(a->device, a->base);
 #endif
     }
-    free(a->free_stack);
-    free(a->used);
+    for (int r = 0; r < a->n_regions; r++) {
+        free(a->reg[r].free_stack);
+        free(a->reg[r].used);
+    }
+    free(a->reg);
     free(a);
 }
 
-int lkv_arena_alloc(lkv_arena *a, uint32_t n, uint32_t *pages)
+int lkv_arena_alloc(lkv_arena *a, int r, uint32_t n, uint32_t *pages)
 {
-    if (n > a->n_free) {
+    region *g = reg_of(a, r);
+    if (g == NULL) {
+        return LKV_EINVAL;
+    }
+    if (n > g->n_free) {
         return LKV_ENOSPC;
     }
     for (uint32_t i = 0; i < n; i++) {
-        uint32_t p = a->free_stack[--a->n_free];
-        assert(!a->used[p]);
-        a->used[p] = 1;
+        uint32_t p = g->free_stack[--g->n_free];
+        assert(!g->used[p]);
+        g->used[p] = 1;
         pages[i] = p;
     }
     return 0;
 }
 
-void lkv_arena_free(lkv_arena *a, uint32_t n, const uint32_t *pages)
+void lkv_arena_free(lkv_arena *a, int r, uint32_t n, const uint32_t *pages)
 {
+    region *g = reg_of(a, r);
+    assert(g != NULL);
     for (uint32_t i = 0; i < n; i++) {
         uint32_t p = pages[i];
-        assert(p < a->n_pages && a->used[p]);
-        a->used[p] = 0;
-        a->free_stack[a->n_free++] = p;
+        assert(p < g->n_pages && g->used[p]);
+        g->used[p] = 0;
+        g->free_stack[g->n_free++] = p;
     }
 }
 
-int lkv_arena_write(lkv_arena *a, uint32_t page, const void *src, size_t len)
+/* The address of page of region r, or NULL if either is out of range or len > page_bytes. */
+static uint8_t *page_addr(lkv_arena *a, int r, uint32_t page, size_t len)
 {
-    if (page >= a->n_pages || len > a->page_bytes) {
+    region *g = reg_of(a, r);
+    if (g == NULL || page >= g->n_pages || len > g->page_bytes) {
+        return NULL;
+    }
+    return a->base + g->base + (uint64_t)page * g->page_bytes;
+}
+
+int lkv_arena_write(lkv_arena *a, int r, uint32_t page, const void *src, size_t len)
+{
+    uint8_t *dst = page_addr(a, r, page, len);
+    if (dst == NULL) {
         return LKV_EINVAL;
     }
-    uint8_t *dst = a->base + (uint64_t)page * a->page_bytes;
     if (a->backend == LKV_ARENA_HOST) {
         memcpy(dst, src, len);
         return 0;
@@ -261,12 +326,12 @@ int lkv_arena_write(lkv_arena *a, uint32_t page, const void *src, size_t len)
 #endif
 }
 
-int lkv_arena_read(lkv_arena *a, uint32_t page, void *dst, size_t len)
+int lkv_arena_read(lkv_arena *a, int r, uint32_t page, void *dst, size_t len)
 {
-    if (page >= a->n_pages || len > a->page_bytes) {
+    const uint8_t *src = page_addr(a, r, page, len);
+    if (src == NULL) {
         return LKV_EINVAL;
     }
-    const uint8_t *src = a->base + (uint64_t)page * a->page_bytes;
     if (a->backend == LKV_ARENA_HOST) {
         memcpy(dst, src, len);
         return 0;
@@ -278,12 +343,12 @@ int lkv_arena_read(lkv_arena *a, uint32_t page, void *dst, size_t len)
 #endif
 }
 
-void *lkv_arena_host_ptr(lkv_arena *a, uint32_t page)
+void *lkv_arena_host_ptr(lkv_arena *a, int r, uint32_t page)
 {
-    if (a->backend != LKV_ARENA_HOST || page >= a->n_pages) {
+    if (a->backend != LKV_ARENA_HOST) {
         return NULL;
     }
-    return a->base + (uint64_t)page * a->page_bytes;
+    return page_addr(a, r, page, 0);
 }
 
 int lkv_arena_backend(const lkv_arena *a)
@@ -291,19 +356,50 @@ int lkv_arena_backend(const lkv_arena *a)
     return a->backend;
 }
 
+int lkv_arena_n_regions(const lkv_arena *a)
+{
+    return a->n_regions;
+}
+
+uint64_t lkv_arena_bytes(const lkv_arena *a)
+{
+    return a->bytes;
+}
+
+int lkv_arena_region(const lkv_arena *a, int r, lkv_arena_region_info *out)
+{
+    const region *g = reg_of(a, r);
+    if (g == NULL) {
+        return LKV_EINVAL;
+    }
+    out->base_offset = g->base;
+    out->page_bytes = g->page_bytes;
+    out->n_pages = g->n_pages;
+    out->n_free = g->n_free;
+    return 0;
+}
+
 uint64_t lkv_arena_page_bytes(const lkv_arena *a)
 {
-    return a->page_bytes;
+    return a->reg[0].page_bytes;
 }
 
 uint32_t lkv_arena_pages_total(const lkv_arena *a)
 {
-    return a->n_pages;
+    uint64_t n = 0;
+    for (int r = 0; r < a->n_regions; r++) {
+        n += a->reg[r].n_pages;
+    }
+    return n > UINT32_MAX ? UINT32_MAX : (uint32_t)n;
 }
 
 uint32_t lkv_arena_pages_free(const lkv_arena *a)
 {
-    return a->n_free;
+    uint64_t n = 0;
+    for (int r = 0; r < a->n_regions; r++) {
+        n += a->reg[r].n_free;
+    }
+    return n > UINT32_MAX ? UINT32_MAX : (uint32_t)n;
 }
 
 int lkv_arena_cuda_device(const lkv_arena *a)

@@ -35,6 +35,10 @@ typedef struct lkv_profile {
     uint32_t max_doc_tokens;                    /* Longest document accepted (<= 4096 blocks). */
     char model_id[LKV_MODEL_ID_MAX];            /* Weights identity ("" = undeclared); see above. */
     uint8_t fingerprint[LKV_FINGERPRINT_BYTES]; /* Set by lkv_profile_finish. */
+    /* Deployment, not identity (not in the fingerprint): bytes of the hot arena given to this
+     * profile's region (DESIGN.md 4, the arena contract); 0 = a share of what the others leave
+     * (lkv_store_plan_regions). */
+    uint64_t hot_bytes;
 } lkv_profile;
 
 /* Validates *p and computes p->fingerprint. On error returns LKV_EINVAL and, if err is not

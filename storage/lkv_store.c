@@ -22,6 +22,7 @@
 #include <sys/stat.h>
 #include <time.h>
 
+#include "lkv_arena.h"
 #include "lkv_store_int.h"
 
 static int64_t now_ms(void)
@@ -255,6 +256,83 @@ static int stats_register(lkv_store *s)
     return lkv_stats_register(s->stats, d, N_STORE_STATS, stats_read, s, &s->stats_group);
 }
 
+/* Per region: used, pinned, budget bytes and free pages (REGION_STATS values each). */
+#define REGION_STATS 4
+
+static void region_stats_read(void *ctx, double *vals, int n)
+{
+    lkv_store *s = ctx;
+    pthread_mutex_lock(&s->mu);
+    for (int r = 0; r < s->n_profiles && (r + 1) * REGION_STATS <= n; r++) {
+        lkv_arena_region_info ri;
+        lkv_arena_region(s->arena, r, &ri);
+        vals[r * REGION_STATS + 0] = (double)lkv_policy_bytes_used(s->reg[r].hotp);
+        vals[r * REGION_STATS + 1] = (double)lkv_policy_bytes_pinned(s->reg[r].hotp);
+        vals[r * REGION_STATS + 2] = (double)lkv_policy_budget(s->reg[r].hotp);
+        vals[r * REGION_STATS + 3] = (double)ri.n_free;
+    }
+    pthread_mutex_unlock(&s->mu);
+}
+
+/* Registers every region's bytes held, pinned, budget and free pages (labels profile=NAME). */
+static int region_stats_register(lkv_store *s)
+{
+    int n = s->n_profiles * REGION_STATS;
+    lkv_stat_desc *d = lkv_xcalloc((size_t)n, sizeof(*d));
+    char(*labels)[96] = lkv_xcalloc((size_t)s->n_profiles, sizeof(*labels));
+    char(*keys)[96] = lkv_xcalloc((size_t)n, sizeof(*keys));
+    static const char *const names[REGION_STATS] = {
+        "store_region_bytes_used", "store_region_bytes_pinned", "store_region_bytes_budget",
+        "store_region_pages_free"};
+    static const char *const sfx[REGION_STATS] = {"bytes_used", "bytes_pinned", "bytes_budget",
+                                                  "pages_free"};
+    static const char *const help[REGION_STATS] = {
+        "Hot bytes held in the profile's arena region (pages held * its page size).",
+        "Of those, pinned (leases, reads, in-flight puts and reservations).",
+        "The region's budget (its pages * its page size).", "Free pages of the region."};
+    for (int r = 0; r < s->n_profiles; r++) {
+        snprintf(labels[r], sizeof(labels[r]), "profile=%s", s->profiles[r].name);
+        for (int k = 0; k < REGION_STATS; k++) {
+            lkv_stat_desc *e = &d[r * REGION_STATS + k];
+            snprintf(keys[r * REGION_STATS + k], sizeof(keys[0]), "%s.%s", s->profiles[r].name,
+                     sfx[k]);
+            e->name = names[k];
+            e->labels = labels[r];
+            e->kind = LKV_STAT_GAUGE;
+            e->unit = k == 3 ? "pages" : "bytes";
+            e->help = help[k];
+            e->section = "regions";
+            e->key = keys[r * REGION_STATS + k];
+        }
+    }
+    int rc = lkv_stats_register(s->stats, d, n, region_stats_read, s, &s->region_group);
+    free(d);
+    free(labels);
+    free(keys);
+    return rc;
+}
+
+int lkv_store_region_get(lkv_store *s, int r, lkv_store_region *out)
+{
+    if (r < 0 || r >= s->n_profiles || out == NULL) {
+        return LKV_EINVAL;
+    }
+    lkv_arena_region_info ri;
+    memset(out, 0, sizeof(*out));
+    pthread_mutex_lock(&s->mu);
+    lkv_arena_region(s->arena, r, &ri);
+    out->profile = &s->profiles[r];
+    out->base_offset = ri.base_offset;
+    out->page_bytes = ri.page_bytes;
+    out->n_pages = ri.n_pages;
+    out->pages_free = ri.n_free;
+    out->bytes_used = lkv_policy_bytes_used(s->reg[r].hotp);
+    out->bytes_pinned = lkv_policy_bytes_pinned(s->reg[r].hotp);
+    out->budget = lkv_policy_budget(s->reg[r].hotp);
+    pthread_mutex_unlock(&s->mu);
+    return 0;
+}
+
 lkv_stats *lkv_store_stats_registry(lkv_store *s)
 {
     return s->stats;
@@ -306,6 +384,62 @@ static void pending_cb(void *ctx, const lkv_dockey *key, int has_doc)
     }
 }
 
+int lkv_store_plan_regions(const lkv_profile *profiles, int n, uint64_t hot_bytes,
+                           lkv_arena_region_cfg *out, char *err, int errlen)
+{
+    uint64_t explicit_sum = 0, default_pages = 0;
+    int n_default = 0;
+    char dummy[8];
+    if (err == NULL) {
+        err = dummy;
+        errlen = (int)sizeof(dummy);
+    }
+    err[0] = '\0';
+    if (n < 1 || n > LKV_ARENA_MAX_REGIONS) {
+        snprintf(err, (size_t)errlen, "%d profiles: 1..%d are allowed", n, LKV_ARENA_MAX_REGIONS);
+        return LKV_ECONFIG;
+    }
+    for (int i = 0; i < n; i++) {
+        out[i].page_bytes = lkv_arena_page_size(lkv_block_bytes(&profiles[i].shape));
+        if (out[i].page_bytes == 0) {
+            snprintf(err, (size_t)errlen, "profile '%.64s': empty block", profiles[i].name);
+            return LKV_ECONFIG;
+        }
+        if (profiles[i].hot_bytes > 0) {
+            explicit_sum += profiles[i].hot_bytes;
+        } else {
+            default_pages += out[i].page_bytes;
+            n_default++;
+        }
+    }
+    if (explicit_sum > hot_bytes || (n_default > 0 && explicit_sum == hot_bytes)) {
+        snprintf(err, (size_t)errlen,
+                 "the profiles' hot_bytes add up to %" PRIu64 " bytes, %s hot_bytes (%" PRIu64
+                 ")%s: lower them or raise hot_bytes",
+                 explicit_sum, explicit_sum > hot_bytes ? "more than" : "all of", hot_bytes,
+                 n_default > 0 ? ", leaving nothing for the profiles without one" : "");
+        return LKV_ECONFIG;
+    }
+    /* Equal token capacity: every default profile gets the same number of pages. */
+    uint64_t each = n_default > 0 ? (hot_bytes - explicit_sum) / default_pages : 0;
+    for (int i = 0; i < n; i++) {
+        uint64_t pages =
+            profiles[i].hot_bytes > 0 ? profiles[i].hot_bytes / out[i].page_bytes : each;
+        if (pages < 1 || pages > LKV_REF_MAX_PAGE + 1ull) {
+            snprintf(err, (size_t)errlen,
+                     "profile '%.64s' gets %" PRIu64 " arena pages of %" PRIu64
+                     " bytes (1..%u allowed) from %s: set profile.%.64s.hot_bytes or change "
+                     "hot_bytes (%" PRIu64 ")",
+                     profiles[i].name, pages, out[i].page_bytes, LKV_REF_MAX_PAGE + 1u,
+                     profiles[i].hot_bytes > 0 ? "its hot_bytes" : "its share of hot_bytes",
+                     profiles[i].name, hot_bytes);
+            return LKV_ECONFIG;
+        }
+        out[i].n_pages = (uint32_t)pages;
+    }
+    return 0;
+}
+
 static int bad_config(const char *what)
 {
     LKV_LOGE("store config: %s", what);
@@ -315,9 +449,10 @@ static int bad_config(const char *what)
 int lkv_store_open(const lkv_store_config *cfg, lkv_store **out)
 {
     lkv_store *s;
-    char err[160];
+    char err[400];
     int rc;
     uint64_t max_block = 0;
+    lkv_arena_region_cfg *plan = NULL;
 
     *out = NULL;
     if (cfg == NULL || cfg->data_dir == NULL || cfg->data_dir[0] == '\0') {
@@ -359,21 +494,24 @@ int lkv_store_open(const lkv_store_config *cfg, lkv_store **out)
         max_block = bb > max_block ? bb : max_block;
     }
     s->page_bytes = lkv_arena_page_size(max_block);
-    uint64_t n_pages = cfg->hot_bytes / s->page_bytes;
-    if (n_pages < 1 || n_pages > LKV_REF_MAX_PAGE + 1ull) {
-        LKV_LOGE("store config: hot_bytes %llu gives %llu pages of %llu bytes (1..%u allowed)",
-                 (unsigned long long)cfg->hot_bytes, (unsigned long long)n_pages,
-                 (unsigned long long)s->page_bytes, LKV_REF_MAX_PAGE + 1u);
+    plan = lkv_xcalloc((size_t)s->n_profiles, sizeof(*plan));
+    if (lkv_store_plan_regions(s->profiles, s->n_profiles, cfg->hot_bytes, plan, err,
+                               (int)sizeof err) != 0) {
+        LKV_LOGE("store config: %s", err);
         rc = LKV_ECONFIG;
         goto fail_early;
+    }
+    uint64_t n_pages = 0;
+    for (int i = 0; i < s->n_profiles; i++) {
+        n_pages += plan[i].n_pages;
     }
     if (mkdir(cfg->data_dir, 0700) != 0 && errno != EEXIST) {
         LKV_LOGE("store: mkdir %s: %s", cfg->data_dir, strerror(errno));
         rc = LKV_EIO;
         goto fail_early;
     }
-    rc = lkv_arena_create(cfg->hot_backend, cfg->cuda_device, s->page_bytes, (uint32_t)n_pages,
-                          &s->arena);
+    rc = lkv_arena_create_regions(cfg->hot_backend, cfg->cuda_device, plan, s->n_profiles,
+                                  &s->arena);
     if (rc != 0) {
         goto fail_early;
     }
@@ -391,7 +529,18 @@ int lkv_store_open(const lkv_store_config *cfg, lkv_store **out)
     if (fault != NULL) {
         lkv_cold_fault_writes(s->cold, atoi(fault));
     }
-    MUST_OK(lkv_policy_create(cfg->policy_kind, n_pages * s->page_bytes, &s->hotp));
+    s->reg = lkv_xcalloc((size_t)s->n_profiles, sizeof(*s->reg));
+    for (int i = 0; i < s->n_profiles; i++) {
+        lkv_arena_region_info ri;
+        MUST_OK(lkv_arena_region(s->arena, i, &ri));
+        s->reg[i].page_bytes = ri.page_bytes;
+        s->reg[i].base_offset = ri.base_offset;
+        s->reg[i].n_pages = ri.n_pages;
+        MUST_OK(lkv_policy_create(cfg->policy_kind, (uint64_t)ri.n_pages * ri.page_bytes,
+                                  &s->reg[i].hotp));
+    }
+    free(plan);
+    plan = NULL;
     MUST_OK(lkv_policy_create(cfg->policy_kind, cfg->cold_bytes ? cfg->cold_bytes : UINT64_MAX,
                               &s->coldp));
     if (lkv_arena_backend(s->arena) != LKV_ARENA_HOST) {
@@ -448,22 +597,26 @@ int lkv_store_open(const lkv_store_config *cfg, lkv_store **out)
         s->stats = s->own_stats;
     }
     rc = stats_register(s);
+    if (rc == 0) {
+        rc = region_stats_register(s);
+    }
     if (rc != 0) {
         lkv_store_close(s);
         return rc;
     }
     lkv__writer_start(s);
-    LKV_LOGI("store: open %s: hot %s %llu pages x %llu B, cold %llu docs (budget %llu B), "
-             "%s, %s, %d profiles",
-             cfg->data_dir, lkv_arena_backend(s->arena) == LKV_ARENA_HOST ? "host" : "cuda",
-             (unsigned long long)n_pages, (unsigned long long)s->page_bytes,
-             (unsigned long long)lkv_policy_count(s->coldp), (unsigned long long)cfg->cold_bytes,
-             lkv_durability_name(cfg->durability), lkv_policy_name(cfg->policy_kind),
-             s->n_profiles);
+    LKV_LOGI(
+        "store: open %s: hot %s %llu pages in %d regions (%llu B), cold %llu docs (budget "
+        "%llu B), %s, %s, %d profiles",
+        cfg->data_dir, lkv_arena_backend(s->arena) == LKV_ARENA_HOST ? "host" : "cuda",
+        (unsigned long long)n_pages, s->n_profiles, (unsigned long long)lkv_arena_bytes(s->arena),
+        (unsigned long long)lkv_policy_count(s->coldp), (unsigned long long)cfg->cold_bytes,
+        lkv_durability_name(cfg->durability), lkv_policy_name(cfg->policy_kind), s->n_profiles);
     *out = s;
     return 0;
 
 fail_early:
+    free(plan);
     free(s->profiles);
     free(s);
     return rc;
@@ -476,6 +629,7 @@ int lkv_store_close(lkv_store *s)
         return 0;
     }
     lkv_stats_unregister(s->stats, s->stats_group); /* No stats_read runs after this. */
+    lkv_stats_unregister(s->stats, s->region_group);
     lkv__writer_stop(s);
     if (s->st.wb_failed != s->wb_failed_seen) {
         rc = LKV_EIO;
@@ -493,7 +647,10 @@ int lkv_store_close(lkv_store *s)
     lkv__acct_free(s);
     lkv_cold_close(s->cold);
     lkv_arena_destroy(s->arena);
-    lkv_policy_destroy(s->hotp);
+    for (int i = 0; s->reg != NULL && i < s->n_profiles; i++) {
+        lkv_policy_destroy(s->reg[i].hotp);
+    }
+    free(s->reg);
     lkv_policy_destroy(s->coldp);
     pthread_cond_destroy(&s->cv);
     pthread_cond_destroy(&s->wcv);
@@ -606,6 +763,8 @@ static void fill_info(lkv_store *s, const doc *d, lkv_doc_info *o)
     o->profile = d->profile >= 0 ? &s->profiles[d->profile] : NULL;
     o->persisted = d->cold && !d->cold_busy;
     o->pins = d->user_pins;
+    o->region = d->profile;
+    o->page_bytes = d->profile >= 0 ? s->reg[d->profile].page_bytes : 0;
 }
 
 static void miss_info(lkv_doc_info *o, int cause)
@@ -617,11 +776,20 @@ static void miss_info(lkv_doc_info *o, int cause)
 /* Looks key up, counts, fills *o. mismatch_hash: content hash to test for a profile mismatch,
  * or 0 for none; miss_blocks: blocks to count on a miss. */
 static void lookup_locked(lkv_store *s, const lkv_dockey *k, uint64_t content, uint32_t mblocks,
-                          lkv_doc_info *o)
+                          int region, lkv_doc_info *o)
 {
     doc *d = lkv__kidx_find(s, k);
     uint64_t pid = lkv__live_pid(k);
-    lkv_policy_record(s->hotp, pid);
+    if (d != NULL && d->profile >= 0) {
+        region = d->profile;
+    }
+    /* The request goes into the history of the region the document belongs in (all of them
+     * when a key lookup misses: the key does not say its profile). */
+    for (int r = 0; r < s->n_profiles; r++) {
+        if (region < 0 || r == region) {
+            lkv_policy_record(s->reg[r].hotp, pid);
+        }
+    }
     lkv_policy_record(s->coldp, pid);
     if (d != NULL && d->state == ST_VISIBLE && d->profile >= 0) {
         fill_info(s, d, o);
@@ -656,7 +824,7 @@ int lkv_store_lookup(lkv_store *s, const lkv_dockey *keys, uint32_t n, lkv_doc_i
     }
     pthread_mutex_lock(&s->mu);
     for (uint32_t i = 0; i < n; i++) {
-        lookup_locked(s, &keys[i], 0, 0, &out[i]);
+        lookup_locked(s, &keys[i], 0, 0, -1, &out[i]);
     }
     pthread_mutex_unlock(&s->mu);
     return 0;
@@ -678,7 +846,7 @@ int lkv_store_lookup_tokens(lkv_store *s, const uint8_t salt[LKV_SALT_BYTES], co
     uint64_t content = lkv_dockey_content_hash(salt, tokens, n_tokens);
     uint32_t blocks = lkv_blocks_for_tokens(&p->shape, n_tokens);
     pthread_mutex_lock(&s->mu);
-    lookup_locked(s, &k, content ? content : 1, blocks, out);
+    lookup_locked(s, &k, content ? content : 1, blocks, (int)(p - s->profiles), out);
     pthread_mutex_unlock(&s->mu);
     if (key_out != NULL) {
         *key_out = k;
@@ -702,18 +870,19 @@ int lkv_store_tier(lkv_store *s, const lkv_dockey *key)
 
 /* ---- puts --------------------------------------------------------------------------------- */
 
-/* The reason a put finds no room in the hot tier. */
-static int why_no_room(lkv_store *s, uint32_t n_blocks)
+/* The reason a put of n_blocks blocks of profile p finds no room in its region of the hot tier. */
+static int why_no_room(lkv_store *s, const lkv_profile *p, uint32_t n_blocks)
 {
     char b1[32], b2[32], b3[32];
+    const hot_region *reg = &s->reg[p - s->profiles];
     return why(LKV_ENOSPC,
                "no room for the document: it needs %" PRIu32 " hot pages of %s (%s) and what "
-               "is not free of the %" PRIu64 " pages (%s) is pinned or being written (retry "
-               "later, or raise hot_bytes)",
-               n_blocks, fmt_bytes(s->page_bytes, b1, sizeof(b1)),
-               fmt_bytes((uint64_t)n_blocks * s->page_bytes, b2, sizeof(b2)),
-               lkv_policy_budget(s->hotp) / s->page_bytes,
-               fmt_bytes(lkv_policy_budget(s->hotp), b3, sizeof(b3)));
+               "is not free of profile '%s''s %" PRIu64 " pages (%s) is pinned or being "
+               "written (retry later, or raise hot_bytes)",
+               n_blocks, fmt_bytes(reg->page_bytes, b1, sizeof(b1)),
+               fmt_bytes((uint64_t)n_blocks * reg->page_bytes, b2, sizeof(b2)), p->name,
+               lkv_policy_budget(reg->hotp) / reg->page_bytes,
+               fmt_bytes(lkv_policy_budget(reg->hotp), b3, sizeof(b3)));
 }
 
 /* Reserves the hot pages of staging d (lock held; may drop it to write demotions): admits it
@@ -731,7 +900,7 @@ static int tx_admit(lkv_store *s, doc *d)
     }
     if (rc != 0) {
         lkv__demote_flush(s);
-        return rc == LKV_ENOSPC ? why_no_room(s, d->n_blocks) : rc;
+        return rc == LKV_ENOSPC ? why_no_room(s, &s->profiles[d->profile], d->n_blocks) : rc;
     }
     lkv__hot_pin(s, d);
     lkv__demote_flush(s); /* The victims that made room, written without the lock. */
@@ -789,14 +958,16 @@ int lkv_store_put_begin(lkv_store *s, const uint8_t salt[LKV_SALT_BYTES], const 
         return 0;
     }
     char b1[32], b2[32], b3[32];
-    if ((uint64_t)n_blocks * s->page_bytes > lkv_policy_budget(s->hotp)) {
+    const hot_region *reg = &s->reg[p - s->profiles];
+    if ((uint64_t)n_blocks * reg->page_bytes > lkv_policy_budget(reg->hotp)) {
         rc = why(LKV_ENOSPC,
                  "the document needs %" PRIu32 " hot pages of %s (%s), more than the whole hot "
-                 "budget of %" PRIu64 " pages (%s): raise hot_bytes",
-                 n_blocks, fmt_bytes(s->page_bytes, b1, sizeof(b1)),
-                 fmt_bytes((uint64_t)n_blocks * s->page_bytes, b2, sizeof(b2)),
-                 lkv_policy_budget(s->hotp) / s->page_bytes,
-                 fmt_bytes(lkv_policy_budget(s->hotp), b3, sizeof(b3)));
+                 "budget of profile '%s', %" PRIu64 " pages (%s): raise hot_bytes or "
+                 "profile.%s.hot_bytes",
+                 n_blocks, fmt_bytes(reg->page_bytes, b1, sizeof(b1)),
+                 fmt_bytes((uint64_t)n_blocks * reg->page_bytes, b2, sizeof(b2)), p->name,
+                 lkv_policy_budget(reg->hotp) / reg->page_bytes,
+                 fmt_bytes(lkv_policy_budget(reg->hotp), b3, sizeof(b3)), p->name);
         goto fail;
     }
     if (s->cfg.durability == LKV_DURABILITY_WRITE_THROUGH &&
@@ -823,12 +994,12 @@ int lkv_store_put_begin(lkv_store *s, const uint8_t salt[LKV_SALT_BYTES], const 
     /* Pages are reserved now if they are free. If room must be made (evicting, which demotes
      * documents), the reservation waits for the first valid block (lkv_store_put_block), so a
      * put refused before that changes nothing; hopeless cases are refused here. */
-    uint64_t need = (uint64_t)n_blocks * s->page_bytes;
-    uint64_t budget = lkv_policy_budget(s->hotp);
-    if (lkv_policy_bytes_used(s->hotp) + need <= budget) {
+    uint64_t need = (uint64_t)n_blocks * reg->page_bytes;
+    uint64_t budget = lkv_policy_budget(reg->hotp);
+    if (lkv_policy_bytes_used(reg->hotp) + need <= budget) {
         rc = tx_admit(s, d);
-    } else if (budget - lkv_policy_bytes_pinned(s->hotp) < need && s->wbuild == NULL) {
-        rc = why_no_room(s, n_blocks);
+    } else if (budget - lkv_policy_bytes_pinned(reg->hotp) < need && s->wbuild == NULL) {
+        rc = why_no_room(s, p, n_blocks);
     } else {
         rc = 0; /* Deferred. */
     }
@@ -933,7 +1104,7 @@ int lkv_store_put_block(lkv_store_put *tx, uint32_t index, const void *data, siz
         }
     }
     if (tx->d != NULL) {
-        int rc = lkv_arena_write(tx->s->arena, tx->d->pages[index], data, len);
+        int rc = lkv_arena_write(tx->s->arena, tx->d->profile, tx->d->pages[index], data, len);
         if (rc != 0) {
             return rc;
         }
@@ -1096,12 +1267,38 @@ static int repersist_locked(lkv_store *s, doc *e)
     return rc;
 }
 
+/* Pins visible doc d for the caller (as lkv_store_pin) and describes it. Lock held. */
+static void pin_out_locked(lkv_store *s, doc *d, uint32_t *pages, uint32_t cap, lkv_doc_info *info)
+{
+    d->user_pins++;
+    lkv__hot_pin(s, d);
+    if (pages != NULL) {
+        memcpy(pages, d->pages, sizeof(uint32_t) * (d->n_blocks < cap ? d->n_blocks : cap));
+    }
+    if (info != NULL) {
+        fill_info(s, d, info);
+    }
+}
+
+static int commit_tx(lkv_store_put *tx, lkv_put_result *res, int pin, uint32_t *pages, uint32_t cap,
+                     lkv_doc_info *info, int *pin_later);
+
 int lkv_store_put_commit(lkv_store_put *tx)
 {
     return lkv_store_put_finish(tx, NULL);
 }
 
 int lkv_store_put_finish(lkv_store_put *tx, lkv_put_result *res)
+{
+    int later = 0;
+    return commit_tx(tx, res, 0, NULL, 0, NULL, &later);
+}
+
+/* Commits tx and reports into *res (may be NULL); with pin, pins the visible result for the
+ * caller (*pin_later = 1 when the result is another doc that was not hot: the caller then pins
+ * it with lkv_store_pin after). */
+static int commit_tx(lkv_store_put *tx, lkv_put_result *res, int pin, uint32_t *pages, uint32_t cap,
+                     lkv_doc_info *info, int *pin_later)
 {
     lkv_store *s = tx->s;
     doc *d = tx->d;
@@ -1135,6 +1332,7 @@ int lkv_store_put_finish(lkv_store_put *tx, lkv_put_result *res)
             rc = repersist_locked(s, e);
         }
         put_result(s, e, 1, res);
+        *pin_later = pin && rc == 0;
         goto out;
     }
     for (;;) {
@@ -1150,13 +1348,18 @@ int lkv_store_put_finish(lkv_store_put *tx, lkv_put_result *res)
             if (wt) {
                 rc = repersist_locked(s, e);
             }
+            if (pin && rc == 0 && e->state == ST_VISIBLE && e->hot && !e->promoting) {
+                pin_out_locked(s, e, pages, cap, info);
+            } else {
+                *pin_later = pin && rc == 0;
+            }
             put_result(s, e, 1, res);
             goto out;
         }
         /* Another write-through commit of the same key is syncing: wait for its outcome. */
         pthread_cond_wait(&s->cv, &s->mu);
     }
-    rc = lkv_policy_contains(s->hotp, lkv__live_pid(&d->key)) ? LKV_EINTERNAL : 0;
+    rc = lkv_policy_contains(lkv__hotp(s, d), lkv__live_pid(&d->key)) ? LKV_EINTERNAL : 0;
     if (rc != 0) {
         LKV_LOGE("store: policy id collision at commit");
         discard_locked(s, d);
@@ -1171,6 +1374,9 @@ int lkv_store_put_finish(lkv_store_put *tx, lkv_put_result *res)
         tx->wb_reserved = 0;
         publish_locked(s, d);
         lkv__wb_enqueue(s, d);
+        if (pin) {
+            pin_out_locked(s, d, pages, cap, info);
+        }
         put_result(s, d, 0, res);
         goto out;
     }
@@ -1185,11 +1391,94 @@ int lkv_store_put_finish(lkv_store_put *tx, lkv_put_result *res)
         goto out;
     }
     publish_locked(s, d);
+    if (pin) {
+        pin_out_locked(s, d, pages, cap, info);
+    }
     put_result(s, d, 0, res);
 out:
     pthread_mutex_unlock(&s->mu);
     lkv__wb_call(wake);
     free(tx);
+    return rc;
+}
+
+/* ---- put in place ------------------------------------------------------------------------- */
+
+const uint32_t *lkv_store_put_pages(const lkv_store_put *tx)
+{
+    return tx->d != NULL ? tx->d->pages : NULL;
+}
+
+int lkv_store_put_region(const lkv_store_put *tx)
+{
+    return (int)(tx->profile - tx->s->profiles);
+}
+
+int lkv_store_put_reserve(lkv_store_put *tx)
+{
+    tl_why[0] = '\0';
+    if (tx->d == NULL || tx->d->hot) {
+        return 0; /* Nothing to reserve, or reserved by lkv_store_put_begin. */
+    }
+    if (tx->next != 0) {
+        return why(LKV_EINVAL, "blocks of this put were staged by copy already");
+    }
+    lkv_store *s = tx->s;
+    pthread_mutex_lock(&s->mu);
+    int rc = s->stopping ? why(LKV_ESHUTDOWN, "the store is closing") : tx_admit(s, tx->d);
+    pthread_mutex_unlock(&s->mu);
+    return rc;
+}
+
+int lkv_store_put_commit_written(lkv_store_put *tx, uint32_t *pages, uint32_t cap,
+                                 lkv_doc_info *info)
+{
+    lkv_store *s = tx->s;
+    tl_why[0] = '\0';
+    if (tx->next != 0) {
+        return why(LKV_EINVAL, "blocks of this put were staged by copy: commit with put_commit");
+    }
+    if (tx->d == NULL) {
+        return why(LKV_EINVAL, "nothing was reserved: the document was already stored");
+    }
+    if (!tx->d->hot) {
+        return why(LKV_EINVAL, "no pages were reserved: call lkv_store_put_reserve first");
+    }
+    uint32_t last = tx->n_blocks - 1;
+    uint32_t bt = (uint32_t)tx->profile->shape.block_tokens;
+    uint32_t valid = tx->n_tokens - last * bt;
+    if (valid < bt) {
+        /* The one check the store can make of data it did not copy: the zero tail. */
+        int region = tx->d->profile;
+        const uint8_t *p = lkv_arena_host_ptr(s->arena, region, tx->d->pages[last]);
+        uint8_t *buf = NULL;
+        if (p == NULL) {
+            buf = lkv_xmalloc(tx->block_bytes);
+            int rc = lkv_arena_read(s->arena, region, tx->d->pages[last], buf, tx->block_bytes);
+            if (rc != 0) {
+                free(buf);
+                return why(rc, "reading block %" PRIu32 " back from the arena failed", last);
+            }
+            p = buf;
+        }
+        int ok = tail_is_zero(&tx->profile->shape, p, valid);
+        free(buf);
+        if (!ok) {
+            return why(LKV_EINVAL,
+                       "block %" PRIu32 " (page %" PRIu32 "): the token slots past the "
+                       "document's end (token %" PRIu32 " on, slot %" PRIu32
+                       " of the block) must be zero in every layer, K and V and head",
+                       last, tx->d->pages[last], tx->n_tokens, valid);
+        }
+    }
+    tx->next = tx->n_blocks;
+    lkv_dockey key = tx->d->key;
+    int later = 0;
+    int rc = commit_tx(tx, NULL, 1, pages, cap, info, &later);
+    if (rc == 0 && later) {
+        /* A Put made it visible meanwhile and it is not hot now: pin it as Attach would. */
+        rc = lkv_store_pin(s, &key, pages, cap, info);
+    }
     return rc;
 }
 
@@ -1242,7 +1531,7 @@ static int acquire(lkv_store *s, const lkv_dockey *key, int must_hot, lkv_store_
     d->refs++;
     d->used_ms = now_ms();
     if (d->hot) {
-        lkv_policy_touch(s->hotp, d->pid);
+        lkv_policy_touch(lkv__hotp(s, d), d->pid);
         lkv__hot_pin(s, d);
         goto hot;
     }
@@ -1322,7 +1611,8 @@ int lkv_store_get_block(lkv_store_read *rd, uint32_t index, void *buf, size_t le
         return LKV_EINVAL;
     }
     if (rd->snap == NULL) {
-        return lkv_arena_read(rd->s->arena, rd->pages[index], buf, rd->info.block_bytes);
+        return lkv_arena_read(rd->s->arena, d->profile, rd->pages[index], buf,
+                              rd->info.block_bytes);
     }
     int rc = lkv_cold_get_block(rd->s->cold, rd->snap, &d->key, index, buf, rd->info.block_bytes);
     if (rc == LKV_ECORRUPT || rc == LKV_ENOTFOUND) {
@@ -1342,7 +1632,7 @@ const void *lkv_store_get_block_ptr(const lkv_store_read *rd, uint32_t index)
     if (rd->snap != NULL || index >= rd->info.n_blocks) {
         return NULL;
     }
-    return lkv_arena_host_ptr(rd->s->arena, rd->pages[index]);
+    return lkv_arena_host_ptr(rd->s->arena, rd->d->profile, rd->pages[index]);
 }
 
 const lkv_doc_info *lkv_store_get_info(const lkv_store_read *rd)
@@ -1507,9 +1797,12 @@ void lkv_store_stats_get(lkv_store *s, lkv_store_stats *out)
 {
     pthread_mutex_lock(&s->mu);
     *out = s->st; /* Tier sizes included: counters kept by lkv__sizes_sync, no walk. */
-    out->hot_bytes = lkv_policy_bytes_used(s->hotp);
-    out->hot_bytes_pinned = lkv_policy_bytes_pinned(s->hotp);
-    out->hot_budget = lkv_policy_budget(s->hotp);
+    out->hot_bytes = out->hot_bytes_pinned = out->hot_budget = 0;
+    for (int r = 0; r < s->n_profiles; r++) {
+        out->hot_bytes += lkv_policy_bytes_used(s->reg[r].hotp);
+        out->hot_bytes_pinned += lkv_policy_bytes_pinned(s->reg[r].hotp);
+        out->hot_budget += lkv_policy_budget(s->reg[r].hotp);
+    }
     out->hot_page_bytes = s->page_bytes;
     out->hot_pages_total = lkv_arena_pages_total(s->arena);
     out->hot_pages_free = lkv_arena_pages_free(s->arena);
@@ -1526,8 +1819,8 @@ void lkv_store_arena_info_get(lkv_store *s, lkv_store_arena_info *out)
     memset(out, 0, sizeof *out);
     out->backend = lkv_arena_backend(s->arena) == LKV_ARENA_HOST ? LKV_HOT_HOST : LKV_HOT_CUDA;
     out->shm_name = lkv_arena_shm_name(s->arena);
-    out->page_bytes = s->page_bytes;
-    out->n_pages = lkv_arena_pages_total(s->arena);
+    out->arena_bytes = lkv_arena_bytes(s->arena);
+    out->n_regions = lkv_arena_n_regions(s->arena);
     out->cuda_device = lkv_arena_cuda_device(s->arena);
     lkv_arena_cuda_ipc_handle(s->arena, out->cuda_ipc);
 }

@@ -6,13 +6,18 @@
  * demoted and deleted whole. It is addressed by its document key (lkv_dockey.h).
  *
  * Tiers.
- *   hot   one arena allocated at open, carved into pages of the largest profile's block size;
- *         host shared memory or CUDA HBM (lkv_arena.h). A document in the hot tier owns one
- *         page per block. Budget: the arena size (hot_bytes rounded down to whole pages).
+ *   hot   one arena allocated at open (host shared memory or CUDA HBM, lkv_arena.h), carved
+ *         into one REGION per profile (DESIGN.md 4, the arena contract): region r holds pages
+ *         of profile r's block size rounded up to 256 B, at its own 2 MiB-aligned offset, with
+ *         its own eviction policy and budget (its share of hot_bytes, lkv_store_plan_regions).
+ *         A document in the hot tier owns one page per block in its profile's region; the
+ *         page numbers it is given (pins, reads, reservations) are indices within that region.
+ *         Budgets count the bytes really held: n_blocks * the region's page size.
  *   cold  RocksDB with blob files under data_dir (lkv_cold.h), every block checksummed and
  *         verified on read; a document becomes visible there only whole (one atomic batch).
  *         Budget: cold_bytes (bytes of block payload; 0 = unlimited).
- * Each tier has its own eviction policy instance (storage/lkv_policy.h) over metadata only.
+ * Each region of the hot tier, and the cold tier, has its own eviction policy instance
+ * (storage/lkv_policy.h) over metadata only.
  *
  * Durability (config):
  *   write-back     put_commit returns once the document is in the hot tier; a background
@@ -116,11 +121,24 @@ const char *lkv_durability_name(int mode);
 /* Returns "none", "never", "evicted", "deleted", "profile", "corrupt", "lost" or "unknown". */
 const char *lkv_miss_cause_name(int cause);
 
+/* How hot_bytes is shared among profiles (one arena region each; DESIGN.md 4): a profile whose
+ * hot_bytes is set gets that; what is left is shared by the others so that each can hold the
+ * same number of blocks (shares in proportion to their page sizes: equal token capacity, so a
+ * built-in toy profile beside a served 8B model takes a sliver, not half). Each region gets
+ * floor(share / page_bytes) pages, at least one. Writes profiles[i]'s region into out[i]
+ * (n entries, caller-owned). Returns 0, or LKV_ECONFIG with err (errlen bytes) naming the
+ * profile and the fix (the explicit shares exceed hot_bytes, a region would have no page or
+ * more than LKV_REF_MAX_PAGE + 1 pages). profiles need not be finished; borrowed. */
+struct lkv_arena_region_cfg;
+int lkv_store_plan_regions(const lkv_profile *profiles, int n, uint64_t hot_bytes,
+                           struct lkv_arena_region_cfg *out, char *err, int errlen);
+
 /* Store configuration. Zero-initialise, then set fields. All pointers are borrowed for the
  * duration of lkv_store_open only (the store copies what it keeps). */
 typedef struct lkv_store_config {
     const char *data_dir;          /* Directory of the RocksDB cold tier (created if absent). */
-    uint64_t hot_bytes;            /* Hot budget in bytes (>= one page). */
+    uint64_t hot_bytes;            /* Hot budget in bytes, shared by the profiles' regions (see
+                                    * above). */
     int hot_backend;               /* enum lkv_hot_backend. */
     int cuda_device;               /* CUDA device ordinal for LKV_HOT_CUDA / AUTO. */
     uint64_t cold_bytes;           /* Cold budget in bytes of block payload; 0 = unlimited. */
@@ -197,6 +215,9 @@ typedef struct lkv_doc_info {
     int persisted;              /* 1 if the document is in the cold tier. */
     uint32_t pins;              /* Caller pins (lkv_store_pin) held now. */
     int promoted;               /* get/pin: 1 if this call promoted it (then tier is COLD). */
+    int region;                 /* Arena region of its pages (= its profile's index); -1 if the
+                                 * profile is not configured. */
+    uint64_t page_bytes;        /* Page size of that region (0 if none). */
 } lkv_doc_info;
 
 /* Looks up n keys (borrowed array) and writes n infos into out (caller-owned). Counts one hit
@@ -228,7 +249,8 @@ int lkv_store_tier(lkv_store *s, const lkv_dockey *key);
  * budget; LKV_ESHUTDOWN the store is closing. On success reserves hot pages for every block if
  * they are free; if room must be made (evicting, which demotes documents), the reservation and
  * the evictions wait for the first block that passes its checks (lkv_store_put_block may then
- * say LKV_ENOSPC), so a put refused before that changes nothing. Writes the key into *key_out
+ * say LKV_ENOSPC), or for lkv_store_put_reserve (a put filled in place), so a put refused
+ * before that changes nothing. Writes the key into *key_out
  * (may be NULL) and *exists (may be
  * NULL: 1 if the document is already stored, in which case nothing is reserved and the blocks
  * are checked but discarded). *out is owned by the caller and must be finished with exactly one
@@ -283,6 +305,41 @@ int lkv_store_put_wait(lkv_store_put *tx, void (*fn)(const void *blob), const vo
 /* Abandons the put (e.g. the client disconnected) and frees tx: releases its pages; nothing
  * becomes visible. tx may be NULL. */
 void lkv_store_put_abort(lkv_store_put *tx);
+
+/* ---- Put in place (DESIGN.md 4): a co-located worker writes the blocks itself ------------ */
+
+/* A put opened with lkv_store_put_begin can instead be filled in place: the caller writes
+ * block i straight into arena page pages[i] of region lkv_store_put_region (through its own
+ * mapping: shared memory, or CUDA IPC), then commits with lkv_store_put_commit_written. Until
+ * then the document is invisible to everyone (its pages are held and pinned).
+ * lkv_store_put_pages returns the n_blocks pages in block order (borrowed until the put ends),
+ * or NULL if the document already existed or nothing is reserved yet (lkv_store_put_reserve).
+ * lkv_store_put_region returns the region (= the profile's index), with lkv_store_region_get
+ * for its layout. */
+const uint32_t *lkv_store_put_pages(const lkv_store_put *tx);
+int lkv_store_put_region(const lkv_store_put *tx);
+
+/* Reserves the put's hot pages now if lkv_store_put_begin deferred that (it does when room
+ * must be made by evicting: a Put by copy reserves at its first valid block). A put filled in
+ * place calls this right after lkv_store_put_begin, before lkv_store_put_pages. Returns 0
+ * (also when the document existed: nothing to reserve), LKV_ENOSPC if no room can be made
+ * (lkv_store_why says why), LKV_ESHUTDOWN if the store is closing, LKV_EINVAL if blocks were
+ * staged by copy; on an error tx is still open and unchanged (abort it). */
+int lkv_store_put_reserve(lkv_store_put *tx);
+
+/* Checks what the store can of blocks written in place (the token slots past the document's
+ * end in the last block must be zero, as lkv_store_put_block checks) and commits as
+ * lkv_store_put_commit, taking one caller pin (lkv_store_pin) of the committed document in the
+ * same step, so it cannot be evicted before the caller uses it: writes its hot pages into
+ * pages[0..min(cap, n_blocks)) and *info (may be NULL). If the same document was made visible
+ * meanwhile (a Put), that one is kept, pinned and described instead (info->promoted or other
+ * pages: compare). Returns 0 with tx freed; LKV_EINVAL if the check fails (lkv_store_why says
+ * which block and where): then NOTHING changed and tx is still open (write the tail, commit
+ * again, or abort); other commit errors (LKV_EIO, LKV_EROCKSDB in write-through) free tx and
+ * nothing becomes visible. Must not be called on a put whose blocks were staged with
+ * lkv_store_put_block (LKV_EINVAL, tx still open). */
+int lkv_store_put_commit_written(lkv_store_put *tx, uint32_t *pages, uint32_t cap,
+                                 lkv_doc_info *info);
 
 /* Convenience: begin + every block (blocks: n_blocks * block_bytes contiguous bytes, borrowed)
  * + commit, or abort on the first error. */
@@ -358,7 +415,8 @@ typedef struct lkv_store_usage {
                           * puts in progress and dead documents still pinned. */
     uint64_t cold_bytes; /* Payload bytes of its documents in the cold tier. */
     uint64_t docs;       /* Its visible documents (hot, cold or both). */
-    uint64_t page_bytes; /* The arena's page size (hot bytes of a document of n blocks: n x it). */
+    uint64_t page_bytes; /* The largest region's page size (hot bytes of a document of n blocks:
+                          * n x its own region's page_bytes, lkv_store_region_get). */
     int accounted;       /* 1 if the salt has an account (it put a document since open). */
 } lkv_store_usage;
 
@@ -390,12 +448,14 @@ typedef struct lkv_store_stats {
     /* Hot tier. */
     uint64_t hot_docs;         /* Visible documents in the hot tier. */
     uint64_t hot_blocks;       /* Their blocks. */
-    uint64_t hot_bytes;        /* Arena bytes held (documents, in-flight puts, readers). */
+    uint64_t hot_bytes;        /* Arena bytes held (documents, in-flight puts, readers), all
+                                * regions: pages held * their region's page size. */
     uint64_t hot_bytes_pinned; /* Of which pinned (pins, reads, in-flight puts). */
-    uint64_t hot_budget;       /* Arena bytes (pages * page_bytes). */
-    uint64_t hot_page_bytes;   /* Bytes of one arena page. */
-    uint64_t hot_pages_total;  /* Arena pages. */
-    uint64_t hot_pages_free;   /* Arena pages free. */
+    uint64_t hot_budget;       /* Sum of the regions' budgets (pages * page_bytes). */
+    uint64_t hot_page_bytes;   /* Bytes of one page of the largest region (per region:
+                                * lkv_store_region_get). */
+    uint64_t hot_pages_total;  /* Arena pages, all regions. */
+    uint64_t hot_pages_free;   /* Arena pages free, all regions. */
     /* Cold tier. */
     uint64_t cold_docs;   /* Documents in RocksDB. */
     uint64_t cold_blocks; /* Their blocks. */
@@ -448,11 +508,30 @@ lkv_stats *lkv_store_stats_registry(lkv_store *s);
 typedef struct lkv_store_arena_info {
     int backend;          /* LKV_HOT_HOST or LKV_HOT_CUDA (never AUTO). */
     const char *shm_name; /* Host: the shm_open name ("/lazykv-..."); NULL for CUDA. */
-    uint64_t page_bytes;  /* Bytes of one page (a multiple of 4096). */
-    uint32_t n_pages;     /* Pages in the arena. */
+    uint64_t arena_bytes; /* Bytes of the whole allocation (what a worker maps). */
+    int n_regions;        /* Regions (= profiles); see lkv_store_region_get. */
     int cuda_device;      /* CUDA: device ordinal; -1 for host. */
     uint8_t cuda_ipc[64]; /* CUDA: cudaIpcMemHandle_t bytes of the arena base; zeros if host. */
 } lkv_store_arena_info;
+
+/* One arena region (the hot tier of one profile): its layout and what it holds now. Page i of
+ * the region is at arena byte base_offset + i * page_bytes (DESIGN.md 4, the arena contract). */
+typedef struct lkv_store_region {
+    const lkv_profile *profile; /* Its profile (borrowed until close). */
+    uint64_t base_offset;       /* Byte offset of its page 0 (a multiple of 2 MiB). */
+    uint64_t page_bytes;        /* Bytes of one page: block_bytes rounded up to 256 B. */
+    uint32_t n_pages;           /* Pages. */
+    uint32_t pages_free;        /* Pages free now. */
+    uint64_t bytes_used;        /* Bytes held (pages held * page_bytes). */
+    uint64_t bytes_pinned;      /* Of which pinned. */
+    uint64_t budget;            /* n_pages * page_bytes. */
+} lkv_store_region;
+
+/* Writes region r (0..lkv_store_profile_count-1; the region of profile r) into *out, a
+ * consistent snapshot. LKV_EINVAL for a bad r. Each region's used, pinned and budget bytes are
+ * also registered in the stats registry (section "regions", keys "<profile>.bytes_used", ...;
+ * metrics store_region_bytes_*{profile="..."}). */
+int lkv_store_region_get(lkv_store *s, int r, lkv_store_region *out);
 
 void lkv_store_arena_info_get(lkv_store *s, lkv_store_arena_info *out);
 

@@ -24,7 +24,8 @@
  * while refs > 0; lkv__settle() releases what is no longer held.
  *
  * Flags and counts of a doc:
- *   hot        owns pages[] and is in the hot policy (bytes = n_blocks * page_bytes).
+ *   hot        owns pages[] (in the arena region of its profile) and is in that region's hot
+ *              policy (bytes = n_blocks * the region's page_bytes).
  *   cold       it is in the cold policy (bytes = payload bytes) and its data is in RocksDB,
  *              or being written there (cold_busy).
  *   cold_busy  a write of it to RocksDB is in flight (pinned in the cold policy meanwhile).
@@ -43,10 +44,15 @@
  * remove + admit + at most one pin, with no loop replaying the count. The policy's counted
  * pins stay as they are for its other user (the hit-rate simulator); lkv_policy.c is unchanged.
  *
- * Invariants: arena pages in use = sum over hot docs of n_blocks = hot policy bytes /
- * page_bytes; a policy victim is always VISIBLE with hot_pins == 0 (hot) or cold_pins == 0
- * (cold); a VISIBLE doc is hot or cold (or both); policy entry pinned iff the matching count
- * is above zero.
+ * Regions (DESIGN.md 4, the arena contract): the arena has one region per profile (region index
+ * == profile index), each with its own page size and its own hot policy and budget, so a hot
+ * doc's pages, policy entry and bytes are all its profile's region's. Only docs of configured
+ * profiles (profile >= 0) are ever hot.
+ *
+ * Invariants: per region, arena pages in use = sum over its hot docs of n_blocks = its hot
+ * policy bytes / its page_bytes; a policy victim is always VISIBLE with hot_pins == 0 (hot) or
+ * cold_pins == 0 (cold); a VISIBLE doc is hot or cold (or both); policy entry pinned iff the
+ * matching count is above zero.
  *
  * Locking: one mutex, s->mu, guards every field of lkv_store below `mu` except the immutable
  * config (cfg, profiles, n_profiles, page_bytes, arena and cold handles), every field of every
@@ -134,23 +140,25 @@ typedef struct gone_ent {
 
 struct lkv_store {
     /* Immutable after open. */
-    lkv_store_config cfg;        /* Copy; pointers inside are not kept. */
-    lkv_profile *profiles;       /* Owned copies, finished. */
-    int n_profiles;              /* Entries. */
-    lkv_arena *arena;            /* Hot tier memory (thread-safe copies; alloc/free under mu). */
-    lkv_cold *cold;              /* Cold tier (thread-safe). */
-    uint64_t page_bytes;         /* Arena page size. */
-    lkv_stats *stats;            /* Registry of the store's stats (cfg.stats or own_stats). */
-    lkv_stats *own_stats;        /* Owned registry when cfg.stats was NULL, else NULL. */
-    lkv_stat_group *stats_group; /* The store's registration (NULL until registered). */
+    lkv_store_config cfg;         /* Copy; pointers inside are not kept. */
+    lkv_profile *profiles;        /* Owned copies, finished. */
+    int n_profiles;               /* Entries. */
+    lkv_arena *arena;             /* Hot tier memory (thread-safe copies; alloc/free under mu). */
+    lkv_cold *cold;               /* Cold tier (thread-safe). */
+    uint64_t page_bytes;          /* The largest region's page size (scratch buffers). */
+    struct hot_region *reg;       /* n_profiles regions, one per profile (owned). */
+    lkv_stats *stats;             /* Registry of the store's stats (cfg.stats or own_stats). */
+    lkv_stats *own_stats;         /* Owned registry when cfg.stats was NULL, else NULL. */
+    lkv_stat_group *stats_group;  /* The store's registration (NULL until registered). */
+    lkv_stat_group *region_group; /* The regions' registration (NULL until registered). */
     /* Guarded by mu. */
-    pthread_mutex_t mu;             /* Guards everything below. */
-    pthread_cond_t cv;              /* Broadcast on commits, promotions, writer progress. */
-    pthread_cond_t wcv;             /* Wakes the writer. */
-    pthread_t writer;               /* Write-back writer thread. */
-    int writer_started;             /* 1 once the thread runs (set before any other thread). */
-    int stopping;                   /* Close began: no new puts; the writer exits when drained. */
-    lkv_policy *hotp;               /* Hot policy (bytes = pages * page_bytes). */
+    pthread_mutex_t mu; /* Guards everything below. */
+    pthread_cond_t cv;  /* Broadcast on commits, promotions, writer progress. */
+    pthread_cond_t wcv; /* Wakes the writer. */
+    pthread_t writer;   /* Write-back writer thread. */
+    int writer_started; /* 1 once the thread runs (set before any other thread). */
+    int stopping;       /* Close began: no new puts; the writer exits when drained. */
+    /* Each region's hot policy is in reg[r].hotp (guarded by mu like everything here). */
     lkv_policy *coldp;              /* Cold policy (bytes = payload bytes). */
     uint8_t *scratch;               /* One page of host memory for demotions (CUDA arena only). */
     doc **slots;                    /* Slot table (owned, and every doc in it). */
@@ -220,6 +228,14 @@ struct lkv_store_read {
     lkv_doc_info info;   /* Info at begin. */
 };
 
+/* One arena region: the hot tier of one profile. Fields other than hotp are immutable. */
+typedef struct hot_region {
+    lkv_policy *hotp;     /* Its hot policy (bytes = pages * page_bytes); guarded by mu. */
+    uint64_t page_bytes;  /* Bytes of one page (the profile's block rounded up to 256 B). */
+    uint64_t base_offset; /* Offset of its page 0 in the arena. */
+    uint32_t n_pages;     /* Its pages. */
+} hot_region;
+
 /* ---- Per-tenant accounts (lkv_store_acct.c) ------------------------------------------------- */
 
 #define LKV_STORE_ACCOUNTS 1024
@@ -229,6 +245,12 @@ void lkv__acct_sync(lkv_store *s, doc *d); /* After any change of d->hot, d->col
 void lkv__acct_free(lkv_store *s);
 
 /* ---- small helpers ------------------------------------------------------------------------ */
+
+/* The hot policy of d's region (d->profile >= 0). */
+static inline lkv_policy *lkv__hotp(const lkv_store *s, const doc *d)
+{
+    return s->reg[d->profile].hotp;
+}
 
 /* The policy id of a committed doc of key k. */
 static inline uint64_t lkv__live_pid(const lkv_dockey *k)
@@ -245,7 +267,7 @@ static inline double lkv__cost(const lkv_store *s, uint64_t bytes)
 /* Bytes d takes in the hot tier (whole pages) and in the cold tier (payload). */
 static inline uint64_t lkv__hot_bytes(const lkv_store *s, const doc *d)
 {
-    return (uint64_t)d->n_blocks * s->page_bytes;
+    return (uint64_t)d->n_blocks * s->reg[d->profile].page_bytes;
 }
 
 static inline uint64_t lkv__cold_bytes(const doc *d)

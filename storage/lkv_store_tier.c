@@ -38,7 +38,7 @@ static void cold_evict_cb(void *ctx, uint64_t id, uint64_t bytes);
 void lkv__hot_pin(lkv_store *s, doc *d)
 {
     if (d->hot_pins++ == 0) {
-        MUST_OK(lkv_policy_pin(s->hotp, d->pid));
+        MUST_OK(lkv_policy_pin(lkv__hotp(s, d), d->pid));
     }
 }
 
@@ -46,7 +46,7 @@ void lkv__hot_unpin(lkv_store *s, doc *d)
 {
     assert(d->hot_pins > 0);
     if (--d->hot_pins == 0) {
-        MUST_OK(lkv_policy_unpin(s->hotp, d->pid));
+        MUST_OK(lkv_policy_unpin(lkv__hotp(s, d), d->pid));
     }
 }
 
@@ -83,7 +83,7 @@ void lkv__rekey(lkv_store *s, doc *d, uint64_t pid)
         return;
     }
     if (d->hot) {
-        policy_move(s, s->hotp, d->pid, pid, lkv__hot_bytes(s, d), d->hot_pins > 0);
+        policy_move(s, lkv__hotp(s, d), d->pid, pid, lkv__hot_bytes(s, d), d->hot_pins > 0);
     }
     if (d->cold) {
         policy_move(s, s->coldp, d->pid, pid, lkv__cold_bytes(d), d->cold_pins > 0);
@@ -95,7 +95,7 @@ void lkv__rekey(lkv_store *s, doc *d, uint64_t pid)
 int lkv__hot_admit(lkv_store *s, doc *d)
 {
     uint64_t b = lkv__hot_bytes(s, d);
-    int rc = lkv_policy_admit(s->hotp, d->pid, b, lkv__cost(s, b), hot_evict_cb, s);
+    int rc = lkv_policy_admit(lkv__hotp(s, d), d->pid, b, lkv__cost(s, b), hot_evict_cb, s);
     if (rc == LKV_EEXIST) {
         LKV_LOGE("store: policy id collision (pid %llx)", (unsigned long long)d->pid);
         return LKV_EINTERNAL;
@@ -106,7 +106,7 @@ int lkv__hot_admit(lkv_store *s, doc *d)
     if (d->pages == NULL) {
         d->pages = lkv_xmalloc(sizeof(uint32_t) * d->n_blocks);
     }
-    MUST_OK(lkv_arena_alloc(s->arena, d->n_blocks, d->pages)); /* The budget is the arena. */
+    MUST_OK(lkv_arena_alloc(s->arena, d->profile, d->n_blocks, d->pages)); /* Budget = region. */
     d->hot = 1;
     lkv__acct_sync(s, d);
     lkv__sizes_sync(s, d);
@@ -117,8 +117,8 @@ int lkv__hot_admit(lkv_store *s, doc *d)
 static void hot_release(lkv_store *s, doc *d)
 {
     assert(d->hot && d->hot_pins == 0);
-    MUST_OK(lkv_policy_remove(s->hotp, d->pid));
-    lkv_arena_free(s->arena, d->n_blocks, d->pages);
+    MUST_OK(lkv_policy_remove(lkv__hotp(s, d), d->pid));
+    lkv_arena_free(s->arena, d->profile, d->n_blocks, d->pages);
     d->hot = 0;
     lkv__acct_sync(s, d);
     lkv__sizes_sync(s, d);
@@ -133,9 +133,9 @@ static int build_doc(lkv_store *s, doc *d, uint8_t *scratch, lkv_cold_batch **ou
     lkv_cold_batch *b = lkv_cold_batch_create();
     *out = NULL;
     for (uint32_t i = 0; i < d->n_blocks; i++) {
-        const void *p = lkv_arena_host_ptr(s->arena, d->pages[i]);
+        const void *p = lkv_arena_host_ptr(s->arena, d->profile, d->pages[i]);
         if (p == NULL) {
-            int rc = lkv_arena_read(s->arena, d->pages[i], scratch, d->block_bytes);
+            int rc = lkv_arena_read(s->arena, d->profile, d->pages[i], scratch, d->block_bytes);
             if (rc != 0) {
                 lkv_cold_batch_free(b);
                 return rc;
@@ -324,7 +324,7 @@ static void hot_evict_cb(void *ctx, uint64_t id, uint64_t bytes)
             LKV_LOGD("store: hot victim dropped (cold tier: %s)", lkv_strerror(rc));
         }
     }
-    lkv_arena_free(s->arena, d->n_blocks, d->pages);
+    lkv_arena_free(s->arena, d->profile, d->n_blocks, d->pages);
     d->hot = 0;
     lkv__acct_sync(s, d);
     lkv__sizes_sync(s, d);
@@ -379,14 +379,14 @@ static int promote_read(lkv_store *s, doc *d, lkv_cold_snap *snap, uint32_t **to
     }
     uint8_t *scratch = NULL;
     for (uint32_t i = 0; i < d->n_blocks && rc == 0; i++) {
-        void *p = lkv_arena_host_ptr(s->arena, d->pages[i]);
+        void *p = lkv_arena_host_ptr(s->arena, d->profile, d->pages[i]);
         if (p == NULL) {
             if (scratch == NULL) {
                 scratch = lkv_xmalloc(d->block_bytes);
             }
             rc = lkv_cold_get_block(s->cold, snap, &d->key, i, scratch, d->block_bytes);
             if (rc == 0) {
-                rc = lkv_arena_write(s->arena, d->pages[i], scratch, d->block_bytes);
+                rc = lkv_arena_write(s->arena, d->profile, d->pages[i], scratch, d->block_bytes);
             }
         } else {
             rc = lkv_cold_get_block(s->cold, snap, &d->key, i, p, d->block_bytes);
@@ -405,8 +405,8 @@ int lkv__promote(lkv_store *s, doc *d, int must_hot)
     uint64_t hb = lkv__hot_bytes(s, d);
     int rc = LKV_ENOSPC;
     assert(d->cold && !d->hot && !d->promoting && d->state == ST_VISIBLE);
-    if (hb <= lkv_policy_budget(s->hotp) &&
-        (must_hot || lkv_policy_would_admit(s->hotp, d->pid, hb, lkv__cost(s, hb)))) {
+    if (hb <= lkv_policy_budget(lkv__hotp(s, d)) &&
+        (must_hot || lkv_policy_would_admit(lkv__hotp(s, d), d->pid, hb, lkv__cost(s, hb)))) {
         /* Pinned in the cold tier first, so that demotions making room cannot evict it. */
         lkv__cold_pin(s, d);
         rc = lkv__hot_admit(s, d);
@@ -498,8 +498,9 @@ void lkv__demote(lkv_store *s, doc *d)
     assert(d->hot && d->hot_pins == 0 && !d->promoting && d->state == ST_VISIBLE);
     /* The eviction callback does the work (it may free d); then the policy entry goes. */
     uint64_t pid = d->pid;
+    lkv_policy *hotp = lkv__hotp(s, d);
     hot_evict_cb(s, pid, lkv__hot_bytes(s, d));
-    MUST_OK(lkv_policy_remove(s->hotp, pid));
+    MUST_OK(lkv_policy_remove(hotp, pid));
 }
 
 /* ---- cold writes ---------------------------------------------------------------------------- */

@@ -7,7 +7,8 @@ following proto/lazykv/v1/cache.proto field numbers.
 
     ipc_attach.py attach ADDR TTL_MS PROFILE:TOKENS_CSV [PROFILE:TOKENS_CSV ...]
         prints one JSON object: lease_id (hex), expires_unix_ms, arena {backend, shm_name,
-        page_bytes, n_pages, cuda_device, cuda_ipc_handle (hex)}, docs [{key (hex), profile,
+        arena_bytes, cuda_device, cuda_ipc_handle (hex)}, docs [{key (hex), profile, region_base,
+        page_bytes, n_pages,
         n_tokens, block_bytes, pages}]
     ipc_attach.py release ADDR LEASE_HEX
         prints the number of documents released.
@@ -118,8 +119,7 @@ def attach(addr, ttl_ms, specs):
         "arena": {
             "backend": one(a, 1, b"").decode(),
             "shm_name": one(a, 2, b"").decode(),
-            "page_bytes": one(a, 3, 0),
-            "n_pages": one(a, 4, 0),
+            "arena_bytes": one(a, 7, 0),
             "cuda_device": signed32(one(a, 5, 0)),
             "cuda_ipc_handle": one(a, 6, b"").hex(),
         },
@@ -128,7 +128,11 @@ def attach(addr, ttl_ms, specs):
     for raw in r.get(5, []):
         d = parse(raw)
         lay = parse(one(d, 3, b""))
+        reg = parse(one(d, 7, b""))  # AttachedDoc.region (the arena contract)
         out["docs"].append({
+            "region_base": one(reg, 2, 0),
+            "page_bytes": one(reg, 3, 0),
+            "n_pages": one(reg, 4, 0),
             "key": one(d, 1, b"").hex(),
             "profile": one(d, 2, b"").decode(),
             "n_tokens": one(d, 4, 0),

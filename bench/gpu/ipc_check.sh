@@ -81,16 +81,18 @@ import json, shlex, sys
 r = json.load(open(sys.argv[1]))
 a = r["arena"]
 assert a["backend"] == sys.argv[2], ("arena backend", a["backend"])
-print("# lease %s: %d documents, arena %d pages of %d bytes" % (
-    r["lease_id"], len(r["docs"]), a["n_pages"], a["page_bytes"]), file=sys.stderr)
+print("# lease %s: %d documents, arena %d bytes" % (
+    r["lease_id"], len(r["docs"]), a["arena_bytes"]), file=sys.stderr)
 for i, d in enumerate(r["docs"]):
     pages = ",".join(map(str, d["pages"]))
     if a["backend"] == "cuda":
         assert len(a["cuda_ipc_handle"]) == 128, "no IPC handle"
         args = ["lkv_ipc_reader", a["cuda_ipc_handle"], str(a["cuda_device"])]
     else:
-        args = ["lkv_shm_reader", a["shm_name"]]
-    args += [str(a["page_bytes"]), str(a["n_pages"]), str(d["block_bytes"]), pages]
+        args = ["lkv_shm_reader", a["shm_name"], str(a["arena_bytes"])]
+    # The document's region (the arena contract): base offset, page size, pages.
+    args += [str(d["region_base"]), str(d["page_bytes"]), str(d["n_pages"]), str(d["block_bytes"]),
+             pages]
     print('"$BIN"/' + " ".join(shlex.quote(x) for x in args) + ' "$work/doc%d.blocks"' % i)
 print("LEASE=" + r["lease_id"])
 PY

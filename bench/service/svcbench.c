@@ -139,7 +139,6 @@ typedef struct bench {
     /* Zero-copy attach: the daemon's hot arena mapped read-only (host backend). */
     const uint8_t *arena;
     size_t arena_len;
-    uint64_t page_bytes;
 } bench;
 
 static uint64_t mix64(uint64_t x)
@@ -419,7 +418,7 @@ static int op_attach_read(void *ctx, int tid, uint64_t iter, uint64_t *bytes, do
     }
     const lkv_attached_doc *d = &l.docs[0];
     for (uint32_t i = 0; i < d->n_pages && rc == 0; i++) {
-        size_t off = (size_t)d->pages[i] * b->page_bytes;
+        size_t off = (size_t)d->region_base + (size_t)d->pages[i] * d->page_bytes;
         if (off + d->block_bytes > b->arena_len || d->block_bytes > b->opt->block_bytes) {
             rc = LKV_EPROTO;
             break;
@@ -458,8 +457,7 @@ static int map_arena(bench *b)
         release(b, 0, &l);
         return LKV_ENOTSUP;
     }
-    b->page_bytes = l.arena.page_bytes;
-    b->arena_len = (size_t)l.arena.page_bytes * l.arena.n_pages;
+    b->arena_len = (size_t)l.arena.arena_bytes;
     int fd = shm_open(l.arena.shm_name, O_RDONLY, 0);
     void *p = fd >= 0 ? mmap(NULL, b->arena_len, PROT_READ, MAP_SHARED, fd, 0) : MAP_FAILED;
     if (fd >= 0) {
@@ -473,7 +471,7 @@ static int map_arena(bench *b)
     b->arena = p;
     const lkv_attached_doc *d = &l.docs[0];
     for (uint32_t i = 0; i < d->n_pages && rc == 0; i++) {
-        size_t off = (size_t)d->pages[i] * b->page_bytes;
+        size_t off = (size_t)d->region_base + (size_t)d->pages[i] * d->page_bytes;
         if (d->block_bytes != b->opt->block_bytes || off + d->block_bytes > b->arena_len ||
             memcmp(b->arena + off, b->payload + (size_t)i * d->block_bytes, d->block_bytes) != 0) {
             LKV_LOGE("attach: block %u of the attached document differs from what was put", i);

@@ -65,6 +65,8 @@ static void usage(FILE *f)
             "                        baseline (re-rotated copies)\n"
             "  --json                print results as JSON lines\n"
             "  --local-fallback      if the daemon is unreachable, compute locally (and say so)\n"
+            "  --no-inplace          store misses by Put (default: compute them into pages\n"
+            "                        reserved in the daemon's arena and commit them)\n"
             "  --deadline-ms N       deadline of a request's daemon calls (default 10000)\n"
             "  --lease-ttl-ms N      lease TTL (default 30000)\n"
             "  --local-pages N       worker KV pages (default 2048)\n"
@@ -243,6 +245,7 @@ int main(int argc, char **argv)
         O_MODE,
         O_JSON,
         O_FALLBACK,
+        O_NO_INPLACE,
         O_DEADLINE,
         O_TTL,
         O_PAGES,
@@ -279,6 +282,7 @@ int main(int argc, char **argv)
         {"mode", required_argument, NULL, O_MODE},
         {"json", no_argument, NULL, O_JSON},
         {"local-fallback", no_argument, NULL, O_FALLBACK},
+        {"no-inplace", no_argument, NULL, O_NO_INPLACE},
         {"deadline-ms", required_argument, NULL, O_DEADLINE},
         {"lease-ttl-ms", required_argument, NULL, O_TTL},
         {"local-pages", required_argument, NULL, O_PAGES},
@@ -418,6 +422,9 @@ int main(int argc, char **argv)
             break;
         case O_FALLBACK:
             wo.local_fallback = 1;
+            break;
+        case O_NO_INPLACE:
+            wo.no_inplace = 1;
             break;
         case O_STATS:
             stats = 1;
@@ -597,14 +604,15 @@ int main(int argc, char **argv)
         fprintf(stderr,
                 "# worker: %llu requests (%llu failed); documents %llu hit / %llu (%.1f%%), "
                 "tokens %llu hit / %llu (%.1f%%); arena mapped %llu time(s); leases %llu, "
-                "renewals %llu; reconnects %llu\n",
+                "renewals %llu; reconnects %llu; misses stored in place %llu, by Put %llu\n",
                 (unsigned long long)st.requests, (unsigned long long)st.failed,
                 (unsigned long long)st.hit_docs, (unsigned long long)docs,
                 docs ? 100.0 * (double)st.hit_docs / (double)docs : 0.0,
                 (unsigned long long)st.hit_tokens, (unsigned long long)toks,
                 toks ? 100.0 * (double)st.hit_tokens / (double)toks : 0.0,
                 (unsigned long long)st.arena_maps, (unsigned long long)st.leases,
-                (unsigned long long)st.renewals, (unsigned long long)st.reconnects);
+                (unsigned long long)st.renewals, (unsigned long long)st.reconnects,
+                (unsigned long long)st.inplace_docs, (unsigned long long)st.put_docs);
     }
     lkv_worker_destroy(w);
     return failed ? 1 : 0;

@@ -35,6 +35,8 @@ static void unmap(lkv_pagespace *ps)
     ps->base = NULL;
     ps->map_bytes = 0;
     ps->n_daemon = 0;
+    ps->first_local = 0;
+    ps->region_base = 0;
     ps->shm_name[0] = '\0';
     ps->external = 0;
 }
@@ -54,26 +56,31 @@ void lkv_pagespace_free(lkv_pagespace *ps)
     memset(ps, 0, sizeof(*ps));
 }
 
-/* Reserves the range and maps the worker pages; the daemon part stays PROT_NONE. */
+/* Reserves the range and maps the worker pages; the daemon part stays PROT_NONE. The worker
+ * pages start at the first page (of the stride) past the daemon part rounded up to an OS page,
+ * so that the shm mapping (whole OS pages) never covers a worker page. */
 static int reserve(lkv_pagespace *ps, uint64_t page_bytes, uint32_t n_daemon)
 {
-    if (page_bytes == 0 || (uint64_t)n_daemon + ps->n_local > (uint64_t)LKV_REF_MAX_PAGE + 1u) {
+    long osp = sysconf(_SC_PAGESIZE);
+    uint64_t os_page = osp > 0 ? (uint64_t)osp : 4096u;
+    uint64_t dbytes = ((uint64_t)n_daemon * page_bytes + os_page - 1) / os_page * os_page;
+    uint64_t first = page_bytes ? (dbytes + page_bytes - 1) / page_bytes : 0;
+    if (page_bytes == 0 || first + ps->n_local > (uint64_t)LKV_REF_MAX_PAGE + 1u) {
         snprintf(ps->err, sizeof(ps->err),
                  "arena of %" PRIu32 " pages plus %" PRIu32
                  " worker pages exceeds the block reference's page range",
                  n_daemon, ps->n_local);
         return LKV_EINVAL;
     }
-    uint64_t bytes = ((uint64_t)n_daemon + ps->n_local) * page_bytes;
+    uint64_t bytes = ((first + ps->n_local) * page_bytes + os_page - 1) / os_page * os_page;
     void *p = mmap(NULL, bytes, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
     if (p == MAP_FAILED) {
         snprintf(ps->err, sizeof(ps->err), "reserving %" PRIu64 " bytes: %s", bytes,
                  strerror(errno));
         return LKV_EIO;
     }
-    uint8_t *local = (uint8_t *)p + (uint64_t)n_daemon * page_bytes;
-    uint64_t lbytes = (uint64_t)ps->n_local * page_bytes;
-    if (mmap(local, lbytes, PROT_READ | PROT_WRITE,
+    uint8_t *local = (uint8_t *)p + dbytes;
+    if (mmap(local, bytes - dbytes, PROT_READ | PROT_WRITE,
              MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED | MAP_NORESERVE, -1, 0) == MAP_FAILED) {
         snprintf(ps->err, sizeof(ps->err), "mapping %" PRIu32 " worker pages: %s", ps->n_local,
                  strerror(errno));
@@ -84,10 +91,11 @@ static int reserve(lkv_pagespace *ps, uint64_t page_bytes, uint32_t n_daemon)
     ps->map_bytes = bytes;
     ps->page_bytes = page_bytes;
     ps->n_daemon = n_daemon;
+    ps->first_local = (uint32_t)first;
     return 0;
 }
 
-int lkv_pagespace_map(lkv_pagespace *ps, const lkv_lease_arena *a)
+int lkv_pagespace_map(lkv_pagespace *ps, const lkv_lease_arena *a, const char *profile)
 {
     if (strcmp(a->backend, "host") != 0) {
         snprintf(ps->err, sizeof(ps->err),
@@ -95,30 +103,53 @@ int lkv_pagespace_map(lkv_pagespace *ps, const lkv_lease_arena *a)
                  a->backend);
         return LKV_ENOTSUP;
     }
-    if (ps->base != NULL && ps->n_daemon == a->n_pages && ps->page_bytes == a->page_bytes &&
+    const lkv_arena_region *rg = NULL;
+    for (uint32_t r = 0; r < a->n_regions && rg == NULL; r++) {
+        if (strcmp(a->regions[r].profile, profile) == 0) {
+            rg = &a->regions[r];
+        }
+    }
+    if (rg == NULL) {
+        snprintf(ps->err, sizeof(ps->err), "the daemon's arena has no region of profile '%.64s'",
+                 profile);
+        return LKV_EPROFILE;
+    }
+    if (ps->base != NULL && ps->n_daemon == rg->n_pages && ps->page_bytes == rg->page_bytes &&
+        ps->region_base == rg->base_offset && ps->mapped_writable == ps->writable &&
         strcmp(ps->shm_name, a->shm_name) == 0) {
         return 0; /* Mapped once per daemon arena. */
     }
     unmap(ps);
-    if (a->n_pages == 0 || a->shm_name[0] == '\0') {
-        snprintf(ps->err, sizeof(ps->err), "the Attach reply names no arena");
+    if (rg->n_pages == 0 || rg->page_bytes == 0 || a->shm_name[0] == '\0') {
+        snprintf(ps->err, sizeof(ps->err), "the reply names no arena region");
         return LKV_EIO;
     }
-    int fd = shm_open(a->shm_name, O_RDONLY, 0);
+    long os_page = sysconf(_SC_PAGESIZE);
+    if (os_page > 0 && rg->base_offset % (uint64_t)os_page != 0) {
+        snprintf(ps->err, sizeof(ps->err),
+                 "region '%.64s' starts at %" PRIu64 ", not on a %ld-byte page boundary", profile,
+                 rg->base_offset, os_page);
+        return LKV_EINVAL;
+    }
+    int fd = shm_open(a->shm_name, ps->writable ? O_RDWR : O_RDONLY, 0);
     if (fd < 0) {
         snprintf(ps->err, sizeof(ps->err), "shm_open(%.200s): %s", a->shm_name, strerror(errno));
         return LKV_EIO;
     }
     struct stat sb;
-    uint64_t need = (uint64_t)a->n_pages * a->page_bytes;
-    if (fstat(fd, &sb) != 0 || (uint64_t)sb.st_size < need) {
-        snprintf(ps->err, sizeof(ps->err), "%.200s is smaller than %" PRIu32 " pages of %" PRIu64,
-                 a->shm_name, a->n_pages, a->page_bytes);
+    uint64_t need = (uint64_t)rg->n_pages * rg->page_bytes;
+    if (fstat(fd, &sb) != 0 || (uint64_t)sb.st_size < rg->base_offset + need) {
+        snprintf(ps->err, sizeof(ps->err),
+                 "%.200s is smaller than region '%.64s' (%" PRIu32 " pages of %" PRIu64
+                 " at %" PRIu64 ")",
+                 a->shm_name, profile, rg->n_pages, rg->page_bytes, rg->base_offset);
         close(fd);
         return LKV_EIO;
     }
-    int rc = reserve(ps, a->page_bytes, a->n_pages);
-    if (rc == 0 && mmap(ps->base, need, PROT_READ, MAP_SHARED | MAP_FIXED, fd, 0) == MAP_FAILED) {
+    int rc = reserve(ps, rg->page_bytes, rg->n_pages);
+    int prot = ps->writable ? PROT_READ | PROT_WRITE : PROT_READ;
+    if (rc == 0 && mmap(ps->base, need, prot, MAP_SHARED | MAP_FIXED, fd, (off_t)rg->base_offset) ==
+                       MAP_FAILED) {
         snprintf(ps->err, sizeof(ps->err), "mmap(%.200s): %s", a->shm_name, strerror(errno));
         unmap(ps);
         rc = LKV_EIO;
@@ -126,6 +157,8 @@ int lkv_pagespace_map(lkv_pagespace *ps, const lkv_lease_arena *a)
     close(fd);
     if (rc == 0) {
         snprintf(ps->shm_name, sizeof(ps->shm_name), "%s", a->shm_name);
+        ps->region_base = rg->base_offset;
+        ps->mapped_writable = ps->writable;
         ps->n_maps++;
     }
     return rc;
@@ -144,8 +177,8 @@ void lkv_pagespace_view(const lkv_pagespace *ps, const lkv_kv_shape *shape, lkv_
     memset(kv, 0, sizeof(*kv));
     kv->shape = *shape;
     kv->page_bytes = ps->page_bytes;
-    kv->n_pages = ps->n_daemon + ps->n_local;
-    kv->n_used = ps->n_daemon;
+    kv->n_pages = ps->first_local + ps->n_local;
+    kv->n_used = ps->first_local;
     kv->base = ps->base;
     kv->owned = 0;
 }

@@ -345,6 +345,7 @@ char *lkv_result_json(const char *id, int rc, const lkv_rag_result *res, const c
             json_object_set_new(x, "n_tokens", json_integer(d->n_tokens));
             json_object_set_new(x, "n_blocks", json_integer(d->n_blocks));
             json_object_set_new(x, "stored", json_integer(d->stored));
+            json_object_set_new(x, "inplace", json_integer(d->inplace));
             json_object_set_new(x, "key", json_string(d->key_hex));
             json_array_append_new(docs, x);
         }

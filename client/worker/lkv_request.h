@@ -20,8 +20,8 @@
  * A result is one JSON object on one line: {"id", "ok": true, "text", "tokens", "stop",
  * "ttft_ms", "tpot_ms", "total_ms", "lookup_ms", "attach_ms", "miss_ms", "put_ms", "n_prompt",
  * "hit_docs", "miss_docs", "hit_tokens", "miss_tokens", "zero_copy_blocks", "local_only",
- * "note", "docs": [{"hit", "tier", "start", "n_tokens", "n_blocks", "stored", "key"}]}, or
- * {"id", "ok": false, "error", "code"} ("code" is the LKV_E* name, e.g. "EINVAL").
+ * "note", "docs": [{"hit", "tier", "start", "n_tokens", "n_blocks", "stored", "inplace",
+ * "key"}]}, or {"id", "ok": false, "error", "code"} ("code" is the LKV_E* name, e.g. "EINVAL").
  */
 #ifndef LKV_REQUEST_H
 #define LKV_REQUEST_H

@@ -60,6 +60,7 @@ struct lkv_worker {
     char hash[80];         /* "blake2b:<hex>" of the checkpoint. */
     void *dev_pages;       /* Worker pages in backend memory (non-host backends), owned. */
     lkv_worker_stats st;   /* Totals (arena_maps read from ps). */
+    int inplace_off;       /* 1: the daemon refused Reserve (role, leases off): Put only. */
 };
 
 static double now_ms(void)
@@ -216,6 +217,7 @@ int lkv_worker_create(const lkv_worker_opts *o, lkv_worker **out, char *err, siz
         lkv_attn_cpu_set_threads(o->threads);
     }
     lkv_pagespace_init(&w->ps, w->o.local_pages);
+    w->ps.writable = w->target != NULL && !w->o.no_inplace; /* Misses computed in place. */
     if (strcmp(w->be->name, "cpu") != 0) {
         /* A device backend keeps the worker pages in its own memory. Reading lazykvd's HBM
          * arena in place needs the CUDA IPC mapping of the page space (not wired yet). */
@@ -329,6 +331,9 @@ typedef struct lkv_worker_job {
     double t_first;         /* When the first token was sampled. */
     size_t tcap, tlen;      /* res->text capacity and length. */
     int rc;                 /* First failure, or 0. */
+    lkv_reservation *resv;  /* [n_docs] put in place: the reservation of a miss. */
+    int *resv_state;        /* [n_docs]: 0 none, 1 reserved (compute, commit), 2 cached
+                               meanwhile (attached by the Reserve: read in place). */
 } req_state;
 
 enum job_phase {
@@ -545,7 +550,7 @@ static int step_cache(req_state *s, const lkv_docref *refs)
         }
         if (s->lease.live) {
             w->st.leases++;
-            rc = lkv_pagespace_map(&w->ps, &s->lease.arena);
+            rc = lkv_pagespace_map(&w->ps, &s->lease.arena, w->profile);
             if (rc != 0) {
                 rc = errf(res->error, sizeof(res->error), rc,
                           "cannot map the arena of lazykvd at %s: %s", w->target, w->ps.err);
@@ -572,6 +577,15 @@ static int step_cache(req_state *s, const lkv_docref *refs)
                           i, d->n_tokens, d->n_pages, q->docs[i].n_tokens);
                 goto out;
             }
+            if (d->region_base != w->ps.region_base || d->page_bytes != w->ps.page_bytes) {
+                rc = errf(res->error, sizeof(res->error), LKV_EPROTO,
+                          "Attach reply for document %d: pages in a region at %" PRIu64
+                          " of %" PRIu64 "-byte pages, the mapped region of profile '%s' is at "
+                          "%" PRIu64 " of %" PRIu64,
+                          i, d->region_base, d->page_bytes, w->profile, w->ps.region_base,
+                          w->ps.page_bytes);
+                goto out;
+            }
             lkv_model_seg *g = &s->segs[i];
             for (uint32_t b = 0; b < d->n_pages; b++) {
                 if (d->pages[b] >= w->ps.n_daemon) {
@@ -592,6 +606,110 @@ out:
     free(present);
     free(idx);
     return rc;
+}
+
+/* Checks a document the daemon placed in its arena (attached or reserved) against the worker's
+ * model and the mapped region; fills why and returns 0 if it does not fit. */
+static int doc_fits(const lkv_worker *w, const lkv_attached_doc *d, uint64_t n_tokens, char *why,
+                    size_t len)
+{
+    if (!layout_matches(w, d, why, len)) {
+        return 0;
+    }
+    if (d->n_tokens != n_tokens || d->n_pages != lkv_blocks_for_tokens(&w->shape, n_tokens) ||
+        d->n_pages > LKV_MODEL_SEG_MAX_BLOCKS) {
+        snprintf(why, len, "%" PRIu64 " tokens in %u pages, expected %" PRIu64 " tokens",
+                 d->n_tokens, d->n_pages, n_tokens);
+        return 0;
+    }
+    if (d->region_base != w->ps.region_base || d->page_bytes != w->ps.page_bytes) {
+        snprintf(why, len,
+                 "pages in a region at %" PRIu64 " of %" PRIu64 "-byte pages, the mapped region "
+                 "of profile '%s' is at %" PRIu64 " of %" PRIu64,
+                 d->region_base, d->page_bytes, w->profile, w->ps.region_base, w->ps.page_bytes);
+        return 0;
+    }
+    for (uint32_t b = 0; b < d->n_pages; b++) {
+        if (d->pages[b] >= w->ps.n_daemon) {
+            snprintf(why, len, "page %u outside the region of %u pages", d->pages[b],
+                     w->ps.n_daemon);
+            return 0;
+        }
+    }
+    return 1;
+}
+
+/* Step 2b, put in place: reserves each miss (a repeat once) under the request's lease (made by
+ * the Reserve when nothing was attached) before it is computed, so that step 3 computes it
+ * straight into the daemon's pages and step 5 commits it: its KV never crosses gRPC. A refused
+ * Reserve leaves that miss to worker pages and Put (a daemon without Reserve for this worker:
+ * every later one too); a document another worker stored meanwhile comes back attached and is
+ * read in place like a hit. */
+static int step_reserve(req_state *s, const lkv_docref *refs)
+{
+    lkv_worker *w = s->w;
+    const lkv_rag_request *q = s->req;
+    lkv_rag_result *res = s->res;
+    if (w->o.no_inplace || w->inplace_off) {
+        return 0;
+    }
+    for (int i = 0; i < q->n_docs && s->use_daemon; i++) {
+        int dup = res->docs[i].hit;
+        for (int j = 0; j < i && !dup; j++) {
+            dup = s->resv_state[j] != 0 && strcmp(res->docs[j].key_hex, res->docs[i].key_hex) == 0;
+        }
+        if (dup) {
+            continue;
+        }
+        lkv_reservation *r = &s->resv[i];
+        int dl = left_ms(s);
+        int rc = dl > 0 ? lkv_client_reserve(w->cl, w->profile, refs[i].tokens, refs[i].n_tokens,
+                                             s->lease.live ? s->lease.id : NULL, w->o.lease_ttl_ms,
+                                             0, NULL, dl, r)
+                        : LKV_ETIMEDOUT;
+        if (rc == LKV_ENOTSUP || rc == LKV_EPERM) {
+            w->inplace_off = 1;
+            note(res, "Reserve refused (%s: %s): misses are stored by Put", lkv_err_name(rc),
+                 lkv_client_last_error());
+            return 0;
+        }
+        if (rc != 0) {
+            if (daemon_down(rc)) {
+                return daemon_failed(s, "Reserve", rc);
+            }
+            note(res, "Reserve of document %d refused (%s): it is stored by Put", i,
+                 lkv_err_name(rc));
+            continue;
+        }
+        if (!s->lease.live) {
+            memcpy(s->lease.id, r->lease_id, LKV_LEASE_ID_BYTES);
+            s->lease.live = 1;
+            s->lease.ttl_ms = r->ttl_ms;
+            s->lease.expires_unix_ms = r->expires_unix_ms;
+            s->lease_t = now_ms();
+            w->st.leases++;
+        }
+        s->resv_state[i] = r->already_present ? 2 : 1; /* Released (aborted) with the lease. */
+        rc = lkv_pagespace_map(&w->ps, &r->arena, w->profile);
+        if (rc != 0) {
+            return errf(res->error, sizeof(res->error), rc,
+                        "cannot map the arena of lazykvd at %s: %s", w->target, w->ps.err);
+        }
+        char why[320];
+        if (!doc_fits(w, &r->doc, (uint64_t)q->docs[i].n_tokens, why, sizeof(why))) {
+            return errf(res->error, sizeof(res->error), LKV_EPROTO,
+                        "Reserve reply for document %d: %s", i, why);
+        }
+        if (r->already_present) {
+            lkv_model_seg *g = &s->segs[i];
+            memcpy(g->pages, r->doc.pages, r->doc.n_pages * sizeof(uint32_t));
+            g->n_blocks = (int32_t)r->doc.n_pages;
+            g->n_tokens = (int32_t)r->doc.n_tokens;
+            res->docs[i].hit = 1;
+            res->zero_copy_blocks += r->doc.n_pages;
+        }
+    }
+    return 0;
 }
 
 /* Releases the lease (if any): errors are notes, the lease expires by itself anyway. */
@@ -663,6 +781,18 @@ static int step_miss_one(req_state *s, int i)
     }
     double t = now_ms();
     memset(g, 0, sizeof(*g));
+    if (s->resv_state[i] == 1) {
+        /* In place: the reserved pages (not zeroed by the daemon) take the KV; the runner
+         * allocates no page for a segment that has its pages. */
+        const lkv_attached_doc *d = &s->resv[i].doc;
+        for (uint32_t b = 0; b < d->n_pages; b++) {
+            g->pages[b] = d->pages[b];
+            s->w->be->fill_zero(s->w->be->ctx,
+                                s->kv.base + (uint64_t)d->pages[b] * s->kv.page_bytes,
+                                lkv_block_bytes(&s->w->shape));
+        }
+        g->n_blocks = (int32_t)d->n_pages;
+    }
     int rc = lkv_runner_forward(&s->w->run, &s->kv, NULL, 0, g, q->docs[i].tokens,
                                 q->docs[i].n_tokens, NULL, NULL);
     res->miss_ms += now_ms() - t;
@@ -674,7 +804,9 @@ static int step_miss_one(req_state *s, int i)
     return 0;
 }
 
-/* Step 5: Put each computed miss (blocks gathered from its worker pages). */
+/* Step 5: Commit each miss computed in place; Put each other computed miss (blocks gathered
+ * from its pages; also when a Commit fails: the blocks are gathered before the Abort frees the
+ * pages). */
 static void step_put(req_state *s, const lkv_docref *refs)
 {
     const lkv_rag_request *q = s->req;
@@ -699,10 +831,31 @@ static void step_put(req_state *s, const lkv_docref *refs)
                               s->kv.base + (uint64_t)g->pages[b] * s->kv.page_bytes, bb);
         }
         int dl = left_ms(s);
+        if (s->resv_state[i] == 1) {
+            const uint8_t *key = s->resv[i].doc.key;
+            int rc = dl > 0 ? lkv_client_commit(s->w->cl, s->lease.id, key, dl, NULL, NULL)
+                            : LKV_ETIMEDOUT;
+            if (rc == 0) {
+                res->docs[i].stored = 1;
+                res->docs[i].inplace = 1;
+                s->w->st.inplace_docs++;
+                continue;
+            }
+            note(res, "Commit of document %d failed (%s: %s): stored by Put", i, lkv_err_name(rc),
+                 lkv_client_last_error());
+            s->resv_state[i] = 0;
+            if (daemon_down(rc)) {
+                res->docs[i].stored = rc;
+                break;
+            }
+            lkv_client_abort(s->w->cl, s->lease.id, key, dl);
+            dl = left_ms(s);
+        }
         int rc = dl > 0 ? lkv_client_put(s->w->cl, s->w->profile, refs[i].tokens, refs[i].n_tokens,
                                          buf, (uint32_t)g->n_blocks, bb, dl, NULL)
                         : LKV_ETIMEDOUT;
         res->docs[i].stored = rc == 0 ? 1 : rc;
+        s->w->st.put_docs += rc == 0;
         if (rc != 0) {
             note(res, "Put of document %d failed (%s: %s): it stays a miss", i, lkv_err_name(rc),
                  lkv_client_last_error());
@@ -921,6 +1074,11 @@ static void job_free(req_state *s)
     free(s->segs);
     free(s->miss_src);
     free(s->status);
+    for (int i = 0; s->resv != NULL && i < s->req->n_docs; i++) {
+        lkv_reservation_free(&s->resv[i]);
+    }
+    free(s->resv);
+    free(s->resv_state);
     free(s->grant);
     free(s->logits);
     free(s);
@@ -950,6 +1108,8 @@ int lkv_worker_job_start(lkv_worker *w, const lkv_rag_request *q, lkv_rag_result
     s->segs = lkv_xcalloc((size_t)nd + 1, sizeof(*s->segs));
     s->miss_src = lkv_xcalloc((size_t)(nd ? nd : 1), sizeof(int));
     s->status = lkv_xcalloc((size_t)(nd ? nd : 1), sizeof(*s->status));
+    s->resv = lkv_xcalloc((size_t)(nd ? nd : 1), sizeof(*s->resv));
+    s->resv_state = lkv_xcalloc((size_t)(nd ? nd : 1), sizeof(int));
     s->logits = lkv_xmalloc((size_t)q->n_question * V * sizeof(float));
     res->tokens = lkv_xmalloc((size_t)q->max_tokens * sizeof(int));
     res->vocab = V;
@@ -974,6 +1134,9 @@ int lkv_worker_job_start(lkv_worker *w, const lkv_rag_request *q, lkv_rag_result
     res->n_prompt = (int)pos + q->n_question;
     if (s->use_daemon) {
         rc = step_cache(s, s->refs);
+        if (rc == 0 && s->use_daemon) {
+            rc = step_reserve(s, s->refs);
+        }
         if (rc != 0) {
             s->phase = PH_DONE;
             return s->rc = rc;

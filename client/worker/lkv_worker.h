@@ -67,6 +67,10 @@ typedef struct lkv_worker_opts {
                                    within the deadline; 0: 2000; < 0: never. */
     uint32_t lease_ttl_ms;      /* Lease TTL, ms; 0: 30000 (renewed at half-life). */
     int local_fallback;         /* 1: daemon unavailable -> compute locally, say so. */
+    int no_inplace;             /* 1: store misses by Put only (the daemon's region is mapped
+                                   read-only). 0: put in place: each miss is reserved before it
+                                   is computed, computed straight into the reserved pages and
+                                   committed (Put when the daemon refuses the Reserve). */
     uint32_t local_pages;       /* Worker pages (misses, question, copies); 0: 2048. */
     int max_position;           /* Largest prompt + output length; 0: the model's seq_len. */
     int threads;                /* Attention threads (lkv_attn_cpu_set_threads); 0: all. */
@@ -113,7 +117,8 @@ typedef struct lkv_rag_doc_result {
     int n_tokens;      /* Tokens. */
     int64_t start;     /* Position of its first token in this prompt. */
     uint32_t n_blocks; /* Blocks. */
-    int stored;        /* Miss: 1 stored by Put, 0 not tried, < 0 the Put's error. */
+    int stored;        /* Miss: 1 stored (Put or in place), 0 not tried, < 0 the error. */
+    int inplace;       /* Miss: 1 computed into reserved pages and committed (no Put). */
     char key_hex[65];  /* Document key (wire form) as hex, "" in local mode. */
 } lkv_rag_doc_result;
 
@@ -148,6 +153,8 @@ typedef struct lkv_worker_stats {
     uint64_t arena_maps;       /* Times the daemon's arena was mapped (once per arena). */
     uint64_t leases, renewals; /* Leases made, renewed. */
     uint64_t reconnects;       /* Fresh channels made after UNAVAILABLE. */
+    uint64_t inplace_docs;     /* Misses stored in place (Reserve + Commit). */
+    uint64_t put_docs;         /* Misses stored by Put. */
 } lkv_worker_stats;
 
 /* Creates a worker: loads and hashes the checkpoint, loads the tokenizer, connects (lazily) to

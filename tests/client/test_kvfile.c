@@ -6,6 +6,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "lkv_kvfile.h"
@@ -121,6 +123,37 @@ static void test_check(void)
     lkv_kvfile_free(&a);
 }
 
+/* A path that is not a regular file (a FIFO here; /dev/null in real use) is written in place:
+ * the temporary-file-and-rename path would replace it with a regular file. */
+static void test_special_path(void)
+{
+    char fifo[sizeof(path) + 8];
+    snprintf(fifo, sizeof(fifo), "%s.fifo", path);
+    unlink(fifo);
+    ASSERT_OK(mkfifo(fifo, 0600));
+    pid_t pid = fork();
+    if (pid == 0) { /* The reader: drains the FIFO, exits 0 if it got the whole file. */
+        FILE *f = fopen(fifo, "rb");
+        long n = 0;
+        while (f != NULL && fgetc(f) != EOF) {
+            n++;
+        }
+        _exit(f != NULL && n == 40 + 16 + 3000 ? 0 : 1);
+    }
+    lkv_kvfile a;
+    make(&a, 0);
+    char err[256];
+    ASSERT_OK(lkv_kvfile_write(fifo, &a, err, sizeof(err)));
+    int st = 0;
+    waitpid(pid, &st, 0);
+    ASSERT_TRUE(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+    struct stat sb;
+    ASSERT_OK(stat(fifo, &sb));
+    ASSERT_TRUE(S_ISFIFO(sb.st_mode)); /* Still the FIFO, not a renamed regular file. */
+    unlink(fifo);
+    lkv_kvfile_free(&a);
+}
+
 int main(void)
 {
     const char *tmp = getenv("TMPDIR");
@@ -128,6 +161,7 @@ int main(void)
     LKV_RUN(test_roundtrip);
     LKV_RUN(test_damage);
     LKV_RUN(test_check);
+    LKV_RUN(test_special_path);
     unlink(path);
     return 0;
 }

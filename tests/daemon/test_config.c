@@ -5,6 +5,7 @@
  */
 #include <string.h>
 
+#include "lkv_arena.h"
 #include "lkv_config.h"
 #include "lkv_log.h"
 #include "lkv_policy.h"
@@ -289,6 +290,15 @@ static void test_bad_values_name_the_option(void)
     bad_text("[profile stories260k]\nn_kv_heads = 3\n", "n_kv_heads", "stories260k");
     /* Cross-option checks. */
     bad_text("hot_bytes = 1MiB\n", "'hot_bytes'", "2.0 MiB");
+    /* Arena regions (DESIGN.md 4): explicit shares over hot_bytes, a share too small for one
+     * block, all of hot_bytes taken by one profile with others left over. */
+    bad_text("hot_bytes = 64MiB\n[profile llama-3.1-8b]\nhot_bytes = 65MiB\n", "'hot_bytes'",
+             "more than");
+    bad_text("hot_bytes = 64MiB\n[profile llama-3.1-8b]\nhot_bytes = 1MiB\n", "llama-3.1-8b",
+             "gets 0 arena pages");
+    bad_text("hot_bytes = 64MiB\n[profile llama-3.1-8b]\nhot_bytes = 64MiB\n", "all of",
+             "nothing for the profiles without one");
+    bad_text("[profile stories260k]\nhot_bytes = lots\n", "hot_bytes", "not a size");
     bad_text("max_message_bytes = 1MiB\n", "'max_message_bytes'", "llama-3.1-8b");
 }
 
@@ -313,6 +323,41 @@ static void test_bad_args_name_the_option(void)
 }
 
 /* A failed set changes nothing. */
+/* The default shares: equal token capacity (pages) for the profiles without a hot_bytes, what
+ * an explicit share asks for, 256 B page rounding, one region per profile. */
+static void test_region_plan(void)
+{
+    static lkv_config c;
+    lkv_config_defaults(&c);
+    ASSERT_OK(lkv_config_load_string(&c, "hot_bytes = 1GiB\n", "t.conf", err, sizeof(err)));
+    ASSERT_OK(lkv_config_validate(&c, err, sizeof(err)));
+    lkv_arena_region_cfg plan[LKV_CONFIG_MAX_PROFILES];
+    ASSERT_OK(
+        lkv_store_plan_regions(c.profiles, c.n_profiles, c.hot_bytes, plan, err, (int)sizeof(err)));
+    ASSERT_EQ(c.n_profiles, 2);
+    ASSERT_EQ(plan[0].page_bytes, 20480);    /* stories260k: 20 KiB blocks, 20 KiB pages. */
+    ASSERT_EQ(plan[1].page_bytes, 2u << 20); /* llama-3.1-8b. */
+    ASSERT_EQ(plan[0].n_pages, plan[1].n_pages);
+    ASSERT_EQ(plan[0].n_pages, (1ull << 30) / (20480 + (2u << 20)));
+    ASSERT_OK(lkv_config_set(&c, NULL, "profile.stories260k.hot_bytes", "10MiB", err, sizeof(err)));
+    ASSERT_OK(lkv_config_validate(&c, err, sizeof(err)));
+    ASSERT_OK(
+        lkv_store_plan_regions(c.profiles, c.n_profiles, c.hot_bytes, plan, err, (int)sizeof(err)));
+    ASSERT_EQ(plan[0].n_pages, (10u << 20) / 20480);
+    ASSERT_EQ(plan[1].n_pages, ((1ull << 30) - (10u << 20)) / (2u << 20));
+    /* A profile with a 1000-byte block gets 1024-byte pages (256 B rounding, not 4 KiB). */
+    lkv_profile odd = c.profiles[0];
+    odd.shape.n_layers = 1;
+    odd.shape.n_kv_heads = 1;
+    odd.shape.head_dim = 8;
+    odd.shape.dtype = LKV_DTYPE_F16;
+    odd.shape.block_tokens = 62; /* 2 x 62 x 8 x 2 = 1984 bytes. */
+    odd.hot_bytes = 0;
+    ASSERT_OK(lkv_store_plan_regions(&odd, 1, 1u << 20, plan, err, (int)sizeof(err)));
+    ASSERT_EQ(plan[0].page_bytes, 2048);
+    ASSERT_EQ(plan[0].n_pages, 512);
+}
+
 static void test_failed_set_changes_nothing(void)
 {
     static lkv_config c;
@@ -521,6 +566,7 @@ int main(void)
     LKV_RUN(test_overrides);
     LKV_RUN(test_bad_values_name_the_option);
     LKV_RUN(test_bad_args_name_the_option);
+    LKV_RUN(test_region_plan);
     LKV_RUN(test_failed_set_changes_nothing);
     LKV_RUN(test_summary_and_format);
     LKV_RUN(test_tenants);

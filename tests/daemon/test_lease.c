@@ -5,9 +5,12 @@
  * (new lease and renewal), every limit, a document that cannot be made hot, expiry (treated as
  * gone at once, unpinned by the reaper thread), and destroy unpinning what live leases hold.
  */
+#include <fcntl.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "lkv_lease.h"
 #include "lkv_test.h"
@@ -51,16 +54,18 @@ static lkv_lease_stats lstats(lkv_lease_table *t)
 }
 
 /* The lease counters as the store's registry shows them ("leases" section), by key. */
+#define N_LS 16
+
 typedef struct lease_seen {
-    char keys[8][32];
-    double vals[8];
+    char keys[N_LS][32];
+    double vals[N_LS];
     int n;
 } lease_seen;
 
 static int lease_visit(void *ctx, const lkv_stat_desc *d, double v)
 {
     lease_seen *ls = ctx;
-    ASSERT_TRUE(ls->n < 8);
+    ASSERT_TRUE(ls->n < N_LS);
     snprintf(ls->keys[ls->n], sizeof(ls->keys[0]), "%s", d->key);
     ls->vals[ls->n++] = v;
     return 0;
@@ -68,15 +73,19 @@ static int lease_visit(void *ctx, const lkv_stat_desc *d, double v)
 
 static void check_registry(lkv_store *s, lkv_lease_table *t)
 {
-    static const char *const keys[8] = {"live",     "docs_pinned", "bytes_pinned", "attaches",
-                                        "renewals", "releases",    "expired",      "refused"};
+    static const char *const keys[N_LS] = {"live",     "docs_pinned",    "bytes_pinned", "attaches",
+                                           "renewals", "releases",       "expired",      "refused",
+                                           "reserved", "reserved_bytes", "reserves",     "commits",
+                                           "aborts",   "resv_expired",   "resv_busy",    "waiting"};
     lease_seen ls = {0};
     ASSERT_OK(lkv_stats_foreach(lkv_store_stats_registry(s), "leases", lease_visit, &ls));
     lkv_lease_stats st = lstats(t);
-    const uint64_t want[8] = {st.live,     st.docs,     st.pinned_bytes, st.attaches,
-                              st.renewals, st.releases, st.expired,      st.refused};
-    ASSERT_EQ(ls.n, 8);
-    for (int i = 0; i < 8; i++) {
+    const uint64_t want[N_LS] = {st.live,     st.docs,           st.pinned_bytes, st.attaches,
+                                 st.renewals, st.releases,       st.expired,      st.refused,
+                                 st.reserved, st.reserved_bytes, st.reserves,     st.commits,
+                                 st.aborts,   st.resv_expired,   st.resv_busy,    st.waiting};
+    ASSERT_EQ(ls.n, N_LS);
+    for (int i = 0; i < N_LS; i++) {
         ASSERT_TRUE(strcmp(ls.keys[i], keys[i]) == 0);
         ASSERT_EQ(ls.vals[i], want[i]);
     }
@@ -118,7 +127,7 @@ static void test_attach_renew_release(void)
     lkv_lease_stats ls = lstats(t);
     ASSERT_EQ(ls.live, 1);
     ASSERT_EQ(ls.docs, 2);
-    ASSERT_EQ(ls.pinned_bytes, 6 * 4096);
+    ASSERT_EQ(ls.pinned_bytes, 6 * TINY_BB); /* Pages of the "tiny" region: its block size. */
     ASSERT_EQ(ls.attaches, 1);
 
     /* Pinned documents cannot be demoted or deleted. */
@@ -196,7 +205,7 @@ static void test_attach_renew_release(void)
     ASSERT_ERR(lkv_lease_table_create(s, &lim, &t2), LKV_EEXIST);
     int n = lkv_stats_count(lkv_store_stats_registry(s));
     lkv_lease_table_destroy(t);
-    ASSERT_EQ(lkv_stats_count(lkv_store_stats_registry(s)), n - 8);
+    ASSERT_EQ(lkv_stats_count(lkv_store_stats_registry(s)), n - N_LS);
     for (int i = 0; i < 5; i++) {
         ASSERT_EQ(pins_of(s, &k[i]), 0);
     }
@@ -286,6 +295,168 @@ static void test_cannot_make_hot(void)
     su_rmdir(dir);
 }
 
+/* Wake-ups counted by the test. */
+static int wakes;
+static void count_wake(void *arg)
+{
+    (void)arg;
+    __atomic_fetch_add(&wakes, 1, __ATOMIC_SEQ_CST);
+}
+
+/* Maps the host arena of s (read-write), as a worker does. */
+static uint8_t *map_arena(lkv_store *s, size_t *len)
+{
+    lkv_store_arena_info ai;
+    lkv_store_arena_info_get(s, &ai);
+    int fd = shm_open(ai.shm_name, O_RDWR, 0);
+    ASSERT_TRUE(fd >= 0);
+    uint8_t *m = mmap(NULL, ai.arena_bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    close(fd);
+    ASSERT_TRUE(m != MAP_FAILED);
+    *len = ai.arena_bytes;
+    return m;
+}
+
+/* Writes document seed (n tokens of "tiny") into the reservation's pages. */
+static void write_doc(lkv_store *s, uint8_t *arena, const lkv_lease_doc *d, uint64_t seed,
+                      uint32_t n)
+{
+    lkv_store_region rg;
+    ASSERT_OK(lkv_store_region_get(s, d->info.region, &rg));
+    ASSERT_EQ(rg.page_bytes, d->info.page_bytes);
+    lkv_kv_shape sh = tiny_profile("x").shape;
+    uint8_t *kv = malloc((size_t)d->info.n_blocks * TINY_BB);
+    su_fill_doc(&sh, n, seed, kv);
+    for (uint32_t i = 0; i < d->info.n_blocks; i++) {
+        memcpy(arena + rg.base_offset + (uint64_t)d->pages[i] * rg.page_bytes, kv + i * TINY_BB,
+               TINY_BB);
+    }
+    free(kv);
+}
+
+/* Reservations: invisible until commit; a second reserver is refused (EINPROGRESS) and its
+ * wake-up runs exactly once at the commit; a non-zero tail keeps the reservation open; abort,
+ * expiry and destroy give the pages back and wake waiters; reserving a present document
+ * attaches it. */
+static void test_reservations(void)
+{
+    char *dir = su_tmpdir();
+    lkv_store *s = su_open(dir, 16, 0, WB);
+    lkv_lease_limits lim = {.max_leases = 8, .max_docs = 8, .max_ttl_ms = 60000};
+    lkv_lease_table *t;
+    ASSERT_OK(lkv_lease_table_create(s, &lim, &t));
+    const lkv_profile *p = lkv_store_profile_find(s, "tiny");
+    uint8_t salt[32];
+    lkv_tenant_salt_default(salt);
+    uint32_t tok[10];
+    su_doc_tokens(7, 10, tok);
+    size_t alen;
+    uint8_t *arena = map_arena(s, &alen);
+    uint8_t id[LKV_LEASE_ID_BYTES], id2[LKV_LEASE_ID_BYTES];
+    lkv_dockey key, key2;
+    int present = -1;
+    lkv_lease_doc d, d2;
+    uint32_t free0 = su_tiny_free(s);
+    ASSERT_OK(lkv_lease_reserve(t, 0, NULL, 5000, salt, p, tok, 10, NULL, NULL, id, NULL, NULL,
+                                &key, &present, &d));
+    ASSERT_EQ(present, 0);
+    ASSERT_EQ(d.info.n_blocks, 3);
+    ASSERT_EQ(su_tiny_free(s), free0 - 3);
+    lkv_doc_info in;
+    ASSERT_OK(lkv_store_lookup(s, &key, 1, &in));
+    ASSERT_EQ(in.present, 0); /* Invisible. */
+    /* Another owner's (tenant's) lease reserving the same key waits for it. */
+    wakes = 0;
+    ASSERT_ERR(lkv_lease_reserve(t, 1, NULL, 5000, salt, p, tok, 10, count_wake, NULL, id2, NULL,
+                                 NULL, &key2, &present, &d2),
+               LKV_EINPROGRESS);
+    ASSERT_EQ(lstats(t).waiting, 1);
+    ASSERT_ERR(lkv_lease_reserve(t, 0, id, 5000, salt, p, tok, 10, NULL, NULL, id2, NULL, NULL,
+                                 &key2, &present, &d2),
+               LKV_EEXIST);
+    write_doc(s, arena, &d, 7, 10);
+    /* Token 10 of 12 is past the end: poison one byte of its slot (layer 0, K, head 1). */
+    uint64_t base = 0;
+    lkv_store_region rg;
+    ASSERT_OK(lkv_store_region_get(s, d.info.region, &rg));
+    base = rg.base_offset + (uint64_t)d.pages[2] * rg.page_bytes;
+    lkv_kv_shape sh = tiny_profile("x").shape;
+    size_t row = (size_t)sh.head_dim * lkv_dtype_size(sh.dtype);
+    size_t off = lkv_slab_offset(&sh, 0, 0, 1) + 2 * row; /* Token 8 + 2 = 10. */
+    arena[base + off] = 1;
+    lkv_lease_doc c;
+    ASSERT_ERR(lkv_lease_commit(t, 0, id, &key, &c, NULL), LKV_EINVAL);
+    ASSERT_EQ(wakes, 0);
+    ASSERT_EQ(lstats(t).reserved, 1);
+    ASSERT_OK(lkv_store_lookup(s, &key, 1, &in));
+    ASSERT_EQ(in.present, 0);
+    arena[base + off] = 0;
+    int other = -1;
+    ASSERT_OK(lkv_lease_commit(t, 0, id, &key, &c, &other));
+    ASSERT_EQ(other, 0);
+    ASSERT_EQ(wakes, 1);
+    ASSERT_EQ(lstats(t).waiting, 0);
+    ASSERT_TRUE(memcmp(c.pages, d.pages, 3 * sizeof(uint32_t)) == 0);
+    free(c.pages);
+    ASSERT_OK(su_check(s, &key, 7, 10));
+    ASSERT_EQ(pins_of(s, &key), 1); /* Pinned under the lease. */
+    ASSERT_ERR(lkv_lease_commit(t, 0, id, &key, &c, NULL), LKV_ENOTFOUND);
+    /* Present now: reserving attaches it. */
+    ASSERT_OK(lkv_lease_reserve(t, 1, NULL, 5000, salt, p, tok, 10, NULL, NULL, id2, NULL, NULL,
+                                &key2, &present, &d2));
+    ASSERT_EQ(present, 1);
+    ASSERT_TRUE(memcmp(d2.pages, d.pages, 3 * sizeof(uint32_t)) == 0);
+    ASSERT_EQ(pins_of(s, &key), 2);
+    free(d2.pages);
+    free(d.pages);
+    uint32_t rel = 0;
+    ASSERT_OK(lkv_lease_release(t, 1, id2, &rel));
+    ASSERT_EQ(rel, 1);
+
+    /* Abort, and expiry: pages back, waiters woken, nothing visible. */
+    uint32_t tk2[10];
+    su_doc_tokens(8, 10, tk2);
+    free0 = su_tiny_free(s);
+    ASSERT_OK(lkv_lease_reserve(t, 0, id, 5000, salt, p, tk2, 10, NULL, NULL, id, NULL, NULL, &key2,
+                                &present, &d));
+    free(d.pages);
+    ASSERT_OK(lkv_lease_abort(t, 0, id, &key2));
+    ASSERT_ERR(lkv_lease_abort(t, 0, id, &key2), LKV_ENOTFOUND);
+    ASSERT_EQ(su_tiny_free(s), free0);
+    ASSERT_OK(lkv_lease_reserve(t, 0, NULL, 50, salt, p, tk2, 10, NULL, NULL, id2, NULL, NULL,
+                                &key2, &present, &d));
+    free(d.pages);
+    wakes = 0;
+    uint8_t id3[LKV_LEASE_ID_BYTES];
+    ASSERT_ERR(lkv_lease_reserve(t, 0, NULL, 5000, salt, p, tk2, 10, count_wake, NULL, id3, NULL,
+                                 NULL, &key2, &present, &d2),
+               LKV_EINPROGRESS);
+    sleep_ms(120);
+    lkv_lease_reap(t);
+    ASSERT_EQ(wakes, 1);
+    ASSERT_EQ(su_tiny_free(s), free0);
+    ASSERT_EQ(lstats(t).resv_expired, 1);
+    ASSERT_OK(lkv_store_lookup(s, &key2, 1, &in));
+    ASSERT_EQ(in.present, 0);
+    check_registry(s, t);
+
+    /* Destroy with a reservation and a waiter: the waiter is woken, the pages go back. */
+    ASSERT_OK(lkv_lease_reserve(t, 0, NULL, 5000, salt, p, tk2, 10, NULL, NULL, id2, NULL, NULL,
+                                &key2, &present, &d));
+    free(d.pages);
+    wakes = 0;
+    ASSERT_ERR(lkv_lease_reserve(t, 0, NULL, 5000, salt, p, tk2, 10, count_wake, NULL, id3, NULL,
+                                 NULL, &key2, &present, &d2),
+               LKV_EINPROGRESS);
+    lkv_lease_table_destroy(t);
+    ASSERT_EQ(wakes, 1);
+    ASSERT_EQ(su_tiny_free(s), free0);
+    ASSERT_EQ(pins_of(s, &key), 0);
+    munmap(arena, alen);
+    ASSERT_OK(lkv_store_close(s));
+    su_rmdir(dir);
+}
+
 /* ATTACH_MODE_PRESENT (lkv_lease_attach_present): pins what is present, reports the rest (not
  * cached: LKV_ENOTFOUND; no hot room: LKV_ENOSPC), makes no lease when nothing is present, and
  * still refuses what is not about presence (limits, an unknown lease). */
@@ -356,6 +527,7 @@ static void test_attach_present(void)
 
 int main(void)
 {
+    LKV_RUN(test_reservations);
     LKV_RUN(test_attach_renew_release);
     LKV_RUN(test_expiry);
     LKV_RUN(test_cannot_make_hot);

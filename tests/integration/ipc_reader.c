@@ -4,7 +4,8 @@
  *
  * It does what a co-located decode worker does with an Attach reply from a daemon whose hot
  * arena is in HBM: opens the arena through its CUDA IPC handle (cudaIpcOpenMemHandle, once),
- * then reads the attached documents' blocks in place at page * page_bytes, copying each back to
+ * then reads the attached documents' blocks in place at region_base + page * page_bytes (the
+ * arena contract, DESIGN.md 4), copying each back to
  * the host and comparing it byte for byte with the bytes that were put (a file of the blocks,
  * concatenated in page-list order).
  *
@@ -54,9 +55,10 @@ static double now_s(void)
 
 int main(int argc, char **argv)
 {
-    if (argc != 8) {
+    if (argc != 9) {
         fprintf(stderr,
-                "usage: %s IPC_HEX DEVICE PAGE_BYTES N_PAGES BLOCK_BYTES PAGES EXPECT_FILE\n",
+                "usage: %s IPC_HEX DEVICE REGION_BASE PAGE_BYTES N_PAGES BLOCK_BYTES PAGES "
+                "EXPECT_FILE\n",
                 argv[0]);
         return 2;
     }
@@ -75,9 +77,10 @@ int main(int argc, char **argv)
         hb[i] = (unsigned char)(a * 16 + b);
     }
     int dev = atoi(argv[2]);
-    uint64_t page_bytes = strtoull(argv[3], NULL, 10);
-    uint64_t n_pages = strtoull(argv[4], NULL, 10);
-    uint64_t block_bytes = strtoull(argv[5], NULL, 10);
+    uint64_t region_base = strtoull(argv[3], NULL, 10);
+    uint64_t page_bytes = strtoull(argv[4], NULL, 10);
+    uint64_t n_pages = strtoull(argv[5], NULL, 10);
+    uint64_t block_bytes = strtoull(argv[6], NULL, 10);
     if (page_bytes == 0 || n_pages == 0 || block_bytes == 0 || block_bytes > page_bytes) {
         fprintf(stderr, "ipc_reader: bad sizes\n");
         return 2;
@@ -92,9 +95,9 @@ int main(int argc, char **argv)
     printf("device %d (%s): arena mapped at %p in %.3f ms (%" PRIu64 " pages of %" PRIu64
            " bytes)\n",
            dev, prop.name, arena, (t1 - t0) * 1e3, n_pages, page_bytes);
-    FILE *f = fopen(argv[7], "rb");
+    FILE *f = fopen(argv[8], "rb");
     if (f == NULL) {
-        perror(argv[7]);
+        perror(argv[8]);
         return 2;
     }
     unsigned char *want = malloc(block_bytes), *got = malloc(block_bytes);
@@ -104,7 +107,7 @@ int main(int argc, char **argv)
     int rc = 0;
     uint64_t n = 0;
     double copy_s = 0;
-    char *list = strdup(argv[6]);
+    char *list = strdup(argv[7]);
     for (char *tok = strtok(list, ","); tok != NULL; tok = strtok(NULL, ","), n++) {
         uint64_t page = strtoull(tok, NULL, 10);
         if (page >= n_pages || fread(want, 1, block_bytes, f) != block_bytes) {
@@ -114,8 +117,8 @@ int main(int argc, char **argv)
             break;
         }
         double c0 = now_s();
-        CK(cudaMemcpy(got, (const unsigned char *)arena + page * page_bytes, block_bytes,
-                      cudaMemcpyDeviceToHost));
+        CK(cudaMemcpy(got, (const unsigned char *)arena + region_base + page * page_bytes,
+                      block_bytes, cudaMemcpyDeviceToHost));
         copy_s += now_s() - c0;
         if (memcmp(got, want, block_bytes) != 0) {
             uint64_t off = 0;

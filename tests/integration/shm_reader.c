@@ -2,15 +2,18 @@
  * shm_reader.c: the "second process" of the zero-copy lease test on a CPU host.
  *
  * It does what a co-located decode worker does with an Attach reply: shm_open()s the daemon's
- * hot arena by name (read-only), mmap()s it once, and reads the attached documents' blocks in
- * place at page * page_bytes. It compares each block byte for byte with the bytes the test put
- * (a file of the documents' blocks, concatenated in the order of the page list).
+ * hot arena by name (read-only), mmap()s all of it (ArenaInfo.arena_bytes) once, and reads the
+ * attached documents' blocks in place at region_base + page * page_bytes (the arena contract,
+ * DESIGN.md 4: the document's region's base offset and page size, from AttachedDoc.region). It
+ * compares each block byte for byte with the bytes the test put (a file of the documents'
+ * blocks, concatenated in the order of the page list).
  *
- *     shm_reader SHM_NAME PAGE_BYTES N_PAGES BLOCK_BYTES PAGES EXPECT_FILE
+ *     shm_reader SHM_NAME ARENA_BYTES REGION_BASE PAGE_BYTES REGION_PAGES BLOCK_BYTES PAGES
+ *                EXPECT_FILE
  *
- * PAGES is a comma list of arena pages ("7,8,12"); EXPECT_FILE holds len(PAGES) * BLOCK_BYTES
- * bytes. Exit status: 0 every block matches, 1 a mismatch (the first one is printed), 2 usage
- * or system errors (e.g. the shm object cannot be opened: printed with errno text).
+ * PAGES is a comma list of pages of that region ("7,8,12"); EXPECT_FILE holds len(PAGES) *
+ * BLOCK_BYTES bytes. Exit status: 0 every block matches, 1 a mismatch (the first one is printed), 2
+ * usage or system errors (e.g. the shm object cannot be opened: printed with errno text).
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -24,17 +27,23 @@
 
 int main(int argc, char **argv)
 {
-    if (argc != 7) {
-        fprintf(stderr, "usage: %s SHM_NAME PAGE_BYTES N_PAGES BLOCK_BYTES PAGES EXPECT_FILE\n",
+    if (argc != 9) {
+        fprintf(stderr,
+                "usage: %s SHM_NAME ARENA_BYTES REGION_BASE PAGE_BYTES REGION_PAGES BLOCK_BYTES "
+                "PAGES EXPECT_FILE\n",
                 argv[0]);
         return 2;
     }
     const char *name = argv[1];
-    uint64_t page_bytes = strtoull(argv[2], NULL, 10);
-    uint64_t n_pages = strtoull(argv[3], NULL, 10);
-    uint64_t block_bytes = strtoull(argv[4], NULL, 10);
-    if (page_bytes == 0 || n_pages == 0 || block_bytes == 0 || block_bytes > page_bytes) {
-        fprintf(stderr, "shm_reader: bad sizes\n");
+    uint64_t arena_bytes = strtoull(argv[2], NULL, 10);
+    uint64_t region_base = strtoull(argv[3], NULL, 10);
+    uint64_t page_bytes = strtoull(argv[4], NULL, 10);
+    uint64_t n_pages = strtoull(argv[5], NULL, 10);
+    uint64_t block_bytes = strtoull(argv[6], NULL, 10);
+    const char *pages_arg = argv[7], *expect = argv[8];
+    if (page_bytes == 0 || n_pages == 0 || block_bytes == 0 || block_bytes > page_bytes ||
+        region_base % (2u << 20) != 0 || region_base + page_bytes * n_pages > arena_bytes) {
+        fprintf(stderr, "shm_reader: bad sizes (the region must lie inside the arena)\n");
         return 2;
     }
     int fd = shm_open(name, O_RDONLY, 0);
@@ -43,21 +52,21 @@ int main(int argc, char **argv)
         return 2;
     }
     struct stat sb;
-    if (fstat(fd, &sb) != 0 || (uint64_t)sb.st_size < page_bytes * n_pages) {
-        fprintf(stderr, "shm_reader: %s is smaller than %" PRIu64 " pages\n", name, n_pages);
+    if (fstat(fd, &sb) != 0 || (uint64_t)sb.st_size < arena_bytes) {
+        fprintf(stderr, "shm_reader: %s is smaller than %" PRIu64 " bytes\n", name, arena_bytes);
         return 2;
     }
     printf("shm %s mode %o size %" PRIu64 "\n", name, (unsigned)(sb.st_mode & 0777),
            (uint64_t)sb.st_size);
-    const uint8_t *arena = mmap(NULL, page_bytes * n_pages, PROT_READ, MAP_SHARED, fd, 0);
+    const uint8_t *arena = mmap(NULL, arena_bytes, PROT_READ, MAP_SHARED, fd, 0);
     close(fd);
     if (arena == MAP_FAILED) {
         fprintf(stderr, "shm_reader: mmap: %s\n", strerror(errno));
         return 2;
     }
-    FILE *f = fopen(argv[6], "rb");
+    FILE *f = fopen(expect, "rb");
     if (f == NULL) {
-        fprintf(stderr, "shm_reader: %s: %s\n", argv[6], strerror(errno));
+        fprintf(stderr, "shm_reader: %s: %s\n", expect, strerror(errno));
         return 2;
     }
     uint8_t *want = malloc(block_bytes);
@@ -66,7 +75,7 @@ int main(int argc, char **argv)
     }
     int rc = 0;
     uint64_t n = 0;
-    char *list = strdup(argv[5]);
+    char *list = strdup(pages_arg);
     for (char *tok = strtok(list, ","); tok != NULL; tok = strtok(NULL, ","), n++) {
         uint64_t page = strtoull(tok, NULL, 10);
         if (page >= n_pages) {
@@ -75,11 +84,11 @@ int main(int argc, char **argv)
             break;
         }
         if (fread(want, 1, block_bytes, f) != block_bytes) {
-            fprintf(stderr, "shm_reader: %s is short\n", argv[6]);
+            fprintf(stderr, "shm_reader: %s is short\n", expect);
             rc = 2;
             break;
         }
-        const uint8_t *got = arena + page * page_bytes;
+        const uint8_t *got = arena + region_base + page * page_bytes;
         if (memcmp(got, want, block_bytes) != 0) {
             uint64_t off = 0;
             while (got[off] == want[off]) {
@@ -98,6 +107,6 @@ int main(int argc, char **argv)
     free(list);
     free(want);
     fclose(f);
-    munmap((void *)arena, page_bytes * n_pages);
+    munmap((void *)arena, arena_bytes);
     return rc;
 }

@@ -9,8 +9,9 @@
  * passes mid-stream. (Malformed protobuf bytes are sent by the Python test, which can send
  * raw bytes.)
  *
- * The daemon runs with max_message_bytes=5MiB and hot_bytes=16MiB (8 pages of 2 MiB, the
- * llama-3.1-8b block size, which sets the page size of the arena).
+ * The daemon runs with max_message_bytes=5MiB and hot_bytes=16MiB, of which the itest profile's
+ * arena region gets 16 KiB: 8 pages of 2 KiB, its own block size (DESIGN.md 4, the arena
+ * contract: one region per profile, pages of the profile's block size).
  */
 #include <signal.h>
 #include <stdio.h>
@@ -274,9 +275,10 @@ static void test_budget(void)
     ASSERT_EQ(d.n_blocks, 9);
     int rc = lkv_client_put(cl, S->profile, d.tokens, d.n_tokens, d.blocks, d.n_blocks,
                             d.block_bytes, 0, NULL);
-    /* It needs 9 pages of 2 MiB (the arena's page size) = 18 MiB: the message should say so. */
-    expect(rc, LKV_ENOSPC, ST_RESOURCE_EXHAUSTED, (const char *[]){"hot", "18", NULL},
-           "9-block document (18 MiB of pages), 8-page hot tier");
+    /* It needs 9 pages of 2 KiB (the itest region's page size) = 18432 bytes, more than the
+     * region's 8 pages: the message should say so, naming the profile. */
+    expect(rc, LKV_ENOSPC, ST_RESOURCE_EXHAUSTED, (const char *[]){"hot", "18432", "itest", NULL},
+           "9-block document (9 pages of 2 KiB), 8-page itest region");
     expect_absent(S->profile, &d);
     /* Fill the tier, then one more: older documents are evicted (LRU), never a failure. */
     it_doc f[5];
@@ -455,8 +457,14 @@ int main(int argc, char **argv)
     if (argc == 3 && strcmp(argv[1], "--child-partial-put") == 0) {
         return child_partial_put(argv[2]);
     }
-    const char *args[] = {LKV_IT_PROFILE_ARGS,      "--set", "hot_bytes=16MiB", "--set",
-                          "max_message_bytes=5MiB", NULL};
+    const char *args[] = {LKV_IT_PROFILE_ARGS,
+                          "--set",
+                          "hot_bytes=16MiB",
+                          "--set",
+                          "profile.itest.hot_bytes=16KiB",
+                          "--set",
+                          "max_message_bytes=5MiB",
+                          NULL};
     lkv_daemon_init(&dm, args);
     lkv_it_start(&dm);
     cl = lkv_it_client(&dm);

@@ -496,11 +496,11 @@ static void test_local_replica(void)
     ASSERT_TRUE(strcmp(lease.arena.backend, "host") == 0);
     int fd = shm_open(lease.arena.shm_name, O_RDONLY, 0);
     ASSERT_TRUE(fd >= 0);
-    size_t arena_bytes = (size_t)lease.arena.page_bytes * lease.arena.n_pages;
-    const uint8_t *arena = mmap(NULL, arena_bytes, PROT_READ, MAP_SHARED, fd, 0);
+    size_t arena_bytes = (size_t)lease.arena.arena_bytes;
+    uint8_t *arena = mmap(NULL, arena_bytes, PROT_READ, MAP_SHARED, fd, 0);
     ASSERT_TRUE(arena != MAP_FAILED);
     for (uint32_t b = 0; b < docs[i].n_blocks; b++) {
-        const uint8_t *page = arena + (size_t)lease.docs[0].pages[b] * lease.arena.page_bytes;
+        const uint8_t *page = lkv_block_addr(arena, &lease.docs[0], b); /* Its region's page. */
         ASSERT_TRUE(memcmp(page, docs[i].blocks + (size_t)b * docs[i].block_bytes,
                            docs[i].block_bytes) == 0);
     }

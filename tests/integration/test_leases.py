@@ -40,9 +40,25 @@ DENIED = grpc.StatusCode.PERMISSION_DENIED
 UNAUTH = grpc.StatusCode.UNAUTHENTICATED
 
 
+ITEST_PAGE = 2048  # itest blocks: 2 x 2 x 2 x 16 x 8 x 2 B; its region's pages are that size.
+
+
 def daemon(hot_pages=64, more=()):
-    args = H.ITEST_ARGS + SMALL + ["--set", "hot_bytes=%dKiB" % (64 * hot_pages)] + list(more)
+    """The itest profile gets a region of hot_pages pages (the arena contract: one region per
+    profile, pages of the profile's own block size); the other profiles share 2 MiB."""
+    args = H.ITEST_ARGS + SMALL + [
+        "--set", "profile.itest.hot_bytes=%d" % (ITEST_PAGE * hot_pages),
+        "--set", "hot_bytes=%d" % (ITEST_PAGE * hot_pages + (2 << 20))] + list(more)
     return H.Daemon(args).start()
+
+
+def region_of(arena, ad):
+    """The arena region an attached document's pages are in (checked against ArenaInfo)."""
+    check(ad.HasField("region"), "no region in AttachedDoc")
+    g = arena.regions[ad.region.index]
+    check(g == ad.region, "AttachedDoc.region %s != ArenaInfo.regions[%d] %s" %
+          (ad.region, ad.region.index, g))
+    return g
 
 
 def stubs(d):
@@ -96,15 +112,18 @@ def read_in_place(arena, att_docs, blocks_of):
     """Runs shm_reader (a second process) over the attached documents; returns its status."""
     pages, want = [], b""
     bb = att_docs[0].layout.block_bytes
+    g = region_of(arena, att_docs[0])
     for a, blocks in zip(att_docs, blocks_of):
+        check(a.region == g, "documents of one profile share one region")
         check(len(a.pages) == len(blocks), "pages %d != blocks %d" % (len(a.pages), len(blocks)))
         pages += list(a.pages)
         want += b"".join(blocks)
     with tempfile.NamedTemporaryFile(prefix="lkv-lease-want-") as f:
         f.write(want)
         f.flush()
-        p = subprocess.run([SHM_READER, arena.shm_name, str(arena.page_bytes),
-                            str(arena.n_pages), str(bb), ",".join(map(str, pages)), f.name],
+        p = subprocess.run([SHM_READER, arena.shm_name, str(arena.arena_bytes),
+                            str(g.base_offset), str(g.page_bytes), str(g.n_pages), str(bb),
+                            ",".join(map(str, pages)), f.name],
                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, timeout=H.timeout(20))
     sys.stderr.write("   shm_reader: %s" % p.stdout.decode())
     return p.returncode
@@ -128,8 +147,12 @@ def test_attach_maps_arena():
         check(r.ttl_ms == 10000 and r.lease_docs == 4, "ttl %d docs %d" % (r.ttl_ms, r.lease_docs))
         a = r.arena
         check(a.backend == "host" and a.shm_name.startswith("/"), "arena %s" % a)
-        check(a.page_bytes == 65536 and a.n_pages == 64, "pages %d x %d" % (a.n_pages,
-                                                                            a.page_bytes))
+        g = region_of(a, r.attached[0])
+        check(g.profile == "itest" and g.page_bytes == ITEST_PAGE and g.n_pages == 64,
+              "itest region %s" % g)
+        check(g.base_offset % (2 << 20) == 0, "region base %d not 2 MiB aligned" % g.base_offset)
+        check(len(a.regions) == 3 and a.arena_bytes >= g.base_offset + 64 * ITEST_PAGE,
+              "arena %d bytes, %d regions" % (a.arena_bytes, len(a.regions)))
         check(a.cuda_device == -1 and len(a.cuda_ipc_handle) == 0, "cuda fields on a host")
         mode = stat.S_IMODE(os.stat("/dev/shm" + a.shm_name).st_mode)
         check(mode == 0o600, "shm mode %o, want 600" % mode)
@@ -142,7 +165,7 @@ def test_attach_maps_arena():
             check((L.n_layers, L.n_kv_heads, L.head_dim, L.dtype, L.block_tokens, L.block_bytes)
                   == (2, 2, 8, "f16", 16, S.block_bytes), "layout %s" % L)
             check(len(ad.pages) == len(blocks), "doc %d: %d pages" % (i, len(ad.pages)))
-            check(all(p < a.n_pages for p in ad.pages), "page out of range")
+            check(all(p < g.n_pages for p in ad.pages), "page out of range")
             check(not (set(ad.pages) & seen), "a page shared by two documents")
             seen |= set(ad.pages)
             check(r.docs[i].present and r.docs[i].tier == cache_pb2.TIER_HOT, "status %d" % i)
@@ -150,7 +173,7 @@ def test_attach_maps_arena():
               "in-place read differs from what was put")
         ls = stats(admin, "leases")
         check(ls["live"] == 1 and ls["docs_pinned"] == 4, "stats %s" % ls)
-        check(ls["bytes_pinned"] == (3 + 1 + 1 + 3) * 65536, "bytes_pinned %s" % ls)
+        check(ls["bytes_pinned"] == (3 + 1 + 1 + 3) * ITEST_PAGE, "bytes_pinned %s" % ls)
         # A document attached twice in one call is pinned once.
         r2 = attach(cache, [key_ref(docs[1][2]), key_ref(docs[1][2])])
         check(r2.lease_docs == 1 and list(r2.attached[0].pages) == list(r2.attached[1].pages),

@@ -55,16 +55,18 @@ def metric(d, name, **labels):
     return None
 
 
-# The arena's pages are as large as the largest profile's block (llama-3.1-8b: 2 MiB), so with
-# hot_bytes = 64 MiB the hot tier holds 32 pages; an itest document of 20 tokens takes 2 pages.
+# Each profile has its own arena region with pages of its own block size (DESIGN.md 4): itest's
+# blocks are 2 KiB, and its region is given 64 KiB = 32 pages; an itest document of 20 tokens
+# takes 2 pages.
 # The policy is pinned to LRU so that the baseline (no quota) shows the eviction pressure the same
 # way whatever the default policy is; with the quota the outcome does not depend on it.
-HOT = ["--set", "hot_bytes=64MiB", "--set", "metrics_listen=127.0.0.1:0", "--set", "policy=lru"]
+HOT = ["--set", "hot_bytes=64MiB", "--set", "profile.itest.hot_bytes=64KiB",
+       "--set", "metrics_listen=127.0.0.1:0", "--set", "policy=lru"]
 QUIET_DOCS, FLOOD_DOCS, N_TOK = 6, 40, 20
 
 
 def noisy_neighbour(quota):
-    limits = {"max_hot_bytes": "16MiB"} if quota else {}  # 8 pages = 4 documents.
+    limits = {"max_hot_bytes": "16KiB"} if quota else {}  # 8 pages = 4 documents.
     args = H.ITEST_ARGS + HOT + tenant("quiet") + tenant("flood", **limits)
     with H.Daemon(args) as d:
         d.start()
@@ -94,11 +96,11 @@ def noisy_neighbour(quota):
         quota_g = metric(d, "lazykv_tenant_quota_bytes", tenant="flood", tier="hot")
         qdocs_g = metric(d, "lazykv_tenant_docs", tenant="quiet")
         if quota:
-            check(used is not None and 0 < used <= 16 << 20,
-                  "flood's hot usage within its 16 MiB quota (%s)" % used)
-            check(quota_g == 16 << 20, "quota gauge = 16 MiB (%s)" % quota_g)
+            check(used is not None and 0 < used <= 16 << 10,
+                  "flood's hot usage within its 16 KiB quota (%s)" % used)
+            check(quota_g == 16 << 10, "quota gauge = 16 KiB (%s)" % quota_g)
         else:
-            check(used is not None and used > 16 << 20, "baseline: flood holds more (%s)" % used)
+            check(used is not None and used > 16 << 10, "baseline: flood holds more (%s)" % used)
             check(quota_g == 0, "no quota: gauge 0")
         check(qdocs_g == QUIET_DOCS, "quiet's document gauge (%s)" % qdocs_g)
         quiet.close()
@@ -125,11 +127,11 @@ def part_noisy():
 
 
 def part_quota_refusals():
-    args = H.ITEST_ARGS + HOT + tenant("small", max_hot_bytes="4MiB", max_docs=3)
+    args = H.ITEST_ARGS + HOT + tenant("small", max_hot_bytes="4KiB", max_docs=3)
     with H.Daemon(args) as d:
         d.start()
         c = lazykv.Client(d.addr, token=TOK["small"], timeout=20)
-        toks, blocks = H.make_doc(S, 77, 40)  # 3 blocks = 3 pages = 6 MiB > 4 MiB.
+        toks, blocks = H.make_doc(S, 77, 40)  # 3 blocks = 3 pages = 6 KiB > 4 KiB.
         try:
             c.put(S.profile, toks, blocks)
             err = None

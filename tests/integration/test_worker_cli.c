@@ -95,6 +95,7 @@ static void test_requests_file(void)
     json_t *d0 = json_array_get(json_object_get(a, "docs"), 0);
     ASSERT_TRUE(strcmp(str(d0, "tier"), "absent") == 0);
     ASSERT_EQ(json_integer_value(json_object_get(d0, "stored")), 1);
+    ASSERT_EQ(json_integer_value(json_object_get(d0, "inplace")), 1); /* Reserve + Commit */
     /* The same request again: both documents hit in the hot tier, same text. */
     ASSERT_EQ(json_integer_value(json_object_get(b, "hit_docs")), 2);
     ASSERT_TRUE(strcmp(str(json_array_get(json_object_get(b, "docs"), 1), "tier"), "hot") == 0);

@@ -263,6 +263,7 @@ static void test_equivalence(void)
     ASSERT_EQ(cold.miss_docs, 3);
     for (int d = 0; d < 3; d++) {
         ASSERT_EQ(cold.docs[d].stored, 1);
+        ASSERT_EQ(cold.docs[d].inplace, 1); /* computed into reserved pages, committed */
         ASSERT_EQ(cold.docs[d].tier, LKV_WIRE_TIER_ABSENT);
     }
     fprintf(stderr, "   cold: \"%s\" (ttft %.2f ms, smallest top-2 gap %.3g)\n", cold.text,

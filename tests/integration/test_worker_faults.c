@@ -250,6 +250,28 @@ static void test_unreachable(void)
     lkv_worker_destroy(w);
 }
 
+/* Waits until the kernel shows pid stopped (state T in /proc/PID/stat): kill(SIGSTOP) returns
+ * before a busy machine has stopped it. */
+static void wait_stopped(pid_t pid)
+{
+    char path[64], buf[256];
+    snprintf(path, sizeof(path), "/proc/%d/stat", (int)pid);
+    for (int i = 0; i < 200; i++) {
+        FILE *f = fopen(path, "r");
+        size_t n = f != NULL ? fread(buf, 1, sizeof(buf) - 1, f) : 0;
+        if (f != NULL) {
+            fclose(f);
+        }
+        buf[n] = '\0';
+        const char *p = strrchr(buf, ')');
+        if (p != NULL && p[1] == ' ' && (p[2] == 'T' || p[2] == 't')) {
+            return;
+        }
+        usleep(5000);
+    }
+    LKV_FAIL("pid %d did not stop", (int)pid);
+}
+
 static void test_hung_daemon(void)
 {
     lkv_worker *w = make_worker(dm.addr, NULL, NULL, 0, 1000, 0, NULL);
@@ -257,6 +279,7 @@ static void test_hung_daemon(void)
     ASSERT_OK(run(w, 4, &res)); /* Connected and warm. */
     lkv_rag_result_free(&res);
     kill(dm.pid, SIGSTOP);
+    wait_stopped(dm.pid);
     double t0 = now_ms();
     int rc = run(w, 4, &res);
     double el = now_ms() - t0;
@@ -415,6 +438,65 @@ static void test_evicted_between_lookup_and_attach(void)
     lkv_rag_result_free(&warm);
     lkv_worker_destroy(w);
     lkv_client_destroy(race_client);
+}
+
+/* Runs a request of the given documents and QUESTION (greedy, 8 tokens). */
+static void run_docs(lkv_worker *w, const char **docs, int n, lkv_rag_result *res)
+{
+    lkv_request rq;
+    lkv_request_defaults def = {.max_tokens = 8};
+    char err[256];
+    ASSERT_OK(lkv_request_from_text(docs, n, QUESTION, lkv_worker_tokenizer(w), &def, "f", &rq, err,
+                                    sizeof err));
+    rq.rag.stop_at_eos = 0;
+    ASSERT_OK(lkv_worker_run(w, &rq.rag, res));
+    lkv_request_free(&rq);
+}
+
+static void same_output(const lkv_rag_result *a, const lkv_rag_result *b)
+{
+    ASSERT_EQ(a->n_out, b->n_out);
+    ASSERT_TRUE(memcmp(a->tokens, b->tokens, (size_t)a->n_out * sizeof(int)) == 0);
+}
+
+/* Put in place vs Put: a worker computes a miss into reserved pages and commits it (no Put); one
+ * with no_inplace stores by Put. Each reads the other's document as a hit, with bitwise the
+ * output of the worker that computed it: both ways store the same bytes. */
+static void test_inplace_vs_put(void)
+{
+    static const char *A[] = {"Sue found a small blue box under her bed. Inside was a shiny key."};
+    static const char *B[] = {"The dog ran after the cat until they both fell asleep in the sun."};
+    lkv_worker *wi = make_worker(dm.addr, NULL, NULL, 0, 0, 0, NULL);
+    lkv_worker_opts o = {
+        .target = dm.addr, .model_path = MODEL, .tokenizer_path = TOKP, .no_inplace = 1};
+    lkv_worker *wp;
+    char err[256];
+    ASSERT_OK(lkv_worker_create(&o, &wp, err, sizeof err));
+    lkv_rag_result ci, cp, hi, hp;
+    run_docs(wi, A, 1, &ci); /* A: computed in place */
+    ASSERT_EQ(ci.miss_docs, 1);
+    ASSERT_TRUE(ci.docs[0].stored == 1 && ci.docs[0].inplace == 1);
+    run_docs(wp, B, 1, &cp); /* B: computed, Put */
+    ASSERT_EQ(cp.miss_docs, 1);
+    ASSERT_TRUE(cp.docs[0].stored == 1 && cp.docs[0].inplace == 0);
+    lkv_worker_stats si, sp;
+    lkv_worker_stats_get(wi, &si);
+    lkv_worker_stats_get(wp, &sp);
+    ASSERT_TRUE(si.inplace_docs == 1 && si.put_docs == 0);
+    ASSERT_TRUE(sp.inplace_docs == 0 && sp.put_docs == 1);
+    run_docs(wp, A, 1, &hp); /* the Put-only worker reads A (stored in place) */
+    run_docs(wi, B, 1, &hi); /* the in-place worker reads B (stored by Put) */
+    ASSERT_TRUE(hp.hit_docs == 1 && hi.hit_docs == 1);
+    same_output(&hp, &ci);
+    same_output(&hi, &cp);
+    fprintf(stderr,
+            "   in place and Put store the same bytes: hits give bitwise the cold output\n");
+    lkv_rag_result_free(&ci);
+    lkv_rag_result_free(&cp);
+    lkv_rag_result_free(&hi);
+    lkv_rag_result_free(&hp);
+    lkv_worker_destroy(wi);
+    lkv_worker_destroy(wp);
 }
 
 /* A backend that kills the daemon during the third decode step. */
@@ -578,6 +660,7 @@ int main(int argc, char **argv)
     LKV_RUN(test_lease_renewal);
     LKV_RUN(test_attach_present_rpc);
     LKV_RUN(test_evicted_between_lookup_and_attach);
+    LKV_RUN(test_inplace_vs_put);
     LKV_RUN(test_killed_mid_request);
     lkv_daemon_cleanup(&dm);
     return 0;

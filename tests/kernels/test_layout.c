@@ -166,8 +166,22 @@ static void test_half_random(void)
     }
 }
 
+/* The arena contract: a reference's page is an index within its region, and the block starts
+ * at region_base + page * page_bytes, whatever the other fields hold. */
+static void test_ref_block_addr(void)
+{
+    static uint8_t arena[(4u << 20) + 8 * 20480];
+    const uint8_t *region = arena + (4u << 20); /* A second region at 4 MiB, 20 KiB pages. */
+    uint64_t r = lkv_ref_pack(7, 4000000, 4095, 64);
+    ASSERT_TRUE(lkv_ref_block_addr(region, 20480, r) == region + 7 * 20480);
+    ASSERT_TRUE(lkv_ref_block_addr(region, 20480, lkv_ref_pack(0, 0, 0, 1)) == region);
+    /* Region 0 at the arena base, 2 MiB pages: page 1 is the second region's start. */
+    ASSERT_TRUE(lkv_ref_block_addr(arena, 2u << 20, lkv_ref_pack(2, 9, 9, 9)) == region);
+}
+
 int main(void)
 {
+    LKV_RUN(test_ref_block_addr);
     kt_seed("test_layout");
     LKV_RUN(test_ref_pack_roundtrip);
     LKV_RUN(test_offsets);

@@ -24,7 +24,12 @@ static inline void su_config(lkv_store_config *out, const char *dir, uint32_t ho
     su_profiles[1].shape.n_layers = 3;
     memset(&c, 0, sizeof c);
     c.data_dir = dir;
-    c.hot_bytes = (uint64_t)hot_pages * 4096;
+    /* One arena region per profile (DESIGN.md 4): each gets hot_pages pages of its own block
+     * size (tiny: 1 KiB, tiny3: 1.5 KiB), so a test's page budget holds the same blocks as when
+     * every page was 4 KiB. */
+    su_profiles[0].hot_bytes = (uint64_t)hot_pages * TINY_BB;
+    su_profiles[1].hot_bytes = (uint64_t)hot_pages * (TINY_BB / 2 * 3);
+    c.hot_bytes = su_profiles[0].hot_bytes + su_profiles[1].hot_bytes;
     c.hot_backend = LKV_HOT_HOST;
     const char *be = getenv("LKV_TEST_HOT_BACKEND"); /* "cuda" runs the store on HBM. */
     if (be != NULL && lkv_hot_backend_parse(be, &c.hot_backend) != 0) {
@@ -40,7 +45,7 @@ static inline void su_config(lkv_store_config *out, const char *dir, uint32_t ho
     *out = c;
 }
 
-/* Opens a store in dir with hot_pages 4 KiB pages, cold_bytes, durability. */
+/* Opens a store in dir with hot_pages pages per profile, cold_bytes, durability. */
 static inline lkv_store *su_open(const char *dir, uint32_t hot_pages, uint64_t cold_bytes,
                                  int durability)
 {
@@ -49,6 +54,14 @@ static inline lkv_store *su_open(const char *dir, uint32_t hot_pages, uint64_t c
     su_config(&c, dir, hot_pages, cold_bytes, durability);
     ASSERT_OK(lkv_store_open(&c, &s));
     return s;
+}
+
+/* Free pages of the "tiny" region (region 0). */
+static inline uint32_t su_tiny_free(lkv_store *s)
+{
+    lkv_store_region rg;
+    ASSERT_OK(lkv_store_region_get(s, 0, &rg));
+    return rg.pages_free;
 }
 
 /* Tokens of document seed: n tokens. */

@@ -62,7 +62,7 @@ static void test_basic(void)
     ASSERT_EQ(st.hot_docs, 1);
     ASSERT_EQ(st.hot_blocks, 3);
     ASSERT_EQ(st.puts, 1);
-    ASSERT_EQ(st.hot_pages_free, 13);
+    ASSERT_EQ(su_tiny_free(s), 13);
 
     /* Idempotent put. */
     lkv_store_put *tx;
@@ -75,7 +75,7 @@ static void test_basic(void)
     ASSERT_EQ(st.puts, 1);
     ASSERT_EQ(st.puts_existing, 1);
     ASSERT_EQ(st.hot_docs, 1);
-    ASSERT_EQ(st.hot_pages_free, 13);
+    ASSERT_EQ(su_tiny_free(s), 13);
     /* get does not count. */
     ASSERT_EQ(st.hits_hot + st.hits_cold + st.misses, 4);
 
@@ -91,7 +91,7 @@ static void test_basic(void)
     st = su_stats(s);
     ASSERT_EQ(st.hot_docs, 0);
     ASSERT_EQ(st.cold_docs, 0);
-    ASSERT_EQ(st.hot_pages_free, 16);
+    ASSERT_EQ(su_tiny_free(s), 16);
     ASSERT_EQ(st.deletes, 1);
     ASSERT_OK(lkv_store_close(s));
 
@@ -166,7 +166,7 @@ static void test_put_validation(void)
     ASSERT_OK(lkv_store_lookup(s, &k, 1, &in));
     ASSERT_EQ(in.present, 0);
     lkv_store_stats st = su_stats(s);
-    ASSERT_EQ(st.hot_pages_free, 16);
+    ASSERT_EQ(su_tiny_free(s), 16);
     ASSERT_EQ(st.hot_bytes, 0);
     ASSERT_EQ(st.puts_aborted, 1);
     ASSERT_EQ(st.puts_inflight, 0);
@@ -179,7 +179,7 @@ static void test_put_validation(void)
     lkv_store_put_abort(tx);
     ASSERT_OK(lkv_store_lookup(s, &k, 1, &in));
     ASSERT_EQ(in.present, 0);
-    ASSERT_EQ(su_stats(s).hot_pages_free, 16);
+    ASSERT_EQ(su_tiny_free(s), 16);
 
     /* And a full put works. */
     ASSERT_OK(lkv_store_put_begin(s, salt, "tiny", t, 10, &tx, &k, NULL));
@@ -381,6 +381,7 @@ static void test_profile_removed(void)
     /* With the profile back (under another name: the fingerprint is what counts) it is served. */
     lkv_profile both[2] = {tiny_profile("tiny"), su_profiles[1]};
     snprintf(both[1].name, sizeof both[1].name, "renamed");
+    both[1].hot_bytes = 0; /* Shares the 64 KiB with "tiny". */
     c.profiles = both;
     c.n_profiles = 2;
     ASSERT_OK(lkv_store_open(&c, &s));
@@ -526,11 +527,11 @@ static void test_read_vs_delete(void)
     ASSERT_OK(lkv_store_get_block(rd, 1, got, sizeof got));
     ASSERT_TRUE(memcmp(got, want + TINY_BB, TINY_BB) == 0);
     ASSERT_ERR(lkv_store_get_block(rd, 2, got, sizeof got), LKV_EINVAL);
-    ASSERT_TRUE(su_stats(s).hot_pages_free < 8);
+    ASSERT_TRUE(su_tiny_free(s) < 8);
     lkv_store_get_end(rd);
     ASSERT_OK(lkv_store_flush(s)); /* The writer may still hold the second copy. */
     lkv_store_stats st = su_stats(s);
-    ASSERT_EQ(st.hot_pages_free, 8);
+    ASSERT_EQ(su_tiny_free(s), 8);
     ASSERT_EQ(st.hot_bytes, 0);
     ASSERT_EQ(st.reads_inflight, 0);
     ASSERT_OK(lkv_store_close(s));
@@ -549,7 +550,7 @@ static void test_faults(void)
     ASSERT_OK(lkv_store_lookup(s, &k, 1, &in));
     ASSERT_EQ(in.present, 0);
     lkv_store_stats st = su_stats(s);
-    ASSERT_EQ(st.hot_pages_free, 8);
+    ASSERT_EQ(su_tiny_free(s), 8);
     ASSERT_EQ(st.cold_docs, 0);
     ASSERT_EQ(st.cold_budget, UINT64_MAX);
     ASSERT_OK(su_put(s, 50, 8, &k));
@@ -695,7 +696,15 @@ static void test_threads(void)
         ASSERT_EQ(st.puts_inflight, 0);
         ASSERT_EQ(st.reads_inflight, 0);
         ASSERT_TRUE(st.hot_bytes <= st.hot_budget);
-        ASSERT_EQ(st.hot_bytes, st.hot_page_bytes * (st.hot_pages_total - st.hot_pages_free));
+        /* Bytes really held: pages held times their region's page size, in every region. */
+        uint64_t held = 0;
+        for (int r = 0; r < lkv_store_profile_count(s); r++) {
+            lkv_store_region rg;
+            ASSERT_OK(lkv_store_region_get(s, r, &rg));
+            ASSERT_EQ(rg.bytes_used, rg.page_bytes * (rg.n_pages - rg.pages_free));
+            held += rg.bytes_used;
+        }
+        ASSERT_EQ(st.hot_bytes, held);
         ASSERT_EQ(st.hot_bytes_pinned, 0);
         ASSERT_EQ(st.corrupt_blocks, 0); /* Also counts visible documents with missing data. */
         recount_check(s);                /* The O(1) tier counters agree with a walk. */
@@ -752,8 +761,20 @@ static void test_misc(void)
         ASSERT_TRUE(ai.shm_name == NULL);
         ASSERT_EQ(ai.cuda_device, 0);
     }
-    ASSERT_EQ(ai.page_bytes, 4096);
-    ASSERT_EQ(ai.n_pages, 8);
+    /* One region per profile, each with pages of its own block size (no 4 KiB rounding). */
+    ASSERT_EQ(ai.n_regions, 2);
+    lkv_store_region rg0, rg1;
+    ASSERT_OK(lkv_store_region_get(s, 0, &rg0));
+    ASSERT_OK(lkv_store_region_get(s, 1, &rg1));
+    ASSERT_ERR(lkv_store_region_get(s, 2, &rg1), LKV_EINVAL);
+    ASSERT_TRUE(rg0.profile == lkv_store_profile_find(s, "tiny"));
+    ASSERT_EQ(rg0.page_bytes, TINY_BB);
+    ASSERT_EQ(rg1.page_bytes, TINY_BB / 2 * 3);
+    ASSERT_EQ(rg0.n_pages, 8);
+    ASSERT_EQ(rg1.n_pages, 8);
+    ASSERT_EQ(rg0.base_offset, 0);
+    ASSERT_EQ(rg1.base_offset, 2u << 20);
+    ASSERT_EQ(ai.arena_bytes, (2u << 20) + 8 * 1536);
     ASSERT_EQ(lkv_store_profile_count(s), 2);
     ASSERT_TRUE(lkv_store_profile_at(s, 1) == lkv_store_profile_find(s, "tiny3"));
     ASSERT_TRUE(lkv_store_profile_at(s, 2) == NULL);
@@ -802,7 +823,7 @@ static void test_pin_counts(void)
     for (uint32_t i = 1; i <= 3; i++) {
         ASSERT_OK(lkv_store_pin(s, &k, NULL, 0, &in));
         ASSERT_EQ(in.pins, i);
-        ASSERT_EQ(su_stats(s).hot_bytes_pinned, 3 * 4096);
+        ASSERT_EQ(su_stats(s).hot_bytes_pinned, 3 * TINY_BB);
     }
     ASSERT_OK(lkv_store_get_begin(s, &k, &rd1, NULL));
     ASSERT_OK(lkv_store_get_begin(s, &k, &rd2, NULL));
@@ -814,25 +835,25 @@ static void test_pin_counts(void)
     ASSERT_ERR(lkv_store_unpin(s, &k), LKV_EINVAL);
     ASSERT_OK(lkv_store_lookup(s, &k, 1, &in));
     ASSERT_EQ(in.pins, 0);
-    ASSERT_EQ(su_stats(s).hot_bytes_pinned, 3 * 4096); /* The two readers. */
+    ASSERT_EQ(su_stats(s).hot_bytes_pinned, 3 * TINY_BB); /* The two readers. */
     ASSERT_OK(lkv_store_delete(s, &k));
     ASSERT_OK(su_put(s, 77, 10, &k)); /* Same key, a new document. */
     ASSERT_OK(lkv_store_flush(s));
     lkv_store_stats st = su_stats(s);
-    ASSERT_EQ(st.hot_bytes, 6 * 4096);
-    ASSERT_EQ(st.hot_bytes_pinned, 3 * 4096);
+    ASSERT_EQ(st.hot_bytes, 6 * TINY_BB);
+    ASSERT_EQ(st.hot_bytes_pinned, 3 * TINY_BB);
     ASSERT_OK(lkv_store_get_block(rd1, 2, got, sizeof got));
     ASSERT_TRUE(memcmp(got, want + 2 * TINY_BB, TINY_BB) == 0);
     lkv_store_get_end(rd1);
-    ASSERT_EQ(su_stats(s).hot_bytes_pinned, 3 * 4096); /* One reader left. */
-    ASSERT_EQ(su_stats(s).hot_pages_free, 10);
+    ASSERT_EQ(su_stats(s).hot_bytes_pinned, 3 * TINY_BB); /* One reader left. */
+    ASSERT_EQ(su_tiny_free(s), 10);
     ASSERT_OK(lkv_store_get_block(rd2, 0, got, sizeof got));
     ASSERT_TRUE(memcmp(got, want, TINY_BB) == 0);
     lkv_store_get_end(rd2);
     st = su_stats(s);
     ASSERT_EQ(st.hot_bytes_pinned, 0);
-    ASSERT_EQ(st.hot_bytes, 3 * 4096);
-    ASSERT_EQ(st.hot_pages_free, 13);
+    ASSERT_EQ(st.hot_bytes, 3 * TINY_BB);
+    ASSERT_EQ(su_tiny_free(s), 13);
     /* The new document is unpinned: it can be demoted now, and pinned and unpinned again. */
     ASSERT_OK(lkv_store_pin(s, &k, NULL, 0, &in));
     ASSERT_OK(lkv_store_unpin(s, &k));
@@ -844,15 +865,15 @@ static void test_pin_counts(void)
 }
 
 typedef struct kv_seen {
-    char keys[64][48]; /* "section.key". */
-    double vals[64];
+    char keys[96][48]; /* "section.key". */
+    double vals[96];
     int n;
 } kv_seen;
 
 static int kv_collect(void *ctx, const lkv_stat_desc *d, double v)
 {
     kv_seen *s = ctx;
-    ASSERT_TRUE(s->n < 64);
+    ASSERT_TRUE(s->n < 96);
     snprintf(s->keys[s->n], sizeof(s->keys[0]), "%s.%s", d->section, d->key);
     s->vals[s->n++] = v;
     return 0;
@@ -896,7 +917,11 @@ static void test_stats_registry(void)
     ASSERT_EQ(kv_get(&v, "hot.docs"), 1);
     ASSERT_EQ(kv_get(&v, "hot.blocks"), 3);
     ASSERT_EQ(kv_get(&v, "hot.pages_free"), st.hot_pages_free);
-    ASSERT_EQ(kv_get(&v, "hot.bytes_budget"), 16 * 4096);
+    ASSERT_EQ(kv_get(&v, "hot.bytes_budget"), 16 * (TINY_BB + TINY_BB / 2 * 3));
+    ASSERT_EQ(kv_get(&v, "regions.tiny.bytes_used"), 3 * TINY_BB);
+    ASSERT_EQ(kv_get(&v, "regions.tiny.bytes_budget"), 16 * TINY_BB);
+    ASSERT_EQ(kv_get(&v, "regions.tiny3.bytes_used"), 0);
+    ASSERT_EQ(kv_get(&v, "regions.tiny3.pages_free"), 16);
     ASSERT_EQ(kv_get(&v, "cold.docs"), 1);
     ASSERT_EQ(kv_get(&v, "cold.bytes_budget"), 0); /* Unlimited. */
     ASSERT_EQ(kv_get(&v, "lookups.hits_hot"), 1);
@@ -964,7 +989,7 @@ static void test_same_doc_puts(void)
     ASSERT_EQ(st.puts, 1);
     ASSERT_EQ(st.puts_existing, 1);
     ASSERT_EQ(st.hot_docs, 1);
-    ASSERT_EQ(st.hot_bytes, 3 * 4096); /* The loser's pages went back. */
+    ASSERT_EQ(st.hot_bytes, 3 * TINY_BB); /* The loser's pages went back. */
     recount_check(s);
     ASSERT_OK(lkv_store_close(s));
     su_rmdir(dir);

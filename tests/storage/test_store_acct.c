@@ -66,7 +66,7 @@ static int ref_visit(void *ctx, const lkv_dockey *key, const lkv_doc_info *in)
             lkv_store_usage *u = &r->want[r->w->salt_of[i]];
             u->docs++;
             if (in->tier == LKV_TIER_HOT) {
-                u->hot_bytes += (uint64_t)in->n_blocks * r->page_bytes;
+                u->hot_bytes += (uint64_t)in->n_blocks * in->page_bytes;
             }
             if (in->persisted) {
                 u->cold_bytes += (uint64_t)in->n_blocks * in->block_bytes;
@@ -183,8 +183,10 @@ static void test_abort_and_inflight(void)
     ASSERT_OK(lkv_store_put_begin(s, salts[1], "tiny", t, 12, &tx, &k, &exists));
     lkv_store_usage u;
     lkv_store_usage_get(s, salts[1], &u);
-    ASSERT_EQ(u.hot_bytes, 3 * u.page_bytes); /* An open put holds its pages. */
-    ASSERT_EQ(u.docs, 0);                     /* ... but is no document yet. */
+    lkv_store_region rg;
+    ASSERT_OK(lkv_store_region_get(s, lkv_store_put_region(tx), &rg));
+    ASSERT_EQ(u.hot_bytes, 3 * rg.page_bytes); /* An open put holds its region's pages. */
+    ASSERT_EQ(u.docs, 0);                      /* ... but is no document yet. */
     lkv_store_put_abort(tx);
     lkv_store_usage_get(s, salts[1], &u);
     ASSERT_EQ(u.hot_bytes, 0);

@@ -12,20 +12,22 @@ all subclasses of lazykv.LazyKVError). lazykv.auth (and `python3 -m lazykv.tenan
 bearer tokens and tenant sections.
 """
 
-from .errors import (Cancelled, DeadlineExceeded, InvalidArgument, LazyKVError, NotFound,
+from .errors import (BeingComputed, Cancelled, DeadlineExceeded, InvalidArgument, LazyKVError, NotFound,
                      PermissionDenied, ResourceExhausted, Unauthenticated, Unavailable,
                      from_rpc_error)
 from .auth import hash_token, new_token, tenant_section
 
 try:
-    from .client import KEY_BYTES, Client, Doc, Document, DocStatus, PutResult, Stats
+    from .client import (KEY_BYTES, Client, Doc, Document, DocStatus, PutResult, Region,
+                         Reservation, Stats)
     from .worker import Generation, GenerationStream, Summary, Token, WorkerClient
 except ImportError as _stub_error:  # Stubs not built: errors and auth still work.
     _missing = _stub_error
 
     def __getattr__(name):
         if name in ("KEY_BYTES", "Client", "Doc", "Document", "DocStatus", "PutResult", "Stats",
-                    "WorkerClient", "Generation", "GenerationStream", "Summary", "Token"):
+                    "WorkerClient", "Generation", "GenerationStream", "Summary", "Token",
+                    "Region", "Reservation"):
             raise _missing
         raise AttributeError(f"module 'lazykv' has no attribute {name!r}")
 
@@ -33,7 +35,8 @@ __version__ = "0.1.0"
 
 __all__ = [
     "Client", "Doc", "Document", "DocStatus", "PutResult", "Stats", "KEY_BYTES",
-    "WorkerClient", "Generation", "GenerationStream", "Summary", "Token",
+    "WorkerClient", "Generation", "GenerationStream", "Summary", "Token", "Region",
+    "Reservation", "BeingComputed",
     "LazyKVError", "NotFound", "InvalidArgument", "ResourceExhausted", "Unauthenticated",
     "PermissionDenied", "Unavailable", "DeadlineExceeded", "Cancelled", "from_rpc_error",
     "hash_token", "new_token", "tenant_section",

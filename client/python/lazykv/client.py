@@ -14,6 +14,7 @@ CMake target ``lazykv_python`` into <build>/python/lazykv/ (see client/python/RE
 """
 
 import dataclasses
+import mmap
 import os
 from collections.abc import Sized
 
@@ -31,7 +32,8 @@ except ImportError as e:  # pragma: no cover - a packaging problem, not a runtim
         "`cmake --build BUILD --target lazykv_python` and put BUILD/python on PYTHONPATH "
         f"({e})") from e
 
-__all__ = ["Client", "Doc", "PutResult", "DocStatus", "Document", "Stats", "KEY_BYTES"]
+__all__ = ["Client", "Doc", "PutResult", "DocStatus", "Document", "Stats", "KEY_BYTES", "Region",
+           "Reservation"]
 
 KEY_BYTES = 32
 DEFAULT_MAX_MESSAGE = 64 << 20  # lazykvd's default max_message_bytes.
@@ -225,6 +227,68 @@ def _tls_credentials(ca, cert, key):
                                         certificate_chain=cert_pem)
 
 
+@dataclasses.dataclass(frozen=True)
+class Region:
+    """One arena region (the arena contract, cache.proto): the pages of one profile. Block i of
+    a document is at arena byte ``base_offset + pages[i] * page_bytes``."""
+
+    profile: str
+    base_offset: int
+    page_bytes: int
+    n_pages: int
+
+
+@dataclasses.dataclass
+class Reservation:
+    """What Reserve returned: pages held for this caller's lease (or, already_present, the
+    document attached because it was cached). Write the blocks with ``write_blocks`` (host
+    arena: maps the shared memory) or through your own mapping at ``offsets()``, then
+    Client.commit(r.lease_id, r.key)."""
+
+    lease_id: bytes
+    key: bytes
+    already_present: bool
+    waited: bool
+    expires_unix_ms: int
+    backend: str
+    shm_name: str
+    arena_bytes: int
+    region: Region
+    pages: list
+    block_bytes: int
+    n_tokens: int
+
+    def offsets(self):
+        """Arena byte offset of each block, in block order."""
+        return [self.region.base_offset + p * self.region.page_bytes for p in self.pages]
+
+    def write_blocks(self, blocks):
+        """Writes blocks (bytes-like, block_bytes each, one per page) into the host arena in
+        place. InvalidArgument for a cuda arena, a wrong count or size, or a present document."""
+        if self.already_present:
+            raise InvalidArgument("the document is cached already: it was attached, not reserved")
+        if self.backend != "host":
+            raise InvalidArgument("a %s arena is written through cudaIpcOpenMemHandle" %
+                                  self.backend)
+        blocks = list(blocks)
+        if len(blocks) != len(self.pages) or any(len(b) != self.block_bytes for b in blocks):
+            raise InvalidArgument("expected %d blocks of %d bytes" % (len(self.pages),
+                                                                      self.block_bytes))
+        fd = os.open("/dev/shm" + self.shm_name, os.O_RDWR)
+        try:
+            with mmap.mmap(fd, self.arena_bytes, mmap.MAP_SHARED,
+                           mmap.PROT_READ | mmap.PROT_WRITE) as m:
+                for off, b in zip(self.offsets(), blocks):
+                    m[off:off + self.block_bytes] = bytes(b)
+        finally:
+            os.close(fd)
+
+
+def _region_of(pb):
+    return Region(profile=pb.profile, base_offset=pb.base_offset, page_bytes=pb.page_bytes,
+                  n_pages=pb.n_pages)
+
+
 class Client:
     """A connection to one lazykvd.
 
@@ -381,6 +445,60 @@ class Client:
         except grpc.RpcError as e:
             raise from_rpc_error(e) from None
         return bytes(r.key)
+
+    # -- put in place (worker role) ----------------------------------------------------------
+
+    def reserve(self, profile, tokens, *, lease_id=None, ttl_ms=30000, wait=False,
+                timeout=None):
+        """Reserves arena pages for the document (profile, tokens) under a new lease (or
+        lease_id, renewed) for ttl_ms; returns a Reservation. BeingComputed if another worker
+        holds it and wait is False; with wait, blocks (within timeout) until that worker
+        commits (then already_present) or gives up (then this caller reserves it)."""
+        ids = _tokens(tokens)
+        req = cache_pb2.ReserveRequest(
+            header=cache_pb2.PutHeader(profile=profile, token_ids=ids), ttl_ms=ttl_ms,
+            wait=bool(wait))
+        if lease_id is not None:
+            req.lease_id = bytes(lease_id)
+        try:
+            r = self._cache.Reserve(req, timeout=self._t(timeout), metadata=self._metadata)
+        except grpc.RpcError as e:
+            raise from_rpc_error(e) from None
+        d = r.doc
+        return Reservation(lease_id=bytes(r.lease_id), key=bytes(d.key),
+                           already_present=r.already_present, waited=r.waited,
+                           expires_unix_ms=r.expires_unix_ms, backend=r.arena.backend,
+                           shm_name=r.arena.shm_name, arena_bytes=r.arena.arena_bytes,
+                           region=_region_of(d.region), pages=list(d.pages),
+                           block_bytes=d.layout.block_bytes, n_tokens=d.n_tokens)
+
+    def commit(self, lease_id, key, *, timeout=None):
+        """Makes a reserved document, written in place, visible (pinned under the lease).
+        Returns True if a Put's copy was kept instead (already present). InvalidArgument when
+        the daemon's check fails (a non-zero tail): nothing visible, still reserved."""
+        req = cache_pb2.CommitRequest(lease_id=bytes(lease_id), key=_as_key(key))
+        try:
+            r = self._cache.Commit(req, timeout=self._t(timeout), metadata=self._metadata)
+        except grpc.RpcError as e:
+            raise from_rpc_error(e) from None
+        return r.already_present
+
+    def abort(self, lease_id, key, *, timeout=None):
+        """Gives a reservation's pages back; nothing becomes visible. NotFound if none."""
+        req = cache_pb2.AbortRequest(lease_id=bytes(lease_id), key=_as_key(key))
+        try:
+            self._cache.Abort(req, timeout=self._t(timeout), metadata=self._metadata)
+        except grpc.RpcError as e:
+            raise from_rpc_error(e) from None
+
+    def release(self, lease_id, *, timeout=None):
+        """Ends a lease (unpins, aborts its reservations); returns the documents unpinned."""
+        req = cache_pb2.ReleaseRequest(lease_id=bytes(lease_id))
+        try:
+            r = self._cache.Release(req, timeout=self._t(timeout), metadata=self._metadata)
+        except grpc.RpcError as e:
+            raise from_rpc_error(e) from None
+        return r.released_docs
 
     def cluster(self, *, timeout=None):
         """lazykv.v1.Cache/Cluster (data role): the ClusterResponse message (members with

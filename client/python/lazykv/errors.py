@@ -109,6 +109,13 @@ class Cancelled(LazyKVError):
     code = grpc.StatusCode.CANCELLED
 
 
+class BeingComputed(LazyKVError):
+    """Reserve: another worker is computing this document right now (ABORTED, lkv_code
+    LKV_EINPROGRESS). Reserve again with wait=True to attach it once committed."""
+
+    code = grpc.StatusCode.ABORTED
+
+
 _BY_CODE = {
     cls.code: cls
     for cls in (
@@ -120,6 +127,7 @@ _BY_CODE = {
         Unavailable,
         DeadlineExceeded,
         Cancelled,
+        BeingComputed,
     )
 }
 

@@ -67,10 +67,15 @@ class ErrorMappingTest(unittest.TestCase):
 
     def test_untyped_codes_keep_their_code(self):
         for code in (grpc.StatusCode.INTERNAL, grpc.StatusCode.UNIMPLEMENTED,
-                     grpc.StatusCode.UNKNOWN, grpc.StatusCode.ABORTED):
+                     grpc.StatusCode.UNKNOWN, grpc.StatusCode.DATA_LOSS):
             e = errors.from_rpc_error(FakeRpcError(code, "x"))
             self.assertIs(type(e), lazykv.LazyKVError)
             self.assertEqual(e.code, code)
+        # ABORTED is Reserve's "being computed by another worker" (LKV_EINPROGRESS).
+        e = errors.from_rpc_error(FakeRpcError(grpc.StatusCode.ABORTED, "x",
+                                               (("lkv-code", "LKV_EINPROGRESS"),)))
+        self.assertIs(type(e), lazykv.BeingComputed)
+        self.assertEqual(e.lkv_code, "LKV_EINPROGRESS")
 
     def test_exact_code_from_metadata(self):
         RE = grpc.StatusCode.RESOURCE_EXHAUSTED

@@ -179,6 +179,40 @@ class AnonymousTest(unittest.TestCase):
         with self.assertRaises(lazykv.NotFound):
             kv.delete(r.key)
 
+    def test_put_in_place(self):
+        """Reserve -> write the host arena through mmap -> invisible -> commit -> Get returns
+        the bytes; a second reserver is BeingComputed; abort gives the pages back."""
+        kv = self.kv
+        tokens = [(11 * i + 5) % VOCAB for i in range(37)]
+        blocks = fake_blocks(tokens)
+        r = kv.reserve(PROFILE, tokens, ttl_ms=20000)
+        self.assertFalse(r.already_present)
+        self.assertEqual(len(r.pages), len(blocks))
+        self.assertEqual(r.block_bytes, BLOCK_BYTES)
+        self.assertEqual(r.region.profile, PROFILE)
+        self.assertEqual(r.region.base_offset % (2 << 20), 0)
+        self.assertGreaterEqual(r.region.page_bytes, BLOCK_BYTES)
+        self.assertLess(r.region.page_bytes, BLOCK_BYTES + 256)  # Rounded to 256 B, no more.
+        with self.assertRaises(lazykv.BeingComputed) as cm:
+            kv.reserve(PROFILE, tokens, ttl_ms=20000)
+        self.assertEqual(cm.exception.lkv_code, "LKV_EINPROGRESS")
+        r.write_blocks(blocks)
+        self.assertFalse(kv.lookup([(PROFILE, tokens)])[0].present)
+        self.assertFalse(kv.commit(r.lease_id, r.key))
+        self.assertEqual(kv.get(r.key).blocks, blocks)
+        with self.assertRaises(lazykv.NotFound):
+            kv.commit(r.lease_id, r.key)
+        self.assertEqual(kv.release(r.lease_id), 1)
+        # Abort: nothing visible.
+        t2 = [(13 * i + 1) % VOCAB for i in range(20)]
+        r2 = kv.reserve(PROFILE, t2, ttl_ms=20000)
+        r2.write_blocks(fake_blocks(t2))
+        kv.abort(r2.lease_id, r2.key)
+        self.assertFalse(kv.lookup([(PROFILE, t2)])[0].present)
+        with self.assertRaises(lazykv.NotFound):
+            kv.abort(r2.lease_id, r2.key)
+        kv.release(r2.lease_id)
+
     def test_errors(self):
         kv = self.kv
         tokens = list(range(20))

@@ -1,12 +1,15 @@
 /*
  * test_pagespace.c: client.worker.pagespace. The worker's page space
  * (client/worker/lkv_pagespace.c) over a real shared-memory object made here the way the daemon
- * makes its arena: daemon pages are read in place (the bytes of the shm object, also when the
- * object changes after mapping: a mapping, not a copy), are read-only (a write kills the writer),
- * the object is mapped once per arena and remapped for a new one, worker pages follow it with the
- * same stride and are writable, the request view starts allocating at the first worker page, and
- * every failure (CUDA arena, missing object, object smaller than announced) is refused with a
- * message.
+ * makes its arena (two regions: another profile's first, the worker's after it): the daemon
+ * pages are the worker's profile's region (its base and page size), read in place (the bytes of
+ * the shm object, also when the object changes after mapping: a mapping, not a copy), are
+ * read-only (a write kills the writer), the region is mapped once per arena and remapped for a
+ * new one, worker pages follow it with the same stride and are writable (also when the region's
+ * page size is not a multiple of the OS page: they start past its last OS page), the request view
+ * starts allocating at the first worker page, and every failure (CUDA arena, no region of the
+ * profile, a base off an OS page, missing object, object smaller than announced) is refused with
+ * a message.
  */
 #include <fcntl.h>
 #include <signal.h>
@@ -19,30 +22,38 @@
 
 #define PAGE  8192u
 #define PAGES 6u
+#define RBASE (2u * PAGE) /* The worker's region, after 2 pages of another profile's. */
 
 static char names[2][64];
 
-/* Creates shm object i of n pages, page p filled with byte (i * 16 + p). */
+/* Creates shm object i: RBASE bytes of another region (0xA5), then n pages of the worker's
+ * region, page p filled with byte (i * 16 + p). Returns the mapping of the worker's region. */
 static uint8_t *make_shm(int i, uint32_t n)
 {
     snprintf(names[i], sizeof names[i], "/lkv-test-ps-%d-%d", (int)getpid(), i);
     int fd = shm_open(names[i], O_CREAT | O_EXCL | O_RDWR, 0600);
     ASSERT_TRUE(fd >= 0);
-    ASSERT_EQ(ftruncate(fd, (off_t)n * PAGE), 0);
-    uint8_t *m = mmap(NULL, (size_t)n * PAGE, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    size_t len = RBASE + (size_t)n * PAGE;
+    ASSERT_EQ(ftruncate(fd, (off_t)len), 0);
+    uint8_t *m = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
     ASSERT_TRUE(m != MAP_FAILED);
     close(fd);
+    memset(m, 0xA5, RBASE);
     for (uint32_t p = 0; p < n; p++) {
-        memset(m + p * PAGE, i * 16 + (int)p, PAGE);
+        memset(m + RBASE + p * PAGE, i * 16 + (int)p, PAGE);
     }
-    return m;
+    return m + RBASE;
 }
 
+/* The arena of object i as an Attach reply describes it: regions "other" and "tiny". */
 static lkv_lease_arena arena_of(int i, uint32_t n)
 {
-    lkv_lease_arena a = {.page_bytes = PAGE, .n_pages = n, .cuda_device = -1};
+    lkv_lease_arena a = {.cuda_device = -1, .n_regions = 2, .arena_bytes = RBASE + n * PAGE};
     snprintf(a.backend, sizeof a.backend, "host");
     snprintf(a.shm_name, sizeof a.shm_name, "%s", names[i]);
+    a.regions[0] = (lkv_arena_region){.profile = "other", .page_bytes = 4096, .n_pages = 4};
+    a.regions[1] = (lkv_arena_region){
+        .profile = "tiny", .base_offset = RBASE, .page_bytes = PAGE, .n_pages = n};
     return a;
 }
 
@@ -52,9 +63,11 @@ static void test_map(void)
     lkv_pagespace ps;
     lkv_pagespace_init(&ps, 4);
     lkv_lease_arena a = arena_of(0, PAGES);
-    ASSERT_OK(lkv_pagespace_map(&ps, &a));
+    ASSERT_OK(lkv_pagespace_map(&ps, &a, "tiny"));
     ASSERT_EQ(ps.n_maps, 1);
     ASSERT_EQ(ps.n_daemon, PAGES);
+    ASSERT_EQ(ps.region_base, RBASE);
+    ASSERT_EQ(ps.first_local, PAGES);
     for (uint32_t p = 0; p < PAGES; p++) {
         ASSERT_EQ(ps.base[p * PAGE + 100], p);
         ASSERT_TRUE(lkv_pagespace_is_daemon(&ps, p));
@@ -83,7 +96,7 @@ static void test_map(void)
     lkv_model_kv_free(&kv); /* a view: frees nothing */
     /* The same arena again: nothing is remapped. */
     uint8_t *base = ps.base;
-    ASSERT_OK(lkv_pagespace_map(&ps, &a));
+    ASSERT_OK(lkv_pagespace_map(&ps, &a, "tiny"));
     ASSERT_EQ(ps.n_maps, 1);
     ASSERT_TRUE(ps.base == base);
     /* Read-only: a write to a daemon page kills the writer. */
@@ -101,13 +114,60 @@ static void test_map(void)
     /* A restarted daemon (a new object): remapped once. */
     make_shm(1, PAGES + 2);
     lkv_lease_arena b = arena_of(1, PAGES + 2);
-    ASSERT_OK(lkv_pagespace_map(&ps, &b));
+    ASSERT_OK(lkv_pagespace_map(&ps, &b, "tiny"));
     ASSERT_EQ(ps.n_maps, 2);
     ASSERT_EQ(ps.n_daemon, PAGES + 2);
     ASSERT_EQ(ps.base[(PAGES + 1) * PAGE], 16 + PAGES + 1);
+    /* The other profile's region is a different mapping: remapped, at its own base. */
+    ASSERT_OK(lkv_pagespace_map(&ps, &b, "other"));
+    ASSERT_EQ(ps.n_maps, 3);
+    ASSERT_TRUE(ps.region_base == 0 && ps.page_bytes == 4096 && ps.n_daemon == 4);
+    ASSERT_EQ(ps.base[4 * 4096 - 1], 0xA5);
     lkv_pagespace_free(&ps);
     shm_unlink(names[0]);
     shm_unlink(names[1]);
+}
+
+/* A region page size that is not a multiple of the OS page (2560 = 10 x 256): the worker pages
+ * start at the first page past the region's last OS page, and writing them leaves the daemon's
+ * object untouched. */
+static void test_odd_page(void)
+{
+    uint8_t *daemon = make_shm(0, 1);
+    lkv_lease_arena a = arena_of(0, 1);
+    a.regions[1].page_bytes = 2560;
+    a.regions[1].n_pages = 3; /* 7680 bytes: within the object's 8192 */
+    lkv_pagespace ps;
+    lkv_pagespace_init(&ps, 4);
+    ASSERT_OK(lkv_pagespace_map(&ps, &a, "tiny"));
+    ASSERT_EQ(ps.n_daemon, 3);
+    ASSERT_EQ(ps.first_local, 4); /* 4 x 2560 = 10240 >= 8192: past the shm mapping */
+    ASSERT_EQ(ps.base[3 * 2560 - 1], 0);
+    lkv_kv_shape s = {.n_layers = 1,
+                      .n_q_heads = 1,
+                      .n_kv_heads = 1,
+                      .head_dim = 8,
+                      .dtype = LKV_DTYPE_F32,
+                      .block_tokens = 16};
+    lkv_model_kv kv;
+    lkv_pagespace_view(&ps, &s, &kv);
+    ASSERT_EQ(kv.n_used, 4);
+    ASSERT_EQ(kv.n_pages, 8);
+    memset(ps.base + 4 * 2560, 0x33, 4 * 2560); /* every worker page */
+    for (uint32_t i = 0; i < PAGE; i++) {
+        ASSERT_EQ(daemon[i], 0);
+    }
+    lkv_pagespace_free(&ps);
+    /* Writable (put in place): the worker's writes land in the daemon's object. */
+    lkv_pagespace_init(&ps, 4);
+    ps.writable = 1;
+    a = arena_of(0, 1);
+    ASSERT_OK(lkv_pagespace_map(&ps, &a, "tiny"));
+    ps.base[100] = 0x42;
+    ASSERT_EQ(daemon[100], 0x42);
+    ASSERT_EQ(daemon[-1], 0xA5); /* the other region: not part of the mapping */
+    lkv_pagespace_free(&ps);
+    shm_unlink(names[0]);
 }
 
 static void test_refused(void)
@@ -116,16 +176,22 @@ static void test_refused(void)
     lkv_pagespace_init(&ps, 4);
     lkv_lease_arena a = arena_of(0, PAGES);
     snprintf(a.backend, sizeof a.backend, "cuda");
-    ASSERT_ERR(lkv_pagespace_map(&ps, &a), LKV_ENOTSUP);
+    ASSERT_ERR(lkv_pagespace_map(&ps, &a, "tiny"), LKV_ENOTSUP);
     ASSERT_TRUE(strstr(ps.err, "cuda") != NULL);
     a = arena_of(0, PAGES);
+    ASSERT_ERR(lkv_pagespace_map(&ps, &a, "llama"), LKV_EPROFILE);
+    ASSERT_TRUE(strstr(ps.err, "llama") != NULL);
+    a.regions[1].base_offset = RBASE + 256;
+    ASSERT_ERR(lkv_pagespace_map(&ps, &a, "tiny"), LKV_EINVAL);
+    ASSERT_TRUE(strstr(ps.err, "boundary") != NULL);
+    a = arena_of(0, PAGES);
     snprintf(a.shm_name, sizeof a.shm_name, "/lkv-test-ps-missing-%d", (int)getpid());
-    ASSERT_ERR(lkv_pagespace_map(&ps, &a), LKV_EIO);
+    ASSERT_ERR(lkv_pagespace_map(&ps, &a, "tiny"), LKV_EIO);
     ASSERT_TRUE(strstr(ps.err, "lkv-test-ps-missing") != NULL);
     ASSERT_TRUE(ps.base == NULL);
     make_shm(0, 2);
     a = arena_of(0, PAGES); /* claims more pages than the object has */
-    ASSERT_ERR(lkv_pagespace_map(&ps, &a), LKV_EIO);
+    ASSERT_ERR(lkv_pagespace_map(&ps, &a, "tiny"), LKV_EIO);
     ASSERT_TRUE(strstr(ps.err, "smaller") != NULL);
     lkv_pagespace_free(&ps);
     shm_unlink(names[0]);
@@ -141,6 +207,7 @@ static void test_refused(void)
 int main(void)
 {
     LKV_RUN(test_map);
+    LKV_RUN(test_odd_page);
     LKV_RUN(test_refused);
     return 0;
 }
