@@ -16,8 +16,9 @@
 
 #include "lkv_log.h"
 
-#define RECORD_VERSION   1
-#define RECORD_FIXED     61
+#define RECORD_VERSION   2  /* Written; version 1 (no residency fields) is still read. */
+#define RECORD_FIXED     74 /* Version 2; version 1: 61. */
+#define RECORD_FIXED_V1  61
 #define DEFAULT_MIN_BLOB (64u << 10)
 
 struct lkv_cold {
@@ -220,6 +221,9 @@ int lkv_cold_batch_commit(lkv_cold *c, lkv_cold_batch *b, const lkv_cold_doc *me
     put_le32(rec + 45, meta->n_blocks);
     put_le32(rec + 49, meta->block_bytes);
     put_le64(rec + 53, (uint64_t)meta->created_ms);
+    put_le32(rec + 61, meta->tenant);
+    rec[65] = (uint8_t)(int8_t)meta->prio;
+    put_le64(rec + 66, (uint64_t)meta->expires_ms);
     for (uint32_t i = 0; i < meta->n_tokens; i++) {
         put_le32(rec + RECORD_FIXED + 4ull * i, tokens[i]);
     }
@@ -271,14 +275,19 @@ static int parse_record(const uint8_t *k, const uint8_t *v, size_t vlen, lkv_col
                         uint32_t **tokens)
 {
     uint8_t t[LKV_COLD_TAG_BYTES];
-    if (vlen < RECORD_FIXED + LKV_COLD_TAG_BYTES) {
+    if (vlen < RECORD_FIXED_V1 + LKV_COLD_TAG_BYTES) {
         return LKV_ECORRUPT;
     }
     size_t rlen = vlen - LKV_COLD_TAG_BYTES;
     tag(k, LKV_COLD_DOC_KEY_BYTES, v, rlen, t);
-    if (sodium_memcmp(t, v + rlen, sizeof t) != 0 || v[0] != RECORD_VERSION) {
+    if (sodium_memcmp(t, v + rlen, sizeof t) != 0 || (v[0] != 1 && v[0] != RECORD_VERSION)) {
         return LKV_ECORRUPT;
     }
+    size_t fixed = v[0] == 1 ? RECORD_FIXED_V1 : RECORD_FIXED;
+    if (rlen < fixed) {
+        return LKV_ECORRUPT;
+    }
+    memset(meta, 0, sizeof *meta);
     memcpy(meta->key.b, k + 1, LKV_DOCKEY_BYTES);
     memcpy(meta->fingerprint, v + 1, 32);
     meta->content_hash = get_le64(v + 33);
@@ -286,14 +295,21 @@ static int parse_record(const uint8_t *k, const uint8_t *v, size_t vlen, lkv_col
     meta->n_blocks = get_le32(v + 45);
     meta->block_bytes = get_le32(v + 49);
     meta->created_ms = (int64_t)get_le64(v + 53);
-    if (rlen != RECORD_FIXED + 4ull * meta->n_tokens || meta->n_blocks == 0 ||
-        meta->n_tokens == 0) {
+    if (v[0] == RECORD_VERSION) {
+        meta->tenant = get_le32(v + 61);
+        meta->prio = (int8_t)v[65];
+        meta->expires_ms = (int64_t)get_le64(v + 66);
+        if (meta->prio < -1 || meta->prio > 1) {
+            return LKV_ECORRUPT;
+        }
+    }
+    if (rlen != fixed + 4ull * meta->n_tokens || meta->n_blocks == 0 || meta->n_tokens == 0) {
         return LKV_ECORRUPT;
     }
     if (tokens != NULL) {
         uint32_t *tk = lkv_xmalloc(4ull * meta->n_tokens);
         for (uint32_t i = 0; i < meta->n_tokens; i++) {
-            tk[i] = get_le32(v + RECORD_FIXED + 4ull * i);
+            tk[i] = get_le32(v + fixed + 4ull * i);
         }
         *tokens = tk;
     }

@@ -11,14 +11,17 @@
  *           value record (below) | tag (16), tag = BLAKE2b-128 over (key | record)
  *
  *   record  offset  size    field
- *           0       1       format version (1)
+ *           0       1       format version (2; 1 is still read)
  *           1       32      profile fingerprint
  *           33      8       content hash (lkv_dockey_content_hash), little-endian
  *           41      4       n_tokens, little-endian
  *           45      4       n_blocks
  *           49      4       block_bytes
  *           53      8       created, Unix milliseconds
- *           61      4 * n   token ids, little-endian uint32
+ *           61      4       tenant index (residency class; version 2)
+ *           65      1       priority, int8 -1..1 (version 2)
+ *           66      8       expiry, Unix milliseconds, 0 = none (version 2)
+ *           74      4 * n   token ids, little-endian uint32 (version 1: at 61, no 61..73)
  *
  * A document is written as one WriteBatch: its blocks first, its record LAST, so that (RocksDB
  * batches being atomic, also across WAL recovery) a document is visible only whole; a reader
@@ -53,6 +56,9 @@ typedef struct lkv_cold_doc {
     uint32_t n_blocks;       /* Blocks. */
     uint32_t block_bytes;    /* Payload bytes of each block. */
     int64_t created_ms;      /* Unix milliseconds at first write. */
+    uint32_t tenant;         /* Tenant index of the residency class (0 in version 1). */
+    int prio;                /* Residency priority -1..1 (0 in version 1). */
+    int64_t expires_ms;      /* Expiry, Unix milliseconds; 0 = none (and in version 1). */
 } lkv_cold_doc;
 
 /* Opens (creating if needed) the database in dir with blob files of values >= min_blob_bytes

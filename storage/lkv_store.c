@@ -73,8 +73,8 @@ const char *lkv_durability_name(int m)
 
 const char *lkv_miss_cause_name(int c)
 {
-    static const char *const names[LKV_MISS__COUNT] = {"none", "never", "evicted", "deleted",
-                                                       "profile"};
+    static const char *const names[LKV_MISS__COUNT] = {"none",    "never",   "evicted",
+                                                       "deleted", "profile", "expired"};
     return c >= 0 && c < LKV_MISS__COUNT ? names[c] : "unknown";
 }
 
@@ -150,6 +150,8 @@ static const store_stat store_stats[] = {
                                 "Lookup misses by cause.", "lookups", "misses_deleted")},
     {CAUSE(LKV_MISS_PROFILE), D("store_misses", "cause=profile", LKV_STAT_COUNTER, "docs",
                                 "Lookup misses by cause.", "lookups", "misses_profile")},
+    {CAUSE(LKV_MISS_EXPIRED), D("store_misses", "cause=expired", LKV_STAT_COUNTER, "docs",
+                                "Lookup misses by cause.", "lookups", "misses_expired")},
     {V_RATIO_DOCS, 0,
      D("store_hit_ratio", "by=docs", LKV_STAT_GAUGE, "ratio",
        "Hits / lookups since start (0 before the first).", "lookups", "hit_rate_docs")},
@@ -168,6 +170,13 @@ static const store_stat store_stats[] = {
                    "Hot victims lost (the cold tier could not take them).", "movement", "drops")},
     {FLD(promotions), D("store_promotions", NULL, LKV_STAT_COUNTER, "docs",
                         "Cold documents copied into the hot tier.", "movement", "promotions")},
+    {FLD(expired), D("store_expired", NULL, LKV_STAT_COUNTER, "docs",
+                     "Documents dropped when their TTL ran out.", "movement", "expired")},
+    {FLD(class_evictions), D("store_class_evictions", NULL, LKV_STAT_COUNTER, "docs",
+                             "Documents evicted or purged by tenant or profile (Admin EvictClass).",
+                             "movement", "class_evictions")},
+    {FLD(hot_bytes_held), D("store_bytes_held", "tier=hot", LKV_STAT_GAUGE, "bytes",
+                            "Hot bytes of held documents (Admin Hold).", "hot", "bytes_held")},
     {FLD(puts), D("store_puts", "result=stored", LKV_STAT_COUNTER, "docs",
                   "Finished puts by result.", "puts", "puts")},
     {FLD(puts_existing), D("store_puts", "result=existing", LKV_STAT_COUNTER, "docs",
@@ -265,6 +274,9 @@ static int scan_cb(void *ctx, const lkv_cold_doc *m)
     d->n_blocks = m->n_blocks;
     d->block_bytes = m->block_bytes;
     d->created_ms = m->created_ms;
+    d->tenant = m->tenant;
+    d->prio = (int8_t)m->prio;
+    d->expires_ms = m->expires_ms;
     d->state = ST_VISIBLE;
     lkv__kidx_insert(s, d);
     lkv__cidx_insert(s, d);
@@ -391,6 +403,7 @@ int lkv_store_open(const lkv_store_config *cfg, lkv_store **out)
         return rc;
     }
     lkv__writer_start(s);
+    lkv__maint_start(s);
     LKV_LOGI("store: open %s: hot %s %llu pages x %llu B, cold %llu docs (budget %llu B), "
              "%s, %s, %d profiles",
              cfg->data_dir, lkv_arena_backend(s->arena) == LKV_ARENA_HOST ? "host" : "cuda",
@@ -415,6 +428,7 @@ int lkv_store_close(lkv_store *s)
     }
     lkv_stats_unregister(s->stats, s->stats_group); /* No stats_read runs after this. */
     lkv__writer_stop(s);
+    lkv__maint_stop(s);
     if (s->st.wb_failed != s->wb_failed_seen) {
         rc = LKV_EIO;
     }
@@ -535,6 +549,7 @@ static void fill_info(lkv_store *s, const doc *d, lkv_doc_info *o)
     o->profile = d->profile >= 0 ? &s->profiles[d->profile] : NULL;
     o->persisted = d->cold && !d->cold_busy;
     o->pins = d->user_pins;
+    o->held = lkv__held(s, d);
 }
 
 static void miss_info(lkv_doc_info *o, int cause)
@@ -635,6 +650,13 @@ int lkv_store_put_begin(lkv_store *s, const uint8_t salt[LKV_SALT_BYTES], const 
                         const uint32_t *tokens, uint32_t n_tokens, lkv_store_put **out,
                         lkv_dockey *key_out, int *exists)
 {
+    return lkv_store_put_begin_ex(s, salt, profile, tokens, n_tokens, NULL, out, key_out, exists);
+}
+
+int lkv_store_put_begin_ex(lkv_store *s, const uint8_t salt[LKV_SALT_BYTES], const char *profile,
+                           const uint32_t *tokens, uint32_t n_tokens, const lkv_put_opts *o,
+                           lkv_store_put **out, lkv_dockey *key_out, int *exists)
+{
     const lkv_profile *p;
     lkv_dockey k;
     int rc;
@@ -646,6 +668,9 @@ int lkv_store_put_begin(lkv_store *s, const uint8_t salt[LKV_SALT_BYTES], const 
     }
     if (salt == NULL) {
         return why(LKV_EINVAL, "no tenant salt");
+    }
+    if (o != NULL && (o->prio < -1 || o->prio > 1)) {
+        return why(LKV_EINVAL, "priority %d is not -1, 0 or +1", o->prio);
     }
     rc = lkv_profile_check_tokens(p, tokens, n_tokens, tl_why, (int)sizeof(tl_why));
     if (rc != 0) {
@@ -669,6 +694,9 @@ int lkv_store_put_begin(lkv_store *s, const uint8_t salt[LKV_SALT_BYTES], const 
     }
     doc *e = lkv__kidx_find(s, &k);
     if (e != NULL && e->state == ST_VISIBLE) {
+        if (o != NULL && o->hold) {
+            lkv__hold_doc(s, e);
+        }
         s->st.puts_inflight++;
         pthread_mutex_unlock(&s->mu);
         if (exists != NULL) {
@@ -711,6 +739,7 @@ int lkv_store_put_begin(lkv_store *s, const uint8_t salt[LKV_SALT_BYTES], const 
     d->n_blocks = n_blocks;
     d->block_bytes = block_bytes;
     d->created_ms = now_ms();
+    lkv__doc_opts(d, o, d->created_ms);
     rc = lkv__hot_admit(s, d);
     if (rc != 0) {
         lkv__slot_free(s, d);
@@ -1186,7 +1215,7 @@ int lkv_store_demote(lkv_store *s, const lkv_dockey *key)
     doc *d = lkv__kidx_find(s, key);
     if (d == NULL || d->state != ST_VISIBLE || !d->hot) {
         rc = LKV_ENOTFOUND;
-    } else if (d->hot_pins > 0 || d->promoting) {
+    } else if (d->hot_pins > 0 || d->promoting || lkv__held(s, d)) {
         rc = LKV_EBUSY;
     } else {
         lkv__demote(s, d);
@@ -1218,6 +1247,7 @@ void lkv_store_stats_get(lkv_store *s, lkv_store_stats *out)
     pthread_mutex_lock(&s->mu);
     *out = s->st;
     out->hot_docs = out->hot_blocks = out->cold_docs = out->cold_blocks = out->cold_bytes = 0;
+    out->hot_bytes_held = 0;
     for (uint32_t i = 0; i < s->n_slots; i++) {
         doc *d = s->slots[i];
         if (d == NULL || d->state != ST_VISIBLE) {
@@ -1226,6 +1256,7 @@ void lkv_store_stats_get(lkv_store *s, lkv_store_stats *out)
         if (d->hot && !d->promoting) {
             out->hot_docs++;
             out->hot_blocks += d->n_blocks;
+            out->hot_bytes_held += lkv__held(s, d) ? lkv__hot_bytes(s, d) : 0;
         }
         if (d->cold && !d->cold_busy) {
             out->cold_docs++;

@@ -97,6 +97,7 @@ enum lkv_miss_cause {
     LKV_MISS_DELETED = 3, /* Deleted by a caller, or dropped as corrupt. */
     LKV_MISS_PROFILE = 4, /* The same tokens are stored under another profile (token lookups)
                            * or the document's profile is not configured any more. */
+    LKV_MISS_EXPIRED = 5, /* Dropped when its TTL (put option ttl_ms) ran out. */
     LKV_MISS__COUNT
 };
 
@@ -108,7 +109,7 @@ const char *lkv_hot_backend_name(int backend);
 int lkv_durability_parse(const char *s, int *out);
 /* Returns "write-back", "write-through" or "unknown". */
 const char *lkv_durability_name(int mode);
-/* Returns "none", "never", "evicted", "deleted", "profile" or "unknown". */
+/* Returns "none", "never", "evicted", "deleted", "profile", "expired" or "unknown". */
 const char *lkv_miss_cause_name(int cause);
 
 /* Store configuration. Zero-initialise, then set fields. All pointers are borrowed for the
@@ -126,8 +127,9 @@ typedef struct lkv_store_config {
     int n_profiles;               /* >= 1. */
     uint32_t evicted_memory;      /* Recently evicted keys remembered; 0 = 65536. */
     uint64_t cold_min_blob_bytes; /* RocksDB min_blob_size; 0 = 64 KiB. */
-    lkv_stats *stats; /* Registry the store registers its stats in (borrowed: it must outlive
-                       * the store; one store per registry); NULL: the store makes its own. */
+    lkv_stats *stats;  /* Registry the store registers its stats in (borrowed: it must outlive
+                        * the store; one store per registry); NULL: the store makes its own. */
+    uint32_t maint_ms; /* Period of the maintenance thread's TTL sweep; 0 = 1000 ms. */
 } lkv_store_config;
 
 /* Opens (or creates) the store. Validates cfg (LKV_ECONFIG with a log line naming the field:
@@ -185,6 +187,7 @@ typedef struct lkv_doc_info {
     int persisted;              /* 1 if the document is in the cold tier. */
     uint32_t pins;              /* Caller pins (lkv_store_pin) held now. */
     int promoted;               /* get/pin: 1 if this call promoted it (then tier is COLD). */
+    int held;                   /* 1 if held (lkv_store_hold or a class hold): never evicted. */
 } lkv_doc_info;
 
 /* Looks up n keys (borrowed array) and writes n infos into out (caller-owned). Counts one hit
@@ -349,6 +352,10 @@ typedef struct lkv_store_stats {
     uint64_t wb_failed;      /* Writer failures (document stays hot only). */
     uint64_t corrupt_blocks; /* Blocks or records failing their check, or missing (doc dropped). */
     uint64_t reads_inflight; /* Open read handles. */
+    /* Residency controls. */
+    uint64_t expired;         /* Documents dropped when their TTL ran out. */
+    uint64_t class_evictions; /* Documents evicted or purged by lkv_store_evict_class. */
+    uint64_t hot_bytes_held;  /* Hot bytes of held documents (gauge). */
 } lkv_store_stats;
 
 /* Fills *out (caller-owned) with a consistent snapshot of the counters. */
@@ -374,6 +381,64 @@ typedef struct lkv_store_arena_info {
 } lkv_store_arena_info;
 
 void lkv_store_arena_info_get(lkv_store *s, lkv_store_arena_info *out);
+
+/* ---- Residency controls (DESIGN.md 4; the policy side in lkv_policy.h) -------------------
+ *
+ * Every document has a class id, tenant << 32 | profile index, where tenant is the caller's
+ * dense tenant index (the daemon's lkv_auth_index; 0 = the default tenant) given at put. Holds
+ * pin documents in both tiers' policies (never evicted; they count in bytes_pinned, so a put
+ * that finds the hot budget full of held documents gets LKV_ENOSPC); a priority orders
+ * eviction (-1 first, +1 last); a TTL drops the document (both tiers, miss cause
+ * LKV_MISS_EXPIRED) at the first maintenance sweep after it ran out (a thread of the store
+ * sweeps every maint_ms, so a TTL is exact to that period; a held or pinned expired document
+ * goes at the first sweep after its release). Tenant, priority and expiry are persisted with
+ * the document (cold record version 2); holds are not: per-document holds are runtime state,
+ * class holds are re-applied by whoever configures them (lazykvd: "hold = true" in a profile
+ * or tenant section) after every open. */
+
+/* Put options (lkv_store_put_begin_ex). Zero-initialise: all zero is a plain put. */
+typedef struct lkv_put_opts {
+    uint32_t tenant; /* Tenant index (the class id's high half). */
+    int prio;        /* -1 evict first, 0 normal, +1 evict last; else LKV_EINVAL. */
+    uint64_t ttl_ms; /* Drop the document ttl_ms after the put; 0 = never. */
+    int hold;        /* 1: hold the document from its commit (also one already stored). */
+} lkv_put_opts;
+
+/* lkv_store_put_begin with options (o may be NULL: a plain put). A document already stored
+ * keeps its class, priority and expiry (only hold applies to it). Same contract and errors,
+ * plus LKV_EINVAL for a priority outside -1..1 (lkv_store_why says so). */
+int lkv_store_put_begin_ex(lkv_store *s, const uint8_t salt[LKV_SALT_BYTES], const char *profile,
+                           const uint32_t *tokens, uint32_t n_tokens, const lkv_put_opts *o,
+                           lkv_store_put **out, lkv_dockey *key_out, int *exists);
+
+/* Holds (on = 1) or releases (on = 0) the document key. Holding a cold-only document promotes
+ * it first (LKV_ENOSPC if it cannot be made hot: nothing changes). Idempotent. LKV_ENOTFOUND
+ * if absent. A release leaves the document held if a class hold covers it. */
+int lkv_store_hold(lkv_store *s, const lkv_dockey *key, int on);
+
+/* A class: every document of tenant index tenant (< 0: any tenant) and/or of the profile named
+ * profile (NULL: any profile); at least one of the two must be given (else LKV_EINVAL). */
+
+/* Holds (on = 1) every present and future document of the class, or releases that hold (on =
+ * 0; LKV_ENOTFOUND if there is no such hold). Documents of the class in the cold tier only are
+ * held there and held hot when a get promotes them (a hold does not promote). Writes the
+ * number of documents of the class present into *n (may be NULL). LKV_EPROFILE for an unknown
+ * profile (lkv_store_why says which exist), LKV_ENOSPC beyond 16 class holds. */
+int lkv_store_hold_class(lkv_store *s, int64_t tenant, const char *profile, int on, uint64_t *n);
+
+/* Evicts every document of the class from the hot tier (demoting it, as the budget does);
+ * purge: drops them from both tiers instead (miss cause LKV_MISS_DELETED). Held and pinned
+ * (leased, being read or written) documents stay (a purge still drops the cold copy of a
+ * pinned hot one). Writes the documents evicted from the hot tier into *n_hot and those
+ * dropped from the cold tier into *n_cold (both may be NULL). Errors as lkv_store_hold_class
+ * (no LKV_ENOSPC). */
+int lkv_store_evict_class(lkv_store *s, int64_t tenant, const char *profile, int purge,
+                          uint64_t *n_hot, uint64_t *n_cold);
+
+/* Drops every unpinned, unheld document whose TTL ran out at now_ms (Unix ms; 0: the current
+ * time), from both tiers; the maintenance thread calls it every maint_ms. Writes the count into
+ * *n (may be NULL). Returns 0. */
+int lkv_store_expire(lkv_store *s, int64_t now_ms, uint64_t *n);
 
 /* Fault injection (tests): the next n RocksDB writes of this store fail with LKV_EIO, as a full
  * disk would. n = 0 clears. Also set at open from the environment variable

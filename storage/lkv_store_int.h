@@ -43,6 +43,10 @@
  * remove + admit + at most one pin, with no loop replaying the count. The policy's counted
  * pins stay as they are for its other user (the hit-rate simulator); lkv_policy.c is unchanged.
  *
+ * Holds (lkv_store_resid.c) are the one exception: an operator hold is a pin of the policy
+ * entry that no store count mirrors (the policy keeps it apart from the counted pins, so
+ * lkv__hot_unpin / lkv__cold_unpin work unchanged); d->held and s->holds say what is held.
+ *
  * Invariants: arena pages in use = sum over hot docs of n_blocks = hot policy bytes /
  * page_bytes; a policy victim is always VISIBLE with hot_pins == 0 (hot) or cold_pins == 0
  * (cold); a VISIBLE doc is hot or cold (or both); policy entry pinned iff the matching count
@@ -114,7 +118,20 @@ typedef struct doc {
     uint32_t next;          /* Key index chain (slot), or NIL. */
     uint32_t cnext;         /* Content index chain (slot), or NIL. */
     uint32_t qnext;         /* Write-back queue link (slot), or NIL. */
+    /* Residency (lkv_store_resid.c): the policy attributes of the doc (lkv__attrs). */
+    uint32_t tenant;    /* Tenant index (class id = tenant << 32 | profile). */
+    int8_t prio;        /* -1, 0, +1. */
+    unsigned held : 1;  /* An operator hold of this doc (lkv_store_hold; not persisted). */
+    int64_t expires_ms; /* TTL expiry, Unix ms; 0 = none. */
 } doc;
+
+/* A class hold of the store (value/mask over class ids), mirrored in both policies. */
+typedef struct lkv__class_hold {
+    uint64_t value, mask;
+} lkv__class_hold;
+
+#define LKV__MAX_CLASS_HOLDS 16
+#define LKV__CLS_DEAD        UINT64_MAX /* Class of DEAD docs' entries: no hold may match it. */
 
 /* A bounded memory of recently evicted or deleted keys, FIFO, with a chained hash on top. */
 typedef struct gone_ent {
@@ -167,6 +184,12 @@ struct lkv_store {
     int writer_busy;         /* 1 while the writer holds a doc. */
     uint64_t wb_failed_seen; /* wb_failed already reported by flush/close. */
     lkv_store_stats st;      /* Counters (tier sizes are computed in stats_get). */
+    /* Residency (lkv_store_resid.c), guarded by mu. */
+    lkv__class_hold holds[LKV__MAX_CLASS_HOLDS]; /* Class holds (not persisted). */
+    int nholds;                                  /* Entries in holds. */
+    pthread_cond_t mcv;                          /* Wakes the maintenance thread. */
+    pthread_t maint;                             /* Maintenance (TTL expiry) thread. */
+    int maint_started;                           /* 1 once it runs. */
 };
 
 struct lkv_store_put {
@@ -273,6 +296,29 @@ void lkv__wb_enqueue(lkv_store *s, doc *d);
 /* Write-through: persists COMMITTING d synchronously (drops s->mu during the write). Returns 0
  * with d cold, or the admit/write error with d not cold. */
 int lkv__write_through(lkv_store *s, doc *d);
+/* Residency: extern forms of the tier engine's policy callbacks (ctx = the store). */
+void lkv__hot_victim(void *ctx, uint64_t id, uint64_t bytes); /* Demote (hot eviction). */
+/* Removes d (cold, cold_pins == 0) from RocksDB; from_cb: called by the cold policy's evict
+ * callback (the policy drops the entry itself). */
+void lkv__cold_drop(lkv_store *s, doc *d, int from_cb);
+
+/* ---- lkv_store_resid.c: residency controls; s->mu required unless said otherwise --------- */
+
+/* The policy attributes of d: class (LKV__CLS_DEAD when DEAD), priority, expiry. */
+lkv_policy_attrs lkv__attrs(const lkv_store *s, const doc *d);
+/* Applies d's id hold (if d->held and VISIBLE or STAGING) in the policy p it was just admitted
+ * to. */
+void lkv__hold_apply(lkv_store *s, lkv_policy *p, doc *d);
+/* 1 if d is held (by an id hold or a class hold of the store). */
+int lkv__held(const lkv_store *s, const doc *d);
+/* Sets the residency fields of a new doc from put options (may be NULL). */
+void lkv__doc_opts(doc *d, const lkv_put_opts *o, int64_t now_ms);
+/* Holds existing VISIBLE d (a put with the hold option of a document already stored). */
+void lkv__hold_doc(lkv_store *s, doc *d);
+/* Starts / stops (after lkv__writer_stop) the maintenance thread (s->mu not held). */
+void lkv__maint_start(lkv_store *s);
+void lkv__maint_stop(lkv_store *s);
+
 /* Starts the writer thread (s->mu not held; before the store is shared). */
 void lkv__writer_start(lkv_store *s);
 /* Tells the writer to drain the queue and exit, and joins it (s->mu not held). */

@@ -1,0 +1,359 @@
+/*
+ * lkv_store_resid.c: the block store's residency controls (lkv_store.h, "Residency controls";
+ * internals and locking in lkv_store_int.h).
+ *
+ * The policies (lkv_policy.h) implement holds, classes, priorities and expiry over their
+ * entries; this file maps documents onto them:
+ *   class     tenant << 32 | profile index of the doc (LKV__CLS_DEAD for a DEAD doc's entry,
+ *             which no hold may select, so a dead doc's pages never stay held).
+ *   hold      a doc hold is d->held plus lkv_policy_hold in every policy the doc is in (applied
+ *             again after each admit and rekey: lkv__hold_apply); a class hold is an entry of
+ *             s->holds plus lkv_policy_hold_class on both policies (which holds future
+ *             admits itself).
+ *   evict     by class: lkv_policy_evict_class on the hot policy with the tier engine's demote
+ *             callback; a purge instead drops through drop_hot / drop_cold below, hot first (so
+ *             what stays hot is pinned), then cold.
+ *   expire    lkv_policy_expire on both policies with the same drop callbacks (cause
+ *             LKV_MISS_EXPIRED), from lkv_store_expire, which the maintenance thread calls every
+ *             maint_ms (a thread of its own, not the write-back writer, so a slow RocksDB write
+ *             never delays expiry and the writer's loop stays as it was).
+ * Drop callbacks run inside the policy's sweep of one tier and may change the other tier's
+ * policy only (the sweeping policy drops its victim itself).
+ */
+#include <inttypes.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "lkv_store_int.h"
+
+#define MASK_TENANT      0xffffffff00000000ull
+#define MASK_PROFILE     0x00000000ffffffffull
+#define DEFAULT_MAINT_MS 1000u
+
+static int64_t wall_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+static uint64_t cls_of(const doc *d)
+{
+    return (uint64_t)d->tenant << 32 | (uint32_t)d->profile;
+}
+
+lkv_policy_attrs lkv__attrs(const lkv_store *s, const doc *d)
+{
+    (void)s;
+    lkv_policy_attrs a;
+    a.cls = d->state == ST_DEAD ? LKV__CLS_DEAD : cls_of(d);
+    a.prio = d->prio;
+    a.expires = d->expires_ms > 0 ? (uint64_t)d->expires_ms : 0;
+    return a;
+}
+
+void lkv__hold_apply(lkv_store *s, lkv_policy *p, doc *d)
+{
+    (void)s;
+    if (d->held && d->state != ST_DEAD) {
+        MUST_OK(lkv_policy_hold(p, d->pid, 1));
+    }
+}
+
+int lkv__held(const lkv_store *s, const doc *d)
+{
+    if (d->state == ST_DEAD) {
+        return 0;
+    }
+    if (d->held) {
+        return 1;
+    }
+    uint64_t c = cls_of(d);
+    for (int i = 0; i < s->nholds; i++) {
+        if ((c & s->holds[i].mask) == s->holds[i].value) {
+            return 1;
+        }
+    }
+    return 0;
+}
+
+void lkv__doc_opts(doc *d, const lkv_put_opts *o, int64_t now_ms)
+{
+    if (o == NULL) {
+        return;
+    }
+    d->tenant = o->tenant;
+    d->prio = (int8_t)o->prio;
+    d->expires_ms = o->ttl_ms > 0 ? now_ms + (int64_t)o->ttl_ms : 0;
+    d->held = o->hold ? 1 : 0;
+}
+
+/* Sets or clears d's id hold in the policies it is in. */
+static void hold_set(lkv_store *s, doc *d, int on)
+{
+    d->held = on ? 1 : 0;
+    if (d->hot) {
+        MUST_OK(lkv_policy_hold(s->hotp, d->pid, on));
+    }
+    if (d->cold) {
+        MUST_OK(lkv_policy_hold(s->coldp, d->pid, on));
+    }
+}
+
+void lkv__hold_doc(lkv_store *s, doc *d)
+{
+    if (d->state == ST_VISIBLE) {
+        hold_set(s, d, 1);
+    }
+}
+
+int lkv_store_hold(lkv_store *s, const lkv_dockey *key, int on)
+{
+    if (s == NULL || key == NULL) {
+        return LKV_EINVAL;
+    }
+    if (on) {
+        /* A pin promotes a cold-only document (must be hot) and keeps it from going while the
+         * hold is set; the pin is dropped at once after. */
+        int rc = lkv_store_pin(s, key, NULL, 0, NULL);
+        if (rc != 0) {
+            return rc;
+        }
+    }
+    int rc = 0;
+    pthread_mutex_lock(&s->mu);
+    doc *d = lkv__kidx_find(s, key);
+    if (d == NULL || d->state != ST_VISIBLE) {
+        rc = LKV_ENOTFOUND; /* Only possible when on = 0: our pin keeps it visible. */
+    } else {
+        hold_set(s, d, on);
+        if (on) {
+            d->user_pins--;
+            lkv__hot_unpin(s, d);
+        }
+    }
+    pthread_mutex_unlock(&s->mu);
+    return rc;
+}
+
+/* Fills the class (value, mask) of tenant and/or profile. */
+static int class_of(lkv_store *s, int64_t tenant, const char *profile, uint64_t *value,
+                    uint64_t *mask)
+{
+    *value = *mask = 0;
+    if (tenant < 0 && profile == NULL) {
+        return LKV_EINVAL;
+    }
+    if (tenant >= (int64_t)UINT32_MAX) {
+        return LKV_EINVAL; /* 0xffffffff is LKV__CLS_DEAD's half. */
+    }
+    if (tenant >= 0) {
+        *value |= (uint64_t)tenant << 32;
+        *mask |= MASK_TENANT;
+    }
+    if (profile != NULL) {
+        const lkv_profile *p;
+        int rc = lkv_store_profile_get(s, profile, &p);
+        if (rc != 0) {
+            return rc;
+        }
+        *value |= (uint32_t)(p - lkv_store_profile_at(s, 0));
+        *mask |= MASK_PROFILE;
+    }
+    return 0;
+}
+
+/* Visible docs of class (value, mask). */
+static uint64_t class_count(const lkv_store *s, uint64_t value, uint64_t mask)
+{
+    uint64_t n = 0;
+    for (uint32_t i = 0; i < s->n_slots; i++) {
+        const doc *d = s->slots[i];
+        n += d != NULL && d->state == ST_VISIBLE && (cls_of(d) & mask) == value;
+    }
+    return n;
+}
+
+int lkv_store_hold_class(lkv_store *s, int64_t tenant, const char *profile, int on, uint64_t *n)
+{
+    uint64_t value, mask;
+    int rc = class_of(s, tenant, profile, &value, &mask);
+    if (rc != 0) {
+        return rc;
+    }
+    pthread_mutex_lock(&s->mu);
+    int i = 0;
+    while (i < s->nholds && !(s->holds[i].value == value && s->holds[i].mask == mask)) {
+        i++;
+    }
+    if (on && i == s->nholds && s->nholds == LKV__MAX_CLASS_HOLDS) {
+        rc = LKV_ENOSPC;
+    } else if (!on && i == s->nholds) {
+        rc = LKV_ENOTFOUND;
+    } else if (on && i == s->nholds) {
+        s->holds[s->nholds++] = (lkv__class_hold){value, mask};
+    } else if (!on) {
+        s->holds[i] = s->holds[--s->nholds];
+    }
+    if (rc == 0) {
+        /* The policies mirror the store's table (same limit): these cannot fail now. */
+        int h = lkv_policy_hold_class(s->hotp, value, mask, on);
+        int c = lkv_policy_hold_class(s->coldp, value, mask, on);
+        MUST_OK(h == LKV_ENOTFOUND && !on ? 0 : h);
+        MUST_OK(c == LKV_ENOTFOUND && !on ? 0 : c);
+        if (n != NULL) {
+            *n = class_count(s, value, mask);
+        }
+    }
+    pthread_mutex_unlock(&s->mu);
+    return rc;
+}
+
+/* ---- dropping (purge, expiry) ------------------------------------------------------------- */
+
+typedef struct drop_ctx {
+    lkv_store *s;
+    int cause;     /* LKV_MISS_DELETED (purge) or LKV_MISS_EXPIRED. */
+    uint64_t gone; /* Documents that left the store. */
+} drop_ctx;
+
+/* Hot victim of a purge or expiry: leaves the store (both tiers), never demoted. */
+static void drop_hot(void *ctx, uint64_t id, uint64_t bytes)
+{
+    drop_ctx *c = ctx;
+    lkv_store *s = c->s;
+    doc *d = lkv__pid_find(s, id);
+    (void)bytes;
+    if (d == NULL || !d->hot || d->hot_pins != 0 || d->state != ST_VISIBLE) {
+        lkv_panic("store invariant: a residency victim that is not a visible unpinned hot doc");
+    }
+    s->st.evictions_hot++;
+    lkv_arena_free(s->arena, d->n_blocks, d->pages);
+    d->hot = 0;
+    free(d->tokens);
+    d->tokens = NULL;
+    lkv__kill(s, d, c->cause, 0); /* Drops the cold copy too (later, if it is being written). */
+    lkv__settle(s, d);
+    c->gone++;
+}
+
+/* Cold victim of a purge or expiry: its data goes; a doc still hot (pinned there: the hot
+ * sweep ran first) stays, hot only. */
+static void drop_cold(void *ctx, uint64_t id, uint64_t bytes)
+{
+    drop_ctx *c = ctx;
+    lkv_store *s = c->s;
+    doc *d = lkv__pid_find(s, id);
+    (void)bytes;
+    if (d == NULL || !d->cold || d->cold_pins != 0 || d->state != ST_VISIBLE) {
+        lkv_panic("store invariant: a residency victim that is not a visible unpinned cold doc");
+    }
+    s->st.evictions_cold++;
+    lkv__cold_drop(s, d, 1);
+    if (!d->hot) {
+        lkv__kill(s, d, c->cause, 0);
+        lkv__settle(s, d);
+        c->gone++;
+    }
+}
+
+int lkv_store_evict_class(lkv_store *s, int64_t tenant, const char *profile, int purge,
+                          uint64_t *n_hot, uint64_t *n_cold)
+{
+    uint64_t value, mask, nh = 0, nc = 0;
+    int rc = class_of(s, tenant, profile, &value, &mask);
+    if (rc != 0) {
+        return rc;
+    }
+    pthread_mutex_lock(&s->mu);
+    if (purge) {
+        drop_ctx c = {s, LKV_MISS_DELETED, 0};
+        MUST_OK(lkv_policy_evict_class(s->hotp, value, mask, drop_hot, &c, &nh));
+        MUST_OK(lkv_policy_evict_class(s->coldp, value, mask, drop_cold, &c, &nc));
+    } else {
+        MUST_OK(lkv_policy_evict_class(s->hotp, value, mask, lkv__hot_victim, s, &nh));
+    }
+    s->st.class_evictions += nh + nc;
+    pthread_cond_broadcast(&s->cv);
+    pthread_mutex_unlock(&s->mu);
+    if (n_hot != NULL) {
+        *n_hot = nh;
+    }
+    if (n_cold != NULL) {
+        *n_cold = nc;
+    }
+    return 0;
+}
+
+/* Both sweeps of an expiry (lock held). Returns the documents that left the store. */
+static uint64_t expire_locked(lkv_store *s, int64_t now)
+{
+    drop_ctx c = {s, LKV_MISS_EXPIRED, 0};
+    MUST_OK(lkv_policy_expire(s->hotp, (uint64_t)now, drop_hot, &c, NULL));
+    MUST_OK(lkv_policy_expire(s->coldp, (uint64_t)now, drop_cold, &c, NULL));
+    s->st.expired += c.gone;
+    if (c.gone > 0) {
+        pthread_cond_broadcast(&s->cv);
+    }
+    return c.gone;
+}
+
+int lkv_store_expire(lkv_store *s, int64_t now_ms, uint64_t *n)
+{
+    if (now_ms <= 0) {
+        now_ms = wall_ms();
+    }
+    pthread_mutex_lock(&s->mu);
+    uint64_t k = expire_locked(s, now_ms);
+    pthread_mutex_unlock(&s->mu);
+    if (n != NULL) {
+        *n = k;
+    }
+    return 0;
+}
+
+/* ---- maintenance thread --------------------------------------------------------------------- */
+
+static void *maint_main(void *arg)
+{
+    lkv_store *s = arg;
+    uint32_t period = s->cfg.maint_ms ? s->cfg.maint_ms : DEFAULT_MAINT_MS;
+    pthread_mutex_lock(&s->mu);
+    while (!s->stopping) {
+        struct timespec ts;
+        clock_gettime(CLOCK_REALTIME, &ts);
+        uint64_t ns = (uint64_t)ts.tv_nsec + (uint64_t)period * 1000000u;
+        ts.tv_sec += (time_t)(ns / 1000000000u);
+        ts.tv_nsec = (long)(ns % 1000000000u);
+        pthread_cond_timedwait(&s->mcv, &s->mu, &ts);
+        if (!s->stopping) {
+            expire_locked(s, wall_ms());
+        }
+    }
+    pthread_mutex_unlock(&s->mu);
+    return NULL;
+}
+
+void lkv__maint_start(lkv_store *s)
+{
+    pthread_cond_init(&s->mcv, NULL);
+    if (pthread_create(&s->maint, NULL, maint_main, s) != 0) {
+        lkv_panic("store: cannot start the maintenance thread");
+    }
+    s->maint_started = 1;
+}
+
+void lkv__maint_stop(lkv_store *s)
+{
+    if (!s->maint_started) {
+        return;
+    }
+    pthread_mutex_lock(&s->mu);
+    s->stopping = 1;
+    pthread_cond_broadcast(&s->mcv);
+    pthread_mutex_unlock(&s->mu);
+    pthread_join(s->maint, NULL);
+    pthread_cond_destroy(&s->mcv);
+    s->maint_started = 0;
+}
