@@ -270,7 +270,22 @@ int lkv_store_evict_class(lkv_store *s, int64_t tenant, const char *profile, int
     if (purge) {
         drop_ctx c = {s, LKV_MISS_DELETED, 0};
         MUST_OK(lkv_policy_evict_class(s->hotp, value, mask, drop_hot, &c, &nh));
+        /* What stayed hot is pinned there (leased, read, written): it keeps its cold copy. */
+        uint32_t *kept = lkv_xmalloc(sizeof(uint32_t) * (s->n_slots + 1));
+        uint32_t nk = 0;
+        for (uint32_t i = 0; i < s->n_slots; i++) {
+            doc *d = s->slots[i];
+            if (d != NULL && d->state == ST_VISIBLE && d->hot && d->cold &&
+                (cls_of(d) & mask) == value) {
+                lkv__cold_pin(s, d);
+                kept[nk++] = i;
+            }
+        }
         MUST_OK(lkv_policy_evict_class(s->coldp, value, mask, drop_cold, &c, &nc));
+        for (uint32_t i = 0; i < nk; i++) {
+            lkv__cold_unpin(s, s->slots[kept[i]]);
+        }
+        free(kept);
     } else {
         MUST_OK(lkv_policy_evict_class(s->hotp, value, mask, lkv__hot_victim, s, &nh));
     }
