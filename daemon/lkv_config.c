@@ -235,6 +235,10 @@ static const opt opts[] = {
      "documents one lease may pin"},
     {"max_lease_ttl", OPT_DURATION, OFF(max_lease_ttl_ms), 0, 1, 86400000, "60s",
      "longest lease an Attach may ask for (renew by attaching again), ms"},
+    {"hold_profiles", OPT_STRING, OFF(hold_profiles), sizeof(((lkv_config *)0)->hold_profiles), 0,
+     0, "", "profiles whose documents are held hot (never evicted), comma-separated"},
+    {"hold_tenants", OPT_STRING, OFF(hold_tenants), sizeof(((lkv_config *)0)->hold_tenants), 0, 0,
+     "", "tenants whose documents are held hot (never evicted), comma-separated"},
 };
 #define N_OPTS ((int)(sizeof(opts) / sizeof(opts[0])))
 
@@ -930,6 +934,66 @@ int lkv_config_load_file(lkv_config *c, const char *path, char *err, size_t errl
     return rc;
 }
 
+int lkv_config_each_name(const char *list, int (*fn)(void *ctx, const char *name), void *ctx)
+{
+    char name[LKV_PROFILE_NAME_MAX + 64];
+    const char *p = list;
+    while (p != NULL && *p != '\0') {
+        const char *e = strchr(p, ',');
+        size_t n = e != NULL ? (size_t)(e - p) : strlen(p);
+        while (n > 0 && (*p == ' ' || *p == '\t')) {
+            p++;
+            n--;
+        }
+        while (n > 0 && (p[n - 1] == ' ' || p[n - 1] == '\t')) {
+            n--;
+        }
+        if (n > 0) {
+            snprintf(name, sizeof(name), "%.*s", (int)(n < sizeof(name) ? n : sizeof(name) - 1), p);
+            int rc = fn(ctx, name);
+            if (rc != 0) {
+                return rc;
+            }
+        }
+        p = e != NULL ? e + 1 : NULL;
+    }
+    return 0;
+}
+
+/* Validation of hold_profiles / hold_tenants: remembers the first bad name. */
+typedef struct hold_check {
+    const lkv_config *c;
+    char *bad;
+} hold_check;
+
+static int hold_bad(hold_check *h, const char *name)
+{
+    static _Thread_local char bad[128];
+    snprintf(bad, sizeof(bad), "%s", name);
+    h->bad = bad;
+    return 1;
+}
+
+static int hold_profile_ok(void *ctx, const char *name)
+{
+    hold_check *h = ctx;
+    return lkv_config_profile(h->c, name) != NULL ? 0 : hold_bad(h, name);
+}
+
+static int hold_tenant_ok(void *ctx, const char *name)
+{
+    hold_check *h = ctx;
+    if (strcmp(name, LKV_AUTH_DEFAULT_TENANT) == 0) {
+        return 0;
+    }
+    for (int i = 0; i < h->c->n_tenants; i++) {
+        if (strcmp(h->c->tenants[i].name, name) == 0) {
+            return 0;
+        }
+    }
+    return hold_bad(h, name);
+}
+
 int lkv_config_validate(lkv_config *c, char *err, size_t errlen)
 {
     /* listen: host:port, port 0..65535; IPv6 hosts in brackets. */
@@ -978,6 +1042,17 @@ int lkv_config_validate(lkv_config *c, char *err, size_t errlen)
         if (bb > max_block) {
             max_block = bb;
         }
+    }
+    hold_check hc = {c, NULL};
+    if (lkv_config_each_name(c->hold_profiles, hold_profile_ok, &hc) != 0) {
+        return fail(err, errlen, "option 'hold_profiles': no profile '%.64s' is configured",
+                    hc.bad);
+    }
+    if (lkv_config_each_name(c->hold_tenants, hold_tenant_ok, &hc) != 0) {
+        return fail(err, errlen,
+                    "option 'hold_tenants': no tenant '%.64s' (a [tenant NAME] section, or "
+                    "\"" LKV_AUTH_DEFAULT_TENANT "\")",
+                    hc.bad);
     }
     if (c->hot_bytes < max_block) {
         char a[32], b[32];

@@ -672,6 +672,9 @@ int lkv_store_put_begin_ex(lkv_store *s, const uint8_t salt[LKV_SALT_BYTES], con
     if (o != NULL && (o->prio < -1 || o->prio > 1)) {
         return why(LKV_EINVAL, "priority %d is not -1, 0 or +1", o->prio);
     }
+    if (o != NULL && o->ttl_ms > LKV_PUT_TTL_MAX_MS) {
+        return why(LKV_EINVAL, "ttl_ms %" PRIu64 " is more than 100 years", o->ttl_ms);
+    }
     rc = lkv_profile_check_tokens(p, tokens, n_tokens, tl_why, (int)sizeof(tl_why));
     if (rc != 0) {
         return rc;

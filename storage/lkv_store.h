@@ -396,6 +396,8 @@ void lkv_store_arena_info_get(lkv_store *s, lkv_store_arena_info *out);
  * class holds are re-applied by whoever configures them (lazykvd: "hold = true" in a profile
  * or tenant section) after every open. */
 
+#define LKV_PUT_TTL_MAX_MS 3155760000000ull /* 100 years. */
+
 /* Put options (lkv_store_put_begin_ex). Zero-initialise: all zero is a plain put. */
 typedef struct lkv_put_opts {
     uint32_t tenant; /* Tenant index (the class id's high half). */
@@ -406,7 +408,8 @@ typedef struct lkv_put_opts {
 
 /* lkv_store_put_begin with options (o may be NULL: a plain put). A document already stored
  * keeps its class, priority and expiry (only hold applies to it). Same contract and errors,
- * plus LKV_EINVAL for a priority outside -1..1 (lkv_store_why says so). */
+ * plus LKV_EINVAL for a priority outside -1..1 or a ttl_ms above LKV_PUT_TTL_MAX_MS
+ * (lkv_store_why says so). */
 int lkv_store_put_begin_ex(lkv_store *s, const uint8_t salt[LKV_SALT_BYTES], const char *profile,
                            const uint32_t *tokens, uint32_t n_tokens, const lkv_put_opts *o,
                            lkv_store_put **out, lkv_dockey *key_out, int *exists);
