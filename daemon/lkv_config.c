@@ -164,6 +164,7 @@ char *lkv_format_bytes(uint64_t n, char *buf, size_t len)
 
 enum opt_kind {
     OPT_STRING,   /* char array, size in `size`. */
+    OPT_LIST,     /* char array, size in `size`: a comma-separated list, may be empty. */
     OPT_SIZE,     /* uint64_t bytes. */
     OPT_INT,      /* int in [min, max]. */
     OPT_U32,      /* uint32_t in [min, max]. */
@@ -182,7 +183,7 @@ typedef struct opt {
     const char *name; /* Option key. */
     int kind;         /* enum opt_kind. */
     size_t off;       /* Offset in lkv_config. */
-    size_t size;      /* OPT_STRING: array size. */
+    size_t size;      /* OPT_STRING, OPT_LIST: array size. */
     uint64_t min;     /* Numeric bounds (inclusive). */
     uint64_t max;
     const char *def;  /* Default, as text (what lkv_config_defaults sets). */
@@ -235,10 +236,10 @@ static const opt opts[] = {
      "documents one lease may pin"},
     {"max_lease_ttl", OPT_DURATION, OFF(max_lease_ttl_ms), 0, 1, 86400000, "60s",
      "longest lease an Attach may ask for (renew by attaching again), ms"},
-    {"hold_profiles", OPT_STRING, OFF(hold_profiles), sizeof(((lkv_config *)0)->hold_profiles), 0,
-     0, "", "profiles whose documents are held hot (never evicted), comma-separated"},
-    {"hold_tenants", OPT_STRING, OFF(hold_tenants), sizeof(((lkv_config *)0)->hold_tenants), 0, 0,
-     "", "tenants whose documents are held hot (never evicted), comma-separated"},
+    {"hold_profiles", OPT_LIST, OFF(hold_profiles), sizeof(((lkv_config *)0)->hold_profiles), 0, 0,
+     "", "profiles whose documents are held hot (never evicted), comma-separated"},
+    {"hold_tenants", OPT_LIST, OFF(hold_tenants), sizeof(((lkv_config *)0)->hold_tenants), 0, 0, "",
+     "tenants whose documents are held hot (never evicted), comma-separated"},
 };
 #define N_OPTS ((int)(sizeof(opts) / sizeof(opts[0])))
 
@@ -312,7 +313,8 @@ static int set_opt(lkv_config *c, const opt *o, const char *value, char *err, si
     uint64_t u;
     switch (o->kind) {
     case OPT_STRING:
-        if (value[0] == '\0') {
+    case OPT_LIST:
+        if (value[0] == '\0' && o->kind == OPT_STRING) {
             return fail(err, errlen, "option '%s': must not be empty", o->name);
         }
         if (strlen(value) >= o->size) {
