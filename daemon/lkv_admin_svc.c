@@ -508,7 +508,8 @@ static int evict(void *arg, lkv_rpc *rpc, const ProtobufCMessage *m)
         return lkv_rpc_errorf(rpc, rc, "document %s is not in the hot tier", hex);
     }
     if (rc == LKV_EBUSY) {
-        return lkv_rpc_errorf(rpc, rc, "document %s is pinned or being read; retry later", hex);
+        return lkv_rpc_errorf(rpc, rc, "document %s is pinned, held or being read; retry later",
+                              hex);
     }
     if (rc != 0) {
         return lkv_rpc_errorf(rpc, rc, "Evict of %s failed: %s", hex, lkv_strerror(rc));

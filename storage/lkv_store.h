@@ -304,7 +304,7 @@ int lkv_store_pin(lkv_store *s, const lkv_dockey *key, uint32_t *pages, uint32_t
 int lkv_store_unpin(lkv_store *s, const lkv_dockey *key);
 
 /* Demotes key out of the hot tier now (persisting it first if needed), as an admin "evict".
- * LKV_ENOTFOUND if absent or not hot, LKV_EBUSY if pinned or being read. */
+ * LKV_ENOTFOUND if absent or not hot, LKV_EBUSY if pinned, held (lkv_store_hold) or being read. */
 int lkv_store_demote(lkv_store *s, const lkv_dockey *key);
 
 /* Calls fn(ctx, key, info) for every visible document (order unspecified), under the store lock:
