@@ -1289,6 +1289,7 @@ static int class_args(const char *cmd, int argc, char **argv, const char *flag, 
                       const char **profile, int *flag_set, const char **key)
 {
     int any = 0;
+    const char *extra = NULL;
     *tenant = *profile = *key = NULL;
     *flag_set = 0;
     for (int i = 0; i < argc; i++) {
@@ -1305,10 +1306,13 @@ static int class_args(const char *cmd, int argc, char **argv, const char *flag, 
         } else if (a[0] == '-') {
             return usage_err(cmd, "unknown option %s", a);
         } else if (*key != NULL) {
-            return usage_err(cmd, "unexpected argument %s", a);
+            extra = a;
         } else {
             *key = a;
         }
+    }
+    if (any && extra != NULL) {
+        return usage_err(cmd, "unexpected argument %s", extra);
     }
     return any ? EXIT_OK : -1;
 }
@@ -1422,6 +1426,9 @@ static int cmd_hold(cli *x, int argc, char **argv)
     int cx = class_args("hold", argc, argv, "--off", &tenant, &profile, &off, &key);
     if (cx > 0) {
         return cx;
+    }
+    if (cx < 0 && argc > 1) {
+        return usage_err("hold", "unexpected argument %s", argv[1]);
     }
     if (key != NULL && (tenant != NULL || profile != NULL)) {
         return usage_err("hold", "give a KEY or a class (--tenant/--profile), not both", NULL);
