@@ -53,7 +53,9 @@
  *   ttl       an expiry time in the caller's clock (0: none); lkv_policy_expire evicts what
  *             expired (a sweep over the entries, O(n): call it periodically, not per request).
  *
- * Store integration (proposed, not wired yet): class id = tenant << 32 | profile index. Put
+ * Store integration (wired: storage/lkv_store_resid.c; it differs from this sketch where noted
+ * there: holds apply to both tiers, purge and expiry drop hot victims instead of demoting
+ * them, and the sweep has its own thread): class id = tenant << 32 | profile index. Put
  * with options {prio, ttl_ms, hold} calls lkv_policy_admit_ex on both tiers with expires =
  * now_ms + ttl_ms, then lkv_policy_hold if asked. Admin Hold(key | tenant | profile, on) maps
  * to lkv_policy_hold (promoting a cold document first) or lkv_policy_hold_class with mask
