@@ -55,10 +55,11 @@
  *
  * Store integration (wired: storage/lkv_store_resid.c; it differs from this sketch where noted
  * there: holds apply to both tiers, purge and expiry drop hot victims instead of demoting
- * them, and the sweep has its own thread): class id = tenant << 32 | profile index. Put
- * with options {prio, ttl_ms, hold} calls lkv_policy_admit_ex on both tiers with expires =
- * now_ms + ttl_ms, then lkv_policy_hold if asked. Admin Hold(key | tenant | profile, on) maps
- * to lkv_policy_hold (promoting a cold document first) or lkv_policy_hold_class with mask
+ * them, and the TTL sweep has its own thread and walks the store's documents in batches rather
+ * than calling lkv_policy_expire, to bound how long it holds the store lock): class id = tenant <<
+ * 32 | profile index. Put with options {prio, ttl_ms, hold} calls lkv_policy_admit_ex on both tiers
+ * with expires = now_ms + ttl_ms, then lkv_policy_hold if asked. Admin Hold(key | tenant | profile,
+ * on) maps to lkv_policy_hold (promoting a cold document first) or lkv_policy_hold_class with mask
  * 0xffffffff00000000 (tenant), 0x00000000ffffffff (profile) or ~0 (both), on the hot policy;
  * Admin Evict(tenant | profile) to lkv_policy_evict_class on the hot policy with the store's
  * usual eviction callback (demote to cold) and, for a purge, on the cold policy (delete). The

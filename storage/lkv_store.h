@@ -438,8 +438,9 @@ int lkv_store_evict_class(lkv_store *s, int64_t tenant, const char *profile, int
                           uint64_t *n_hot, uint64_t *n_cold);
 
 /* Drops every unpinned, unheld document whose TTL ran out at now_ms (Unix ms; 0: the current
- * time), from both tiers; the maintenance thread calls it every maint_ms. Writes the count into
- * *n (may be NULL). Returns 0. */
+ * time), from both tiers; the maintenance thread calls it every maint_ms. It lets the store
+ * lock go after every 64 drops (each is a RocksDB delete), so a mass expiry does not stall other
+ * callers. Writes the count into *n (may be NULL). Returns 0. */
 int lkv_store_expire(lkv_store *s, int64_t now_ms, uint64_t *n);
 
 /* Fault injection (tests): the next n RocksDB writes of this store fail with LKV_EIO, as a full

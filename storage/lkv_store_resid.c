@@ -13,10 +13,11 @@
  *   evict     by class: lkv_policy_evict_class on the hot policy with the tier engine's demote
  *             callback; a purge instead drops through drop_hot / drop_cold below, hot first (so
  *             what stays hot is pinned), then cold.
- *   expire    lkv_policy_expire on both policies with the same drop callbacks (cause
- *             LKV_MISS_EXPIRED), from lkv_store_expire, which the maintenance thread calls every
- *             maint_ms (a thread of its own, not the write-back writer, so a slow RocksDB write
- *             never delays expiry and the writer's loop stays as it was).
+ *   expire    a sweep of the slot table (not lkv_policy_expire: see expire_locked) that kills
+ *             what ran out (cause LKV_MISS_EXPIRED) in batches, letting the lock go between
+ *             them; run by lkv_store_expire, which the maintenance thread calls every maint_ms
+ *             (a thread of its own, not the write-back writer, so a slow RocksDB write never
+ *             delays expiry and the writer's loop stays as it was).
  * Drop callbacks run inside the policy's sweep of one tier and may change the other tier's
  * policy only (the sweeping policy drops its victim itself).
  */
@@ -30,6 +31,8 @@
 #define MASK_TENANT      0xffffffff00000000ull
 #define MASK_PROFILE     0x00000000ffffffffull
 #define DEFAULT_MAINT_MS 1000u
+#define EXPIRE_BATCH     64u     /* Drops between two releases of the lock in an expiry sweep. */
+#define EXPIRE_PAUSE_NS  100000L /* Time off the lock between batches. */
 
 static int64_t wall_ms(void)
 {
@@ -210,15 +213,15 @@ int lkv_store_hold_class(lkv_store *s, int64_t tenant, const char *profile, int 
     return rc;
 }
 
-/* ---- dropping (purge, expiry) ------------------------------------------------------------- */
+/* ---- dropping (purge) --------------------------------------------------------------------- */
 
 typedef struct drop_ctx {
     lkv_store *s;
-    int cause;     /* LKV_MISS_DELETED (purge) or LKV_MISS_EXPIRED. */
+    int cause;     /* LKV_MISS_DELETED. */
     uint64_t gone; /* Documents that left the store. */
 } drop_ctx;
 
-/* Hot victim of a purge or expiry: leaves the store (both tiers), never demoted. */
+/* Hot victim of a purge: leaves the store (both tiers), never demoted. */
 static void drop_hot(void *ctx, uint64_t id, uint64_t bytes)
 {
     drop_ctx *c = ctx;
@@ -238,7 +241,7 @@ static void drop_hot(void *ctx, uint64_t id, uint64_t bytes)
     c->gone++;
 }
 
-/* Cold victim of a purge or expiry: its data goes; a doc still hot (pinned there: the hot
+/* Cold victim of a purge: its data goes; a doc still hot (pinned there: the hot
  * sweep ran first) stays, hot only. */
 static void drop_cold(void *ctx, uint64_t id, uint64_t bytes)
 {
@@ -301,17 +304,40 @@ int lkv_store_evict_class(lkv_store *s, int64_t tenant, const char *profile, int
     return 0;
 }
 
-/* Both sweeps of an expiry (lock held). Returns the documents that left the store. */
+/* The expiry sweep (lock held): every VISIBLE doc whose TTL ran out and that nothing pins or
+ * holds dies (both tiers, as a delete does). The sweep walks the slot table, not the policies
+ * (they would drop each victim through a callback, all under one lock hold): after every
+ * EXPIRE_BATCH drops it lets the lock go for a moment, so a mass expiry (each drop is a RocksDB
+ * delete) never stalls the store's callers for long. Returns the documents dropped. */
 static uint64_t expire_locked(lkv_store *s, int64_t now)
 {
-    drop_ctx c = {s, LKV_MISS_EXPIRED, 0};
-    MUST_OK(lkv_policy_expire(s->hotp, (uint64_t)now, drop_hot, &c, NULL));
-    MUST_OK(lkv_policy_expire(s->coldp, (uint64_t)now, drop_cold, &c, NULL));
-    s->st.expired += c.gone;
-    if (c.gone > 0) {
+    uint64_t gone = 0;
+    uint32_t batch = 0;
+    for (uint32_t i = 0; i < s->n_slots; i++) {
+        doc *d = s->slots[i];
+        if (d == NULL || d->state != ST_VISIBLE || d->expires_ms <= 0 || d->expires_ms > now ||
+            d->hot_pins > 0 || d->cold_pins > 0 || d->promoting || lkv__held(s, d)) {
+            continue;
+        }
+        lkv__kill(s, d, LKV_MISS_EXPIRED, 0);
+        lkv__settle(s, d);
+        gone++;
+        s->st.expired++;
+        if (++batch == EXPIRE_BATCH) {
+            batch = 0;
+            pthread_cond_broadcast(&s->cv);
+            pthread_mutex_unlock(&s->mu);
+            /* A moment off the lock: long enough for a woken waiter to take it (a mutex is
+             * not fair, and a bare yield lets this thread take it back first). */
+            struct timespec pause = {0, EXPIRE_PAUSE_NS};
+            nanosleep(&pause, NULL);
+            pthread_mutex_lock(&s->mu);
+        }
+    }
+    if (gone > 0) {
         pthread_cond_broadcast(&s->cv);
     }
-    return c.gone;
+    return gone;
 }
 
 int lkv_store_expire(lkv_store *s, int64_t now_ms, uint64_t *n)

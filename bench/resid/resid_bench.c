@@ -7,13 +7,21 @@
  *   expire     lkv_store_expire when nothing expired (the maintenance thread's idle sweep,
  *              every second, under the store lock) and when all N expired (then it drops them);
  *   hold_class lkv_store_hold_class on / off of a tenant holding half the documents;
- *   evict      lkv_store_evict_class of that tenant (demotion to the cold tier).
+ *   evict      lkv_store_evict_class of that tenant (demotion to the cold tier);
+ *   max lookup the longest lookup of a concurrent reader thread during the mass expiry (how
+ *              long the sweep holds the store lock at a stretch, as a caller sees it), against
+ *              the baseline: the same number of drops in one lock hold (a purge of the plain
+ *              documents, through the policy's evict callbacks), with the same reader.
+ * All times in ms except the puts (us per put, the median of chunks of 250).
  * Prints a table and writes JSON (argv[1], default resid_bench.json). Usage:
  *   resid_bench [OUT.json] [N...]   (default N: 1000 10000 50000)
  */
+#include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sched.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -110,11 +118,59 @@ static double median(double *v, uint32_t n)
     return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
 }
 
+/* A reader looping lookups while a sweep runs: the longest one is how long the sweep kept the
+ * store lock at a stretch (as a caller sees it). */
+typedef struct prober {
+    lkv_store *s;
+    atomic_int stop;
+    double max_s;
+    uint64_t n;
+} prober;
+
+static void *probe_main(void *arg)
+{
+    prober *p = arg;
+    lkv_dockey k;
+    memset(&k, 0x5a, sizeof k);
+    while (!atomic_load(&p->stop)) {
+        lkv_doc_info in;
+        double t0 = now_s();
+        lkv_store_lookup(p->s, &k, 1, &in);
+        double t = now_s() - t0;
+        p->max_s = t > p->max_s ? t : p->max_s;
+        p->n++;
+    }
+    return NULL;
+}
+
+static pthread_t probe_thread;
+
+static void probe_start(prober *p, lkv_store *s)
+{
+    memset(p, 0, sizeof *p);
+    p->s = s;
+    pthread_create(&probe_thread, NULL, probe_main, p);
+    while (p->n < 100) {
+        sched_yield();
+    }
+    p->max_s = 0;
+}
+
+/* Stops the prober; returns its longest lookup in ms. */
+static double probe_stop(prober *p)
+{
+    atomic_store(&p->stop, 1);
+    pthread_join(probe_thread, NULL);
+    return p->max_s * 1e3;
+}
+
 typedef struct row {
     uint32_t n;
     double put_plain_us, put_opts_us;     /* Per put. */
     double expire_idle_ms, expire_all_ms; /* Per sweep. */
     double hold_on_ms, hold_off_ms, evict_ms;
+    double lookup_max_ms; /* Longest lookup of a concurrent reader during the mass expiry. */
+    double purge_ms, purge_lookup_max_ms; /* The same drops in one lock hold (baseline). */
 } row;
 
 static row measure(uint32_t n)
@@ -183,9 +239,25 @@ static row measure(uint32_t n)
                 n - half);
         exit(1);
     }
+    prober pr;
+    probe_start(&pr, s);
     t0 = now_s();
     must(lkv_store_expire(s, wall_ms() + 700000, &k), "expire all");
     r.expire_all_ms = (now_s() - t0) * 1e3;
+    r.lookup_max_ms = probe_stop(&pr);
+    /* The baseline of that stall: the same drops (the n plain documents, both tiers) in one
+     * lock hold, as a purge does them (and as lkv_policy_expire's callbacks would). */
+    uint64_t ph = 0, pc = 0;
+    probe_start(&pr, s);
+    t0 = now_s();
+    must(lkv_store_evict_class(s, 0, NULL, 1, &ph, &pc), "purge");
+    r.purge_ms = (now_s() - t0) * 1e3;
+    r.purge_lookup_max_ms = probe_stop(&pr);
+    if (ph + pc != n) {
+        fprintf(stderr, "resid_bench: purged %llu, expected %u\n", (unsigned long long)(ph + pc),
+                n);
+        exit(1);
+    }
     if (k != n) {
         fprintf(stderr, "resid_bench: expired %llu, expected %u\n", (unsigned long long)k, n);
         exit(1);
@@ -212,13 +284,15 @@ int main(int argc, char **argv)
     }
     lkv_log_set_level(LKV_LOG_WARN);
     row rows[16];
-    printf("%8s %12s %12s %14s %14s %11s %11s %11s\n", "docs", "put us", "put+opt us",
-           "expire idle ms", "expire all ms", "hold on ms", "hold off ms", "evict ms");
+    printf("%7s %7s %8s %11s %10s %10s %9s %10s %8s %8s %8s\n", "docs", "put us", "+opt us",
+           "expire idle", "expire all", "max lookup", "purge ms", "max lookup", "hold on",
+           "hold off", "evict");
     for (int i = 0; i < nn; i++) {
         rows[i] = measure(ns[i]);
         row *r = &rows[i];
-        printf("%8u %12.2f %12.2f %14.3f %14.2f %11.3f %11.3f %11.2f\n", r->n, r->put_plain_us,
-               r->put_opts_us, r->expire_idle_ms, r->expire_all_ms, r->hold_on_ms, r->hold_off_ms,
+        printf("%7u %7.2f %8.2f %11.3f %10.1f %10.2f %9.1f %10.2f %8.3f %8.3f %8.2f\n", r->n,
+               r->put_plain_us, r->put_opts_us, r->expire_idle_ms, r->expire_all_ms,
+               r->lookup_max_ms, r->purge_ms, r->purge_lookup_max_ms, r->hold_on_ms, r->hold_off_ms,
                r->evict_ms);
     }
     FILE *f = fopen(out, "w");
@@ -229,12 +303,15 @@ int main(int argc, char **argv)
     fprintf(f, "{\"bench\": \"resid_bench\", \"rows\": [");
     for (int i = 0; i < nn; i++) {
         row *r = &rows[i];
-        fprintf(f,
-                "%s{\"docs\": %u, \"put_us\": %.3f, \"put_opts_us\": %.3f, \"expire_idle_ms\": "
-                "%.4f, \"expire_all_ms\": %.3f, \"hold_on_ms\": %.4f, \"hold_off_ms\": %.4f, "
-                "\"evict_class_ms\": %.3f}",
-                i ? ", " : "", r->n, r->put_plain_us, r->put_opts_us, r->expire_idle_ms,
-                r->expire_all_ms, r->hold_on_ms, r->hold_off_ms, r->evict_ms);
+        fprintf(
+            f,
+            "%s{\"docs\": %u, \"put_us\": %.3f, \"put_opts_us\": %.3f, \"expire_idle_ms\": "
+            "%.4f, \"expire_all_ms\": %.3f, \"hold_on_ms\": %.4f, \"hold_off_ms\": %.4f, "
+            "\"evict_class_ms\": %.3f, \"lookup_max_during_expiry_ms\": %.3f, \"purge_ms\": %.3f, "
+            "\"lookup_max_during_purge_ms\": %.3f}",
+            i ? ", " : "", r->n, r->put_plain_us, r->put_opts_us, r->expire_idle_ms,
+            r->expire_all_ms, r->hold_on_ms, r->hold_off_ms, r->evict_ms, r->lookup_max_ms,
+            r->purge_ms, r->purge_lookup_max_ms);
     }
     fprintf(f, "]}\n");
     fclose(f);
