@@ -431,9 +431,10 @@ int lkv_store_hold_class(lkv_store *s, int64_t tenant, const char *profile, int 
 
 /* Evicts every document of the class from the hot tier (demoting it, as the budget does);
  * purge: drops them from both tiers instead (miss cause LKV_MISS_DELETED). Held and pinned
- * (leased, being read or written) documents stay, whole (their cold copy too). Writes the documents
- * evicted from the hot tier into *n_hot and those dropped from the cold tier into *n_cold (both may
- * be NULL). Errors as lkv_store_hold_class (no LKV_ENOSPC). */
+ * (leased, being read or written) documents stay, whole (their cold copy too). Like
+ * lkv_store_expire it works in batches, letting the store lock go every 64 documents. Writes the
+ * documents evicted from the hot tier into *n_hot and those dropped from the cold tier into *n_cold
+ * (both may be NULL). Errors as lkv_store_hold_class (no LKV_ENOSPC). */
 int lkv_store_evict_class(lkv_store *s, int64_t tenant, const char *profile, int purge,
                           uint64_t *n_hot, uint64_t *n_cold);
 

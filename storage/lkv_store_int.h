@@ -296,12 +296,6 @@ void lkv__wb_enqueue(lkv_store *s, doc *d);
 /* Write-through: persists COMMITTING d synchronously (drops s->mu during the write). Returns 0
  * with d cold, or the admit/write error with d not cold. */
 int lkv__write_through(lkv_store *s, doc *d);
-/* Residency: extern forms of the tier engine's policy callbacks (ctx = the store). */
-void lkv__hot_victim(void *ctx, uint64_t id, uint64_t bytes); /* Demote (hot eviction). */
-/* Removes d (cold, cold_pins == 0) from RocksDB; from_cb: called by the cold policy's evict
- * callback (the policy drops the entry itself). */
-void lkv__cold_drop(lkv_store *s, doc *d, int from_cb);
-
 /* ---- lkv_store_resid.c: residency controls; s->mu required unless said otherwise --------- */
 
 /* The policy attributes of d: class (LKV__CLS_DEAD when DEAD), priority, expiry. */

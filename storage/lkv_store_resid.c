@@ -10,16 +10,14 @@
  *             again after each admit and rekey: lkv__hold_apply); a class hold is an entry of
  *             s->holds plus lkv_policy_hold_class on both policies (which holds future
  *             admits itself).
- *   evict     by class: lkv_policy_evict_class on the hot policy with the tier engine's demote
- *             callback; a purge instead drops through drop_hot / drop_cold below, hot first (so
- *             what stays hot is pinned), then cold.
- *   expire    a sweep of the slot table (not lkv_policy_expire: see expire_locked) that kills
- *             what ran out (cause LKV_MISS_EXPIRED) in batches, letting the lock go between
- *             them; run by lkv_store_expire, which the maintenance thread calls every maint_ms
- *             (a thread of its own, not the write-back writer, so a slow RocksDB write never
- *             delays expiry and the writer's loop stays as it was).
- * Drop callbacks run inside the policy's sweep of one tier and may change the other tier's
- * policy only (the sweeping policy drops its victim itself).
+ *   evict     by class, purge, expire: one sweep of the slot table (sweep_run) that demotes
+ *             or drops (kill: both tiers, cause LKV_MISS_DELETED or LKV_MISS_EXPIRED) what it
+ *             selects and nothing pins or holds, in batches, letting the lock go between them;
+ *             lkv_store_expire runs the expiry sweep, and the maintenance thread calls it every
+ *             maint_ms (a thread of its own, not the write-back writer, so a slow RocksDB write
+ *             never delays expiry and the writer's loop stays as it was). The policies' own
+ *             lkv_policy_evict_class / lkv_policy_expire (the simulator's) are not used: they
+ *             would do every victim in one lock hold.
  */
 #include <inttypes.h>
 #include <stdlib.h>
@@ -31,8 +29,8 @@
 #define MASK_TENANT      0xffffffff00000000ull
 #define MASK_PROFILE     0x00000000ffffffffull
 #define DEFAULT_MAINT_MS 1000u
-#define EXPIRE_BATCH     64u     /* Drops between two releases of the lock in an expiry sweep. */
-#define EXPIRE_PAUSE_NS  100000L /* Time off the lock between batches. */
+#define SWEEP_BATCH      64u     /* Docs a bulk sweep does between two releases of the lock. */
+#define SWEEP_PAUSE_NS   100000L /* Time off the lock between batches. */
 
 static int64_t wall_ms(void)
 {
@@ -213,131 +211,103 @@ int lkv_store_hold_class(lkv_store *s, int64_t tenant, const char *profile, int 
     return rc;
 }
 
-/* ---- dropping (purge) --------------------------------------------------------------------- */
+/* ---- bulk operations: class eviction, purge, expiry ------------------------------------- */
 
-typedef struct drop_ctx {
-    lkv_store *s;
-    int cause;     /* LKV_MISS_DELETED. */
-    uint64_t gone; /* Documents that left the store. */
-} drop_ctx;
+/* What a bulk sweep does to each doc it selects. */
+enum sweep_op { SWEEP_DEMOTE, SWEEP_PURGE, SWEEP_EXPIRE };
 
-/* Hot victim of a purge: leaves the store (both tiers), never demoted. */
-static void drop_hot(void *ctx, uint64_t id, uint64_t bytes)
+typedef struct sweep {
+    int op;             /* enum sweep_op. */
+    uint64_t value;     /* Class (DEMOTE, PURGE). */
+    uint64_t mask;      /* Class mask. */
+    int64_t now;        /* Clock (EXPIRE). */
+    uint64_t hot, cold; /* Docs that left the hot tier; docs dropped that were cold only. */
+} sweep;
+
+/* 1 if the sweep takes d now: visible, selected, and nothing pins or holds it. */
+static int sweep_takes(const lkv_store *s, const sweep *w, const doc *d)
 {
-    drop_ctx *c = ctx;
-    lkv_store *s = c->s;
-    doc *d = lkv__pid_find(s, id);
-    (void)bytes;
-    if (d == NULL || !d->hot || d->hot_pins != 0 || d->state != ST_VISIBLE) {
-        lkv_panic("store invariant: a residency victim that is not a visible unpinned hot doc");
+    if (d == NULL || d->state != ST_VISIBLE || d->hot_pins > 0 || d->cold_pins > 0 ||
+        d->promoting) {
+        return 0;
     }
-    s->st.evictions_hot++;
-    lkv_arena_free(s->arena, d->n_blocks, d->pages);
-    d->hot = 0;
-    free(d->tokens);
-    d->tokens = NULL;
-    lkv__kill(s, d, c->cause, 0); /* Drops the cold copy too (later, if it is being written). */
-    lkv__settle(s, d);
-    c->gone++;
+    if (w->op == SWEEP_EXPIRE ? d->expires_ms <= 0 || d->expires_ms > w->now
+                              : (cls_of(d) & w->mask) != w->value) {
+        return 0;
+    }
+    if (w->op == SWEEP_DEMOTE && !d->hot) {
+        return 0;
+    }
+    return !lkv__held(s, d);
 }
 
-/* Cold victim of a purge: its data goes; a doc still hot (pinned there: the hot
- * sweep ran first) stays, hot only. */
-static void drop_cold(void *ctx, uint64_t id, uint64_t bytes)
+/* The one bulk sweep (lock held): walks the slot table (not the policies, which would do each
+ * victim through a callback, all in one lock hold) and demotes (lkv__demote, as the budget
+ * does) or drops (lkv__kill, as a delete does, from both tiers) each doc it takes. Dropping is
+ * a RocksDB delete a doc, so after every SWEEP_BATCH docs it lets the lock go for a moment: a
+ * mass expiry or a purge of a big tenant never stalls the store's callers for long. Docs that
+ * appear in slots already passed meanwhile wait for the next sweep. */
+static void sweep_run(lkv_store *s, sweep *w)
 {
-    drop_ctx *c = ctx;
-    lkv_store *s = c->s;
-    doc *d = lkv__pid_find(s, id);
-    (void)bytes;
-    if (d == NULL || !d->cold || d->cold_pins != 0 || d->state != ST_VISIBLE) {
-        lkv_panic("store invariant: a residency victim that is not a visible unpinned cold doc");
-    }
-    s->st.evictions_cold++;
-    lkv__cold_drop(s, d, 1);
-    if (!d->hot) {
-        lkv__kill(s, d, c->cause, 0);
-        lkv__settle(s, d);
-        c->gone++;
-    }
-}
-
-int lkv_store_evict_class(lkv_store *s, int64_t tenant, const char *profile, int purge,
-                          uint64_t *n_hot, uint64_t *n_cold)
-{
-    uint64_t value, mask, nh = 0, nc = 0;
-    int rc = class_of(s, tenant, profile, &value, &mask);
-    if (rc != 0) {
-        return rc;
-    }
-    pthread_mutex_lock(&s->mu);
-    if (purge) {
-        drop_ctx c = {s, LKV_MISS_DELETED, 0};
-        MUST_OK(lkv_policy_evict_class(s->hotp, value, mask, drop_hot, &c, &nh));
-        /* What stayed hot is pinned there (leased, read, written): it keeps its cold copy. */
-        uint32_t *kept = lkv_xmalloc(sizeof(uint32_t) * (s->n_slots + 1));
-        uint32_t nk = 0;
-        for (uint32_t i = 0; i < s->n_slots; i++) {
-            doc *d = s->slots[i];
-            if (d != NULL && d->state == ST_VISIBLE && d->hot && d->cold &&
-                (cls_of(d) & mask) == value) {
-                lkv__cold_pin(s, d);
-                kept[nk++] = i;
-            }
-        }
-        MUST_OK(lkv_policy_evict_class(s->coldp, value, mask, drop_cold, &c, &nc));
-        for (uint32_t i = 0; i < nk; i++) {
-            lkv__cold_unpin(s, s->slots[kept[i]]);
-        }
-        free(kept);
-    } else {
-        MUST_OK(lkv_policy_evict_class(s->hotp, value, mask, lkv__hot_victim, s, &nh));
-    }
-    s->st.class_evictions += nh + nc;
-    pthread_cond_broadcast(&s->cv);
-    pthread_mutex_unlock(&s->mu);
-    if (n_hot != NULL) {
-        *n_hot = nh;
-    }
-    if (n_cold != NULL) {
-        *n_cold = nc;
-    }
-    return 0;
-}
-
-/* The expiry sweep (lock held): every VISIBLE doc whose TTL ran out and that nothing pins or
- * holds dies (both tiers, as a delete does). The sweep walks the slot table, not the policies
- * (they would drop each victim through a callback, all under one lock hold): after every
- * EXPIRE_BATCH drops it lets the lock go for a moment, so a mass expiry (each drop is a RocksDB
- * delete) never stalls the store's callers for long. Returns the documents dropped. */
-static uint64_t expire_locked(lkv_store *s, int64_t now)
-{
-    uint64_t gone = 0;
     uint32_t batch = 0;
     for (uint32_t i = 0; i < s->n_slots; i++) {
         doc *d = s->slots[i];
-        if (d == NULL || d->state != ST_VISIBLE || d->expires_ms <= 0 || d->expires_ms > now ||
-            d->hot_pins > 0 || d->cold_pins > 0 || d->promoting || lkv__held(s, d)) {
+        if (!sweep_takes(s, w, d)) {
             continue;
         }
-        lkv__kill(s, d, LKV_MISS_EXPIRED, 0);
-        lkv__settle(s, d);
-        gone++;
-        s->st.expired++;
-        if (++batch == EXPIRE_BATCH) {
+        if (d->hot) {
+            w->hot++;
+        } else {
+            w->cold++;
+        }
+        if (w->op == SWEEP_DEMOTE) {
+            lkv__demote(s, d); /* May free d. */
+        } else {
+            lkv__kill(s, d, w->op == SWEEP_EXPIRE ? LKV_MISS_EXPIRED : LKV_MISS_DELETED, 0);
+            lkv__settle(s, d);
+        }
+        if (++batch == SWEEP_BATCH) {
             batch = 0;
             pthread_cond_broadcast(&s->cv);
             pthread_mutex_unlock(&s->mu);
             /* A moment off the lock: long enough for a woken waiter to take it (a mutex is
              * not fair, and a bare yield lets this thread take it back first). */
-            struct timespec pause = {0, EXPIRE_PAUSE_NS};
+            struct timespec pause = {0, SWEEP_PAUSE_NS};
             nanosleep(&pause, NULL);
             pthread_mutex_lock(&s->mu);
         }
     }
-    if (gone > 0) {
-        pthread_cond_broadcast(&s->cv);
+    pthread_cond_broadcast(&s->cv);
+}
+
+int lkv_store_evict_class(lkv_store *s, int64_t tenant, const char *profile, int purge,
+                          uint64_t *n_hot, uint64_t *n_cold)
+{
+    sweep w = {.op = purge ? SWEEP_PURGE : SWEEP_DEMOTE};
+    int rc = class_of(s, tenant, profile, &w.value, &w.mask);
+    if (rc != 0) {
+        return rc;
     }
-    return gone;
+    pthread_mutex_lock(&s->mu);
+    sweep_run(s, &w);
+    s->st.class_evictions += w.hot + w.cold;
+    pthread_mutex_unlock(&s->mu);
+    if (n_hot != NULL) {
+        *n_hot = w.hot;
+    }
+    if (n_cold != NULL) {
+        *n_cold = w.cold;
+    }
+    return 0;
+}
+
+/* The expiry sweep (lock held). Returns the documents dropped. */
+static uint64_t expire_locked(lkv_store *s, int64_t now)
+{
+    sweep w = {.op = SWEEP_EXPIRE, .now = now};
+    sweep_run(s, &w);
+    s->st.expired += w.hot + w.cold;
+    return w.hot + w.cold;
 }
 
 int lkv_store_expire(lkv_store *s, int64_t now_ms, uint64_t *n)

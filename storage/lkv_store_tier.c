@@ -547,15 +547,3 @@ void lkv__writer_stop(lkv_store *s)
         s->writer_started = 0;
     }
 }
-
-/* ---- extern forms for the residency controls (lkv_store_resid.c) ------------------------- */
-
-void lkv__hot_victim(void *ctx, uint64_t id, uint64_t bytes)
-{
-    hot_evict_cb(ctx, id, bytes);
-}
-
-void lkv__cold_drop(lkv_store *s, doc *d, int from_cb)
-{
-    cold_drop(s, d, from_cb, 0);
-}
