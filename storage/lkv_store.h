@@ -127,9 +127,11 @@ typedef struct lkv_store_config {
     int n_profiles;               /* >= 1. */
     uint32_t evicted_memory;      /* Recently evicted keys remembered; 0 = 65536. */
     uint64_t cold_min_blob_bytes; /* RocksDB min_blob_size; 0 = 64 KiB. */
-    lkv_stats *stats;  /* Registry the store registers its stats in (borrowed: it must outlive
-                        * the store; one store per registry); NULL: the store makes its own. */
-    uint32_t maint_ms; /* Period of the maintenance thread's TTL sweep; 0 = 1000 ms. */
+    lkv_stats *stats;     /* Registry the store registers its stats in (borrowed: it must outlive
+                           * the store; one store per registry); NULL: the store makes its own. */
+    uint32_t maint_ms;    /* Period of the maintenance thread's TTL sweep; 0 = 1000 ms. */
+    uint32_t sweep_batch; /* Documents a bulk sweep (expiry, class eviction) does between two
+                           * releases of the store lock; 0 = 64; UINT32_MAX = one hold. */
 } lkv_store_config;
 
 /* Opens (or creates) the store. Validates cfg (LKV_ECONFIG with a log line naming the field:
@@ -432,16 +434,16 @@ int lkv_store_hold_class(lkv_store *s, int64_t tenant, const char *profile, int 
 /* Evicts every document of the class from the hot tier (demoting it, as the budget does);
  * purge: drops them from both tiers instead (miss cause LKV_MISS_DELETED). Held and pinned
  * (leased, being read or written) documents stay, whole (their cold copy too). Like
- * lkv_store_expire it works in batches, letting the store lock go every 64 documents. Writes the
- * documents evicted from the hot tier into *n_hot and those dropped from the cold tier into *n_cold
- * (both may be NULL). Errors as lkv_store_hold_class (no LKV_ENOSPC). */
+ * lkv_store_expire it works in batches, letting the store lock go every sweep_batch documents.
+ * Writes the documents evicted from the hot tier into *n_hot and those dropped from the cold tier
+ * into *n_cold (both may be NULL). Errors as lkv_store_hold_class (no LKV_ENOSPC). */
 int lkv_store_evict_class(lkv_store *s, int64_t tenant, const char *profile, int purge,
                           uint64_t *n_hot, uint64_t *n_cold);
 
 /* Drops every unpinned, unheld document whose TTL ran out at now_ms (Unix ms; 0: the current
  * time), from both tiers; the maintenance thread calls it every maint_ms. It lets the store
- * lock go after every 64 drops (each is a RocksDB delete), so a mass expiry does not stall other
- * callers. Writes the count into *n (may be NULL). Returns 0. */
+ * lock go after every sweep_batch drops (each is a RocksDB delete), so a mass expiry does not
+ * stall other callers. Writes the count into *n (may be NULL). Returns 0. */
 int lkv_store_expire(lkv_store *s, int64_t now_ms, uint64_t *n);
 
 /* Fault injection (tests): the next n RocksDB writes of this store fail with LKV_EIO, as a full

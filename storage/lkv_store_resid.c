@@ -29,7 +29,7 @@
 #define MASK_TENANT      0xffffffff00000000ull
 #define MASK_PROFILE     0x00000000ffffffffull
 #define DEFAULT_MAINT_MS 1000u
-#define SWEEP_BATCH      64u     /* Docs a bulk sweep does between two releases of the lock. */
+#define SWEEP_BATCH      64u     /* Default of cfg.sweep_batch. */
 #define SWEEP_PAUSE_NS   100000L /* Time off the lock between batches. */
 
 static int64_t wall_ms(void)
@@ -244,12 +244,12 @@ static int sweep_takes(const lkv_store *s, const sweep *w, const doc *d)
 /* The one bulk sweep (lock held): walks the slot table (not the policies, which would do each
  * victim through a callback, all in one lock hold) and demotes (lkv__demote, as the budget
  * does) or drops (lkv__kill, as a delete does, from both tiers) each doc it takes. Dropping is
- * a RocksDB delete a doc, so after every SWEEP_BATCH docs it lets the lock go for a moment: a
+ * a RocksDB delete a doc, so after every cfg.sweep_batch docs it lets the lock go for a moment: a
  * mass expiry or a purge of a big tenant never stalls the store's callers for long. Docs that
  * appear in slots already passed meanwhile wait for the next sweep. */
 static void sweep_run(lkv_store *s, sweep *w)
 {
-    uint32_t batch = 0;
+    uint32_t batch = 0, every = s->cfg.sweep_batch ? s->cfg.sweep_batch : SWEEP_BATCH;
     for (uint32_t i = 0; i < s->n_slots; i++) {
         doc *d = s->slots[i];
         if (!sweep_takes(s, w, d)) {
@@ -266,7 +266,7 @@ static void sweep_run(lkv_store *s, sweep *w)
             lkv__kill(s, d, w->op == SWEEP_EXPIRE ? LKV_MISS_EXPIRED : LKV_MISS_DELETED, 0);
             lkv__settle(s, d);
         }
-        if (++batch == SWEEP_BATCH) {
+        if (++batch == every && every != UINT32_MAX) {
             batch = 0;
             pthread_cond_broadcast(&s->cv);
             pthread_mutex_unlock(&s->mu);
