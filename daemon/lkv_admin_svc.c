@@ -274,7 +274,8 @@ static int stats(void *arg, lkv_rpc *rpc, const ProtobufCMessage *m)
 
     if (a->isolate && me == 0 && a->tenant_names != NULL && a->tenant_lookups != NULL) {
         section(&b, "tenants", "Tenants");
-        for (int i = 0; i < a->n_tenants; i++) {
+        int named = a->n_named != NULL ? a->n_named(a->index_ctx) : a->n_tenants;
+        for (int i = 0; i < named && i < a->n_tenants; i++) {
             if (a->tenant_names[i] == NULL) {
                 continue;
             }
@@ -523,10 +524,15 @@ static int evict(void *arg, lkv_rpc *rpc, const ProtobufCMessage *m)
 
 /* ---- Residency controls: Hold, EvictClass ----------------------------------------------- */
 
-/* The dense index of tenant name (lkv_auth_index), or -1 if no tenant has that name. */
+/* The tenant slot of name (the store's class index: lkv_tenancy_index), or -1 if no tenant has
+ * that name. Only the published names are read (n_named: a reload may be adding some). A
+ * tenant a reload removed keeps its slot, so its documents can still be held or evicted. */
 static int tenant_named(const lkv_admin_svc *a, const char *name)
 {
     int n = a->tenant_names != NULL ? a->n_tenants : 0;
+    if (n > 0 && a->n_named != NULL && a->n_named(a->index_ctx) < n) {
+        n = a->n_named(a->index_ctx);
+    }
     for (int i = 0; i < n; i++) {
         if (a->tenant_names[i] != NULL && strcmp(a->tenant_names[i], name) == 0) {
             return i;

@@ -28,62 +28,48 @@
 #include "lkv_admin_svc.h"
 #include "lkv_auth.h"
 #include "lkv_cache_svc.h"
+#include "lkv_cluster.h"
 #include "lkv_config.h"
 #include "lkv_err.h"
 #include "lkv_health.h"
 #include "lkv_lease.h"
 #include "lkv_log.h"
+#include "lkv_metrics.h"
 #include "lkv_server.h"
 #include "lkv_store.h"
+#include "lkv_tenancy.h"
 #include "lkv_wirekey.h"
 
 #define LAZYKVD_VERSION "0.1.0"
 
-/* Admission (lkv_server_opts.admit): authenticates the bearer token of every call and checks
- * the method's role (daemon/lkv_auth.h), then attaches the caller's tenant as the principal.
- * ctx is the tenant table. */
+static lkv_cluster *g_cluster; /* The cluster (daemon/cluster/lkv_cluster.h), set before serving. */
+
+/* Admission (lkv_server_opts.admit; ctx is the tenancy): a cluster-internal call (the cluster
+ * token, daemon/cluster/lkv_cluster.h) is admitted as the tenant it names; every other call is
+ * authenticated by the tenancy (lkv_tenancy_admit: bearer token, role, TLS rule, rate). */
 static int admit(void *ctx, lkv_rpc *rpc)
 {
-    const lkv_auth *auth = ctx;
-    /* gRPC's default metadata limit is 8 KiB, so a header that is present always fits and is
-     * never mistaken for an absent one. */
-    char buf[8192 + 1], msg[256];
-    const char *path = lkv_rpc_method(rpc);
-    const lkv_tenant *t = NULL;
-    int count = lkv_rpc_metadata_count(rpc, "authorization");
-    int n = lkv_rpc_metadata(rpc, "authorization", buf, sizeof(buf));
-    if (count > 1 || (count == 1 && n < 0)) {
-        /* Never fall back to anonymous for a header that is present but unusable. */
-        return lkv_rpc_errorf(rpc, LKV_EUNAUTH, "malformed credentials: %s",
-                              count > 1 ? "the authorization header was sent more than once"
-                                        : "the authorization header is too long");
+    /* gRPC's default metadata limit is 8 KiB, so a header that is present always fits. */
+    char buf[8192 + 1];
+    if (g_cluster != NULL && lkv_rpc_metadata_count(rpc, "authorization") == 1 &&
+        lkv_rpc_metadata(rpc, "authorization", buf, sizeof(buf)) >= 0) {
+        const lkv_tenant *t = NULL;
+        int rc = lkv_cluster_admit(g_cluster, rpc, buf, &t);
+        if (rc == 1) {
+            lkv_rpc_set_principal(rpc, t);
+            return 0;
+        }
+        if (rc < 0) {
+            return rc;
+        }
     }
-    int rc = lkv_auth_check(auth, n >= 0 ? buf : NULL, n >= 0 ? (size_t)n : 0,
-                            lkv_auth_peer_is_loopback(lkv_rpc_peer(rpc)),
-                            lkv_auth_method_roles(path, strlen(path)), &t, msg, (int)sizeof(msg));
-    if (rc < 0) {
-        return lkv_rpc_errorf(rpc, rc, "%s", msg);
-    }
-    lkv_rpc_set_principal(rpc, t);
-    return 0;
-}
-
-/* lkv_cache_svc.salt_of: a call's documents are keyed with its tenant's salt. */
-static const uint8_t *tenant_salt(const void *principal)
-{
-    return ((const lkv_tenant *)principal)->salt;
-}
-
-/* lkv_cache_svc.index_of: the tenant's dense index (ctx is the tenant table). */
-static int tenant_index(const void *ctx, const void *principal)
-{
-    return lkv_auth_index(ctx, principal);
+    return lkv_tenancy_admit(ctx, rpc);
 }
 
 /* Residency holds from the config (hold_profiles, hold_tenants), applied at every start. */
 typedef struct hold_ctx {
     lkv_store *store;
-    const lkv_auth *auth;
+    const lkv_tenancy *ten; /* Tenant names to slots (the residency class of a tenant). */
 } hold_ctx;
 
 static int hold_profile(void *ctx, const char *name)
@@ -102,11 +88,11 @@ static int hold_profile(void *ctx, const char *name)
 static int hold_tenant(void *ctx, const char *name)
 {
     hold_ctx *h = ctx;
-    const lkv_tenant *t = strcmp(name, LKV_AUTH_DEFAULT_TENANT) == 0
-                              ? lkv_auth_default_tenant(h->auth)
-                              : lkv_auth_find(h->auth, name);
+    const lkv_auth *auth = lkv_tenancy_auth(h->ten);
+    const lkv_tenant *t = strcmp(name, LKV_AUTH_DEFAULT_TENANT) == 0 ? lkv_auth_default_tenant(auth)
+                                                                     : lkv_auth_find(auth, name);
     uint64_t n = 0;
-    int rc = t != NULL ? lkv_store_hold_class(h->store, lkv_auth_index(h->auth, t), NULL, 1, &n)
+    int rc = t != NULL ? lkv_store_hold_class(h->store, lkv_tenancy_index(h->ten, t), NULL, 1, &n)
                        : LKV_ENOTFOUND;
     if (rc != 0) {
         LKV_LOGE("hold_tenants: tenant '%s': %s", name, lkv_strerror(rc));
@@ -136,6 +122,78 @@ static int mkdirs(const char *path)
         }
     }
     return 0;
+}
+
+/* SIGHUP: re-reads the config (the same --config file and command-line overrides), applies
+ * what can change live (tenants, tokens, quotas and rates, log level; certificates are re-read
+ * whenever their files change) and logs what cannot. A config that does not parse or validate
+ * changes nothing. */
+static void reload(int argc, char **argv, lkv_config *cur, lkv_tenancy *ten, lkv_server *srv)
+{
+    static lkv_config next; /* Large: off the stack. */
+    char err[LKV_CONFIG_ERR_MAX];
+    int action;
+    LKV_LOGI("received SIGHUP: reloading %s", cur->source[0] ? cur->source : "(no config file)");
+    if (lkv_config_from_args(&next, argc, argv, &action, err, sizeof(err)) != 0) {
+        LKV_LOGE("reload refused, nothing changed: %s", err);
+        lkv_tenancy_reload_refused(ten);
+        return;
+    }
+    if (strcmp(next.tls_cert_file, cur->tls_cert_file) != 0 ||
+        strcmp(next.tls_key_file, cur->tls_key_file) != 0 ||
+        strcmp(next.tls_client_ca_file, cur->tls_client_ca_file) != 0) {
+        LKV_LOGW("reload: TLS file paths cannot change while the daemon runs (restart lazykvd); "
+                 "replace the files in place instead: they are re-read when they change");
+    }
+    if (lkv_tenancy_reload(ten, &next, err, sizeof(err)) != 0) {
+        LKV_LOGE("reload refused, nothing changed: %s", err);
+        return;
+    }
+    if (next.log_level != cur->log_level) {
+        lkv_log_set_level(next.log_level);
+        LKV_LOGI("reload: log_level changed");
+    }
+    int tls = lkv_server_tls_check(srv);
+    LKV_LOGI("reload done%s", tls == 1 ? " (new TLS certificate loaded)" : "");
+    /* Keep what was applied; the rest stays as started (logged by lkv_tenancy_reload). */
+    cur->log_level = next.log_level;
+    cur->allow_plaintext_tokens = next.allow_plaintext_tokens;
+}
+
+/* Per-tier hit ratios from the store's counters (Prometheus: lazykv_store_tier_hit_ratio): hot =
+ * hot hits / lookups; cold = cold hits / lookups that missed the hot tier (what the cold tier
+ * was asked). */
+static void tier_ratio_read(void *ctx, double *v, int n)
+{
+    lkv_store_stats st;
+    lkv_store_stats_get(ctx, &st);
+    double lookups = (double)(st.hits_hot + st.hits_cold + st.misses);
+    double cold_asked = (double)(st.hits_cold + st.misses);
+    if (n >= 4) {
+        v[0] = lookups > 0 ? (double)st.hits_hot / lookups : 0.0;
+        v[1] = cold_asked > 0 ? (double)st.hits_cold / cold_asked : 0.0;
+        v[2] = lookups > 0 ? 1.0 - v[0] : 0.0;
+        v[3] = cold_asked > 0 ? 1.0 - v[1] : 0.0;
+    }
+}
+
+static void register_tier_ratios(lkv_stats *stats, lkv_store *store)
+{
+    static const lkv_stat_desc d[4] = {
+        {"store_tier_hit_ratio", "tier=hot", LKV_STAT_GAUGE, "ratio",
+         "Lookups the tier answered / lookups that reached it, since start.", "lookups",
+         "hit_rate_hot"},
+        {"store_tier_hit_ratio", "tier=cold", LKV_STAT_GAUGE, "ratio",
+         "Lookups the tier answered / lookups that reached it, since start.", "lookups",
+         "hit_rate_cold"},
+        {"store_tier_miss_ratio", "tier=hot", LKV_STAT_GAUGE, "ratio",
+         "Lookups the tier missed / lookups that reached it, since start.", NULL, NULL},
+        {"store_tier_miss_ratio", "tier=cold", LKV_STAT_GAUGE, "ratio",
+         "Lookups the tier missed / lookups that reached it, since start.", NULL, NULL},
+    };
+    if (lkv_stats_register(stats, d, 4, tier_ratio_read, store, NULL) != 0) {
+        LKV_LOGW("stats: per-tier hit ratios not registered");
+    }
 }
 
 int main(int argc, char **argv)
@@ -169,6 +227,7 @@ int main(int argc, char **argv)
     sigemptyset(&sigs);
     sigaddset(&sigs, SIGTERM);
     sigaddset(&sigs, SIGINT);
+    sigaddset(&sigs, SIGHUP);
     pthread_sigmask(SIG_BLOCK, &sigs, NULL);
     signal(SIGPIPE, SIG_IGN);
 
@@ -192,6 +251,7 @@ int main(int argc, char **argv)
     if (rc != 0) {
         LKV_LOGE("cannot open the store in %s: %s (%s)", cfg.data_dir, lkv_strerror(rc),
                  lkv_err_name(rc));
+        lkv_stats_destroy(stats);
         return rc == LKV_ECONFIG ? 2 : 1;
     }
     lkv_store_stats st;
@@ -200,55 +260,35 @@ int main(int argc, char **argv)
     LKV_LOGI("store open: hot %s in %" PRIu64 " pages, %" PRIu64 " cold documents",
              lkv_format_bytes(st.hot_budget, hb, sizeof(hb)), st.hot_pages_total, st.cold_docs);
 
-    lkv_auth *auth = NULL;
-    rc = lkv_config_auth(&cfg, &auth, err, sizeof(err));
+    lkv_tenancy *ten = NULL;
+    rc = lkv_tenancy_create(&cfg, stats, store, &ten, err, sizeof(err));
     if (rc != 0) {
         LKV_LOGE("%s", err);
         lkv_store_close(store);
-        return 2;
+        lkv_stats_destroy(stats);
+        return rc == LKV_ECONFIG ? 2 : 1;
     }
     char roles[64];
     lkv_auth_roles_format(cfg.loopback_roles, roles, sizeof(roles));
     LKV_LOGI("auth: %d tenant(s); callers on loopback without a token get roles: %s%s",
-             lkv_auth_count(auth), roles,
+             lkv_tenancy_count(ten), roles,
              cfg.allow_insecure_bind && cfg.n_tenants == 0 && !lkv_auth_addr_is_loopback(cfg.listen)
                  ? " (WARNING: non-loopback listen without tenants: allow_insecure_bind)"
                  : "");
+    if (cfg.tls_cert_file[0] == '\0' && !lkv_auth_addr_is_loopback(cfg.listen)) {
+        LKV_LOGW("listen %s is not loopback and TLS is off: traffic is in clear text%s", cfg.listen,
+                 cfg.allow_plaintext_tokens ? " and bearer tokens are accepted over it "
+                                              "(allow_plaintext_tokens)"
+                                            : "; bearer tokens from remote peers are refused");
+    }
+    register_tier_ratios(stats, store);
 
     static const char *const services[] = {"lazykv.v1.Cache", "lazykv.v1.Admin", NULL};
     lkv_cache_svc cache;
     lkv_admin_svc admin;
     lkv_health health;
     lkv_cache_svc_init(&cache, store, cfg.durability);
-    cache.salt_of = tenant_salt;
-
-    /* Per-tenant state, by lkv_auth_index: wire keys (lkv_wirekey.h), lookup counters, names. */
-    int n_idx = lkv_auth_count(auth) + 1;
-    lkv_wirekey *wire = lkv_xcalloc((size_t)n_idx, sizeof(*wire));
-    lkv_tenant_lookups *t_lookups = lkv_xcalloc((size_t)n_idx, sizeof(*t_lookups));
-    const char **t_names = lkv_xcalloc((size_t)n_idx, sizeof(*t_names));
-    uint8_t secret[LKV_WIREKEY_SECRET_BYTES] = {0};
-    int isolate = lkv_auth_count(auth) > 0;
-    if (isolate && lkv_wirekey_secret_load(cfg.data_dir, secret) != 0) {
-        lkv_auth_destroy(auth);
-        lkv_store_close(store);
-        return 1;
-    }
-    for (int i = -1; i < cfg.n_tenants; i++) {
-        const lkv_tenant *t =
-            i < 0 ? lkv_auth_default_tenant(auth) : lkv_auth_find(auth, cfg.tenants[i].name);
-        int idx = t != NULL ? lkv_auth_index(auth, t) : -1;
-        if (idx >= 0 && idx < n_idx) {
-            lkv_wirekey_init(&wire[idx], secret, t->salt, !isolate);
-            t_names[idx] = t->name;
-        }
-    }
-    memset(secret, 0, sizeof(secret));
-    cache.index_of = tenant_index;
-    cache.index_ctx = auth;
-    cache.n_tenants = n_idx;
-    cache.wire = wire;
-    cache.lookups = t_lookups;
+    lkv_tenancy_wire_cache(ten, &cache);
 
     lkv_lease_limits lim = {.max_leases = cfg.max_leases,
                             .max_docs = cfg.max_lease_docs,
@@ -257,31 +297,58 @@ int main(int argc, char **argv)
     rc = lkv_lease_table_create(store, &lim, &leases);
     if (rc != 0) {
         LKV_LOGE("cannot create the lease table: %s", lkv_strerror(rc));
-        lkv_auth_destroy(auth);
+        lkv_tenancy_destroy(ten);
         lkv_store_close(store);
+        lkv_stats_destroy(stats);
         return 1;
     }
     cache.leases = leases;
 
-    hold_ctx hc = {store, auth};
+    hold_ctx hc = {store, ten};
     if (lkv_config_each_name(cfg.hold_profiles, hold_profile, &hc) != 0 ||
         lkv_config_each_name(cfg.hold_tenants, hold_tenant, &hc) != 0) {
         lkv_lease_table_destroy(leases);
-        lkv_auth_destroy(auth);
+        lkv_tenancy_destroy(ten);
         lkv_store_close(store);
+        lkv_stats_destroy(stats);
         return 1;
     }
     lkv_admin_svc_init(&admin, store, lkv_durability_name(cfg.durability), cfg.threads);
-    admin.n_tenants = n_idx;
-    admin.isolate = isolate;
-    admin.index_of = tenant_index;
-    admin.index_ctx = auth;
-    admin.tenant_names = t_names;
-    admin.tenant_lookups = t_lookups;
+    admin.n_tenants = LKV_TENANCY_SLOTS;
+    admin.isolate = lkv_tenancy_isolated(ten);
+    admin.index_of = lkv_tenancy_index;
+    admin.index_ctx = ten;
+    admin.tenant_names = lkv_tenancy_names(ten);
+    admin.tenant_lookups = lkv_tenancy_lookups(ten);
+    admin.n_named = lkv_tenancy_named;
     lkv_health_init(&health, services);
-    lkv_method methods[LKV_CACHE_SVC_METHODS + LKV_ADMIN_SVC_METHODS + LKV_HEALTH_METHODS];
+    /* Cluster-internal calls name their tenant in the table of start-up (tables replaced by a
+     * reload stay allocated, and tenant slots are stable across reloads). */
+    rc = lkv_cluster_create(&cfg, store, lkv_tenancy_auth(ten), LAZYKVD_VERSION, &g_cluster, err,
+                            sizeof(err));
+    if (rc != 0) {
+        LKV_LOGE("%s", err);
+        lkv_lease_table_destroy(leases);
+        lkv_tenancy_destroy(ten);
+        lkv_store_close(store);
+        lkv_stats_destroy(stats);
+        return 2;
+    }
+    cache.route = lkv_cluster_route;
+    cache.route_ctx = g_cluster;
+    lkv_method methods[LKV_CACHE_SVC_METHODS + LKV_CLUSTER_METHODS + LKV_ADMIN_SVC_METHODS +
+                       LKV_HEALTH_METHODS];
     int n = 0;
     n += lkv_cache_svc_methods(&cache, methods + n);
+    for (int i = 0; i < n; i++) {
+        if (strcmp(methods[i].path, "/lazykv.v1.Cache/Get") == 0) {
+            lkv_cluster_set_get(g_cluster, &methods[i]); /* Moved documents: lkv_transfer.h. */
+        }
+        if (strcmp(methods[i].path, "/lazykv.v1.Cache/Attach") == 0) {
+            lkv_cluster_set_attach(g_cluster, &methods[i]); /* Local replicas. */
+        }
+    }
+    n += lkv_cluster_methods(g_cluster, methods + n);
     n += lkv_admin_svc_methods(&admin, methods + n);
     n += lkv_health_methods(&health, methods + n);
 
@@ -290,35 +357,85 @@ int main(int argc, char **argv)
                           .pool_threads = cfg.pool_threads,
                           .max_message_bytes = cfg.max_message_bytes,
                           .admit = admit,
-                          .admit_ctx = auth,
+                          .admit_ctx = ten,
                           .stats = stats};
+    lkv_tls_opts tls = {.cert_file = cfg.tls_cert_file,
+                        .key_file = cfg.tls_key_file,
+                        .client_ca_file = cfg.tls_client_ca_file};
+    if (cfg.tls_cert_file[0] != '\0') {
+        so.tls = &tls;
+    }
     lkv_server *srv = NULL;
     rc = lkv_server_create(&so, methods, n, &srv, err, sizeof(err));
     if (rc != 0) {
         LKV_LOGE("%s", err);
+        lkv_cluster_destroy(g_cluster);
         lkv_lease_table_destroy(leases);
-        lkv_auth_destroy(auth);
+        lkv_tenancy_destroy(ten);
         lkv_store_close(store);
-        return 1;
+        lkv_stats_destroy(stats);
+        return rc == LKV_ECONFIG ? 2 : 1;
     }
     lkv_admin_svc_set_server(&admin, srv);
-    LKV_LOGI("listening on %s (%d polling threads, %d pool threads, max message %s)",
-             lkv_server_address(srv), cfg.threads, cfg.pool_threads,
+    LKV_LOGI("listening on %s (%s, %d polling threads, %d pool threads, max message %s)",
+             lkv_server_address(srv),
+             so.tls == NULL                      ? "plaintext"
+             : cfg.tls_client_ca_file[0] != '\0' ? "TLS, client certificates required"
+                                                 : "TLS",
+             cfg.threads, cfg.pool_threads,
              lkv_format_bytes(cfg.max_message_bytes, hb, sizeof(hb)));
+    rc = lkv_cluster_start(g_cluster, lkv_server_address(srv), err, sizeof(err));
+    if (rc != 0) {
+        LKV_LOGE("%s", err);
+        lkv_server_shutdown(srv, 0);
+        lkv_server_destroy(srv);
+        lkv_cluster_destroy(g_cluster);
+        lkv_lease_table_destroy(leases);
+        lkv_tenancy_destroy(ten);
+        lkv_store_close(store);
+        lkv_stats_destroy(stats);
+        return 2;
+    }
+    lkv_metrics *metrics = NULL;
+    if (cfg.metrics_listen[0] != '\0') {
+        rc = lkv_metrics_start(stats, cfg.metrics_listen, &metrics, err, sizeof(err));
+        if (rc != 0) {
+            LKV_LOGE("%s", err);
+            lkv_server_shutdown(srv, 0);
+            lkv_server_destroy(srv);
+            lkv_cluster_destroy(g_cluster);
+            lkv_lease_table_destroy(leases);
+            lkv_tenancy_destroy(ten);
+            lkv_store_close(store);
+            lkv_stats_destroy(stats);
+            return 1;
+        }
+        LKV_LOGI("metrics on http://%s/metrics", lkv_metrics_address(metrics));
+    }
+    if (metrics != NULL) {
+        printf("lazykvd metrics on %s\n", lkv_metrics_address(metrics)); /* Before "listening". */
+    }
     printf("lazykvd listening on %s\n", lkv_server_address(srv));
     fflush(stdout);
 
     int sig = 0;
-    while (sigwait(&sigs, &sig) != 0) {
+    for (;;) {
+        if (sigwait(&sigs, &sig) != 0) {
+            continue;
+        }
+        if (sig != SIGHUP) {
+            break;
+        }
+        reload(argc, argv, &cfg, ten, srv);
     }
     LKV_LOGI("received %s: shutting down", sig == SIGTERM ? "SIGTERM" : "SIGINT");
+    lkv_cluster_leave(g_cluster); /* Peers re-home our share now, not after the lease TTL. */
+    lkv_metrics_stop(metrics);
     lkv_server_shutdown(srv, cfg.shutdown_grace_ms);
+    lkv_cluster_destroy(g_cluster); /* Forwarded calls still out: cancelled, waited for. */
     lkv_server_destroy(srv);
     lkv_lease_table_destroy(leases); /* Unpins what live leases hold. */
-    lkv_auth_destroy(auth);
-    free(wire);
-    free(t_lookups);
-    free(t_names);
+    lkv_tenancy_destroy(ten);
     LKV_LOGI("shutdown: server stopped; flushing write-back documents and closing the store");
     lkv_store_stats_get(store, &st);
     uint64_t pending = st.wb_pending;

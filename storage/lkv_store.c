@@ -437,6 +437,7 @@ int lkv_store_close(lkv_store *s)
                  (unsigned long long)s->st.puts_inflight, (unsigned long long)s->st.reads_inflight);
     }
     lkv__index_free(s);
+    lkv__acct_free(s);
     lkv_cold_close(s->cold);
     lkv_arena_destroy(s->arena);
     lkv_policy_destroy(s->hotp);
@@ -743,6 +744,7 @@ int lkv_store_put_begin_ex(lkv_store *s, const uint8_t salt[LKV_SALT_BYTES], con
     d->block_bytes = block_bytes;
     d->created_ms = now_ms();
     lkv__doc_opts(d, o, d->created_ms);
+    d->acct = lkv__acct_of(s, salt);
     rc = lkv__hot_admit(s, d);
     if (rc != 0) {
         lkv__slot_free(s, d);
@@ -862,6 +864,7 @@ static void discard_locked(lkv_store *s, doc *d)
         lkv__kidx_remove(s, d);
     }
     d->state = ST_DEAD;
+    lkv__acct_sync(s, d);
     lkv__hot_unpin(s, d);
     lkv__rekey(s, d, STAGE_BIT | d->slot);
     lkv__settle(s, d);
@@ -888,6 +891,7 @@ void lkv_store_put_abort(lkv_store_put *tx)
 static void publish_locked(lkv_store *s, doc *d)
 {
     d->state = ST_VISIBLE;
+    lkv__acct_sync(s, d);
     if (!d->indexed) {
         lkv__kidx_insert(s, d);
     }
@@ -1008,6 +1012,7 @@ static int acquire(lkv_store *s, const lkv_dockey *key, int must_hot, lkv_store_
     rd->s = s;
     rd->d = d;
     d->refs++;
+    d->used_ms = now_ms();
     if (d->hot) {
         lkv_policy_touch(s->hotp, d->pid);
         lkv__hot_pin(s, d);

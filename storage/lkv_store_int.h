@@ -118,11 +118,18 @@ typedef struct doc {
     uint32_t next;          /* Key index chain (slot), or NIL. */
     uint32_t cnext;         /* Content index chain (slot), or NIL. */
     uint32_t qnext;         /* Write-back queue link (slot), or NIL. */
+    /* The tenant, twice, set together by lkv_store_put_begin_ex from the same caller: tenant
+     * is the residency class (the daemon's tenant slot, given in lkv_put_opts; persisted in
+     * the cold record, so recovered docs keep it), acct the usage account of the caller's salt
+     * (lkv_store_acct.c; runtime only: 0 for docs recovered at open). */
+    uint32_t tenant; /* Tenant index (class id = tenant << 32 | profile). */
+    uint16_t acct;   /* Tenant account (lkv_store_acct.c), 0 = none. */
+    uint8_t acct_on; /* What that account holds of this doc (lkv_store_acct.c). */
     /* Residency (lkv_store_resid.c): the policy attributes of the doc (lkv__attrs). */
-    uint32_t tenant;    /* Tenant index (class id = tenant << 32 | profile). */
     int8_t prio;        /* -1, 0, +1. */
     unsigned held : 1;  /* An operator hold of this doc (lkv_store_hold; not persisted). */
     int64_t expires_ms; /* TTL expiry, Unix ms; 0 = none. */
+    int64_t used_ms;    /* Last read (Get/Attach/pin; Unix ms), 0 = never: quota victims. */
 } doc;
 
 /* A class hold of the store (value/mask over class ids), mirrored in both policies. */
@@ -190,6 +197,8 @@ struct lkv_store {
     pthread_cond_t mcv;                          /* Wakes the maintenance thread. */
     pthread_t maint;                             /* Maintenance (TTL expiry) thread. */
     int maint_started;                           /* 1 once it runs. */
+    struct lkv__acct *accts; /* Per-tenant accounts (lkv_store_acct.c), NULL until the first. */
+    uint32_t n_accts;        /* Accounts in use. */
 };
 
 struct lkv_store_put {
@@ -209,6 +218,14 @@ struct lkv_store_read {
     uint32_t *pages;     /* Hot: owned copy of the page list. */
     lkv_doc_info info;   /* Info at begin. */
 };
+
+/* ---- Per-tenant accounts (lkv_store_acct.c) ------------------------------------------------- */
+
+#define LKV_STORE_ACCOUNTS 1024
+typedef struct lkv__acct lkv__acct;
+uint16_t lkv__acct_of(lkv_store *s, const uint8_t salt[LKV_SALT_BYTES]);
+void lkv__acct_sync(lkv_store *s, doc *d); /* After any change of d->hot, d->cold, d->state. */
+void lkv__acct_free(lkv_store *s);
 
 /* ---- small helpers ------------------------------------------------------------------------ */
 

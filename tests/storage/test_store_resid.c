@@ -4,8 +4,9 @@
  * (a hold of a cold document promotes it), class holds cover present and future documents of a
  * tenant or a profile, TTLs drop documents from both tiers (miss cause expired, also after a
  * restart), priorities order eviction, class eviction and purge leave every other class intact,
- * and bad input changes nothing.
+ * bad input changes nothing, and held documents are never per-tenant quota victims.
  */
+#include <string.h>
 #include <time.h>
 
 #include "store_util.h"
@@ -374,6 +375,53 @@ static void test_evict_class(void)
     su_rmdir(dir);
 }
 
+/* Holds and the per-tenant accounts (lkv_store_acct.c) agree: a held document is never a quota
+ * victim (lkv_store_usage_oldest), though it still counts in its tenant's usage, and what the
+ * residency sweeps drop (purge) leaves the accounts. */
+static void test_hold_usage(void)
+{
+    char *dir = su_tmpdir();
+    lkv_store *s = su_open(dir, 16, 0, WB);
+    uint8_t salt[32];
+    lkv_tenant_salt_default(salt); /* put_ex's salt. */
+    lkv_put_opts held = {.hold = 1};
+    lkv_dockey a, b, c, v;
+    const struct timespec gap = {0, 3000000}; /* Distinct creation times: a oldest. */
+    ASSERT_OK(put_ex(s, 1, 4, "tiny", &held, &a));
+    nanosleep(&gap, NULL);
+    ASSERT_OK(put_ex(s, 2, 4, "tiny", NULL, &b));
+    nanosleep(&gap, NULL);
+    ASSERT_OK(put_ex(s, 3, 4, "tiny", NULL, &c));
+    ASSERT_OK(lkv_store_flush(s));
+    lkv_store_usage u;
+    lkv_store_usage_get(s, salt, &u);
+    ASSERT_EQ(u.docs, 3);
+    ASSERT_EQ(u.hot_bytes, 3 * u.page_bytes);
+    ASSERT_OK(lkv_store_usage_oldest(s, salt, LKV_TIER_HOT, &v));
+    ASSERT_EQ(memcmp(v.b, b.b, LKV_DOCKEY_BYTES), 0); /* Not a, the oldest: it is held. */
+    ASSERT_OK(lkv_store_usage_oldest(s, salt, LKV_TIER_COLD, &v));
+    ASSERT_EQ(memcmp(v.b, b.b, LKV_DOCKEY_BYTES), 0);
+    ASSERT_OK(lkv_store_hold(s, &a, 0));
+    ASSERT_OK(lkv_store_usage_oldest(s, salt, LKV_TIER_HOT, &v));
+    ASSERT_EQ(memcmp(v.b, a.b, LKV_DOCKEY_BYTES), 0);
+    /* A class hold of the tenant (index 0) covers them all: no victim at all. */
+    ASSERT_OK(lkv_store_hold_class(s, 0, NULL, 1, NULL));
+    ASSERT_ERR(lkv_store_usage_oldest(s, salt, LKV_TIER_HOT, &v), LKV_ENOTFOUND);
+    ASSERT_ERR(lkv_store_usage_oldest(s, salt, LKV_TIER_COLD, &v), LKV_ENOTFOUND);
+    ASSERT_OK(lkv_store_hold_class(s, 0, NULL, 0, NULL));
+    /* A purge of the tenant's class empties its account. */
+    uint64_t nh = 0, nc = 0;
+    ASSERT_OK(lkv_store_evict_class(s, 0, NULL, 1, &nh, &nc));
+    ASSERT_EQ(nh + nc, 3);
+    lkv_store_usage_get(s, salt, &u);
+    ASSERT_EQ(u.docs, 0);
+    ASSERT_EQ(u.hot_bytes, 0);
+    ASSERT_EQ(u.cold_bytes, 0);
+    ASSERT_ERR(lkv_store_usage_oldest(s, salt, LKV_TIER_COLD, &v), LKV_ENOTFOUND);
+    ASSERT_OK(lkv_store_close(s));
+    su_rmdir(dir);
+}
+
 int main(void)
 {
     LKV_RUN(test_hold_doc);
@@ -383,5 +431,6 @@ int main(void)
     LKV_RUN(test_ttl_thread);
     LKV_RUN(test_priority);
     LKV_RUN(test_evict_class);
+    LKV_RUN(test_hold_usage);
     return 0;
 }
