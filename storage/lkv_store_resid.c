@@ -100,6 +100,7 @@ static void hold_set(lkv_store *s, doc *d, int on)
     if (d->cold) {
         MUST_OK(lkv_policy_hold(s->coldp, d->pid, on));
     }
+    lkv__sizes_sync(s, d); /* hot_bytes_held. */
 }
 
 void lkv__hold_doc(lkv_store *s, doc *d)
@@ -165,13 +166,17 @@ static int class_of(lkv_store *s, int64_t tenant, const char *profile, uint64_t 
     return 0;
 }
 
-/* Visible docs of class (value, mask). */
-static uint64_t class_count(const lkv_store *s, uint64_t value, uint64_t mask)
+/* Visible docs of class (value, mask); brings every doc's hot_bytes_held share up to date (a
+ * class hold just changed). */
+static uint64_t class_count(lkv_store *s, uint64_t value, uint64_t mask)
 {
     uint64_t n = 0;
     for (uint32_t i = 0; i < s->n_slots; i++) {
-        const doc *d = s->slots[i];
-        n += d != NULL && d->state == ST_VISIBLE && (cls_of(d) & mask) == value;
+        doc *d = s->slots[i];
+        if (d != NULL) {
+            lkv__sizes_sync(s, d);
+            n += d->state == ST_VISIBLE && (cls_of(d) & mask) == value;
+        }
     }
     return n;
 }
@@ -203,8 +208,9 @@ int lkv_store_hold_class(lkv_store *s, int64_t tenant, const char *profile, int 
         int c = lkv_policy_hold_class(s->coldp, value, mask, on);
         MUST_OK(h == LKV_ENOTFOUND && !on ? 0 : h);
         MUST_OK(c == LKV_ENOTFOUND && !on ? 0 : c);
+        uint64_t count = class_count(s, value, mask);
         if (n != NULL) {
-            *n = class_count(s, value, mask);
+            *n = count;
         }
     }
     pthread_mutex_unlock(&s->mu);

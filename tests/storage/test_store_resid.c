@@ -397,18 +397,27 @@ static void test_hold_usage(void)
     lkv_store_usage_get(s, salt, &u);
     ASSERT_EQ(u.docs, 3);
     ASSERT_EQ(u.hot_bytes, 3 * u.page_bytes);
+    ASSERT_EQ(su_stats(s).hot_bytes_held, u.page_bytes); /* a alone (a counter, no walk). */
     ASSERT_OK(lkv_store_usage_oldest(s, salt, LKV_TIER_HOT, &v));
     ASSERT_EQ(memcmp(v.b, b.b, LKV_DOCKEY_BYTES), 0); /* Not a, the oldest: it is held. */
     ASSERT_OK(lkv_store_usage_oldest(s, salt, LKV_TIER_COLD, &v));
     ASSERT_EQ(memcmp(v.b, b.b, LKV_DOCKEY_BYTES), 0);
     ASSERT_OK(lkv_store_hold(s, &a, 0));
+    ASSERT_EQ(su_stats(s).hot_bytes_held, 0);
     ASSERT_OK(lkv_store_usage_oldest(s, salt, LKV_TIER_HOT, &v));
     ASSERT_EQ(memcmp(v.b, a.b, LKV_DOCKEY_BYTES), 0);
     /* A class hold of the tenant (index 0) covers them all: no victim at all. */
     ASSERT_OK(lkv_store_hold_class(s, 0, NULL, 1, NULL));
     ASSERT_ERR(lkv_store_usage_oldest(s, salt, LKV_TIER_HOT, &v), LKV_ENOTFOUND);
     ASSERT_ERR(lkv_store_usage_oldest(s, salt, LKV_TIER_COLD, &v), LKV_ENOTFOUND);
+    ASSERT_EQ(su_stats(s).hot_bytes_held, 3 * u.page_bytes);
+    ASSERT_ERR(lkv_store_demote(s, &c), LKV_EBUSY); /* Held by the class. */
     ASSERT_OK(lkv_store_hold_class(s, 0, NULL, 0, NULL));
+    ASSERT_EQ(su_stats(s).hot_bytes_held, 0);
+    ASSERT_OK(lkv_store_demote(s, &c));  /* Released: demoted, and no longer counted hot. */
+    ASSERT_OK(lkv_store_hold(s, &c, 1)); /* Promoted again and held: counted again. */
+    ASSERT_EQ(su_stats(s).hot_bytes_held, u.page_bytes);
+    ASSERT_OK(lkv_store_hold(s, &c, 0));
     /* A purge of the tenant's class empties its account. */
     uint64_t nh = 0, nc = 0;
     ASSERT_OK(lkv_store_evict_class(s, 0, NULL, 1, &nh, &nc));
