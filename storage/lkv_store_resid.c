@@ -274,6 +274,7 @@ static void sweep_run(lkv_store *s, sweep *w)
         }
         if (++batch == every && every != UINT32_MAX) {
             batch = 0;
+            lkv__demote_flush(s); /* Demotions built so far, written off the lock. */
             pthread_cond_broadcast(&s->cv);
             pthread_mutex_unlock(&s->mu);
             /* A moment off the lock: long enough for a woken waiter to take it (a mutex is
@@ -283,6 +284,7 @@ static void sweep_run(lkv_store *s, sweep *w)
             pthread_mutex_lock(&s->mu);
         }
     }
+    lkv__demote_flush(s); /* s->demotions is empty whenever the lock is free. */
     pthread_cond_broadcast(&s->cv);
 }
 
