@@ -73,11 +73,14 @@ static const char *main_help =
     "Commands (each takes --help; `lazykv help COMMAND` too):\n"
     "  ping                      health check (grpc.health.v1)\n"
     "  put FILE                  store the document in a KV file; prints its key\n"
+    "                            (--priority low|normal|high, --ttl D, --hold)\n"
     "  get DOC [-o FILE]         fetch a document (into a KV file with -o)\n"
     "  lookup DOC...             report whether documents are cached, and where\n"
     "  rm DOC                    delete a document from every tier\n"
     "  ls                        list cached documents (admin; --all, --json, filters)\n"
     "  evict KEY...              move documents out of the hot tier (admin)\n"
+    "  evict --tenant T|--profile P [--purge]  evict (or drop) a class (admin)\n"
+    "  hold KEY|--tenant T|--profile P [--off]  never evict; --off releases (admin)\n"
     "  stats [SECTION]           daemon statistics (admin; --json, --raw, --watch S)\n"
     "  attach DOC...             pin documents under a lease, print its pages (worker)\n"
     "  release LEASE             end a lease (worker)\n"
@@ -272,21 +275,102 @@ static const char *tier_name(int t)
     return t == LKV_WIRE_TIER_HOT ? "hot" : t == LKV_WIRE_TIER_COLD ? "cold" : "absent";
 }
 
+/* Parses a TTL: milliseconds, or a number with a suffix ms, s, m, h or d. 0 on success. */
+static int parse_ttl(const char *v, uint64_t *out)
+{
+    char *end = NULL;
+    errno = 0;
+    unsigned long long n = strtoull(v, &end, 10);
+    if (errno != 0 || end == v || v[0] == '-') {
+        return -1;
+    }
+    uint64_t mul = 1;
+    if (strcmp(end, "") == 0 || strcmp(end, "ms") == 0) {
+        mul = 1;
+    } else if (strcmp(end, "s") == 0) {
+        mul = 1000;
+    } else if (strcmp(end, "m") == 0) {
+        mul = 60000;
+    } else if (strcmp(end, "h") == 0) {
+        mul = 3600000;
+    } else if (strcmp(end, "d") == 0) {
+        mul = 86400000;
+    } else {
+        return -1;
+    }
+    if (n > UINT64_MAX / mul) {
+        return -1;
+    }
+    *out = (uint64_t)n * mul;
+    return 0;
+}
+
+/* Parses a priority: -1, 0, +1 / 1, or low, normal, high. 0 on success. */
+static int parse_priority(const char *v, int *out)
+{
+    static const struct {
+        const char *name;
+        int prio;
+    } names[] = {{"-1", -1}, {"low", -1}, {"0", 0},   {"normal", 0},
+                 {"1", 1},   {"+1", 1},   {"high", 1}};
+    for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++) {
+        if (strcmp(v, names[i].name) == 0) {
+            *out = names[i].prio;
+            return 0;
+        }
+    }
+    return -1;
+}
+
 static int cmd_put(cli *x, int argc, char **argv)
 {
     if (want_help(argc, argv)) {
-        printf("usage: lazykv put FILE\n\nStores the document held in a KV file (format: "
-               "client/lkv_kvfile.h) and prints\n\"KEY tokens=N blocks=M durability=hot|durable "
-               "[already-present]\".\n\n%s",
+        printf("usage: lazykv put [--priority low|normal|high] [--ttl DURATION] [--hold] FILE\n\n"
+               "Stores the document held in a KV file (format: client/lkv_kvfile.h) and prints\n"
+               "\"KEY tokens=N blocks=M durability=hot|durable [already-present]\".\n\n"
+               "Residency options (DESIGN.md 4; for a document already stored only --hold\n"
+               "applies):\n"
+               "  --priority P   eviction order: low (-1) goes first, high (+1) last; default\n"
+               "                 normal (0)\n"
+               "  --ttl D        drop the document D after the put (ms, or 30s, 10m, 2h, 1d)\n"
+               "  --hold         never evict it until `lazykv hold KEY --off` (not kept across a\n"
+               "                 daemon restart)\n\n%s",
                exit_codes_help);
         return EXIT_OK;
     }
-    if (argc != 1) {
+    lkv_put_options opt;
+    memset(&opt, 0, sizeof(opt));
+    const char *file = NULL;
+    for (int i = 0; i < argc; i++) {
+        const char *a = argv[i];
+        if (strcmp(a, "--priority") == 0 || strcmp(a, "--ttl") == 0) {
+            if (i + 1 >= argc) {
+                return usage_err("put", "%s needs a value", a);
+            }
+            const char *v = argv[++i];
+            if (strcmp(a, "--priority") == 0 && parse_priority(v, &opt.priority) != 0) {
+                return usage_err("put", "bad --priority %s (low, normal, high, or -1, 0, 1)", v);
+            }
+            if (strcmp(a, "--ttl") == 0 && parse_ttl(v, &opt.ttl_ms) != 0) {
+                return usage_err("put",
+                                 "bad --ttl %s (milliseconds, or a number with ms, s, m, h, d)", v);
+            }
+        } else if (strcmp(a, "--hold") == 0) {
+            opt.hold = 1;
+        } else if (a[0] == '-' && a[1] != '\0') {
+            return usage_err("put", "unknown option %s", a);
+        } else if (file != NULL) {
+            return usage_err("put", "expected exactly one FILE", NULL);
+        } else {
+            file = a;
+        }
+    }
+    if (file == NULL) {
         return usage_err("put", "expected exactly one FILE", NULL);
     }
     lkv_kvfile kf;
     char err[512];
-    if (lkv_kvfile_read(argv[0], &kf, err, sizeof(err)) != 0) {
+    if (lkv_kvfile_read(file, &kf, err, sizeof(err)) != 0) {
         fprintf(stderr, "lazykv put: %s\n", err);
         return EXIT_USAGE;
     }
@@ -294,13 +378,13 @@ static int cmd_put(cli *x, int argc, char **argv)
         fprintf(stderr,
                 "lazykv put: %s has no token ids (written by a get by key); a document "
                 "can only be stored with its token ids\n",
-                argv[0]);
+                file);
         lkv_kvfile_free(&kf);
         return EXIT_USAGE;
     }
     lkv_put_reply r;
-    int rc = lkv_client_put(x->c, kf.profile, kf.tokens, kf.n_tokens, kf.blocks, kf.n_blocks,
-                            (size_t)kf.block_bytes, x->timeout_ms, &r);
+    int rc = lkv_client_put_ex(x->c, kf.profile, kf.tokens, kf.n_tokens, kf.blocks, kf.n_blocks,
+                               (size_t)kf.block_bytes, &opt, x->timeout_ms, &r);
     lkv_kvfile_free(&kf);
     if (rc != 0) {
         return rpc_fail("put", rc);
@@ -433,9 +517,10 @@ static int cmd_get(cli *x, int argc, char **argv)
 
 static const char *miss_name(int m)
 {
-    static const char *names[] = {"none",    "unknown", "evicted", "corrupt",
-                                  "deleted", "lost",    "profile"};
-    return m >= 0 && m < 7 ? names[m] : "unknown";
+    /* Indexed by cache.proto MissCause. */
+    static const char *names[] = {"none", "unknown", "evicted",    "corrupt", "deleted",
+                                  "lost", "profile", "owner_down", "expired"};
+    return m >= 0 && m < (int)(sizeof(names) / sizeof(names[0])) ? names[m] : "unknown";
 }
 
 static int cmd_lookup(cli *x, int argc, char **argv)
@@ -444,7 +529,8 @@ static int cmd_lookup(cli *x, int argc, char **argv)
         printf("usage: lazykv lookup (KEY... | --profile NAME --tokens LIST)\n\n"
                "Prints one line per document, in order:\n"
                "  \"KEY present tier=hot|cold tokens=N blocks=M profile=P\" or\n"
-               "  \"KEY absent cause=unknown|evicted|corrupt|deleted|lost|profile\".\n\n%s",
+               "  \"KEY absent "
+               "cause=unknown|evicted|corrupt|deleted|lost|profile|owner_down|expired\".\n\n%s",
                exit_codes_help);
         return EXIT_OK;
     }
@@ -1279,10 +1365,64 @@ static int is_hex(const char *s)
     return 1;
 }
 
+/* Parses the class options --tenant T / --profile P (and the flag flag, e.g. "--purge") of a
+ * residency command. Returns -1 when argv has none of them (the caller reads keys), an exit
+ * code after a usage error, else EXIT_OK. */
+static int class_args(const char *cmd, int argc, char **argv, const char *flag, const char **tenant,
+                      const char **profile, int *flag_set, const char **key)
+{
+    int any = 0;
+    const char *extra = NULL;
+    *tenant = *profile = *key = NULL;
+    *flag_set = 0;
+    for (int i = 0; i < argc; i++) {
+        const char *a = argv[i];
+        if (strcmp(a, "--tenant") == 0 || strcmp(a, "--profile") == 0) {
+            if (i + 1 >= argc || argv[i + 1][0] == '\0') {
+                return usage_err(cmd, "%s needs a value", a);
+            }
+            *(strcmp(a, "--tenant") == 0 ? tenant : profile) = argv[++i];
+            any = 1;
+        } else if (flag != NULL && strcmp(a, flag) == 0) {
+            *flag_set = 1;
+            any = 1;
+        } else if (a[0] == '-') {
+            return usage_err(cmd, "unknown option %s", a);
+        } else if (*key != NULL) {
+            extra = a;
+        } else {
+            *key = a;
+        }
+    }
+    if (any && extra != NULL) {
+        return usage_err(cmd, "unexpected argument %s", extra);
+    }
+    return any ? EXIT_OK : -1;
+}
+
+/* lazykv evict --tenant T / --profile P [--purge]. */
+static int evict_class(cli *x, const char *tenant, const char *profile, int purge)
+{
+    uint64_t nh = 0, nc = 0;
+    int rc = lkv_client_evict_class(x->c, tenant, profile, purge, x->timeout_ms, &nh, &nc);
+    if (rc != 0) {
+        return rpc_fail("evict", rc);
+    }
+    printf("%s tenant=%s profile=%s hot=%" PRIu64 " cold=%" PRIu64 "\n",
+           purge ? "purged" : "evicted", tenant ? tenant : "*", profile ? profile : "*", nh, nc);
+    return EXIT_OK;
+}
+
 static int cmd_evict(cli *x, int argc, char **argv)
 {
     if (want_help(argc, argv)) {
-        printf("usage: lazykv evict KEY...\n\n"
+        printf("usage: lazykv evict KEY...\n"
+               "       lazykv evict [--tenant T] [--profile P] [--purge]\n\n"
+               "The second form (lazykv.v1.Admin/EvictClass; admin role) evicts every document of\n"
+               "tenant T and/or profile P from the hot tier, or with --purge drops them from both\n"
+               "tiers; held and pinned documents stay. Prints \"evicted|purged tenant=T\n"
+               "profile=P hot=N cold=M\" (documents out of the hot tier; dropped from the cold).\n"
+               "An unknown tenant or profile changes nothing (exit 3).\n\n"
                "Moves each document out of the hot tier now (lazykv.v1.Admin/Evict; admin role):\n"
                "it stays in the cold tier (persisted first if needed). KEY is 64 hex digits or a\n"
                "unique prefix of at least %d (as `lazykv ls` prints). Prints \"evicted KEY\" per\n"
@@ -1291,6 +1431,21 @@ static int cmd_evict(cli *x, int argc, char **argv)
                "not cached or not hot (or a prefix matched nothing), else 0.\n\n%s",
                MIN_PREFIX_HEX, exit_codes_help);
         return EXIT_OK;
+    }
+    const char *tenant, *profile, *key;
+    int purge;
+    int cx = class_args("evict", argc, argv, "--purge", &tenant, &profile, &purge, &key);
+    if (cx >= 0) {
+        if (cx != EXIT_OK) {
+            return cx;
+        }
+        if (key != NULL) {
+            return usage_err("evict", "give KEYs or a class (--tenant/--profile), not both", NULL);
+        }
+        if (tenant == NULL && profile == NULL) {
+            return usage_err("evict", "--purge needs --tenant and/or --profile", NULL);
+        }
+        return evict_class(x, tenant, profile, purge);
     }
     if (argc == 0) {
         return usage_err("evict", "name at least one KEY", NULL);
@@ -1330,6 +1485,71 @@ static int cmd_evict(cli *x, int argc, char **argv)
         }
     }
     return ex != EXIT_OK ? ex : missed ? EXIT_MISS : EXIT_OK;
+}
+
+/* ---- hold ---- */
+
+static int cmd_hold(cli *x, int argc, char **argv)
+{
+    if (want_help(argc, argv)) {
+        printf("usage: lazykv hold KEY [--off]\n"
+               "       lazykv hold [--tenant T] [--profile P] [--off]\n\n"
+               "Holds documents (lazykv.v1.Admin/Hold; admin role): a held document is never\n"
+               "evicted from either tier. KEY is 64 hex digits or a unique prefix of at least %d\n"
+               "(as `lazykv ls` prints); a cold document is promoted to the hot tier first. The\n"
+               "second form holds every present and future document of tenant T and/or profile\n"
+               "P. --off releases. Holds last until the daemon stops (hold_profiles and\n"
+               "hold_tenants in lazykvd.conf apply at every start). Prints \"held|released KEY\"\n"
+               "or \"held|released tenant=T profile=P docs=N\".\n\n%s",
+               MIN_PREFIX_HEX, exit_codes_help);
+        return EXIT_OK;
+    }
+    const char *tenant, *profile, *key;
+    int off;
+    int cx = class_args("hold", argc, argv, "--off", &tenant, &profile, &off, &key);
+    if (cx > 0) {
+        return cx;
+    }
+    if (cx < 0 && argc > 1) {
+        return usage_err("hold", "unexpected argument %s", argv[1]);
+    }
+    if (key != NULL && (tenant != NULL || profile != NULL)) {
+        return usage_err("hold", "give a KEY or a class (--tenant/--profile), not both", NULL);
+    }
+    if (key == NULL && tenant == NULL && profile == NULL) {
+        return usage_err("hold", "name a KEY, or --tenant and/or --profile", NULL);
+    }
+    uint64_t n = 0;
+    if (key != NULL) {
+        size_t len = strlen(key);
+        if (!is_hex(key) || len < MIN_PREFIX_HEX || len > KEY_HEX) {
+            return usage_err("hold", "not a key or key prefix (8..64 hex digits): %s", key);
+        }
+        uint8_t k[LKV_KEY_BYTES];
+        if (len == KEY_HEX) {
+            lkv_key_from_hex(key, k);
+        } else {
+            int e = resolve_prefix(x, key, k);
+            if (e != EXIT_OK) {
+                return e;
+            }
+        }
+        int rc = lkv_client_hold(x->c, k, NULL, NULL, !off, x->timeout_ms, &n);
+        if (rc != 0) {
+            return rpc_fail("hold", rc);
+        }
+        char hex[KEY_HEX + 1];
+        lkv_key_to_hex(k, hex);
+        printf("%s %s\n", off ? "released" : "held", hex);
+        return EXIT_OK;
+    }
+    int rc = lkv_client_hold(x->c, NULL, tenant, profile, !off, x->timeout_ms, &n);
+    if (rc != 0) {
+        return rpc_fail("hold", rc);
+    }
+    printf("%s tenant=%s profile=%s docs=%" PRIu64 "\n", off ? "released" : "held",
+           tenant ? tenant : "*", profile ? profile : "*", n);
+    return EXIT_OK;
 }
 
 /* ---- attach, release ---- */
@@ -1867,11 +2087,11 @@ static int cmd_abort(cli *x, int argc, char **argv)
 }
 
 static const command commands[] = {
-    {"ping", cmd_ping},       {"put", cmd_put},         {"get", cmd_get},
-    {"lookup", cmd_lookup},   {"rm", cmd_rm},           {"ls", cmd_ls},
-    {"evict", cmd_evict},     {"stats", cmd_stats},     {"attach", cmd_attach},
-    {"release", cmd_release}, {"reserve", cmd_reserve}, {"commit", cmd_commit},
-    {"abort", cmd_abort},     {"cluster", cmd_cluster},
+    {"ping", cmd_ping},     {"put", cmd_put},         {"get", cmd_get},
+    {"lookup", cmd_lookup}, {"rm", cmd_rm},           {"ls", cmd_ls},
+    {"evict", cmd_evict},   {"hold", cmd_hold},       {"stats", cmd_stats},
+    {"attach", cmd_attach}, {"release", cmd_release}, {"reserve", cmd_reserve},
+    {"commit", cmd_commit}, {"abort", cmd_abort},     {"cluster", cmd_cluster},
 };
 
 static const command *find_command(const char *name)

@@ -87,6 +87,7 @@ struct lkv_put {
     size_t n_tokens;      /* Header token count. */
     uint32_t n_blocks;    /* Header block count (0: not said). */
     int header_pending;   /* The header has not been sent yet. */
+    lkv_put_options opt;  /* Header: residency options (zero: none). */
     int failed;           /* Non-zero: the call is over with this LKV_E* code. */
     char errmsg[ERR_MAX]; /* Message of failed. */
     int errstatus;        /* gRPC status of failed. */
@@ -561,6 +562,30 @@ int lkv_client_put_begin(lkv_client_t *c, const char *profile, const uint32_t *t
     return 0;
 }
 
+/* Copies the put's residency options into its header. */
+static void put_header_opts(const lkv_put_t *p, Lazykv__V1__PutHeader *hdr)
+{
+    hdr->priority = p->opt.priority;
+    hdr->ttl_ms = p->opt.ttl_ms;
+    hdr->hold = p->opt.hold ? 1 : 0;
+}
+
+int lkv_put_set_options(lkv_put_t *p, const lkv_put_options *o)
+{
+    err_clear();
+    if (p == NULL || !p->header_pending) {
+        return err_local(LKV_EINVAL, "put: options must be set before the first block");
+    }
+    if (o != NULL && (o->priority < -1 || o->priority > 1)) {
+        return err_local(LKV_EINVAL, "put: priority %d is not -1, 0 or +1", o->priority);
+    }
+    memset(&p->opt, 0, sizeof(p->opt));
+    if (o != NULL) {
+        p->opt = *o;
+    }
+    return 0;
+}
+
 /* Sends one PutRequest carrying the pending header (if any) and blocks. */
 static int put_send(lkv_put_t *p, Lazykv__V1__Block **blocks, size_t n_blocks)
 {
@@ -574,6 +599,7 @@ static int put_send(lkv_put_t *p, Lazykv__V1__Block **blocks, size_t n_blocks)
         hdr.n_token_ids = p->n_tokens;
         hdr.token_ids = p->tokens;
         hdr.n_blocks = p->n_blocks;
+        put_header_opts(p, &hdr);
         req.header = &hdr;
     }
     req.n_blocks = n_blocks;
@@ -652,6 +678,7 @@ int lkv_put_finish(lkv_put_t *p, lkv_put_reply *reply)
         hdr.n_token_ids = p->n_tokens;
         hdr.token_ids = p->tokens;
         hdr.n_blocks = p->n_blocks;
+        put_header_opts(p, &hdr);
         req.header = &hdr;
         rc = lkv_pb_pack(&req.base, p->cl.c->max_msg, &send, why, sizeof(why));
         if (rc != 0) {
@@ -732,10 +759,24 @@ int lkv_client_put(lkv_client_t *c, const char *profile, const uint32_t *tokens,
                    const void *blocks, uint32_t n_blocks, size_t block_bytes, int deadline_ms,
                    lkv_put_reply *reply)
 {
+    return lkv_client_put_ex(c, profile, tokens, n_tokens, blocks, n_blocks, block_bytes, NULL,
+                             deadline_ms, reply);
+}
+
+int lkv_client_put_ex(lkv_client_t *c, const char *profile, const uint32_t *tokens, size_t n_tokens,
+                      const void *blocks, uint32_t n_blocks, size_t block_bytes,
+                      const lkv_put_options *opt, int deadline_ms, lkv_put_reply *reply)
+{
     lkv_put_t *p = NULL;
     int rc = lkv_client_put_begin(c, profile, tokens, n_tokens, n_blocks, deadline_ms, &p);
     if (rc != 0) {
         return rc;
+    }
+    if (opt != NULL && (rc = lkv_put_set_options(p, opt)) != 0) {
+        char msg[ERR_MAX];
+        snprintf(msg, sizeof(msg), "%s", tl_err.msg);
+        lkv_put_abort(p);
+        return err_local(rc, "%s", msg);
     }
     /* Room for the header (profile + up to 5 bytes per token id) and per-block framing. */
     size_t overhead = 1024 + strlen(profile) + 5 * n_tokens;
@@ -1505,6 +1546,65 @@ int lkv_client_evict(lkv_client_t *c, const uint8_t *key, int deadline_ms)
                    deadline_ms, &m);
     if (rc != 0) {
         return rc;
+    }
+    lkv_pb_free(m);
+    return 0;
+}
+
+/* ---- residency controls: hold, evict by class ---- */
+
+int lkv_client_hold(lkv_client_t *c, const uint8_t *key, const char *tenant, const char *profile,
+                    int on, int deadline_ms, uint64_t *docs)
+{
+    err_clear();
+    int has_class = (tenant != NULL && tenant[0]) || (profile != NULL && profile[0]);
+    if ((key == NULL) == !has_class) {
+        return err_local(LKV_EINVAL, "hold: give a key, or a tenant and/or a profile");
+    }
+    Lazykv__V1__HoldRequest req = LAZYKV__V1__HOLD_REQUEST__INIT;
+    if (key != NULL) {
+        req.key.data = (uint8_t *)key;
+        req.key.len = LKV_KEY_BYTES;
+    }
+    req.tenant = (char *)(tenant != NULL ? tenant : "");
+    req.profile = (char *)(profile != NULL ? profile : "");
+    req.off = on ? 0 : 1;
+    ProtobufCMessage *m = NULL;
+    int rc = unary(c, "/lazykv.v1.Admin/Hold", &req.base, &lazykv__v1__hold_response__descriptor,
+                   deadline_ms, &m);
+    if (rc != 0) {
+        return rc;
+    }
+    if (docs != NULL) {
+        *docs = ((const Lazykv__V1__HoldResponse *)m)->docs;
+    }
+    lkv_pb_free(m);
+    return 0;
+}
+
+int lkv_client_evict_class(lkv_client_t *c, const char *tenant, const char *profile, int purge,
+                           int deadline_ms, uint64_t *evicted_hot, uint64_t *dropped_cold)
+{
+    err_clear();
+    if ((tenant == NULL || !tenant[0]) && (profile == NULL || !profile[0])) {
+        return err_local(LKV_EINVAL, "evict: give a tenant and/or a profile");
+    }
+    Lazykv__V1__EvictClassRequest req = LAZYKV__V1__EVICT_CLASS_REQUEST__INIT;
+    req.tenant = (char *)(tenant != NULL ? tenant : "");
+    req.profile = (char *)(profile != NULL ? profile : "");
+    req.purge = purge ? 1 : 0;
+    ProtobufCMessage *m = NULL;
+    int rc = unary(c, "/lazykv.v1.Admin/EvictClass", &req.base,
+                   &lazykv__v1__evict_class_response__descriptor, deadline_ms, &m);
+    if (rc != 0) {
+        return rc;
+    }
+    const Lazykv__V1__EvictClassResponse *r = (const Lazykv__V1__EvictClassResponse *)m;
+    if (evicted_hot != NULL) {
+        *evicted_hot = r->evicted_hot;
+    }
+    if (dropped_cold != NULL) {
+        *dropped_cold = r->dropped_cold;
     }
     lkv_pb_free(m);
     return 0;

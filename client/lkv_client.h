@@ -1,6 +1,6 @@
 /*
  * lkv_client.h: the lazykv C client library (lazykv.v1.Cache incl. Attach/Release, lazykv.v1.Admin
- * Stats/List/Evict, grpc.health.v1).
+ * Stats/List/Evict/Hold/EvictClass, grpc.health.v1).
  *
  * A client handle (lkv_client_t) owns one gRPC channel to one lazykvd. The handle is
  * thread-safe: any number of threads may make calls on it at once; each call uses its own
@@ -153,6 +153,17 @@ int lkv_client_ping(lkv_client_t *c, const char *service, int deadline_ms);
 int lkv_client_put_begin(lkv_client_t *c, const char *profile, const uint32_t *tokens,
                          size_t n_tokens, uint32_t n_blocks, int deadline_ms, lkv_put_t **out);
 
+/* Residency options of a Put (PutHeader priority, ttl_ms, hold; DESIGN.md 4). Zero: none. */
+typedef struct lkv_put_options {
+    int priority;    /* -1 evicted first, 0 normal, +1 evicted last. */
+    uint64_t ttl_ms; /* Dropped this long after the Put; 0 = never. */
+    int hold;        /* 1: never evicted until an Admin Hold releases it. */
+} lkv_put_options;
+
+/* Sets the options the header of put p carries (o copied; NULL clears). Only before the first
+ * block is sent (LKV_EINVAL after, and for a priority outside -1..1). */
+int lkv_put_set_options(lkv_put_t *p, const lkv_put_options *o);
+
 /* Sends n consecutive blocks first_index .. first_index+n-1 in one message; data holds
  * n * block_bytes bytes (borrowed for the call). Blocks are passed through unchecked. Returns
  * 0 when the message is handed to gRPC (not yet accepted by the daemon), or the mapped error
@@ -178,6 +189,11 @@ void lkv_put_abort(lkv_put_t *p);
 int lkv_client_put(lkv_client_t *c, const char *profile, const uint32_t *tokens, size_t n_tokens,
                    const void *blocks, uint32_t n_blocks, size_t block_bytes, int deadline_ms,
                    lkv_put_reply *reply);
+
+/* lkv_client_put with residency options (opt borrowed; NULL: none). */
+int lkv_client_put_ex(lkv_client_t *c, const char *profile, const uint32_t *tokens, size_t n_tokens,
+                      const void *blocks, uint32_t n_blocks, size_t block_bytes,
+                      const lkv_put_options *opt, int deadline_ms, lkv_put_reply *reply);
 
 /* Looks up n documents (refs borrowed) in one call; out (caller-owned, n entries) receives
  * their states in request order. Absent documents are not an error. */
@@ -261,6 +277,21 @@ int lkv_client_list(lkv_client_t *c, const lkv_list_filter *f, int deadline_ms,
  * now (it stays cold). LKV_ENOTFOUND if it is not cached or not hot; LKV_EINVAL if it is pinned
  * or being read (FAILED_PRECONDITION). */
 int lkv_client_evict(lkv_client_t *c, const uint8_t *key, int deadline_ms);
+
+/* lazykv.v1.Admin/Hold: holds (on = 1) or releases (on = 0) the document with store key (32
+ * bytes, borrowed), or, with key NULL, every document of tenant and/or profile (names; NULL or
+ * "" = any; at least one). *docs (may be NULL) gets the documents the hold covers. Errors:
+ * LKV_EINVAL (no target, both a key and a class, unknown tenant or profile), LKV_ENOTFOUND
+ * (unknown key, or no such class hold to release), LKV_ENOSPC (the document cannot be made
+ * hot, or 16 class holds), LKV_EPERM without the admin role. */
+int lkv_client_hold(lkv_client_t *c, const uint8_t *key, const char *tenant, const char *profile,
+                    int on, int deadline_ms, uint64_t *docs);
+
+/* lazykv.v1.Admin/EvictClass: evicts every document of tenant and/or profile (names; NULL or
+ * "" = any; at least one) from the hot tier, or with purge from both tiers. Writes the counts
+ * (both may be NULL). Errors as lkv_client_hold (no LKV_ENOTFOUND, LKV_ENOSPC). */
+int lkv_client_evict_class(lkv_client_t *c, const char *tenant, const char *profile, int purge,
+                           int deadline_ms, uint64_t *evicted_hot, uint64_t *dropped_cold);
 
 #define LKV_LEASE_ID_BYTES 16
 

@@ -19,6 +19,7 @@
 #include <unistd.h>
 
 #include "lazykv/v1/admin.pb-c.h"
+#include "lkv_auth.h"
 #include "lkv_err.h"
 #include "lkv_log.h"
 
@@ -513,7 +514,8 @@ static int evict(void *arg, lkv_rpc *rpc, const ProtobufCMessage *m)
         return lkv_rpc_errorf(rpc, rc, "document %s is not in the hot tier", hex);
     }
     if (rc == LKV_EBUSY) {
-        return lkv_rpc_errorf(rpc, rc, "document %s is pinned or being read; retry later", hex);
+        return lkv_rpc_errorf(rpc, rc, "document %s is pinned, held or being read; retry later",
+                              hex);
     }
     if (rc != 0) {
         return lkv_rpc_errorf(rpc, rc, "Evict of %s failed: %s", hex, lkv_strerror(rc));
@@ -522,6 +524,154 @@ static int evict(void *arg, lkv_rpc *rpc, const ProtobufCMessage *m)
     Lazykv__V1__EvictResponse resp = LAZYKV__V1__EVICT_RESPONSE__INIT;
     resp.key.data = key.b;
     resp.key.len = LKV_DOCKEY_BYTES;
+    return lkv_rpc_reply(rpc, &resp.base);
+}
+
+/* ---- Residency controls: Hold, EvictClass ----------------------------------------------- */
+
+/* The tenant slot of name (the store's class index: lkv_tenancy_index), or -1 if no tenant has
+ * that name. Only the published names are read (n_named: a reload may be adding some). A
+ * tenant a reload removed keeps its slot, so its documents can still be held or evicted. */
+static int tenant_named(const lkv_admin_svc *a, const char *name)
+{
+    int n = a->tenant_names != NULL ? a->n_tenants : 0;
+    if (n > 0 && a->n_named != NULL && a->n_named(a->index_ctx) < n) {
+        n = a->n_named(a->index_ctx);
+    }
+    for (int i = 0; i < n; i++) {
+        if (a->tenant_names[i] != NULL && strcmp(a->tenant_names[i], name) == 0) {
+            return i;
+        }
+    }
+    return n == 0 && strcmp(name, LKV_AUTH_DEFAULT_TENANT) == 0 ? 0 : -1;
+}
+
+/* Resolves a request's (tenant, profile) class into the store's form; fails the call if bad.
+ * *tenant: -1 for any; *profile: NULL for any. */
+static int class_arg(const lkv_admin_svc *a, lkv_rpc *rpc, const char *what, const char *tname,
+                     const char *pname, int64_t *tenant, const char **profile)
+{
+    *tenant = -1;
+    *profile = NULL;
+    if ((tname == NULL || tname[0] == '\0') && (pname == NULL || pname[0] == '\0')) {
+        return lkv_rpc_errorf(rpc, LKV_EINVAL, "%s: name a key, a tenant or a profile", what);
+    }
+    if (tname != NULL && tname[0] != '\0') {
+        int i = tenant_named(a, tname);
+        if (i < 0) {
+            return lkv_rpc_errorf(rpc, LKV_EINVAL,
+                                  "%s: no tenant '%.64s' (\"" LKV_AUTH_DEFAULT_TENANT
+                                  "\" or a [tenant NAME] of the config)",
+                                  what, tname);
+        }
+        *tenant = i;
+    }
+    if (pname != NULL && pname[0] != '\0') {
+        const lkv_profile *p;
+        if (lkv_store_profile_get(a->store, pname, &p) != 0) {
+            return lkv_rpc_errorf(rpc, LKV_EPROFILE, "%s: %s", what, lkv_store_why());
+        }
+        *profile = pname;
+    }
+    return 0;
+}
+
+/* Hold of one document by its store key. */
+static int hold_key(lkv_admin_svc *a, lkv_rpc *rpc, const Lazykv__V1__HoldRequest *req)
+{
+    if (req->key.len != LKV_DOCKEY_BYTES) {
+        return lkv_rpc_errorf(rpc, LKV_EINVAL, "Hold: key is %zu bytes, expected %d", req->key.len,
+                              LKV_DOCKEY_BYTES);
+    }
+    lkv_dockey key;
+    memcpy(key.b, req->key.data, LKV_DOCKEY_BYTES);
+    char hex[LKV_DOCKEY_HEX_LEN + 1];
+    lkv_dockey_to_hex(&key, hex);
+    int rc = lkv_store_hold(a->store, &key, !req->off);
+    if (rc == LKV_ENOTFOUND) {
+        return lkv_rpc_errorf(rpc, rc, "Hold: document %s is not cached", hex);
+    }
+    if (rc == LKV_ENOSPC) {
+        return lkv_rpc_errorf(rpc, rc,
+                              "Hold: document %s cannot be made hot (the hot tier is pinned "
+                              "or held full)",
+                              hex);
+    }
+    if (rc != 0) {
+        return lkv_rpc_errorf(rpc, rc, "Hold of %s failed: %s", hex, lkv_strerror(rc));
+    }
+    LKV_LOGI("%s document %s (admin)", req->off ? "released" : "holding", hex);
+    Lazykv__V1__HoldResponse resp = LAZYKV__V1__HOLD_RESPONSE__INIT;
+    resp.docs = 1;
+    return lkv_rpc_reply(rpc, &resp.base);
+}
+
+static int hold(void *arg, lkv_rpc *rpc, const ProtobufCMessage *m)
+{
+    lkv_admin_svc *a = arg;
+    const Lazykv__V1__HoldRequest *req = (const Lazykv__V1__HoldRequest *)m;
+    int has_class = (req->tenant != NULL && req->tenant[0] != '\0') ||
+                    (req->profile != NULL && req->profile[0] != '\0');
+    int rc = lkv_rpc_check_deadline(rpc);
+    if (rc != 0) {
+        return rc;
+    }
+    if (req->key.len > 0 && has_class) {
+        return lkv_rpc_errorf(rpc, LKV_EINVAL, "Hold: give a key or a class, not both");
+    }
+    if (req->key.len > 0) {
+        return hold_key(a, rpc, req);
+    }
+    int64_t tenant;
+    const char *profile;
+    rc = class_arg(a, rpc, "Hold", req->tenant, req->profile, &tenant, &profile);
+    if (rc != 0) {
+        return rc;
+    }
+    uint64_t n = 0;
+    rc = lkv_store_hold_class(a->store, tenant, profile, !req->off, &n);
+    if (rc == LKV_ENOTFOUND) {
+        return lkv_rpc_errorf(rpc, rc, "Hold: no hold of that class to release");
+    }
+    if (rc == LKV_ENOSPC) {
+        return lkv_rpc_errorf(rpc, rc, "Hold: 16 class holds already; release one first");
+    }
+    if (rc != 0) {
+        return lkv_rpc_errorf(rpc, rc, "Hold failed: %s", lkv_strerror(rc));
+    }
+    LKV_LOGI("%s tenant '%s' profile '%s' (%llu documents; admin)",
+             req->off ? "released" : "holding", tenant >= 0 ? req->tenant : "*",
+             profile != NULL ? profile : "*", (unsigned long long)n);
+    Lazykv__V1__HoldResponse resp = LAZYKV__V1__HOLD_RESPONSE__INIT;
+    resp.docs = n;
+    return lkv_rpc_reply(rpc, &resp.base);
+}
+
+static int evict_class(void *arg, lkv_rpc *rpc, const ProtobufCMessage *m)
+{
+    lkv_admin_svc *a = arg;
+    const Lazykv__V1__EvictClassRequest *req = (const Lazykv__V1__EvictClassRequest *)m;
+    int rc = lkv_rpc_check_deadline(rpc);
+    if (rc != 0) {
+        return rc;
+    }
+    int64_t tenant;
+    const char *profile;
+    rc = class_arg(a, rpc, "EvictClass", req->tenant, req->profile, &tenant, &profile);
+    if (rc != 0) {
+        return rc;
+    }
+    uint64_t nh = 0, nc = 0;
+    rc = lkv_store_evict_class(a->store, tenant, profile, req->purge, &nh, &nc);
+    if (rc != 0) {
+        return lkv_rpc_errorf(rpc, rc, "EvictClass failed: %s", lkv_strerror(rc));
+    }
+    LKV_LOGI("%s tenant '%s' profile '%s': %llu hot, %llu cold (admin)",
+             req->purge ? "purged" : "evicted", tenant >= 0 ? req->tenant : "*",
+             profile != NULL ? profile : "*", (unsigned long long)nh, (unsigned long long)nc);
+    Lazykv__V1__EvictClassResponse resp = LAZYKV__V1__EVICT_CLASS_RESPONSE__INIT;
+    resp.evicted_hot = nh;
+    resp.dropped_cold = nc;
     return lkv_rpc_reply(rpc, &resp.base);
 }
 
@@ -558,6 +708,16 @@ int lkv_admin_svc_methods(lkv_admin_svc *a, lkv_method *out)
          .req_desc = &lazykv__v1__evict_request__descriptor,
          .svc = a,
          .unary = evict},
+        {.path = "/lazykv.v1.Admin/Hold",
+         .kind = LKV_RPC_UNARY,
+         .req_desc = &lazykv__v1__hold_request__descriptor,
+         .svc = a,
+         .unary = hold},
+        {.path = "/lazykv.v1.Admin/EvictClass",
+         .kind = LKV_RPC_UNARY,
+         .req_desc = &lazykv__v1__evict_class_request__descriptor,
+         .svc = a,
+         .unary = evict_class},
     };
     memcpy(out, ms, sizeof(ms));
     return LKV_ADMIN_SVC_METHODS;

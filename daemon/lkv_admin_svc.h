@@ -1,6 +1,6 @@
 /*
  * lkv_admin_svc.h: the lazykv.v1.Admin service (proto/lazykv/v1/admin.proto): Stats, List,
- * Evict.
+ * Evict, Hold, EvictClass.
  *
  * Stats reports Redis INFO-style sections (server, hot, cold, lookups, movement, puts,
  * persistence, leases, tenants, calls, then any other registered section) as text and as
@@ -8,6 +8,8 @@
  * the lease table and the RPC engine register in. List pages through every visible
  * document in key order (a bounded max-heap keeps the page's smallest keys, so a page costs one
  * pass over the index and O(limit) memory). Evict demotes one document to the cold tier.
+ * Hold and EvictClass are the residency controls (storage/lkv_store.h): a tenant is named as in
+ * the config and resolved through tenant_names to the store's class index.
  */
 #ifndef LKV_ADMIN_SVC_H
 #define LKV_ADMIN_SVC_H
@@ -20,7 +22,7 @@
 #include "lkv_server.h"
 #include "lkv_store.h"
 
-#define LKV_ADMIN_SVC_METHODS 3
+#define LKV_ADMIN_SVC_METHODS 5
 
 typedef struct lkv_admin_svc {
     lkv_store *store;             /* Borrowed; outlives the server. */

@@ -187,6 +187,8 @@ static Lazykv__V1__MissCause miss_pb(int cause)
         return LAZYKV__V1__MISS_CAUSE__MISS_CAUSE_CORRUPT;
     case LKV_MISS_LOST:
         return LAZYKV__V1__MISS_CAUSE__MISS_CAUSE_LOST;
+    case LKV_MISS_EXPIRED:
+        return LAZYKV__V1__MISS_CAUSE__MISS_CAUSE_EXPIRED;
     default:
         return LAZYKV__V1__MISS_CAUSE__MISS_CAUSE_UNKNOWN;
     }
@@ -224,8 +226,18 @@ typedef struct put_waiter {
     put_state *st;    /* Its state (touched only by the continuation, on the call's thread). */
 } put_waiter;
 
-/* Opens the put: the store checks the profile, the tokens and the room, and says why it refuses
- * (lkv_store_why); only the header's own n_blocks field is checked here. */
+/* The header's residency options for the store: the caller's tenant index is the class. */
+static lkv_put_opts put_opts(const lkv_cache_svc *svc, lkv_rpc *rpc, const Lazykv__V1__PutHeader *h)
+{
+    lkv_put_opts o = {.tenant = (uint32_t)call_index(svc, rpc),
+                      .prio = h->priority,
+                      .ttl_ms = h->ttl_ms,
+                      .hold = h->hold ? 1 : 0};
+    return o;
+}
+
+/* Opens the put: the store checks the profile, the tokens, the options and the room, and says
+ * why it refuses (lkv_store_why); only the header's own n_blocks field is checked here. */
 static int put_header(lkv_cache_svc *svc, lkv_rpc *rpc, const Lazykv__V1__PutHeader *h)
 {
     int rc = lkv_rpc_check_deadline(rpc);
@@ -241,8 +253,9 @@ static int put_header(lkv_cache_svc *svc, lkv_rpc *rpc, const Lazykv__V1__PutHea
     }
     put_state *st = lkv_xcalloc(1, sizeof(*st));
     lkv_rpc_set_state(rpc, st);
-    rc = lkv_store_put_begin(svc->store, call_salt(svc, rpc), h->profile, h->token_ids,
-                             (uint32_t)h->n_token_ids, &st->tx, &st->key, &st->exists);
+    lkv_put_opts o = put_opts(svc, rpc, h);
+    rc = lkv_store_put_begin_ex(svc->store, call_salt(svc, rpc), h->profile, h->token_ids,
+                                (uint32_t)h->n_token_ids, &o, &st->tx, &st->key, &st->exists);
     if (rc != 0) {
         st->tx = NULL;
         return store_refused(rpc, rc, "Put header");

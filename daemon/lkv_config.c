@@ -165,6 +165,7 @@ char *lkv_format_bytes(uint64_t n, char *buf, size_t len)
 
 enum opt_kind {
     OPT_STRING,   /* char array, size in `size`. */
+    OPT_LIST,     /* char array, size in `size`: a comma-separated list, may be empty. */
     OPT_OPTSTR,   /* char array that may be unset: "", "none" or "off" store "". */
     OPT_SIZE,     /* uint64_t bytes. */
     OPT_INT,      /* int in [min, max]. */
@@ -185,7 +186,7 @@ typedef struct opt {
     const char *name; /* Option key. */
     int kind;         /* enum opt_kind. */
     size_t off;       /* Offset in lkv_config. */
-    size_t size;      /* OPT_STRING: array size. */
+    size_t size;      /* OPT_STRING, OPT_LIST: array size. */
     uint64_t min;     /* Numeric bounds (inclusive); OPT_STRING: 1 = may be empty. */
     uint64_t max;
     const char *def;  /* Default, as text (what lkv_config_defaults sets). */
@@ -259,6 +260,10 @@ static const opt opts[] = {
      "documents one lease may pin"},
     {"max_lease_ttl", OPT_DURATION, OFF(max_lease_ttl_ms), 0, 1, 86400000, "60s",
      "longest lease an Attach may ask for (renew by attaching again), ms"},
+    {"hold_profiles", OPT_LIST, OFF(hold_profiles), sizeof(((lkv_config *)0)->hold_profiles), 0, 0,
+     "", "profiles whose documents are held hot (never evicted), comma-separated"},
+    {"hold_tenants", OPT_LIST, OFF(hold_tenants), sizeof(((lkv_config *)0)->hold_tenants), 0, 0, "",
+     "tenants whose documents are held hot (never evicted), comma-separated"},
     /* Cluster (daemon/cluster/lkv_cluster.h). */
     {"cluster_mode", OPT_STRING, OFF(cluster_mode), sizeof(((lkv_config *)0)->cluster_mode), 0, 0,
      "none", "cluster membership: none, etcd, static (cluster_members) or dns (cluster_dns)"},
@@ -372,7 +377,9 @@ static int set_opt(lkv_config *c, const opt *o, const char *value, char *err, si
         }
         /* Fall through. */
     case OPT_STRING:
-        if (value[0] == '\0' && o->min == 0) { /* min 1: the option may be empty. */
+    case OPT_LIST:
+        /* min 1: the option may be empty; a list always may. */
+        if (value[0] == '\0' && o->kind == OPT_STRING && o->min == 0) {
             return fail(err, errlen, "option '%s': must not be empty", o->name);
         }
         if (strlen(value) >= o->size) {
@@ -1006,6 +1013,32 @@ int lkv_config_load_file(lkv_config *c, const char *path, char *err, size_t errl
     return rc;
 }
 
+int lkv_config_each_name(const char *list, int (*fn)(void *ctx, const char *name), void *ctx)
+{
+    char name[LKV_PROFILE_NAME_MAX + 64];
+    const char *p = list;
+    while (p != NULL && *p != '\0') {
+        const char *e = strchr(p, ',');
+        size_t n = e != NULL ? (size_t)(e - p) : strlen(p);
+        while (n > 0 && (*p == ' ' || *p == '\t')) {
+            p++;
+            n--;
+        }
+        while (n > 0 && (p[n - 1] == ' ' || p[n - 1] == '\t')) {
+            n--;
+        }
+        if (n > 0) {
+            snprintf(name, sizeof(name), "%.*s", (int)(n < sizeof(name) ? n : sizeof(name) - 1), p);
+            int rc = fn(ctx, name);
+            if (rc != 0) {
+                return rc;
+            }
+        }
+        p = e != NULL ? e + 1 : NULL;
+    }
+    return 0;
+}
+
 /* The cluster_* options: a known mode and what that mode needs. */
 static int validate_cluster(const lkv_config *c, char *err, size_t errlen)
 {
@@ -1042,6 +1075,40 @@ static int validate_cluster(const lkv_config *c, char *err, size_t errlen)
                     c->cluster_advertise);
     }
     return 0;
+}
+
+/* Validation of hold_profiles / hold_tenants: remembers the first bad name. */
+typedef struct hold_check {
+    const lkv_config *c;
+    char *bad;
+} hold_check;
+
+static int hold_bad(hold_check *h, const char *name)
+{
+    static _Thread_local char bad[128];
+    snprintf(bad, sizeof(bad), "%s", name);
+    h->bad = bad;
+    return 1;
+}
+
+static int hold_profile_ok(void *ctx, const char *name)
+{
+    hold_check *h = ctx;
+    return lkv_config_profile(h->c, name) != NULL ? 0 : hold_bad(h, name);
+}
+
+static int hold_tenant_ok(void *ctx, const char *name)
+{
+    hold_check *h = ctx;
+    if (strcmp(name, LKV_AUTH_DEFAULT_TENANT) == 0) {
+        return 0;
+    }
+    for (int i = 0; i < h->c->n_tenants; i++) {
+        if (strcmp(h->c->tenants[i].name, name) == 0) {
+            return 0;
+        }
+    }
+    return hold_bad(h, name);
 }
 
 int lkv_config_validate(lkv_config *c, char *err, size_t errlen)
@@ -1120,6 +1187,17 @@ int lkv_config_validate(lkv_config *c, char *err, size_t errlen)
         if (bb > max_block) {
             max_block = bb;
         }
+    }
+    hold_check hc = {c, NULL};
+    if (lkv_config_each_name(c->hold_profiles, hold_profile_ok, &hc) != 0) {
+        return fail(err, errlen, "option 'hold_profiles': no profile '%.64s' is configured",
+                    hc.bad);
+    }
+    if (lkv_config_each_name(c->hold_tenants, hold_tenant_ok, &hc) != 0) {
+        return fail(err, errlen,
+                    "option 'hold_tenants': no tenant '%.64s' (a [tenant NAME] section, or "
+                    "\"" LKV_AUTH_DEFAULT_TENANT "\")",
+                    hc.bad);
     }
     if (c->hot_bytes < max_block) {
         char a[32], b[32];

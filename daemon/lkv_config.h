@@ -99,7 +99,15 @@ typedef struct lkv_config {
     char cluster_token_file[1024];       /* File holding the cluster-internal bearer token. */
     char wirekey_secret_file[1024];      /* Shared wire-key secret (else DATA_DIR's own). */
     uint64_t cluster_replica_ttl_ms;     /* Local replicas for Attach live this long (0: none). */
+    /* Residency (storage/lkv_store.h): class holds applied at every start (runtime Admin Hold
+     * of a profile or tenant is not persisted; these are). Comma-separated names, "" = none. */
+    char hold_profiles[1024]; /* Profiles held (validated: each must be configured). */
+    char hold_tenants[1024];  /* Tenants held ("default" or a [tenant NAME]; validated). */
 } lkv_config;
+
+/* Calls fn(ctx, name) for each comma-separated name of list (spaces trimmed, empty skipped);
+ * stops at and returns fn's first non-zero value. name is valid during the call only. */
+int lkv_config_each_name(const char *list, int (*fn)(void *ctx, const char *name), void *ctx);
 
 /* What main should do after lkv_config_from_args. */
 enum lkv_config_action {

@@ -390,6 +390,13 @@ static void log_restart_only(const lkv_config *a, const lkv_config *b)
     if (!SAME_STR(metrics_listen)) {
         LKV_LOGW(fmt, "metrics_listen", a->metrics_listen[0] ? a->metrics_listen : "none");
     }
+    /* Residency class holds are applied at start (an Admin Hold changes them live). */
+    if (!SAME_STR(hold_profiles)) {
+        LKV_LOGW(fmt, "hold_profiles", a->hold_profiles[0] ? a->hold_profiles : "\"\"");
+    }
+    if (!SAME_STR(hold_tenants)) {
+        LKV_LOGW(fmt, "hold_tenants", a->hold_tenants[0] ? a->hold_tenants : "\"\"");
+    }
     if ((a->tls_cert_file[0] != '\0') != (b->tls_cert_file[0] != '\0') ||
         (a->tls_client_ca_file[0] != '\0') != (b->tls_client_ca_file[0] != '\0')) {
         LKV_LOGW(fmt,
@@ -746,14 +753,14 @@ int lkv_tenancy_check_put(void *ctx, lkv_rpc *rpc, const char *profile, const ui
         }
         if (hot_over) {
             return over_quota(t, rpc, tn, "max_hot_bytes", tn->max_hot_bytes, u.hot_bytes, hot_need,
-                              "its hot documents are pinned or being read");
+                              "its hot documents are pinned, held or being read");
         }
         if (cold_over) {
             return over_quota(t, rpc, tn, "max_cold_bytes", tn->max_cold_bytes, u.cold_bytes,
-                              cold_need, "its documents are pinned or being written");
+                              cold_need, "its documents are pinned, held or being written");
         }
         return over_quota(t, rpc, tn, "max_docs", tn->max_docs, u.docs, 1,
-                          "its documents are pinned or being written");
+                          "its documents are pinned, held or being written");
     }
     return over_quota(t, rpc, tn, "max_docs", tn->max_docs, u.docs, 1, "no room could be made");
 }

@@ -36,14 +36,14 @@
  * A put that would take the tenant over a quota first makes room among that tenant's own
  * documents, least recently used first (read by a Get or Attach, else created): over
  * max_hot_bytes it demotes them to the cold tier (persisted ones first, which costs no write);
- * over max_cold_bytes or max_docs it deletes them. If it still
- * cannot fit (the document alone is larger than the quota, or the tenant's documents are all
- * pinned or being written) it is refused with LKV_EQUOTA (RESOURCE_EXHAUSTED), the message
- * naming the quota, its value and the need. Hot usage counts arena pages (n_blocks x
- * page_bytes), cold usage block payload, in both durability modes (write-back persists too).
- * Known cost: this runs on the Put's polling thread; demoting a document the writer has not
- * persisted yet, and deleting from RocksDB, do I/O there (rare: persisted documents are
- * demoted first, and RocksDB deletes are unsynced).
+ * over max_cold_bytes or max_docs it deletes them. Held documents (Admin Hold, Put hold) are
+ * never among them. If it still cannot fit (the document alone is larger than the quota, or
+ * the tenant's documents are all pinned, held or being written) it is refused with LKV_EQUOTA
+ * (RESOURCE_EXHAUSTED), the message naming the quota, its value and the need. Hot usage counts
+ * arena pages (n_blocks x page_bytes), cold usage block payload, in both durability modes
+ * (write-back persists too). Known cost: this runs on the Put's polling thread; demoting a document
+ * the writer has not persisted yet, and deleting from RocksDB, do I/O there (rare: persisted
+ * documents are demoted first, and RocksDB deletes are unsynced).
  *
  * Thread safety: admit, the index and charge functions run on any thread; reload and destroy
  * on the main thread only.

@@ -66,6 +66,42 @@ static int admit(void *ctx, lkv_rpc *rpc)
     return lkv_tenancy_admit(ctx, rpc);
 }
 
+/* Residency holds from the config (hold_profiles, hold_tenants), applied at every start. */
+typedef struct hold_ctx {
+    lkv_store *store;
+    const lkv_tenancy *ten; /* Tenant names to slots (the residency class of a tenant). */
+} hold_ctx;
+
+static int hold_profile(void *ctx, const char *name)
+{
+    hold_ctx *h = ctx;
+    uint64_t n = 0;
+    int rc = lkv_store_hold_class(h->store, -1, name, 1, &n);
+    if (rc != 0) {
+        LKV_LOGE("hold_profiles: profile '%s': %s", name, lkv_strerror(rc));
+        return rc;
+    }
+    LKV_LOGI("holding profile '%s' (%llu documents now)", name, (unsigned long long)n);
+    return 0;
+}
+
+static int hold_tenant(void *ctx, const char *name)
+{
+    hold_ctx *h = ctx;
+    const lkv_auth *auth = lkv_tenancy_auth(h->ten);
+    const lkv_tenant *t = strcmp(name, LKV_AUTH_DEFAULT_TENANT) == 0 ? lkv_auth_default_tenant(auth)
+                                                                     : lkv_auth_find(auth, name);
+    uint64_t n = 0;
+    int rc = t != NULL ? lkv_store_hold_class(h->store, lkv_tenancy_index(h->ten, t), NULL, 1, &n)
+                       : LKV_ENOTFOUND;
+    if (rc != 0) {
+        LKV_LOGE("hold_tenants: tenant '%s': %s", name, lkv_strerror(rc));
+        return rc;
+    }
+    LKV_LOGI("holding tenant '%s' (%llu documents now)", name, (unsigned long long)n);
+    return 0;
+}
+
 /* mkdir -p path (mode 0700 for created components). Returns 0 or -errno. */
 static int mkdirs(const char *path)
 {
@@ -268,6 +304,15 @@ int main(int argc, char **argv)
     }
     cache.leases = leases;
 
+    hold_ctx hc = {store, ten};
+    if (lkv_config_each_name(cfg.hold_profiles, hold_profile, &hc) != 0 ||
+        lkv_config_each_name(cfg.hold_tenants, hold_tenant, &hc) != 0) {
+        lkv_lease_table_destroy(leases);
+        lkv_tenancy_destroy(ten);
+        lkv_store_close(store);
+        lkv_stats_destroy(stats);
+        return 1;
+    }
     lkv_admin_svc_init(&admin, store, lkv_durability_name(cfg.durability), cfg.threads);
     admin.n_tenants = LKV_TENANCY_SLOTS;
     admin.isolate = lkv_tenancy_isolated(ten);

@@ -32,10 +32,13 @@
 
 #include "lkv_log.h"
 
-#define RECORD_VERSION   2 /* Format of records and blocks written now (XXH3-128 tags). */
-#define RECORD_V1        1 /* The previous format (BLAKE2b-128 tags): dropped at open. */
-#define RECORD_FIXED     61
-#define OLD_FORMAT       1 /* parse_record: a valid record of the previous format. */
+#define BLOCK_VERSION    2  /* Format of blocks written now (XXH3-128 tags). */
+#define RECORD_VERSION   3  /* Records written now: XXH3-128 tags and the residency fields. */
+#define RECORD_V2        2  /* XXH3-128 tags, no residency fields (fixed part 61): still read. */
+#define RECORD_V1        1  /* The first format (BLAKE2b-128 tags): dropped at open. */
+#define RECORD_FIXED     74 /* Version 3; version 2 (and 1): 61. */
+#define RECORD_FIXED_V2  61
+#define OLD_FORMAT       1 /* parse_record: a valid record of the first format. */
 #define DEFAULT_MIN_BLOB (64u << 10)
 
 struct lkv_cold {
@@ -673,7 +676,7 @@ void lkv_cold_batch_block(lkv_cold_batch *b, const lkv_dockey *key, uint32_t ind
 
     lkv_cold_block_key(key, index, k);
     memset(h, 0, sizeof h);
-    h[0] = RECORD_VERSION;
+    h[0] = BLOCK_VERSION;
     tag(k, sizeof k, data, len, h + LKV_COLD_BLOCK_HDR_BYTES - LKV_COLD_TAG_BYTES);
     parts[0] = (const char *)h;
     sizes[0] = sizeof h;
@@ -698,6 +701,9 @@ void lkv_cold_batch_finish(lkv_cold_batch *b, const lkv_cold_doc *meta, const ui
     put_le32(rec + 45, meta->n_blocks);
     put_le32(rec + 49, meta->block_bytes);
     put_le64(rec + 53, (uint64_t)meta->created_ms);
+    put_le32(rec + 61, meta->tenant);
+    rec[65] = (uint8_t)(int8_t)meta->prio;
+    put_le64(rec + 66, (uint64_t)meta->expires_ms);
     for (uint32_t i = 0; i < meta->n_tokens; i++) {
         put_le32(rec + RECORD_FIXED + 4ull * i, tokens[i]);
     }
@@ -829,7 +835,7 @@ static int parse_record(const uint8_t *k, const uint8_t *v, size_t vlen, lkv_col
                         uint32_t **tokens)
 {
     uint8_t t[LKV_COLD_TAG_BYTES];
-    if (vlen < RECORD_FIXED + LKV_COLD_TAG_BYTES) {
+    if (vlen < RECORD_FIXED_V2 + LKV_COLD_TAG_BYTES) {
         return LKV_ECORRUPT;
     }
     size_t rlen = vlen - LKV_COLD_TAG_BYTES;
@@ -838,9 +844,14 @@ static int parse_record(const uint8_t *k, const uint8_t *v, size_t vlen, lkv_col
         return memcmp(t, v + rlen, sizeof t) == 0 ? OLD_FORMAT : LKV_ECORRUPT;
     }
     tag(k, LKV_COLD_DOC_KEY_BYTES, v, rlen, t);
-    if (memcmp(t, v + rlen, sizeof t) != 0 || v[0] != RECORD_VERSION) {
+    if (memcmp(t, v + rlen, sizeof t) != 0 || (v[0] != RECORD_V2 && v[0] != RECORD_VERSION)) {
         return LKV_ECORRUPT;
     }
+    size_t fixed = v[0] == RECORD_V2 ? RECORD_FIXED_V2 : RECORD_FIXED;
+    if (rlen < fixed) {
+        return LKV_ECORRUPT;
+    }
+    memset(meta, 0, sizeof *meta);
     memcpy(meta->key.b, k + 1, LKV_DOCKEY_BYTES);
     memcpy(meta->fingerprint, v + 1, 32);
     meta->content_hash = get_le64(v + 33);
@@ -848,14 +859,21 @@ static int parse_record(const uint8_t *k, const uint8_t *v, size_t vlen, lkv_col
     meta->n_blocks = get_le32(v + 45);
     meta->block_bytes = get_le32(v + 49);
     meta->created_ms = (int64_t)get_le64(v + 53);
-    if (rlen != RECORD_FIXED + 4ull * meta->n_tokens || meta->n_blocks == 0 ||
-        meta->n_tokens == 0) {
+    if (v[0] == RECORD_VERSION) {
+        meta->tenant = get_le32(v + 61);
+        meta->prio = (int8_t)v[65];
+        meta->expires_ms = (int64_t)get_le64(v + 66);
+        if (meta->prio < -1 || meta->prio > 1) {
+            return LKV_ECORRUPT;
+        }
+    }
+    if (rlen != fixed + 4ull * meta->n_tokens || meta->n_blocks == 0 || meta->n_tokens == 0) {
         return LKV_ECORRUPT;
     }
     if (tokens != NULL) {
         uint32_t *tk = lkv_xmalloc(4ull * meta->n_tokens);
         for (uint32_t i = 0; i < meta->n_tokens; i++) {
-            tk[i] = get_le32(v + RECORD_FIXED + 4ull * i);
+            tk[i] = get_le32(v + fixed + 4ull * i);
         }
         *tokens = tk;
     }
@@ -905,7 +923,7 @@ int lkv_cold_get_block(lkv_cold *c, lkv_cold_snap *snap, const lkv_dockey *key, 
     }
     const uint8_t *v = f.v;
     vlen = f.vlen;
-    if (vlen != len + LKV_COLD_BLOCK_HDR_BYTES || v[0] != RECORD_VERSION) {
+    if (vlen != len + LKV_COLD_BLOCK_HDR_BYTES || v[0] != BLOCK_VERSION) {
         rc = LKV_ECORRUPT;
         goto out;
     }

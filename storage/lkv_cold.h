@@ -2,11 +2,12 @@
  * lkv_cold.h: the cold tier, RocksDB with blob files (DESIGN.md 4).
  *
  * One RocksDB database under a directory. Blob files are enabled (values of at least
- * min_blob_bytes live in blob files, not in the LSM tree). Keys and values (format 2):
+ * min_blob_bytes live in blob files, not in the LSM tree). Keys and values (format 2; records
+ * of version 3 add the residency fields):
  *
  *   block   key   'B' | doc key (32) | block index (u32 big-endian: blocks sort in order)
  *           value header (32) | payload (block_bytes)
- *           header: byte 0 format version (2), bytes 1..15 zero, bytes 16..31 tag
+ *           header: byte 0 block format version (2), bytes 1..15 zero, bytes 16..31 tag
  *           tag = XXH3-128 of the payload seeded by XXH3-64 of the key's 37 bytes (low then
  *           high 64 bits, little-endian)
  *   doc     key   'D' | doc key (32)
@@ -14,14 +15,17 @@
  *           of the key's 33 bytes
  *
  *   record  offset  size    field
- *           0       1       format version (2)
+ *           0       1       format version (3; 2 is still read)
  *           1       32      profile fingerprint
  *           33      8       content hash (lkv_dockey_content_hash), little-endian
  *           41      4       n_tokens, little-endian
  *           45      4       n_blocks
  *           49      4       block_bytes
  *           53      8       created, Unix milliseconds
- *           61      4 * n   token ids, little-endian uint32
+ *           61      4       tenant index (residency class; version 3)
+ *           65      1       priority, int8 -1..1 (version 3)
+ *           66      8       expiry, Unix milliseconds, 0 = none (version 3)
+ *           74      4 * n   token ids, little-endian uint32 (version 2: at 61, no 61..73)
  *
  * Integrity. Every block read is checked by its XXH3-128 tag (about 20 GB/s); RocksDB's own
  * checksums stay on for records, scans and the LSM's blocks, but are off for block values:
@@ -65,6 +69,9 @@ typedef struct lkv_cold_doc {
     uint32_t n_blocks;       /* Blocks. */
     uint32_t block_bytes;    /* Payload bytes of each block. */
     int64_t created_ms;      /* Unix milliseconds at first write. */
+    uint32_t tenant;         /* Tenant index of the residency class (0 in version 2). */
+    int prio;                /* Residency priority -1..1 (0 in version 2). */
+    int64_t expires_ms;      /* Expiry, Unix milliseconds; 0 = none (and in version 2). */
 } lkv_cold_doc;
 
 /* What to do with a database found damaged at open. */

@@ -53,15 +53,19 @@
  *   ttl       an expiry time in the caller's clock (0: none); lkv_policy_expire evicts what
  *             expired (a sweep over the entries, O(n): call it periodically, not per request).
  *
- * Store integration (proposed, not wired yet): class id = tenant << 32 | profile index. Put
- * with options {prio, ttl_ms, hold} calls lkv_policy_admit_ex on both tiers with expires =
- * now_ms + ttl_ms, then lkv_policy_hold if asked. Admin Hold(key | tenant | profile, on) maps
- * to lkv_policy_hold (promoting a cold document first) or lkv_policy_hold_class with mask
+ * Store integration (wired: storage/lkv_store_resid.c; it differs from this sketch: holds apply
+ * to both tiers, and class eviction, purge and TTL expiry are a batched sweep of the store's
+ * documents, with a thread of its own for the TTLs, rather than lkv_policy_evict_class /
+ * lkv_policy_expire, to bound how long they hold the store lock): class id = tenant <<
+ * 32 | profile index. Put with options {prio, ttl_ms, hold} calls lkv_policy_admit_ex on both tiers
+ * with expires = now_ms + ttl_ms, then lkv_policy_hold if asked. Admin Hold(key | tenant | profile,
+ * on) maps to lkv_policy_hold (promoting a cold document first) or lkv_policy_hold_class with mask
  * 0xffffffff00000000 (tenant), 0x00000000ffffffff (profile) or ~0 (both), on the hot policy;
  * Admin Evict(tenant | profile) to lkv_policy_evict_class on the hot policy with the store's
  * usual eviction callback (demote to cold) and, for a purge, on the cold policy (delete). The
  * maintenance thread calls lkv_policy_expire(hot, now_ms, ...) and (cold, ...) every second.
- * Holds are policy state, not persisted: the store re-applies them from its metadata on open.
+ * Holds are policy state, not persisted (in the store: a document hold ends with the process;
+ * class holds are re-applied from lazykvd's config, hold_profiles / hold_tenants, at each start).
  */
 #ifndef LKV_POLICY_H
 #define LKV_POLICY_H

@@ -75,7 +75,7 @@ const char *lkv_durability_name(int m)
 const char *lkv_miss_cause_name(int c)
 {
     static const char *const names[LKV_MISS__COUNT] = {"none",    "never",   "evicted", "deleted",
-                                                       "profile", "corrupt", "lost"};
+                                                       "profile", "corrupt", "lost",    "expired"};
     return c >= 0 && c < LKV_MISS__COUNT ? names[c] : "unknown";
 }
 
@@ -155,6 +155,8 @@ static const store_stat store_stats[] = {
                                 "Lookup misses by cause.", "lookups", "misses_corrupt")},
     {CAUSE(LKV_MISS_LOST), D("store_misses", "cause=lost", LKV_STAT_COUNTER, "docs",
                              "Lookup misses by cause.", "lookups", "misses_lost")},
+    {CAUSE(LKV_MISS_EXPIRED), D("store_misses", "cause=expired", LKV_STAT_COUNTER, "docs",
+                                "Lookup misses by cause.", "lookups", "misses_expired")},
     {V_RATIO_DOCS, 0,
      D("store_hit_ratio", "by=docs", LKV_STAT_GAUGE, "ratio",
        "Hits / lookups since start (0 before the first).", "lookups", "hit_rate_docs")},
@@ -173,6 +175,13 @@ static const store_stat store_stats[] = {
                    "Hot victims lost (the cold tier could not take them).", "movement", "drops")},
     {FLD(promotions), D("store_promotions", NULL, LKV_STAT_COUNTER, "docs",
                         "Cold documents copied into the hot tier.", "movement", "promotions")},
+    {FLD(expired), D("store_expired", NULL, LKV_STAT_COUNTER, "docs",
+                     "Documents dropped when their TTL ran out.", "movement", "expired")},
+    {FLD(class_evictions), D("store_class_evictions", NULL, LKV_STAT_COUNTER, "docs",
+                             "Documents evicted or purged by tenant or profile (Admin EvictClass).",
+                             "movement", "class_evictions")},
+    {FLD(hot_bytes_held), D("store_bytes_held", "tier=hot", LKV_STAT_GAUGE, "bytes",
+                            "Hot bytes of held documents (Admin Hold).", "hot", "bytes_held")},
     {FLD(puts), D("store_puts", "result=stored", LKV_STAT_COUNTER, "docs",
                   "Finished puts by result.", "puts", "puts")},
     {FLD(puts_existing), D("store_puts", "result=existing", LKV_STAT_COUNTER, "docs",
@@ -359,6 +368,9 @@ static int scan_cb(void *ctx, const lkv_cold_doc *m)
     d->n_blocks = m->n_blocks;
     d->block_bytes = m->block_bytes;
     d->created_ms = m->created_ms;
+    d->tenant = m->tenant;
+    d->prio = (int8_t)m->prio;
+    d->expires_ms = m->expires_ms;
     d->state = ST_VISIBLE;
     lkv__sizes_sync(s, d);
     lkv__kidx_insert(s, d);
@@ -605,6 +617,7 @@ int lkv_store_open(const lkv_store_config *cfg, lkv_store **out)
         return rc;
     }
     lkv__writer_start(s);
+    lkv__maint_start(s);
     LKV_LOGI(
         "store: open %s: hot %s %llu pages in %d regions (%llu B), cold %llu docs (budget "
         "%llu B), %s, %s, %d profiles",
@@ -631,6 +644,7 @@ int lkv_store_close(lkv_store *s)
     lkv_stats_unregister(s->stats, s->stats_group); /* No stats_read runs after this. */
     lkv_stats_unregister(s->stats, s->region_group);
     lkv__writer_stop(s);
+    lkv__maint_stop(s);
     if (s->st.wb_failed != s->wb_failed_seen) {
         rc = LKV_EIO;
     }
@@ -765,6 +779,7 @@ static void fill_info(lkv_store *s, const doc *d, lkv_doc_info *o)
     o->pins = d->user_pins;
     o->region = d->profile;
     o->page_bytes = d->profile >= 0 ? s->reg[d->profile].page_bytes : 0;
+    o->held = lkv__held(s, d);
 }
 
 static void miss_info(lkv_doc_info *o, int cause)
@@ -911,6 +926,13 @@ int lkv_store_put_begin(lkv_store *s, const uint8_t salt[LKV_SALT_BYTES], const 
                         const uint32_t *tokens, uint32_t n_tokens, lkv_store_put **out,
                         lkv_dockey *key_out, int *exists)
 {
+    return lkv_store_put_begin_ex(s, salt, profile, tokens, n_tokens, NULL, out, key_out, exists);
+}
+
+int lkv_store_put_begin_ex(lkv_store *s, const uint8_t salt[LKV_SALT_BYTES], const char *profile,
+                           const uint32_t *tokens, uint32_t n_tokens, const lkv_put_opts *o,
+                           lkv_store_put **out, lkv_dockey *key_out, int *exists)
+{
     const lkv_profile *p;
     lkv_dockey k;
     int rc;
@@ -922,6 +944,12 @@ int lkv_store_put_begin(lkv_store *s, const uint8_t salt[LKV_SALT_BYTES], const 
     }
     if (salt == NULL) {
         return why(LKV_EINVAL, "no tenant salt");
+    }
+    if (o != NULL && (o->prio < -1 || o->prio > 1)) {
+        return why(LKV_EINVAL, "priority %d is not -1, 0 or +1", o->prio);
+    }
+    if (o != NULL && o->ttl_ms > LKV_PUT_TTL_MAX_MS) {
+        return why(LKV_EINVAL, "ttl_ms %" PRIu64 " is more than 100 years", o->ttl_ms);
     }
     rc = lkv_profile_check_tokens(p, tokens, n_tokens, tl_why, (int)sizeof(tl_why));
     if (rc != 0) {
@@ -946,6 +974,9 @@ int lkv_store_put_begin(lkv_store *s, const uint8_t salt[LKV_SALT_BYTES], const 
     }
     doc *e = lkv__kidx_find(s, &k);
     if (e != NULL && e->state == ST_VISIBLE) {
+        if (o != NULL && o->hold) {
+            lkv__hold_doc(s, e);
+        }
         s->st.puts_inflight++;
         pthread_mutex_unlock(&s->mu);
         if (exists != NULL) {
@@ -990,6 +1021,7 @@ int lkv_store_put_begin(lkv_store *s, const uint8_t salt[LKV_SALT_BYTES], const 
     d->n_blocks = n_blocks;
     d->block_bytes = block_bytes;
     d->created_ms = now_ms();
+    lkv__doc_opts(d, o, d->created_ms);
     d->acct = lkv__acct_of(s, salt);
     /* Pages are reserved now if they are free. If room must be made (evicting, which demotes
      * documents), the reservation waits for the first valid block (lkv_store_put_block), so a
@@ -1765,7 +1797,7 @@ int lkv_store_demote(lkv_store *s, const lkv_dockey *key)
     }
     if (d == NULL || d->state != ST_VISIBLE || !d->hot) {
         rc = LKV_ENOTFOUND;
-    } else if (d->hot_pins > 0 || d->promoting) {
+    } else if (d->hot_pins > 0 || d->promoting || lkv__held(s, d)) {
         rc = LKV_EBUSY;
     } else {
         lkv__demote(s, d);
@@ -1796,7 +1828,7 @@ int lkv_store_foreach(lkv_store *s, lkv_store_foreach_fn fn, void *ctx)
 void lkv_store_stats_get(lkv_store *s, lkv_store_stats *out)
 {
     pthread_mutex_lock(&s->mu);
-    *out = s->st; /* Tier sizes included: counters kept by lkv__sizes_sync, no walk. */
+    *out = s->st; /* Tier sizes and hot_bytes_held included: kept by lkv__sizes_sync, no walk. */
     out->hot_bytes = out->hot_bytes_pinned = out->hot_budget = 0;
     for (int r = 0; r < s->n_profiles; r++) {
         out->hot_bytes += lkv_policy_bytes_used(s->reg[r].hotp);

@@ -107,6 +107,7 @@ enum lkv_miss_cause {
                            * or the document's profile is not configured any more. */
     LKV_MISS_CORRUPT = 5, /* Read back corrupt (our check or RocksDB's) and dropped. */
     LKV_MISS_LOST = 6,    /* Acknowledged (write-back) but lost in a crash before persisting. */
+    LKV_MISS_EXPIRED = 7, /* Dropped when its TTL (put option ttl_ms) ran out. */
     LKV_MISS__COUNT
 };
 
@@ -118,7 +119,8 @@ const char *lkv_hot_backend_name(int backend);
 int lkv_durability_parse(const char *s, int *out);
 /* Returns "write-back", "write-through" or "unknown". */
 const char *lkv_durability_name(int mode);
-/* Returns "none", "never", "evicted", "deleted", "profile", "corrupt", "lost" or "unknown". */
+/* Returns "none", "never", "evicted", "deleted", "profile", "corrupt", "lost", "expired" or
+ * "unknown". */
 const char *lkv_miss_cause_name(int cause);
 
 /* How hot_bytes is shared among profiles (one arena region each; DESIGN.md 4): a profile whose
@@ -154,8 +156,11 @@ typedef struct lkv_store_config {
     int cold_on_corruption;        /* enum lkv_cold_on_corruption: refuse (0) or reset. */
     uint64_t wb_max_backlog_bytes; /* Write-back: bound of the unpersisted backlog (payload
                                     * bytes queued or being written); 0 = unbounded. */
-    lkv_stats *stats; /* Registry the store registers its stats in (borrowed: it must outlive
-                       * the store; one store per registry); NULL: the store makes its own. */
+    lkv_stats *stats;     /* Registry the store registers its stats in (borrowed: it must outlive
+                           * the store; one store per registry); NULL: the store makes its own. */
+    uint32_t maint_ms;    /* Period of the maintenance thread's TTL sweep; 0 = 1000 ms. */
+    uint32_t sweep_batch; /* Documents a bulk sweep (expiry, class eviction) does between two
+                           * releases of the store lock; 0 = 64; UINT32_MAX = one hold. */
 } lkv_store_config;
 
 /* Opens (or creates) the store. Validates cfg (LKV_ECONFIG with a log line naming the field:
@@ -218,6 +223,7 @@ typedef struct lkv_doc_info {
     int region;                 /* Arena region of its pages (= its profile's index); -1 if the
                                  * profile is not configured. */
     uint64_t page_bytes;        /* Page size of that region (0 if none). */
+    int held;                   /* 1 if held (lkv_store_hold or a class hold): never evicted. */
 } lkv_doc_info;
 
 /* Looks up n keys (borrowed array) and writes n infos into out (caller-owned). Counts one hit
@@ -425,8 +431,8 @@ typedef struct lkv_store_usage {
  * are accounted; later ones read as zero. Thread-safe. */
 void lkv_store_usage_get(lkv_store *s, const uint8_t salt[LKV_SALT_BYTES], lkv_store_usage *out);
 
-/* The key of the least recently used visible, unpinned document put under salt (last read by
- * a Get, Attach or pin, else created; Lookups do not count): with tier LKV_TIER_HOT one in the
+/* The key of the least recently used visible, unpinned, unheld document put under salt (last read
+ * by a Get, Attach or pin, else created; Lookups do not count): with tier LKV_TIER_HOT one in the
  * hot tier (to demote; already persisted ones first, so the demotion writes nothing), else any
  * (to delete). Returns 0 (*out
  * written), or LKV_ENOTFOUND if there is none. A hint: the document may be gone at once. */
@@ -434,7 +440,7 @@ int lkv_store_usage_oldest(lkv_store *s, const uint8_t salt[LKV_SALT_BYTES], int
                            lkv_dockey *out);
 
 /* Demotes key out of the hot tier now (persisting it first if needed), as an admin "evict".
- * LKV_ENOTFOUND if absent or not hot, LKV_EBUSY if pinned or being read. */
+ * LKV_ENOTFOUND if absent or not hot, LKV_EBUSY if pinned, held (lkv_store_hold) or being read. */
 int lkv_store_demote(lkv_store *s, const lkv_dockey *key);
 
 /* Calls fn(ctx, key, info) for every visible document (order unspecified), under the store lock:
@@ -489,6 +495,10 @@ typedef struct lkv_store_stats {
     uint64_t disk_free_bytes;  /* Bytes free on data_dir's disk (statvfs). */
     uint64_t corrupt_blocks; /* Blocks or records failing their check, or missing (doc dropped). */
     uint64_t reads_inflight; /* Open read handles. */
+    /* Residency controls. */
+    uint64_t expired;         /* Documents dropped when their TTL ran out. */
+    uint64_t class_evictions; /* Documents evicted or purged by lkv_store_evict_class. */
+    uint64_t hot_bytes_held;  /* Hot bytes of held documents (gauge). */
 } lkv_store_stats;
 
 /* Fills *out (caller-owned) with a consistent snapshot of the counters, in constant time (the
@@ -534,6 +544,68 @@ typedef struct lkv_store_region {
 int lkv_store_region_get(lkv_store *s, int r, lkv_store_region *out);
 
 void lkv_store_arena_info_get(lkv_store *s, lkv_store_arena_info *out);
+
+/* ---- Residency controls (DESIGN.md 4; the policy side in lkv_policy.h) -------------------
+ *
+ * Every document has a class id, tenant << 32 | profile index, where tenant is the caller's
+ * tenant index (the daemon's tenant slot, lkv_tenancy_index; 0 = the default tenant) given at put.
+ * Holds pin documents in both tiers' policies (never evicted; they count in bytes_pinned, so a put
+ * that finds the hot budget full of held documents gets LKV_ENOSPC); a priority orders
+ * eviction (-1 first, +1 last); a TTL drops the document (both tiers, miss cause
+ * LKV_MISS_EXPIRED) at the first maintenance sweep after it ran out (a thread of the store
+ * sweeps every maint_ms, so a TTL is exact to that period; a held or pinned expired document
+ * goes at the first sweep after its release). Tenant, priority and expiry are persisted with
+ * the document (cold record version 3); holds are not: per-document holds are runtime state,
+ * class holds are re-applied by whoever configures them (lazykvd: "hold = true" in a profile
+ * or tenant section) after every open. */
+
+#define LKV_PUT_TTL_MAX_MS 3155760000000ull /* 100 years. */
+
+/* Put options (lkv_store_put_begin_ex). Zero-initialise: all zero is a plain put. */
+typedef struct lkv_put_opts {
+    uint32_t tenant; /* Tenant index (the class id's high half). */
+    int prio;        /* -1 evict first, 0 normal, +1 evict last; else LKV_EINVAL. */
+    uint64_t ttl_ms; /* Drop the document ttl_ms after the put; 0 = never. */
+    int hold;        /* 1: hold the document from its commit (also one already stored). */
+} lkv_put_opts;
+
+/* lkv_store_put_begin with options (o may be NULL: a plain put). A document already stored
+ * keeps its class, priority and expiry (only hold applies to it). Same contract and errors,
+ * plus LKV_EINVAL for a priority outside -1..1 or a ttl_ms above LKV_PUT_TTL_MAX_MS
+ * (lkv_store_why says so). */
+int lkv_store_put_begin_ex(lkv_store *s, const uint8_t salt[LKV_SALT_BYTES], const char *profile,
+                           const uint32_t *tokens, uint32_t n_tokens, const lkv_put_opts *o,
+                           lkv_store_put **out, lkv_dockey *key_out, int *exists);
+
+/* Holds (on = 1) or releases (on = 0) the document key. Holding a cold-only document promotes
+ * it first (LKV_ENOSPC if it cannot be made hot: nothing changes). Idempotent. LKV_ENOTFOUND
+ * if absent. A release leaves the document held if a class hold covers it. */
+int lkv_store_hold(lkv_store *s, const lkv_dockey *key, int on);
+
+/* A class: every document of tenant index tenant (< 0: any tenant) and/or of the profile named
+ * profile (NULL: any profile); at least one of the two must be given (else LKV_EINVAL). */
+
+/* Holds (on = 1) every present and future document of the class, or releases that hold (on =
+ * 0; LKV_ENOTFOUND if there is no such hold). Documents of the class in the cold tier only are
+ * held there and held hot when a get promotes them (a hold does not promote). Writes the
+ * number of documents of the class present into *n (may be NULL). LKV_EPROFILE for an unknown
+ * profile (lkv_store_why says which exist), LKV_ENOSPC beyond 16 class holds. */
+int lkv_store_hold_class(lkv_store *s, int64_t tenant, const char *profile, int on, uint64_t *n);
+
+/* Evicts every document of the class from the hot tier (demoting it, as the budget does);
+ * purge: drops them from both tiers instead (miss cause LKV_MISS_DELETED). Held and pinned
+ * (leased, being read or written) documents stay, whole (their cold copy too). Like
+ * lkv_store_expire it works in batches, letting the store lock go every sweep_batch documents.
+ * Writes the documents evicted from the hot tier into *n_hot and those dropped from the cold tier
+ * into *n_cold (both may be NULL). Errors as lkv_store_hold_class (no LKV_ENOSPC). */
+int lkv_store_evict_class(lkv_store *s, int64_t tenant, const char *profile, int purge,
+                          uint64_t *n_hot, uint64_t *n_cold);
+
+/* Drops every unpinned, unheld document whose TTL ran out at now_ms (Unix ms; 0: the current
+ * time), from both tiers; the maintenance thread calls it every maint_ms. It lets the store
+ * lock go after every sweep_batch drops (each is a RocksDB delete), so a mass expiry does not
+ * stall other callers. Writes the count into *n (may be NULL). Returns 0. */
+int lkv_store_expire(lkv_store *s, int64_t now_ms, uint64_t *n);
 
 /* Fault injection (tests): the next n RocksDB writes of this store fail with LKV_EIO, as a full
  * disk would. n = 0 clears. Also set at open from the environment variable

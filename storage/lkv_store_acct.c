@@ -10,6 +10,9 @@
  * d->state, and a missed call is corrected by the next one. Invariant (under s->mu): an
  * account's counters are the sums over the docs naming it of the parts in their acct_on.
  *
+ * Quota victims (lkv_store_usage_oldest) are never held documents (lkv_store_resid.c): a hold
+ * means the document is not evicted, also not to make room for its own tenant.
+ *
  * Limitation: RocksDB records do not carry the salt, so documents recovered from the cold tier
  * at open belong to no account until they are put again.
  */
@@ -110,7 +113,7 @@ int lkv_store_usage_oldest(lkv_store *s, const uint8_t salt[LKV_SALT_BYTES], int
     const doc *best = NULL;
     for (uint32_t i = 0; acct != 0 && i < s->n_slots; i++) {
         const doc *d = s->slots[i];
-        if (d == NULL || d->acct != acct || d->state != ST_VISIBLE) {
+        if (d == NULL || d->acct != acct || d->state != ST_VISIBLE || lkv__held(s, d)) {
             continue;
         }
         int ok = tier == LKV_TIER_HOT ? d->hot && d->hot_pins == 0 && !d->promoting

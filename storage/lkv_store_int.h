@@ -49,6 +49,10 @@
  * doc's pages, policy entry and bytes are all its profile's region's. Only docs of configured
  * profiles (profile >= 0) are ever hot.
  *
+ * Holds (lkv_store_resid.c) are the one exception: an operator hold is a pin of the policy
+ * entry that no store count mirrors (the policy keeps it apart from the counted pins, so
+ * lkv__hot_unpin / lkv__cold_unpin work unchanged); d->held and s->holds say what is held.
+ *
  * Invariants: per region, arena pages in use = sum over its hot docs of n_blocks = its hot
  * policy bytes / its page_bytes; a policy victim is always VISIBLE with hot_pins == 0 (hot) or
  * cold_pins == 0 (cold); a VISIBLE doc is hot or cold (or both); policy entry pinned iff the
@@ -118,6 +122,7 @@ typedef struct doc {
     unsigned cindexed : 1;  /* In the content index. */
     unsigned sz_hot : 1;    /* Counted in the store's hot_docs/hot_blocks (lkv__sizes_sync). */
     unsigned sz_cold : 1;   /* Counted in the store's cold_docs/blocks/bytes (lkv__sizes_sync). */
+    unsigned sz_held : 1;   /* Counted in the store's hot_bytes_held (lkv__sizes_sync). */
     uint32_t hot_pins;      /* Pins held in the hot tier (the one count; see the file comment). */
     uint32_t user_pins;     /* Of which lkv_store_pin pins. */
     uint32_t cold_pins;     /* Pins held in the cold tier. */
@@ -125,10 +130,27 @@ typedef struct doc {
     uint32_t next;          /* Key index chain (slot), or NIL. */
     uint32_t cnext;         /* Content index chain (slot), or NIL. */
     uint32_t qnext;         /* Write-back queue link (slot), or NIL. */
-    uint16_t acct;          /* Tenant account (lkv_store_acct.c), 0 = none. */
-    int64_t used_ms;        /* Last read (Get/Attach/pin; Unix ms), 0 = never: quota victims. */
-    uint8_t acct_on;        /* What that account holds of this doc (lkv_store_acct.c). */
+    /* The tenant, twice, set together by lkv_store_put_begin_ex from the same caller: tenant
+     * is the residency class (the daemon's tenant slot, given in lkv_put_opts; persisted in
+     * the cold record, so recovered docs keep it), acct the usage account of the caller's salt
+     * (lkv_store_acct.c; runtime only: 0 for docs recovered at open). */
+    uint32_t tenant; /* Tenant index (class id = tenant << 32 | profile). */
+    uint16_t acct;   /* Tenant account (lkv_store_acct.c), 0 = none. */
+    uint8_t acct_on; /* What that account holds of this doc (lkv_store_acct.c). */
+    /* Residency (lkv_store_resid.c): the policy attributes of the doc (lkv__attrs). */
+    int8_t prio;        /* -1, 0, +1. */
+    unsigned held : 1;  /* An operator hold of this doc (lkv_store_hold; not persisted). */
+    int64_t expires_ms; /* TTL expiry, Unix ms; 0 = none. */
+    int64_t used_ms;    /* Last read (Get/Attach/pin; Unix ms), 0 = never: quota victims. */
 } doc;
+
+/* A class hold of the store (value/mask over class ids), mirrored in both policies. */
+typedef struct lkv__class_hold {
+    uint64_t value, mask;
+} lkv__class_hold;
+
+#define LKV__MAX_CLASS_HOLDS 16
+#define LKV__CLS_DEAD        UINT64_MAX /* Class of DEAD docs' entries: no hold may match it. */
 
 /* A bounded memory of recently evicted or deleted keys, FIFO, with a chained hash on top. */
 typedef struct gone_ent {
@@ -189,6 +211,12 @@ struct lkv_store {
     struct wb_waiter *waiters_tail; /* Last waiter, or NULL. */
     uint64_t wb_failed_seen;        /* wb_failed already reported by flush/close. */
     lkv_store_stats st; /* Counters, tier sizes included (kept by lkv__sizes_sync: O(1) stats). */
+    /* Residency (lkv_store_resid.c), guarded by mu. */
+    lkv__class_hold holds[LKV__MAX_CLASS_HOLDS]; /* Class holds (not persisted). */
+    int nholds;                                  /* Entries in holds. */
+    pthread_cond_t mcv;                          /* Wakes the maintenance thread. */
+    pthread_t maint;                             /* Maintenance (TTL expiry) thread. */
+    int maint_started;                           /* 1 once it runs. */
     struct lkv__acct *accts; /* Per-tenant accounts (lkv_store_acct.c), NULL until the first. */
     uint32_t n_accts;        /* Accounts in use. */
 };
@@ -275,14 +303,27 @@ static inline uint64_t lkv__cold_bytes(const doc *d)
     return (uint64_t)d->n_blocks * d->block_bytes;
 }
 
+int lkv__held(const lkv_store *s, const doc *d); /* lkv_store_resid.c (declared again below). */
+
 /* Brings d's share of the tier sizes in s->st up to date after any change of its state, hot,
  * cold, cold_busy or promoting (lock held): a doc counts in hot_docs/hot_blocks while VISIBLE,
  * hot and not promoting, and in cold_docs/cold_blocks/cold_bytes while VISIBLE, cold and not
- * cold_busy (what lookups report as hot and persisted). So lkv_store_stats_get is O(1). */
+ * cold_busy (what lookups report as hot and persisted); its hot bytes count in hot_bytes_held
+ * while it counts as hot and is held (so hold changes call it too: lkv_store_resid.c). So
+ * lkv_store_stats_get is O(1). */
 static inline void lkv__sizes_sync(lkv_store *s, doc *d)
 {
     unsigned h = d->state == ST_VISIBLE && d->hot && !d->promoting;
     unsigned c = d->state == ST_VISIBLE && d->cold && !d->cold_busy;
+    unsigned hh = h && lkv__held(s, d);
+    if (hh != d->sz_held) {
+        if (hh) {
+            s->st.hot_bytes_held += lkv__hot_bytes(s, d);
+        } else {
+            s->st.hot_bytes_held -= lkv__hot_bytes(s, d);
+        }
+        d->sz_held = hh;
+    }
     if (h != d->sz_hot) {
         if (h) {
             s->st.hot_docs++;
@@ -378,6 +419,23 @@ void lkv__wb_enqueue(lkv_store *s, doc *d);
 /* Write-through: persists COMMITTING d synchronously (drops s->mu during the write). Returns 0
  * with d cold, or the admit/write error with d not cold. */
 int lkv__write_through(lkv_store *s, doc *d);
+/* ---- lkv_store_resid.c: residency controls; s->mu required unless said otherwise --------- */
+
+/* The policy attributes of d: class (LKV__CLS_DEAD when DEAD), priority, expiry. */
+lkv_policy_attrs lkv__attrs(const lkv_store *s, const doc *d);
+/* Applies d's id hold (if d->held and VISIBLE or STAGING) in the policy p it was just admitted
+ * to. */
+void lkv__hold_apply(lkv_store *s, lkv_policy *p, doc *d);
+/* 1 if d is held (by an id hold or a class hold of the store). */
+int lkv__held(const lkv_store *s, const doc *d);
+/* Sets the residency fields of a new doc from put options (may be NULL). */
+void lkv__doc_opts(doc *d, const lkv_put_opts *o, int64_t now_ms);
+/* Holds existing VISIBLE d (a put with the hold option of a document already stored). */
+void lkv__hold_doc(lkv_store *s, doc *d);
+/* Starts / stops (after lkv__writer_stop) the maintenance thread (s->mu not held). */
+void lkv__maint_start(lkv_store *s);
+void lkv__maint_stop(lkv_store *s);
+
 /* Starts the writer thread (s->mu not held; before the store is shared). */
 void lkv__writer_start(lkv_store *s);
 /* Tells the writer to drain the queue and exit, and joins it (s->mu not held). */

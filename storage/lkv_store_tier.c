@@ -65,13 +65,14 @@ void lkv__cold_unpin(lkv_store *s, doc *d)
     }
 }
 
-/* Moves one policy entry from id from to id to, keeping its size, cost and pinned state (the
- * entry's recency and frequency restart, as for a new admit). */
-static void policy_move(lkv_store *s, lkv_policy *p, uint64_t from, uint64_t to, uint64_t bytes,
-                        int pinned)
+/* Moves d's policy entry from id from to id to, keeping its size, cost, pinned state and
+ * residency attributes (the entry's recency and frequency restart, as for a new admit). */
+static void policy_move(lkv_store *s, lkv_policy *p, doc *d, uint64_t from, uint64_t to,
+                        uint64_t bytes, int pinned)
 {
+    lkv_policy_attrs a = lkv__attrs(s, d);
     MUST_OK(lkv_policy_remove(p, from));
-    MUST_OK(lkv_policy_admit(p, to, bytes, lkv__cost(s, bytes), NULL, NULL));
+    MUST_OK(lkv_policy_admit_ex(p, to, bytes, lkv__cost(s, bytes), &a, NULL, NULL));
     if (pinned) {
         MUST_OK(lkv_policy_pin(p, to));
     }
@@ -83,19 +84,26 @@ void lkv__rekey(lkv_store *s, doc *d, uint64_t pid)
         return;
     }
     if (d->hot) {
-        policy_move(s, lkv__hotp(s, d), d->pid, pid, lkv__hot_bytes(s, d), d->hot_pins > 0);
+        policy_move(s, lkv__hotp(s, d), d, d->pid, pid, lkv__hot_bytes(s, d), d->hot_pins > 0);
     }
     if (d->cold) {
-        policy_move(s, s->coldp, d->pid, pid, lkv__cold_bytes(d), d->cold_pins > 0);
+        policy_move(s, s->coldp, d, d->pid, pid, lkv__cold_bytes(d), d->cold_pins > 0);
     }
     d->pid = pid;
+    if (d->hot) {
+        lkv__hold_apply(s, lkv__hotp(s, d), d);
+    }
+    if (d->cold) {
+        lkv__hold_apply(s, s->coldp, d);
+    }
 }
 
 /* Admits d (not hot) to the hot tier, evicting victims, and takes its pages. The caller pins. */
 int lkv__hot_admit(lkv_store *s, doc *d)
 {
     uint64_t b = lkv__hot_bytes(s, d);
-    int rc = lkv_policy_admit(lkv__hotp(s, d), d->pid, b, lkv__cost(s, b), hot_evict_cb, s);
+    lkv_policy_attrs a = lkv__attrs(s, d);
+    int rc = lkv_policy_admit_ex(lkv__hotp(s, d), d->pid, b, lkv__cost(s, b), &a, hot_evict_cb, s);
     if (rc == LKV_EEXIST) {
         LKV_LOGE("store: policy id collision (pid %llx)", (unsigned long long)d->pid);
         return LKV_EINTERNAL;
@@ -108,6 +116,7 @@ int lkv__hot_admit(lkv_store *s, doc *d)
     }
     MUST_OK(lkv_arena_alloc(s->arena, d->profile, d->n_blocks, d->pages)); /* Budget = region. */
     d->hot = 1;
+    lkv__hold_apply(s, lkv__hotp(s, d), d);
     lkv__acct_sync(s, d);
     lkv__sizes_sync(s, d);
     return 0;
@@ -153,6 +162,9 @@ static int build_doc(lkv_store *s, doc *d, uint8_t *scratch, lkv_cold_batch **ou
     meta.n_blocks = d->n_blocks;
     meta.block_bytes = (uint32_t)d->block_bytes;
     meta.created_ms = d->created_ms;
+    meta.tenant = d->tenant;
+    meta.prio = d->prio;
+    meta.expires_ms = d->expires_ms;
     lkv_cold_batch_finish(b, &meta, d->tokens);
     *out = b;
     return 0;
@@ -171,12 +183,14 @@ int lkv__cold_admit(lkv_store *s, doc *d)
 {
     uint64_t b = lkv__cold_bytes(d);
     assert(!d->cold);
-    int rc = lkv_policy_admit(s->coldp, d->pid, b, lkv__cost(s, b), cold_evict_cb, s);
+    lkv_policy_attrs a = lkv__attrs(s, d);
+    int rc = lkv_policy_admit_ex(s->coldp, d->pid, b, lkv__cost(s, b), &a, cold_evict_cb, s);
     if (rc == LKV_EEXIST) {
         return LKV_EINTERNAL;
     }
     if (rc == 0) {
         d->cold = 1;
+        lkv__hold_apply(s, s->coldp, d);
         lkv__acct_sync(s, d);
         lkv__sizes_sync(s, d);
     }

@@ -302,6 +302,42 @@ static void test_bad_values_name_the_option(void)
     bad_text("max_message_bytes = 1MiB\n", "'max_message_bytes'", "llama-3.1-8b");
 }
 
+static int collect_name(void *ctx, const char *name)
+{
+    char *out = ctx;
+    strcat(out, "[");
+    strcat(out, name);
+    strcat(out, "]");
+    return strcmp(name, "stop") == 0 ? 7 : 0;
+}
+
+/* hold_profiles / hold_tenants: lists (may be empty), each name checked at validation. */
+static void test_hold_lists(void)
+{
+    static lkv_config c;
+    lkv_config_defaults(&c);
+    ASSERT_EQ(c.hold_profiles[0], '\0');
+    ASSERT_OK(lkv_config_validate(&c, err, sizeof(err)));
+    const char *text = "hold_profiles = stories260k , llama-3.1-8b\n"
+                       "hold_tenants = default, alice\n"
+                       "[tenant alice]\n"
+                       "token_hash = blake2b:"
+                       "aa2da52eb056945abdc6b48fdeaf120d11f2072c3b65e74f1df10a16e2ced5cb\n"
+                       "roles = data\n";
+    ASSERT_OK(lkv_config_load_string(&c, text, "good.conf", err, sizeof(err)));
+    if (lkv_config_validate(&c, err, sizeof(err)) != 0) {
+        LKV_FAIL("validate: %s", err);
+    }
+    char seen[256] = "";
+    ASSERT_OK(lkv_config_each_name(c.hold_profiles, collect_name, seen));
+    ASSERT_TRUE(strcmp(seen, "[stories260k][llama-3.1-8b]") == 0);
+    seen[0] = '\0';
+    ASSERT_EQ(lkv_config_each_name(" a,,b , stop, c", collect_name, seen), 7);
+    ASSERT_TRUE(strcmp(seen, "[a][b][stop]") == 0);
+    bad_text("hold_profiles = stories260k, nope\n", "'hold_profiles'", "'nope'");
+    bad_text("hold_tenants = mallory\n", "'hold_tenants'", "'mallory'");
+}
+
 static void test_bad_args_name_the_option(void)
 {
     const char *a1[] = {"--hot-bytes", "lots", NULL};
@@ -571,6 +607,7 @@ int main(void)
     LKV_RUN(test_summary_and_format);
     LKV_RUN(test_tenants);
     LKV_RUN(test_bad_tenants);
+    LKV_RUN(test_hold_lists);
     LKV_RUN(test_cluster_options);
     LKV_RUN(test_operations);
     return 0;

@@ -122,6 +122,21 @@ def test_non_owner_redirects_put():
             check(all(s.present for s in st), "a forwarded Lookup missed")
 
 
+def test_residency_options_routed():
+    """The routed put carries the residency options to the owner: a TTL drops it there."""
+    with lkc.ClusterClient(members[0].addr, timeout=5) as kv:
+        toks, blocks = make_doc(ITEST, 9900, 20)
+        kv.put("itest", toks, blocks, ttl=0.2, priority="high")
+        st = kv.lookup([lazykv.Doc("itest", toks)])
+        check(st[0].present, "a document with a TTL missing at once")
+        end = time.monotonic() + 5
+        while st[0].present and time.monotonic() < end:
+            time.sleep(0.1)
+            st = kv.lookup([lazykv.Doc("itest", toks)])
+        check((st[0].present, st[0].miss_cause) == (False, "expired"),
+              "after its TTL: present=%s cause=%s" % (st[0].present, st[0].miss_cause))
+
+
 def test_kill9_owner():
     with lkc.ClusterClient(members[1].addr, timeout=5) as kv:
         owners = [kv.owner("itest", t) for t, _ in docs]
@@ -165,7 +180,7 @@ def main():
             members.append(d.start())
         wait_up(N)
         run_tests([test_owners_agree_with_daemons, test_non_owner_redirects_put,
-                   test_kill9_owner])
+                   test_residency_options_routed, test_kill9_owner])
     finally:
         for d in members:
             d.cleanup()

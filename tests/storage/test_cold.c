@@ -8,6 +8,8 @@
 #include <dirent.h>
 #include <rocksdb/c.h>
 #include <sodium.h>
+#define XXH_INLINE_ALL
+#include <xxhash.h>
 
 #include "lkv_cold.h"
 #include "storage_util.h"
@@ -350,12 +352,100 @@ static void test_snapshot_and_faults(void)
     su_rmdir(dir);
 }
 
+static void le_put(uint8_t *p, uint64_t v, int n)
+{
+    for (int i = 0; i < n; i++) {
+        p[i] = (uint8_t)(v >> (8 * i));
+    }
+}
+
+/* Records of format 2 (XXH3-128 tags, no residency fields: fixed part 61 bytes), written here
+ * byte by byte, are still read, with tenant, priority and expiry 0; records written now
+ * (version 3) carry the residency fields through a reopen. */
+static void test_v2_record(void)
+{
+    char *dir = su_tmpdir();
+    lkv_cold *c;
+    lkv_dockey k2, k3;
+    memset(&k2, 4, sizeof k2);
+    memset(&k3, 5, sizeof k3);
+    ASSERT_OK(lkv_cold_open(dir, 512, &c));
+    write_doc(c, &k2, 3, 1000, 21);
+    lkv_cold_batch *b = lkv_cold_batch_create();
+    uint8_t blk[1000];
+    memset(blk, 7, sizeof blk);
+    lkv_cold_batch_block(b, &k3, 0, blk, sizeof blk);
+    lkv_cold_doc m3 = meta_of(&k3, 5, 1, 1000);
+    m3.tenant = 7;
+    m3.prio = -1;
+    m3.expires_ms = 1764000123456;
+    uint32_t tokens[5] = {1, 2, 3, 4, 5};
+    ASSERT_OK(lkv_cold_batch_commit(c, b, &m3, tokens, 1));
+    lkv_cold_close(c);
+
+    /* k2's record rewritten in format 2. */
+    uint8_t rec[61 + 4 * 5 + 16];
+    memset(rec, 0, sizeof rec);
+    rec[0] = 2;
+    for (int i = 0; i < 32; i++) {
+        rec[1 + i] = (uint8_t)(0xa0 + i);
+    }
+    le_put(rec + 33, 0x1234567890abcdefull, 8);
+    le_put(rec + 41, 5, 4);
+    le_put(rec + 45, 3, 4);
+    le_put(rec + 49, 1000, 4);
+    le_put(rec + 53, 1764000000000ull, 8);
+    for (uint32_t i = 0; i < 5; i++) {
+        le_put(rec + 61 + 4 * i, i + 1, 4);
+    }
+    uint8_t dk[33] = {'D'};
+    memcpy(dk + 1, k2.b, 32);
+    XXH128_hash_t h = XXH3_128bits_withSeed(rec, 61 + 4 * 5, XXH3_64bits(dk, sizeof dk));
+    le_put(rec + 81, h.low64, 8);
+    le_put(rec + 89, h.high64, 8);
+    char *err = NULL;
+    rocksdb_options_t *o = rocksdb_options_create();
+    rocksdb_options_set_enable_blob_files(o, 1);
+    rocksdb_options_set_min_blob_size(o, 512);
+    rocksdb_t *db = rocksdb_open(o, dir, &err);
+    ASSERT_TRUE(err == NULL);
+    rocksdb_writeoptions_t *wo = rocksdb_writeoptions_create();
+    rocksdb_put(db, wo, (const char *)dk, sizeof dk, (const char *)rec, sizeof rec, &err);
+    ASSERT_TRUE(err == NULL);
+    rocksdb_writeoptions_destroy(wo);
+    rocksdb_close(db);
+    rocksdb_options_destroy(o);
+
+    ASSERT_OK(lkv_cold_open(dir, 512, &c));
+    int n = 0;
+    uint64_t bad = 0;
+    ASSERT_OK(lkv_cold_scan(c, scan_count, &n, &bad));
+    ASSERT_EQ(n, 2);
+    ASSERT_EQ(bad, 0);
+    check_doc(c, &k2, 3, 1000, 21); /* Blocks and fields as written, tokens at 61. */
+    lkv_cold_doc m;
+    ASSERT_OK(lkv_cold_get_doc(c, NULL, &k2, &m, NULL));
+    ASSERT_EQ(m.tenant, 0);
+    ASSERT_EQ(m.prio, 0);
+    ASSERT_TRUE(m.expires_ms == 0);
+    uint32_t *tk = NULL;
+    ASSERT_OK(lkv_cold_get_doc(c, NULL, &k3, &m, &tk));
+    ASSERT_EQ(m.tenant, 7);
+    ASSERT_EQ(m.prio, -1);
+    ASSERT_TRUE(m.expires_ms == 1764000123456);
+    ASSERT_EQ(tk[4], 5);
+    free(tk);
+    lkv_cold_close(c);
+    su_rmdir(dir);
+}
+
 int main(void)
 {
     LKV_RUN(test_roundtrip_blob);
     LKV_RUN(test_corrupt);
     LKV_RUN(test_snapshot_and_faults);
     LKV_RUN(test_old_format);
+    LKV_RUN(test_v2_record);
     LKV_RUN(test_tag_on_disk);
     return 0;
 }

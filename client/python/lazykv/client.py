@@ -53,8 +53,10 @@ _MISS = {
     cache_pb2.MISS_CAUSE_DELETED: "deleted",
     cache_pb2.MISS_CAUSE_LOST: "lost",
     cache_pb2.MISS_CAUSE_PROFILE: "profile",
+    cache_pb2.MISS_CAUSE_EXPIRED: "expired",
     cache_pb2.MISS_CAUSE_OWNER_DOWN: "owner_down",
 }
+_PRIORITY = {-1: -1, 0: 0, 1: 1, "low": -1, "normal": 0, "high": 1}
 _DURABILITY = {
     cache_pb2.DURABILITY_UNSPECIFIED: "unspecified",
     cache_pb2.DURABILITY_HOT: "hot",
@@ -165,7 +167,7 @@ def doc_ref(doc=None, *, profile=None, tokens=None):
 
 
 def put_requests(profile, tokens, blocks, max_message_bytes=DEFAULT_MAX_MESSAGE, n_blocks=0,
-                 on_error=None):
+                 on_error=None, priority=0, ttl_ms=0, hold=False):
     """Yields the PutRequest stream: the header first, then blocks in index order, packed
     into messages of at most max_message_bytes (at least one block per message).
 
@@ -173,9 +175,11 @@ def put_requests(profile, tokens, blocks, max_message_bytes=DEFAULT_MAX_MESSAGE,
     on_error: called with the exception if iterating blocks fails (grpc would otherwise turn
     it into an anonymous CANCELLED); the stream then ends early, and the daemon discards the
     partial document.
+    priority, ttl_ms, hold: the residency options of the header (cache.proto PutHeader).
     """
     budget = max(1, max_message_bytes - _FRAMING)
-    header = cache_pb2.PutHeader(profile=profile, token_ids=tokens, n_blocks=n_blocks)
+    header = cache_pb2.PutHeader(profile=profile, token_ids=tokens, n_blocks=n_blocks,
+                                 priority=priority, ttl_ms=ttl_ms, hold=hold)
     msg = cache_pb2.PutRequest(header=header)
     size = 0
     index = 0
@@ -352,14 +356,27 @@ class Client:
 
     # -- data plane -------------------------------------------------------------------------
 
-    def put(self, profile, tokens, blocks, *, timeout=None):
+    def put(self, profile, tokens, blocks, *, priority=0, ttl=None, hold=False, timeout=None):
         """Stores one document's KV; returns a PutResult (its key among others).
 
         blocks: an iterable of bytes-like blocks (a list, or a generator that computes them).
+        Residency options (DESIGN.md 4; for a document already stored only hold applies):
+        priority -1 / "low" (evicted first), 0 / "normal", 1 / "high" (evicted last); ttl:
+        seconds until the daemon drops the document (None: never); hold: never evicted until
+        hold(key, on=False) releases it (not kept across a daemon restart).
         """
         ids = _tokens(tokens)
         if not isinstance(profile, str) or not profile:
             raise InvalidArgument("a profile name must be a non-empty string")
+        prio = _PRIORITY.get(priority) if isinstance(priority, (int, str)) else None
+        if prio is None or isinstance(priority, bool):
+            raise InvalidArgument(f"priority must be -1, 0, 1, 'low', 'normal' or 'high', "
+                                  f"not {priority!r}")
+        ttl_ms = 0
+        if ttl is not None:
+            if isinstance(ttl, bool) or not isinstance(ttl, (int, float)) or not ttl > 0:
+                raise InvalidArgument(f"ttl must be a positive number of seconds, not {ttl!r}")
+            ttl_ms = max(1, int(round(ttl * 1000)))
         n = len(blocks) if isinstance(blocks, Sized) else 0
         failure = []
         call = None
@@ -370,7 +387,8 @@ class Client:
             if call is not None:
                 call.cancel()
 
-        reqs = put_requests(profile, ids, blocks, self.max_message_bytes, n, on_error)
+        reqs = put_requests(profile, ids, blocks, self.max_message_bytes, n, on_error,
+                            priority=prio, ttl_ms=ttl_ms, hold=bool(hold))
         try:
             call = self._cache.Put.future(reqs, timeout=self._t(timeout),
                                           metadata=self._metadata)
@@ -521,6 +539,41 @@ class Client:
             raise from_rpc_error(e) from None
         entries = {(e.section, e.key): (e.text if e.text else e.value) for e in r.entries}
         return Stats(info=r.info, entries=entries)
+
+    def hold(self, key=None, *, tenant=None, profile=None, on=True, timeout=None):
+        """Holds (on=True) or releases documents (Admin/Hold, admin role): a held document is
+        never evicted. key: one document by its store key (32 bytes or 64 hex digits, as
+        list/ls show it; a cold one is promoted first); or tenant and/or profile (names): every
+        present and future document of that class. Returns the documents the hold covers.
+        Holds last until the daemon stops (hold_profiles / hold_tenants in lazykvd.conf apply
+        at every start). Raises InvalidArgument (no target, both, unknown tenant or profile),
+        NotFound (unknown key; releasing a class hold that is not there), PermissionDenied."""
+        has_class = bool(tenant) or bool(profile)
+        if (key is None) == (not has_class):
+            raise InvalidArgument("hold: give a key, or a tenant and/or a profile")
+        req = admin_pb2.HoldRequest(tenant=tenant or "", profile=profile or "", off=not on)
+        if key is not None:
+            req.key = _as_key(key)
+        try:
+            r = self._admin.Hold(req, timeout=self._t(timeout), metadata=self._metadata)
+        except grpc.RpcError as e:
+            raise from_rpc_error(e) from None
+        return r.docs
+
+    def evict_class(self, *, tenant=None, profile=None, purge=False, timeout=None):
+        """Evicts every document of tenant and/or profile from the hot tier (Admin/EvictClass,
+        admin role), or with purge drops them from both tiers; held and pinned documents stay.
+        Returns (evicted_hot, dropped_cold). Raises InvalidArgument (no class, unknown tenant
+        or profile), PermissionDenied."""
+        if not tenant and not profile:
+            raise InvalidArgument("evict_class: give a tenant and/or a profile")
+        req = admin_pb2.EvictClassRequest(tenant=tenant or "", profile=profile or "",
+                                          purge=bool(purge))
+        try:
+            r = self._admin.EvictClass(req, timeout=self._t(timeout), metadata=self._metadata)
+        except grpc.RpcError as e:
+            raise from_rpc_error(e) from None
+        return r.evicted_hot, r.dropped_cold
 
     def ping(self, service="", *, timeout=None):
         """Checks grpc.health.v1 (no token needed). Returns True when SERVING; raises

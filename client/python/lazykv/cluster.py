@@ -174,10 +174,12 @@ class ClusterClient:
                 except errors.LazyKVError:
                     pass
 
-    def put(self, profile, tokens, blocks, *, timeout=None):
+    def put(self, profile, tokens, blocks, *, priority=0, ttl=None, hold=False, timeout=None):
+        """Client.put at the document's owner (residency options as there)."""
         blocks = list(blocks)  # A retry sends them again.
         return self._routed(profile, tokens,
-                            lambda c, t: c.put(profile, tokens, blocks, timeout=t), timeout)
+                            lambda c, t: c.put(profile, tokens, blocks, priority=priority,
+                                               ttl=ttl, hold=hold, timeout=t), timeout)
 
     def get(self, *, profile, tokens, timeout=None):
         return self._routed(profile, tokens,

@@ -7,7 +7,9 @@ Starts build/bin/lazykvd on 127.0.0.1:0 with a temporary data directory, reads i
     stand-in, not a model), miss causes, Stats, health;
   - error types: unknown profile, wrong block size, token id >= vocab, unknown document;
   - tenants: tokens, roles, the isolation of one tenant's documents and counters from
-    another's, and the rule that a non-loopback listener needs tenants.
+    another's, and the rule that a non-loopback listener needs tenants;
+  - residency controls: put hold/ttl/priority, hold and evict by tenant, permissions, bad
+    input.
 
 Usage: test_integration.py [PATH_TO_LAZYKVD]   (default: $LAZYKVD, else build/bin/lazykvd)
 Exit status 77 (ctest: skipped) when the binary does not exist.
@@ -327,6 +329,101 @@ class TenantTest(unittest.TestCase):
             with self.assertRaises(lazykv.NotFound, msg=why):
                 bob.delete(r.key)
             self.assertEqual(alice.get(r.key).blocks, fake_blocks(tokens))
+
+
+class ResidencyTest(unittest.TestCase):
+    """Residency controls (DESIGN.md 4): put options, Admin Hold and EvictClass, on a hot tier
+    of 16 pages (2 MiB each: the built-in llama profile sets the page), tenants alice (data)
+    and bob (data, admin)."""
+
+    @classmethod
+    def setUpClass(cls):
+        conf = (lazykv.tenant_section("alice", TOKENS["alice"], ("data",)) +
+                lazykv.tenant_section("bob", TOKENS["bob"], ("data", "admin")))
+        cls.d = Daemon(conf)
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.d.stop()
+
+    def client(self, who):
+        return lazykv.Client(self.d.target, token=TOKENS[who], timeout=20)
+
+    @staticmethod
+    def doc(seed):
+        tokens = [(seed * 37 + 5 * i) % VOCAB for i in range(BLOCK_TOKENS)]
+        return tokens, fake_blocks(tokens, seed)
+
+    def put(self, kv, seed, **opts):
+        tokens, blocks = self.doc(seed)
+        return kv.put(PROFILE, tokens, blocks, **opts).key
+
+    def test_hold_and_evict_class(self):
+        with self.client("alice") as alice, self.client("bob") as bob:
+            held = self.put(bob, 1000, hold=True)
+            mine = [self.put(alice, 1100 + i) for i in range(3)]
+            self.assertEqual(bob.hold(tenant="alice"), 3)
+            for i in range(40):  # 40 documents through a 16-page hot tier.
+                self.put(bob, 1200 + i)
+            self.assertEqual(bob.lookup([held])[0].tier, "hot")
+            self.assertEqual([s.tier for s in alice.lookup(mine)], ["hot"] * 3)
+
+            # A data-only tenant may not hold or evict; unknown names are refused; nothing
+            # changes.
+            with self.assertRaises(lazykv.PermissionDenied):
+                alice.evict_class(tenant="bob", purge=True)
+            with self.assertRaises(lazykv.PermissionDenied):
+                alice.hold(tenant="alice", on=False)
+            with self.assertRaises(lazykv.InvalidArgument):
+                bob.evict_class(tenant="mallory", purge=True)
+            with self.assertRaises(lazykv.InvalidArgument):
+                bob.hold(profile="no-such-profile")
+            with self.assertRaises(lazykv.NotFound):
+                bob.hold(tenant="bob", on=False)  # No such hold.
+            self.assertTrue(bob.lookup([held])[0].present)
+
+            # Held documents survive a purge of their class; released, they go.
+            self.assertEqual(bob.evict_class(tenant="alice", purge=True), (0, 0))
+            self.assertEqual([s.tier for s in alice.lookup(mine)], ["hot"] * 3)
+            bob.hold(tenant="alice", on=False)
+            self.assertEqual(bob.evict_class(tenant="alice", purge=True), (3, 0))
+            st = alice.lookup(mine)
+            self.assertEqual([(s.present, s.miss_cause) for s in st], [(False, "deleted")] * 3)
+            self.assertEqual(bob.lookup([held])[0].tier, "hot")  # Another class: untouched.
+            hot, cold = bob.evict_class(tenant="bob")  # Demotes bob's unheld hot documents.
+            self.assertGreater(hot, 0)
+            self.assertEqual(cold, 0)
+            self.assertEqual(bob.lookup([held])[0].tier, "hot")
+
+    def test_ttl(self):
+        with self.client("bob") as bob:
+            k = self.put(bob, 2000, ttl=0.5)
+            keep = self.put(bob, 2001, priority="high")
+            self.assertTrue(bob.lookup([k])[0].present)
+            deadline = time.monotonic() + 10
+            while bob.lookup([k])[0].present and time.monotonic() < deadline:
+                time.sleep(0.1)
+            st = bob.lookup([k, keep])
+            self.assertEqual((st[0].present, st[0].miss_cause), (False, "expired"))
+            self.assertTrue(st[1].present)
+            self.assertGreaterEqual(bob.stats(["movement"]).entries[("movement", "expired")], 1)
+
+    def test_bad_options(self):
+        tokens, blocks = self.doc(3000)
+        with self.client("bob") as bob:
+            for opts in ({"priority": 5}, {"priority": True}, {"priority": "urgent"},
+                         {"ttl": -1}, {"ttl": 0}, {"ttl": "10"}):
+                with self.assertRaises(lazykv.InvalidArgument, msg=str(opts)):
+                    bob.put(PROFILE, tokens, blocks, **opts)
+            self.assertFalse(bob.lookup([(PROFILE, tokens)])[0].present)
+            with self.assertRaises(lazykv.InvalidArgument):
+                bob.hold()
+            with self.assertRaises(lazykv.InvalidArgument):
+                bob.hold(bytes(32), tenant="bob")
+            with self.assertRaises(lazykv.InvalidArgument):
+                bob.evict_class(purge=True)
+            with self.assertRaises(lazykv.NotFound):
+                bob.hold(bytes(32))
 
 
 class BindTest(unittest.TestCase):
