@@ -918,12 +918,12 @@ static void test_park_many(void)
 
     /* Races: deadline 300 ms; each call resumed 5 ms before to 25 ms after its deadline as the
      * server sees it (the cancel reaches the call a little after it), so both orders occur.
-     * Under load a call can also run out of time before its handler runs (in
-     * the client, the transport, or the engine's deadline check): it ends DEADLINE_EXCEEDED
-     * and, having reached no callback, is owed no cleanup (lkv_server.h). So each call is
-     * accounted for on its own: the handler ran at most once; if it ran, its cleanup ran once
-     * and exactly one of continuation and refused resume; if not, nothing ran and the client
-     * got DEADLINE_EXCEEDED; a reply only from a continuation. */
+     * Under load a call can also run out of time before its handler runs (in the client, the
+     * transport, or the engine's deadline check): it ends DEADLINE_EXCEEDED and, having reached
+     * no callback, is owed no cleanup (lkv_server.h). So each call is accounted for on its own:
+     * the handler ran at most once; if it ran, its cleanup ran once and exactly one of
+     * continuation and refused resume; if not, nothing ran and the client got
+     * DEADLINE_EXCEEDED; a reply only from a continuation. */
     enum { ID = 300 };
     cl = atomic_load(&n_park_cleanup);
     cont = atomic_load(&n_park_cont);
