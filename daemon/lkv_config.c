@@ -214,6 +214,11 @@ static const opt opts[] = {
      "gRPC polling threads (each with its own completion queue)"},
     {"max_message_bytes", OPT_SIZE, OFF(max_message_bytes), 0, 4096, 2047ull * MIB, "64MiB",
      "largest gRPC message received or sent, bytes (clients must allow as much)"},
+    {"max_request_bytes", OPT_SIZE, OFF(max_request_bytes), 0, 4096, 2047ull * MIB, "4MiB",
+     "largest Lookup or Attach request, bytes (Put: max_message_bytes; Get, Delete: one "
+     "document's worth; admin and health calls: 64KiB)"},
+    {"max_lookup_docs", OPT_U32, OFF(max_lookup_docs), 0, 1, 1u << 20, "65536",
+     "documents one Lookup may name"},
     {"log_level", OPT_LOGLEVEL, OFF(log_level), 0, 0, 0, "info", "debug, info, warn, error"},
     {"shutdown_grace", OPT_DURATION, OFF(shutdown_grace_ms), 0, 0, 3600000, "5s",
      "on SIGTERM/SIGINT, time in-flight calls get to finish before they are cancelled"},
@@ -521,6 +526,17 @@ static void builtin_llama31_8b(lkv_profile *p)
     p->posenc.high_freq_factor = 4.0;
     p->posenc.original_max_pos = 8192.0;
     p->vocab_size = 128256;
+}
+
+uint64_t lkv_config_docref_bytes(const lkv_config *c)
+{
+    uint64_t most = 0;
+    for (int i = 0; i < c->n_profiles; i++) {
+        uint64_t t = c->profiles[i].max_doc_tokens;
+        most = t > most ? t : most;
+    }
+    uint64_t n = most * 5 + 4096; /* A uint32 varint is at most 5 bytes. */
+    return n < c->max_request_bytes ? n : c->max_request_bytes;
 }
 
 const lkv_profile *lkv_config_profile(const lkv_config *c, const char *name)

@@ -55,6 +55,8 @@ typedef struct lkv_config {
     int durability;               /* enum lkv_durability. */
     int threads;                  /* gRPC polling threads (one completion queue each). */
     uint64_t max_message_bytes;   /* Largest gRPC message received or sent, bytes. */
+    uint64_t max_request_bytes;   /* Largest Lookup/Attach request, bytes (lkv_method). */
+    uint32_t max_lookup_docs;     /* Documents per Lookup. */
     int log_level;                /* enum lkv_log_level. */
     uint64_t shutdown_grace_ms;   /* SIGTERM: how long in-flight calls may finish, ms. */
     uint32_t evicted_memory;      /* Evicted/deleted keys remembered for miss causes. */
@@ -129,6 +131,11 @@ void lkv_config_to_store(const lkv_config *c, lkv_store_config *out);
 /* Builds the tenant table of *c (after lkv_config_validate): *out is owned by the caller and
  * freed with lkv_auth_destroy. LKV_ECONFIG (err) on a table error. */
 int lkv_config_auth(const lkv_config *c, lkv_auth **out, char *err, size_t errlen);
+
+/* The largest request that names one document (GetRequest, DeleteRequest: a DocRef of at most
+ * max_doc_tokens token ids of the longest profile, 5 bytes each, plus 4 KiB for the rest), capped
+ * by max_request_bytes. Call after lkv_config_validate (max_doc_tokens is filled in then). */
+uint64_t lkv_config_docref_bytes(const lkv_config *c);
 
 /* Returns the profile named name (borrowed from c) or NULL. */
 const lkv_profile *lkv_config_profile(const lkv_config *c, const char *name);

@@ -46,7 +46,9 @@ int lkv_health_methods(lkv_health *h, lkv_method *out)
                     .kind = LKV_RPC_UNARY,
                     .req_desc = &grpc__health__v1__health_check_request__descriptor,
                     .svc = h,
-                    .unary = check};
+                    .unary = check,
+                    /* A service name: 4 KiB is ample (lkv_method.max_request_bytes). */
+                    .max_request_bytes = 4096};
     out[0] = m;
     return LKV_HEALTH_METHODS;
 }

@@ -338,10 +338,17 @@ static int unpack(lkv_rpc *rpc, ProtobufCMessage **out)
 {
     const lkv_method *m = &rpc->srv->methods[rpc->mi];
     char err[MSG_MAX];
-    int rc = lkv_pb_unpack(m->req_desc, rpc->payload, rpc->srv->max_msg, out, err, sizeof(err));
+    uint64_t limit = rpc->srv->max_msg;
+    if (m->max_request_bytes != 0 && m->max_request_bytes < limit) {
+        limit = m->max_request_bytes; /* The method's own bound (lkv_method.max_request_bytes). */
+    }
+    int rc = lkv_pb_unpack(m->req_desc, rpc->payload, (size_t)limit, out, err, sizeof(err));
     if (rpc->payload != NULL) {
         grpc_byte_buffer_destroy(rpc->payload);
         rpc->payload = NULL;
+    }
+    if (rc == LKV_ETOOBIG && limit < rpc->srv->max_msg) {
+        return lkv_rpc_errorf(rpc, rc, "%s (the request bound of %s)", err, m->path);
     }
     if (rc != 0) {
         return lkv_rpc_errorf(rpc, rc, "%s", err);

@@ -24,10 +24,12 @@
  * Request messages passed to callbacks are borrowed: valid until the callback returns.
  *
  * The engine checks the call's deadline before every callback (DEADLINE_EXCEEDED), stops a
- * stream whose client went away (cleanup only), unpacks with the size limit (malformed:
- * INVALID_ARGUMENT), answers methods it does not know with UNIMPLEMENTED, maps LKV_* codes to
- * gRPC status codes in one place (lkv_server_status_code), and logs every refused call once
- * (client errors at info, server errors at warn) with the method, the peer and the message.
+ * stream whose client went away (cleanup only), unpacks with the method's size limit (over it:
+ * RESOURCE_EXHAUSTED) through lkv_pb_unpack, whose wire scanner keeps decoding linear in the
+ * size (malformed, repeated singular fields, bad strings: INVALID_ARGUMENT), answers methods it
+ * does not know with UNIMPLEMENTED, maps LKV_* codes to gRPC status codes in one place
+ * (lkv_server_status_code), and logs every refused call once (client errors at info, server errors
+ * at warn) with the method, the peer and the message.
  *
  * Shutdown is a drain (lkv_server_shutdown): stop accepting calls, let in-flight calls finish
  * for a grace period, cancel the rest, wait for every callback and cleanup, stop the threads.
@@ -60,6 +62,11 @@ typedef struct lkv_method {
     int (*start)(void *svc, lkv_rpc *rpc, const ProtobufCMessage *req);
     int (*next)(void *svc, lkv_rpc *rpc);
     void (*cleanup)(void *svc, lkv_rpc *rpc);
+    /* Largest request message of this method, bytes (each message of a client stream); 0 means
+     * the server's max_message_bytes, and a larger value is capped by it. Only Put carries block
+     * payloads; the small calls set a small bound so no caller makes the daemon buffer and scan
+     * megabytes for a Lookup. A bigger message fails with RESOURCE_EXHAUSTED, unread. */
+    uint64_t max_request_bytes;
 } lkv_method;
 
 /* Admission hook (authentication / authorisation), see lkv_server_opts.admit. */

@@ -180,6 +180,9 @@ int main(int argc, char **argv)
     lkv_health health;
     lkv_cache_svc_init(&cache, store, cfg.durability);
     cache.salt_of = tenant_salt;
+    cache.max_lookup_docs = cfg.max_lookup_docs;
+    cache.max_request_bytes = cfg.max_request_bytes;
+    cache.max_docref_bytes = lkv_config_docref_bytes(&cfg);
 
     /* Per-tenant state, by lkv_auth_index: wire keys (lkv_wirekey.h), lookup counters, names. */
     int n_idx = lkv_auth_count(auth) + 1;

@@ -20,8 +20,9 @@
 #include "lkv_server.h"
 #include "lkv_test.h"
 
-#define MAX_MSG (64 * 1024)
-#define BLOCK   64
+#define MAX_MSG    (64 * 1024)
+#define BLOCK      64
+#define LOOKUP_MAX 2048 /* Lookup's own request bound (lkv_method.max_request_bytes). */
 
 static atomic_int n_admit, n_stats, n_cleanup_get, n_cleanup_put, n_next, n_put_end;
 static const char *const admin_principal = "admin-principal";
@@ -208,7 +209,8 @@ static const lkv_method methods[] = {
     {.path = "/lazykv.v1.Cache/Lookup",
      .kind = LKV_RPC_UNARY,
      .req_desc = &lazykv__v1__lookup_request__descriptor,
-     .unary = lookup},
+     .unary = lookup,
+     .max_request_bytes = LOOKUP_MAX},
     {.path = "/lazykv.v1.Cache/Get",
      .kind = LKV_RPC_SERVER_STREAM,
      .req_desc = &lazykv__v1__get_request__descriptor,
@@ -279,6 +281,39 @@ static void test_unary_reply_limits(void)
     ASSERT_TRUE(lkv_client_lookup(c, &ref, 1, 0, &st) != 0);
     ASSERT_EQ(lkv_client_last_status(), 8); /* RESOURCE_EXHAUSTED */
     ASSERT_TRUE(strstr(lkv_client_last_error(), "reply too large") != NULL);
+    lkv_client_destroy(c);
+}
+
+/* A method's own request bound refuses a message the server-wide limit would take, before any
+ * callback runs; at the bound it is taken. Put (bound 0) still takes messages up to MAX_MSG. */
+static void test_request_bound(void)
+{
+    lkv_client_t *c = client(NULL);
+    static uint32_t toks[2000];
+    for (int i = 0; i < 2000; i++) {
+        toks[i] = 100000; /* 3-byte varints: 2000 ids are ~6 KB, under MAX_MSG, over 2048. */
+    }
+    lkv_docref ref = {.profile = "echo", .tokens = toks, .n_tokens = 2000};
+    lkv_doc_status st;
+    ASSERT_TRUE(lkv_client_lookup(c, &ref, 1, 0, &st) != 0);
+    ASSERT_EQ(lkv_client_last_status(), 8); /* RESOURCE_EXHAUSTED */
+    ASSERT_TRUE(strstr(lkv_client_last_error(), "request bound of /lazykv.v1.Cache/Lookup") !=
+                NULL);
+    ASSERT_TRUE(strstr(lkv_client_last_error(), "2048") != NULL);
+    /* 600 ids: 1800 bytes of ids plus framing stays under 2048. */
+    ref.n_tokens = 600;
+    ASSERT_OK(lkv_client_lookup(c, &ref, 1, 0, &st));
+    ASSERT_TRUE(strcmp(st.profile, "echo") == 0);
+    /* Strings are checked by the wire scanner before the service sees them: valid UTF-8 passes,
+     * an overlong NUL does not (raw hostile messages: integration.edge_decode). */
+    ref.profile = "\xc3\xa9"
+                  "cho";
+    ref.n_tokens = 1;
+    ASSERT_OK(lkv_client_lookup(c, &ref, 1, 0, &st));
+    ref.profile = "\xc0\x80";
+    ASSERT_TRUE(lkv_client_lookup(c, &ref, 1, 0, &st) != 0);
+    ASSERT_EQ(lkv_client_last_status(), 3); /* INVALID_ARGUMENT */
+    ASSERT_TRUE(strstr(lkv_client_last_error(), "UTF-8") != NULL);
     lkv_client_destroy(c);
 }
 
@@ -415,6 +450,7 @@ int main(void)
 
     LKV_RUN(test_admission);
     LKV_RUN(test_unary_reply_limits);
+    LKV_RUN(test_request_bound);
     LKV_RUN(test_server_stream);
     LKV_RUN(test_client_stream);
     LKV_RUN(test_concurrency);

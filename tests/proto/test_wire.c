@@ -288,34 +288,37 @@ static void test_pathological_delete(void)
  * roughly doubles the time (bounded well below the quadratic 4x). */
 static void test_huge_repeated_linear(void)
 {
-    double t[2];
-    size_t sizes[2] = {100000, 200000};
+    /* 50,000 and 400,000 documents: linear is 8x the time, quadratic 64x. Runs interleave and
+     * the best of 5 counts (the CI machine is shared). */
+    size_t sizes[2] = {50000, 400000};
+    wbuf b[2] = {{0}, {0}};
     for (int r = 0; r < 2; r++) {
-        wbuf b = {0};
         uint8_t key[32];
         for (size_t i = 0; i < sizes[r]; i++) {
             memset(key, (int)(i & 0xff), sizeof(key));
             wbuf d = {0};
             put_len(&d, 1, key, sizeof(key));
-            put_len(&b, 1, d.p, d.n);
+            put_len(&b[r], 1, d.p, d.n);
             free(d.p);
         }
-        double best = 1e9;
-        for (int rep = 0; rep < 3; rep++) {
-            double t0 = now_ms();
-            ASSERT_OK(scan(&lazykv__v1__lookup_request__descriptor, &b));
-            double dt = now_ms() - t0;
-            best = dt < best ? dt : best;
-        }
-        t[r] = best;
-        ASSERT_OK(decode(&lazykv__v1__lookup_request__descriptor, &b));
-        fprintf(stderr, "   LookupRequest with %zu docs (%zu bytes): scanned in %.2f ms\n",
-                sizes[r], b.n, best);
-        free(b.p);
     }
-    ASSERT_TRUE(t[1] < 3.0 * t[0] + 2.0);
+    double t[2] = {1e9, 1e9};
+    for (int rep = 0; rep < 5; rep++) {
+        for (int r = 0; r < 2; r++) {
+            double t0 = now_ms();
+            ASSERT_OK(scan(&lazykv__v1__lookup_request__descriptor, &b[r]));
+            double dt = now_ms() - t0;
+            t[r] = dt < t[r] ? dt : t[r];
+        }
+    }
+    for (int r = 0; r < 2; r++) {
+        ASSERT_OK(decode(&lazykv__v1__lookup_request__descriptor, &b[r]));
+        fprintf(stderr, "   LookupRequest with %zu docs (%zu bytes): scanned in %.2f ms\n",
+                sizes[r], b[r].n, t[r]);
+        free(b[r].p);
+    }
+    ASSERT_TRUE(t[1] < 20.0 * t[0] + 1.0);
     /* A long unpacked repeated scalar: TokenDoc.token_ids, one varint record each. */
-
     wbuf td = {0};
     put_str(&td, 1, "stories260k");
     for (int i = 0; i < 300000; i++) {
