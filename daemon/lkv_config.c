@@ -727,8 +727,10 @@ int lkv_config_set(lkv_config *c, const char *profile, const char *key, const ch
                    char *err, size_t errlen)
 {
     if (profile == NULL) {
+        /* "profile.NAME.field" / "tenant.NAME.field": field names have no dots, names may
+         * ("llama-3.1-8b"), so NAME runs to the LAST dot. */
         const char *dot;
-        if (strncmp(key, "profile.", 8) == 0 && (dot = strchr(key + 8, '.')) != NULL) {
+        if (strncmp(key, "profile.", 8) == 0 && (dot = strrchr(key + 8, '.')) != NULL) {
             char name[LKV_PROFILE_NAME_MAX + 1];
             size_t n = (size_t)(dot - (key + 8));
             if (n == 0 || n >= sizeof(name)) {
@@ -738,7 +740,7 @@ int lkv_config_set(lkv_config *c, const char *profile, const char *key, const ch
             name[n] = '\0';
             return lkv_config_set(c, name, dot + 1, value, err, errlen);
         }
-        if (strncmp(key, "tenant.", 7) == 0 && (dot = strchr(key + 7, '.')) != NULL) {
+        if (strncmp(key, "tenant.", 7) == 0 && (dot = strrchr(key + 7, '.')) != NULL) {
             char name[LKV_TENANT_NAME_MAX + 1];
             size_t n = (size_t)(dot - (key + 7));
             if (n == 0 || n >= sizeof(name)) {

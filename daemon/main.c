@@ -13,6 +13,14 @@
  * get shutdown_grace to finish, the rest are cancelled), then lkv_store_close (persists queued
  * write-back documents, closes RocksDB cleanly), then exit 0. SIGPIPE is ignored.
  *
+ * Privacy: the umask is 077 from the start, so everything the daemon and RocksDB create (WAL,
+ * SST and blob files, LOG, the wire-key secret) is 0600 / 0700. The data dir must belong to the
+ * daemon's user (else exit 2); a looser existing mode (e.g. 0755) is tightened to 0700 with a
+ * warning, which also hides any older 0644 files inside it from other users.
+ *
+ * Descriptors: the soft RLIMIT_NOFILE is raised to the hard limit at start (both logged), so
+ * the descriptor cap is the one the operator set, not the shell's default of 1024.
+ *
  * Exit status: 0 clean shutdown (or --help/--version/--check-config), 1 runtime failure (store
  * cannot open, address cannot be bound, flush failed), 2 bad configuration or usage.
  */
@@ -22,6 +30,7 @@
 #include <signal.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -102,6 +111,59 @@ static int mkdirs(const char *path)
     return 0;
 }
 
+/* Makes the data dir private to the daemon's user (see the file comment). Returns 0, or 2 (bad
+ * configuration: not a directory, another user's) or 1 (chmod failed) after logging why. */
+static int secure_data_dir(const char *dir)
+{
+    struct stat st;
+    if (stat(dir, &st) != 0) {
+        LKV_LOGE("option 'data_dir': cannot stat %s: %s", dir, strerror(errno));
+        return 1;
+    }
+    if (!S_ISDIR(st.st_mode)) {
+        LKV_LOGE("option 'data_dir': %s is not a directory", dir);
+        return 2;
+    }
+    if (st.st_uid != geteuid()) {
+        LKV_LOGE("option 'data_dir': %s belongs to uid %u, not to lazykvd's uid %u: refusing to "
+                 "keep cached data there (chown it to this user, or choose another data_dir)",
+                 dir, (unsigned)st.st_uid, (unsigned)geteuid());
+        return 2;
+    }
+    if ((st.st_mode & 077) != 0) {
+        if (chmod(dir, 0700) != 0) {
+            LKV_LOGE("option 'data_dir': %s is mode 0%03o and cannot be made 0700: %s", dir,
+                     (unsigned)(st.st_mode & 0777), strerror(errno));
+            return 1;
+        }
+        LKV_LOGW("data_dir %s was mode 0%03o (readable by other users): tightened to 0700", dir,
+                 (unsigned)(st.st_mode & 0777));
+    }
+    return 0;
+}
+
+/* Raises the soft descriptor limit to the hard one and logs both. */
+static void raise_nofile(void)
+{
+    struct rlimit rl;
+    if (getrlimit(RLIMIT_NOFILE, &rl) != 0) {
+        LKV_LOGW("getrlimit(RLIMIT_NOFILE): %s", strerror(errno));
+        return;
+    }
+    rlim_t soft = rl.rlim_cur;
+    if (rl.rlim_cur < rl.rlim_max) {
+        rl.rlim_cur = rl.rlim_max;
+        if (setrlimit(RLIMIT_NOFILE, &rl) != 0) {
+            LKV_LOGW("setrlimit(RLIMIT_NOFILE, %llu): %s; keeping %llu",
+                     (unsigned long long)rl.rlim_max, strerror(errno), (unsigned long long)soft);
+            rl.rlim_cur = soft;
+        }
+    }
+    LKV_LOGI("descriptors: soft limit %llu (was %llu), hard limit %llu",
+             (unsigned long long)rl.rlim_cur, (unsigned long long)soft,
+             (unsigned long long)rl.rlim_max);
+}
+
 int main(int argc, char **argv)
 {
     static lkv_config cfg; /* Large (profiles): keep it off the stack. */
@@ -136,13 +198,19 @@ int main(int argc, char **argv)
     pthread_sigmask(SIG_BLOCK, &sigs, NULL);
     signal(SIGPIPE, SIG_IGN);
 
+    umask(077); /* Before any file exists: RocksDB, the secret, logs are private. */
     LKV_LOGI("lazykvd %s starting (pid %d)", LAZYKVD_VERSION, (int)getpid());
     LKV_LOGI("config: %s", summary);
+    raise_nofile();
 
     int rc = mkdirs(cfg.data_dir);
     if (rc != 0) {
         LKV_LOGE("option 'data_dir': cannot create %s: %s", cfg.data_dir, strerror(-rc));
         return 1;
+    }
+    rc = secure_data_dir(cfg.data_dir);
+    if (rc != 0) {
+        return rc;
     }
     lkv_store_config scfg;
     lkv_config_to_store(&cfg, &scfg);
