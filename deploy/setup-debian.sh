@@ -6,7 +6,8 @@ set -euo pipefail
 pkgs=(build-essential cmake pkg-config git
       libgrpc-dev libprotobuf-c-dev protobuf-c-compiler librocksdb-dev libsodium-dev
       protobuf-compiler protobuf-compiler-grpc grpc-proto python3 python3-grpcio
-      gnuplot-nox procps clang-format)
+      gnuplot-nox procps clang-format
+      clang libclang-rt-14-dev)  # clang + its runtime: the libFuzzer stage (tests/fuzz)
 missing=()
 for p in "${pkgs[@]}"; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # tests/run.sh: set up, build and run every test, twice: a normal build (CUDA code compiled
-# when nvcc is present) and an ASan+UBSan build. This is the README's test command and what
+# when nvcc is present) and an ASan+UBSan build; then build the libFuzzer targets with clang and
+# run each for 30 s (LKV_FUZZ_SECONDS), failing on any crash (tests/fuzz/run.sh). This is the README's test command and what
 # CI runs (.ci/run). Build folders: build/ and build-asan/. Each stage prints its wall time
 # ("== stage NAME: N s"); tests/README.md records them and the 30-minute budget.
 set -euo pipefail
@@ -35,4 +36,12 @@ echo "== tests under sanitizers =="
 ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1 \
     ctest --test-dir build-asan --output-on-failure -j"$jobs" --timeout 600
 stage tests-asan
+
+echo "== build (clang: libFuzzer + ASan + UBSan, tests/fuzz) =="
+CC=clang cmake -S . -B build-fuzz -DCMAKE_BUILD_TYPE=RelWithDebInfo -DLKV_FUZZ=ON -DLKV_CUDA=OFF >/dev/null
+cmake --build build-fuzz -j"$jobs" --target lkv_fuzzers
+stage build-fuzz
+echo "== fuzzing: every target ${LKV_FUZZ_SECONDS:-30} s, $jobs at a time =="
+bash tests/fuzz/run.sh build-fuzz "${LKV_FUZZ_SECONDS:-30}" "$jobs"
+stage fuzz
 echo "== all stages: $(($(date +%s) - t_all)) s"
