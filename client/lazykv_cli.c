@@ -31,10 +31,13 @@
 #include <strings.h>
 #include <time.h>
 
+#include <grpc/status.h>
+
 #include "lkv_client.h"
 #include "lkv_err.h"
 #include "lkv_kvfile.h"
 #include "lkv_log.h"
+#include "lkv_status.h"
 
 #define EXIT_OK      0
 #define EXIT_MISS    1
@@ -114,16 +117,20 @@ static int rpc_fail(const char *what, int rc)
     const char *msg = lkv_client_last_error();
     fprintf(stderr, "lazykv %s: %s (%s)%s%s\n", what, lkv_strerror(rc), lkv_err_name(rc),
             msg[0] ? ": " : "", msg);
-    if (rc == LKV_ENOTFOUND) {
+    /* By the code's status family (the one table, proto/lkv_status.c), so that every code of a
+     * family (e.g. LKV_EUNAVAIL, LKV_ESHUTDOWN) gives the exit code README.md documents. */
+    switch (lkv_status_from_err(rc)) {
+    case GRPC_STATUS_NOT_FOUND:
         return EXIT_MISS;
-    }
-    if (rc == LKV_EUNAVAIL || rc == LKV_ETIMEDOUT) {
+    case GRPC_STATUS_UNAVAILABLE:
+    case GRPC_STATUS_DEADLINE_EXCEEDED:
         return EXIT_UNAVAIL;
-    }
-    if (rc == LKV_EUNAUTH || rc == LKV_EPERM) {
+    case GRPC_STATUS_UNAUTHENTICATED:
+    case GRPC_STATUS_PERMISSION_DENIED:
         return EXIT_AUTH;
+    default:
+        return EXIT_SERVER;
     }
-    return EXIT_SERVER;
 }
 
 /* Parses token ids from text (commas or white space between ids) into *out (owned). */

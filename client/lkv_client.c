@@ -20,8 +20,9 @@
  * Each batch is started and plucked before the next one starts, so at most one batch is ever
  * in flight per call and every byte buffer is destroyed after its batch completed.
  *
- * Errors: the gRPC status is mapped to LKV_E* only in lkv_client_map_status; the status
- * message is kept per thread (tl_err) for lkv_client_last_error.
+ * Errors: the gRPC status and its "lkv-code" trailing metadata are mapped to LKV_E* only in
+ * call_status_rc, through proto/lkv_status (the one table); the status message is kept per
+ * thread (tl_err) for lkv_client_last_error and never parsed.
  */
 #include "lkv_client.h"
 
@@ -34,6 +35,7 @@
 #include <grpc/byte_buffer.h>
 #include <grpc/grpc.h>
 #include <grpc/grpc_security.h>
+#include <grpc/slice.h>
 #include <grpc/support/alloc.h>
 #include <grpc/support/time.h>
 
@@ -43,6 +45,7 @@
 #include "lkv_err.h"
 #include "lkv_log.h"
 #include "lkv_pb.h"
+#include "lkv_status.h"
 
 #define ERR_MAX        512
 #define GET_MAX_BLOCKS 4096u      /* A document has at most 4096 blocks (lkv_layout.h). */
@@ -116,47 +119,6 @@ const char *lkv_client_last_error(void)
 int lkv_client_last_status(void)
 {
     return tl_err.status;
-}
-
-int lkv_client_map_status(int st, const char *msg)
-{
-    switch (st) {
-    case GRPC_STATUS_OK:
-        return 0;
-    case GRPC_STATUS_INVALID_ARGUMENT:
-    case GRPC_STATUS_OUT_OF_RANGE:
-    case GRPC_STATUS_FAILED_PRECONDITION:
-        return LKV_EINVAL;
-    case GRPC_STATUS_NOT_FOUND:
-        return LKV_ENOTFOUND;
-    case GRPC_STATUS_ALREADY_EXISTS:
-        return LKV_EEXIST;
-    case GRPC_STATUS_RESOURCE_EXHAUSTED:
-        /* Same code for "message too big" (gRPC core's own wording, or the daemon's naming
-         * max_message_bytes) and for budgets: tell them apart by the message. */
-        if (msg != NULL && (strstr(msg, "larger than max") || strstr(msg, "max_message"))) {
-            return LKV_ETOOBIG;
-        }
-        return LKV_ENOSPC;
-    case GRPC_STATUS_DEADLINE_EXCEEDED:
-        return LKV_ETIMEDOUT;
-    case GRPC_STATUS_CANCELLED:
-        return LKV_ECANCELLED;
-    case GRPC_STATUS_UNAUTHENTICATED:
-        return LKV_EUNAUTH;
-    case GRPC_STATUS_PERMISSION_DENIED:
-        return LKV_EPERM;
-    case GRPC_STATUS_UNAVAILABLE:
-        return LKV_EUNAVAIL;
-    case GRPC_STATUS_UNIMPLEMENTED:
-        return LKV_ENOTSUP;
-    case GRPC_STATUS_DATA_LOSS:
-        return LKV_ECORRUPT;
-    case GRPC_STATUS_ABORTED:
-        return LKV_EAGAIN;
-    default:
-        return LKV_EINTERNAL;
-    }
 }
 
 /* ---- handle ---- */
@@ -349,7 +311,17 @@ static int call_status_rc(call *cl)
         snprintf(tl_err.msg, sizeof(tl_err.msg), "gRPC status %d", (int)cl->status);
     }
     tl_err.status = (int)cl->status;
-    return lkv_client_map_status((int)cl->status, tl_err.msg);
+    const char *code = NULL;
+    size_t code_len = 0;
+    for (size_t i = 0; i < cl->trail_md.count; i++) {
+        const grpc_metadata *md = &cl->trail_md.metadata[i];
+        if (grpc_slice_str_cmp(md->key, LKV_STATUS_MD_KEY) == 0) {
+            code = (const char *)GRPC_SLICE_START_PTR(md->value);
+            code_len = GRPC_SLICE_LENGTH(md->value);
+            break;
+        }
+    }
+    return lkv_status_to_err((int)cl->status, code, code_len);
 }
 
 static void call_end(call *cl)

@@ -7,22 +7,12 @@
  * completion queue (pluck), so calls never wait for one another. Every call is blocking and
  * has a deadline: deadline_ms > 0 is used as given, 0 means the handle's default.
  *
- * Errors: every function returns 0 or a negative LKV_E* code (common/lkv_err.h). The gRPC
- * status of a failed call is mapped once, in this module, as follows:
- *
- *     INVALID_ARGUMENT, OUT_OF_RANGE, FAILED_PRECONDITION  LKV_EINVAL
- *     NOT_FOUND                                            LKV_ENOTFOUND
- *     ALREADY_EXISTS                                       LKV_EEXIST
- *     RESOURCE_EXHAUSTED "message larger than max"         LKV_ETOOBIG
- *     RESOURCE_EXHAUSTED (anything else: budgets)          LKV_ENOSPC
- *     DEADLINE_EXCEEDED                                    LKV_ETIMEDOUT
- *     CANCELLED                                            LKV_ECANCELLED
- *     UNAUTHENTICATED / PERMISSION_DENIED                  LKV_EUNAUTH / LKV_EPERM
- *     UNAVAILABLE                                          LKV_EUNAVAIL
- *     UNIMPLEMENTED                                        LKV_ENOTSUP
- *     DATA_LOSS                                            LKV_ECORRUPT
- *     ABORTED                                              LKV_EAGAIN
- *     UNKNOWN, INTERNAL, anything else                     LKV_EINTERNAL
+ * Errors: every function returns 0 or a negative LKV_E* code (common/lkv_err.h). A failed call
+ * returns the daemon's exact code, which it sends as "lkv-code" trailing metadata (see
+ * proto/lkv_status.h and cache.proto); a status without it (an old daemon, a proxy, gRPC core's
+ * own refusals) maps to its family's code through the same table (proto/lkv_status.c), e.g.
+ * RESOURCE_EXHAUSTED -> LKV_ETOOBIG (gRPC core's message-size limit), UNAVAILABLE ->
+ * LKV_EUNAVAIL (unreachable). Messages are never parsed.
  *
  * Errors found locally: LKV_EINVAL (bad arguments), LKV_ETOOBIG (a message over the handle's
  * max_message_bytes), LKV_EPROTO / LKV_ECORRUPT (a malformed reply or an inconsistent Get
@@ -133,10 +123,6 @@ const char *lkv_client_last_error(void);
 /* gRPC status code of this thread's last failed call, 0 after a success, -1 if the call failed
  * before reaching gRPC (bad arguments). */
 int lkv_client_last_status(void);
-
-/* Maps a gRPC status code (and its message, may be NULL) to a LKV_E* code as in the table
- * above; 0 for OK. Exposed for tests and for other RPC edges of the client. */
-int lkv_client_map_status(int grpc_status, const char *message);
 
 /* grpc.health.v1.Health/Check for service ("" for the whole daemon; NULL means ""). Returns 0
  * if SERVING, LKV_EUNAVAIL if NOT_SERVING or unreachable, LKV_ENOTFOUND for an unknown

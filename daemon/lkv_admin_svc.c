@@ -1,9 +1,13 @@
 /*
  * lkv_admin_svc.c: lazykv.v1.Admin/Stats (see lkv_admin_svc.h).
  *
- * One pass over a fixed list of sections; each value is appended to the INFO text ("key:value")
- * and to the entries array at once, so both forms always agree. Per-method call counters come
- * from the engine ("calls" section, keys "<Method>.calls", ".errors", ".usec_per_call").
+ * Stats writes the daemon's own "server" section, then iterates the statistics registry
+ * (common/lkv_stats.h) section by section: whatever the store, the lease table and the RPC
+ * engine registered (and anything registered later, in a section of its own after "calls")
+ * appears without a line here. Each value is appended to the INFO text ("key:value") and to the
+ * entries array at once, so both forms always agree. Two views are the admin's own: a tenant's
+ * "lookups" are its own counters (stats without a tenant counterpart are left out), and the
+ * operator's "tenants" section lists every tenant.
  */
 #include "lkv_admin_svc.h"
 
@@ -25,7 +29,7 @@ typedef struct info_buf {
     size_t n, ncap;             /* Entries used / allocated. */
     char *strings;              /* Arena for entry keys/texts. */
     size_t slen, scap;
-    const char *section; /* Current section name (static). */
+    const char *section; /* Current section name (borrowed while its entries are added). */
     int on;              /* Current section selected. */
     const Lazykv__V1__StatsRequest *req;
 } info_buf;
@@ -124,6 +128,112 @@ static void txt(info_buf *b, const char *key, const char *v)
     e->text = (char *)(uintptr_t)str_add(b, v);
 }
 
+/* Registry sections in INFO order, with their titles. Sections the registry holds that are not
+ * listed follow "calls", in registration order, titled by their name. */
+static const struct {
+    const char *name, *title;
+} known_sections[] = {{"hot", "Hot"},           {"cold", "Cold"}, {"lookups", "Lookups"},
+                      {"movement", "Movement"}, {"puts", "Puts"}, {"persistence", "Persistence"},
+                      {"leases", "Leases"}};
+#define N_KNOWN ((int)(sizeof(known_sections) / sizeof(known_sections[0])))
+
+static double ratio(uint64_t a, uint64_t b)
+{
+    return a + b ? (double)a / (double)(a + b) : 0.0;
+}
+
+/* A tenant's own value of "lookups" key: 1 and *v, or 0 if key is none of its counters (the
+ * entry is then left out, so no store-wide lookup figure reaches a tenant). */
+static int tenant_value(const lkv_tenant_lookups *t, const char *key, double *v)
+{
+    uint64_t hh = atomic_load(&t->hits_hot), hc = atomic_load(&t->hits_cold);
+    uint64_t bh = atomic_load(&t->hit_blocks_hot), bc = atomic_load(&t->hit_blocks_cold);
+    uint64_t m = atomic_load(&t->misses), mb = atomic_load(&t->miss_blocks);
+    const struct {
+        const char *key;
+        double v;
+    } tab[] = {{"hits_hot", (double)hh},
+               {"hits_cold", (double)hc},
+               {"misses", (double)m},
+               {"hit_blocks_hot", (double)bh},
+               {"hit_blocks_cold", (double)bc},
+               {"miss_blocks", (double)mb},
+               {"hit_rate_docs", ratio(hh + hc, m)},
+               {"hit_rate_blocks", ratio(bh + bc, mb)}};
+    for (size_t i = 0; i < sizeof(tab) / sizeof(tab[0]); i++) {
+        if (strcmp(key, tab[i].key) == 0) {
+            *v = tab[i].v;
+            return 1;
+        }
+    }
+    for (int c = 1; c < LKV_MISS__COUNT; c++) {
+        if (strncmp(key, "misses_", 7) == 0 && strcmp(key + 7, lkv_miss_cause_name(c)) == 0) {
+            *v = (double)atomic_load(&t->misses_by_cause[c]);
+            return 1;
+        }
+    }
+    return 0;
+}
+
+typedef struct sec_ctx {
+    info_buf *b;
+    const char *name, *title;         /* The section being written. */
+    int started;                      /* Its header is written. */
+    const lkv_tenant_lookups *tenant; /* "lookups" as this tenant sees it, or NULL. */
+} sec_ctx;
+
+/* lkv_stats_foreach visitor: one INFO line and entry per registered stat of the section. */
+static int sec_visit(void *arg, const lkv_stat_desc *d, double v)
+{
+    sec_ctx *c = arg;
+    if (c->tenant != NULL && !tenant_value(c->tenant, d->key, &v)) {
+        return 0;
+    }
+    if (!c->started) {
+        section(c->b, c->name, c->title);
+        c->started = 1;
+    }
+    num(c->b, d->key, v);
+    return 0;
+}
+
+/* Writes registry section name (if selected and not empty). */
+static void reg_section(info_buf *b, lkv_stats *reg, const char *name, const char *title,
+                        const lkv_tenant_lookups *tenant)
+{
+    if (!selected(b, name)) {
+        return;
+    }
+    sec_ctx c = {.b = b, .name = name, .title = title, .tenant = tenant};
+    lkv_stats_foreach(reg, name, sec_visit, &c);
+}
+
+typedef struct other_secs {
+    char names[32][64]; /* Sections not in known_sections (nor calls), in registration order. */
+    int n;
+} other_secs;
+
+static int other_visit(void *arg, const lkv_stat_desc *d, double v)
+{
+    other_secs *o = arg;
+    (void)v;
+    if (d->section == NULL || strcmp(d->section, "calls") == 0 || o->n == 32) {
+        return 0;
+    }
+    for (int i = 0; i < N_KNOWN; i++) {
+        if (strcmp(d->section, known_sections[i].name) == 0) {
+            return 0;
+        }
+    }
+    for (int i = 0; i < o->n; i++) {
+        if (strcmp(o->names[i], d->section) == 0) {
+            return 0;
+        }
+    }
+    snprintf(o->names[o->n++], sizeof(o->names[0]), "%s", d->section);
+    return 0;
+}
+
 static int stats(void *arg, lkv_rpc *rpc, const ProtobufCMessage *m)
 {
     lkv_admin_svc *a = arg;
@@ -131,8 +241,7 @@ static int stats(void *arg, lkv_rpc *rpc, const ProtobufCMessage *m)
     memset(&b, 0, sizeof(b));
     b.req = (const Lazykv__V1__StatsRequest *)m;
     text_add(&b, "");
-    lkv_store_stats s;
-    lkv_store_stats_get(a->store, &s);
+    lkv_stats *reg = a->stats != NULL ? a->stats : lkv_store_stats_registry(a->store);
     lkv_server *srv = atomic_load(&a->server);
     struct timespec now;
     clock_gettime(CLOCK_MONOTONIC, &now);
@@ -146,91 +255,20 @@ static int stats(void *arg, lkv_rpc *rpc, const ProtobufCMessage *m)
     num(&b, "calls_in_flight", srv != NULL ? (double)lkv_server_calls_in_flight(srv) : 0);
     txt(&b, "durability", a->durability);
 
-    section(&b, "hot", "Hot");
-    num(&b, "docs", (double)s.hot_docs);
-    num(&b, "blocks", (double)s.hot_blocks);
-    num(&b, "bytes_used", (double)s.hot_bytes);
-    num(&b, "bytes_pinned", (double)s.hot_bytes_pinned);
-    num(&b, "bytes_budget", (double)s.hot_budget);
-    num(&b, "page_bytes", (double)s.hot_page_bytes);
-    num(&b, "pages_total", (double)s.hot_pages_total);
-    num(&b, "pages_free", (double)s.hot_pages_free);
-
-    section(&b, "cold", "Cold");
-    num(&b, "docs", (double)s.cold_docs);
-    num(&b, "blocks", (double)s.cold_blocks);
-    num(&b, "bytes_used", (double)s.cold_bytes);
-    num(&b, "bytes_budget", s.cold_budget == UINT64_MAX ? 0.0 : (double)s.cold_budget);
-
     /* Lookups: the store's totals, or the caller's own counters when tenants are isolated. */
     int me = 0;
     const void *who = lkv_rpc_principal(rpc);
     if (a->index_of != NULL && who != NULL) {
         me = a->index_of(a->index_ctx, who);
     }
+    const lkv_tenant_lookups *mine = NULL;
     if (a->isolate && a->tenant_lookups != NULL && me > 0 && me < a->n_tenants) {
-        const lkv_tenant_lookups *t = &a->tenant_lookups[me];
-        s.hits_hot = atomic_load(&t->hits_hot);
-        s.hits_cold = atomic_load(&t->hits_cold);
-        s.hit_blocks_hot = atomic_load(&t->hit_blocks_hot);
-        s.hit_blocks_cold = atomic_load(&t->hit_blocks_cold);
-        s.misses = atomic_load(&t->misses);
-        s.miss_blocks = atomic_load(&t->miss_blocks);
-        for (int c = 0; c < LKV_MISS__COUNT; c++) {
-            s.misses_by_cause[c] = atomic_load(&t->misses_by_cause[c]);
-        }
+        mine = &a->tenant_lookups[me];
     }
-    section(&b, "lookups", "Lookups");
-    uint64_t hits = s.hits_hot + s.hits_cold;
-    num(&b, "hits_hot", (double)s.hits_hot);
-    num(&b, "hits_cold", (double)s.hits_cold);
-    num(&b, "misses", (double)s.misses);
-    num(&b, "hit_blocks_hot", (double)s.hit_blocks_hot);
-    num(&b, "hit_blocks_cold", (double)s.hit_blocks_cold);
-    num(&b, "miss_blocks", (double)s.miss_blocks);
-    for (int c = 1; c < LKV_MISS__COUNT; c++) {
-        char key[64];
-        snprintf(key, sizeof(key), "misses_%s", lkv_miss_cause_name(c));
-        num(&b, key, (double)s.misses_by_cause[c]);
-    }
-    num(&b, "hit_rate_docs", hits + s.misses ? (double)hits / (double)(hits + s.misses) : 0.0);
-    uint64_t hb = s.hit_blocks_hot + s.hit_blocks_cold;
-    num(&b, "hit_rate_blocks",
-        hb + s.miss_blocks ? (double)hb / (double)(hb + s.miss_blocks) : 0.0);
-
-    section(&b, "movement", "Movement");
-    num(&b, "evictions_hot", (double)s.evictions_hot);
-    num(&b, "evictions_cold", (double)s.evictions_cold);
-    num(&b, "demotions", (double)s.demotions);
-    num(&b, "drops", (double)s.drops);
-    num(&b, "promotions", (double)s.promotions);
-
-    section(&b, "puts", "Puts");
-    num(&b, "puts", (double)s.puts);
-    num(&b, "puts_existing", (double)s.puts_existing);
-    num(&b, "puts_aborted", (double)s.puts_aborted);
-    num(&b, "puts_inflight", (double)s.puts_inflight);
-    num(&b, "deletes", (double)s.deletes);
-    num(&b, "reads_inflight", (double)s.reads_inflight);
-
-    section(&b, "persistence", "Persistence");
-    num(&b, "wb_pending", (double)s.wb_pending);
-    num(&b, "wb_persisted", (double)s.wb_persisted);
-    num(&b, "wb_failed", (double)s.wb_failed);
-    num(&b, "corrupt_blocks", (double)s.corrupt_blocks);
-
-    if (a->leases != NULL) {
-        lkv_lease_stats ls;
-        lkv_lease_stats_get(a->leases, &ls);
-        section(&b, "leases", "Leases");
-        num(&b, "live", (double)ls.live);
-        num(&b, "docs_pinned", (double)ls.docs);
-        num(&b, "bytes_pinned", (double)ls.pinned_bytes);
-        num(&b, "attaches", (double)ls.attaches);
-        num(&b, "renewals", (double)ls.renewals);
-        num(&b, "releases", (double)ls.releases);
-        num(&b, "expired", (double)ls.expired);
-        num(&b, "refused", (double)ls.refused);
+    for (int i = 0; i < N_KNOWN; i++) {
+        const char *name = known_sections[i].name;
+        reg_section(&b, reg, name, known_sections[i].title,
+                    strcmp(name, "lookups") == 0 ? mine : NULL);
     }
 
     if (a->isolate && me == 0 && a->tenant_names != NULL && a->tenant_lookups != NULL) {
@@ -248,29 +286,22 @@ static int stats(void *arg, lkv_rpc *rpc, const ProtobufCMessage *m)
         }
     }
 
-    section(&b, "calls", "Calls");
-    if (srv != NULL) {
-        const char *path;
-        uint64_t calls, errors, usec;
-        for (int i = 0; lkv_server_method_stats(srv, i, &path, &calls, &errors, &usec) == 0; i++) {
-            const char *slash = strrchr(path, '/');
-            const char *svc_end = slash;
-            const char *dot = path;
-            for (const char *q = path; q < svc_end; q++) {
-                if (*q == '.') {
-                    dot = q + 1;
-                }
-            }
-            char name[128], key[192];
-            snprintf(name, sizeof(name), "%.*s.%s", (int)(svc_end - dot), dot, slash + 1);
-            snprintf(key, sizeof(key), "%s.calls", name);
-            num(&b, key, (double)calls);
-            snprintf(key, sizeof(key), "%s.errors", name);
-            num(&b, key, (double)errors);
-            snprintf(key, sizeof(key), "%s.usec_per_call", name);
-            num(&b, key, calls ? (double)usec / (double)calls : 0.0);
-        }
+    section(&b, "calls", "Calls"); /* Always titled, as before the registry. */
+    if (b.on) {
+        sec_ctx c = {.b = &b, .name = "calls", .title = "Calls", .started = 1};
+        lkv_stats_foreach(reg, "calls", sec_visit, &c);
     }
+    other_secs *o = lkv_xcalloc(1, sizeof(*o));
+    lkv_stats_foreach(reg, NULL, other_visit, o);
+    for (int i = 0; i < o->n; i++) {
+        char title[64];
+        snprintf(title, sizeof(title), "%s", o->names[i]);
+        if (title[0] >= 'a' && title[0] <= 'z') {
+            title[0] = (char)(title[0] - 'a' + 'A');
+        }
+        reg_section(&b, reg, o->names[i], title, NULL);
+    }
+    free(o);
 
     /* Fix up string offsets now that the arena no longer moves. */
     Lazykv__V1__StatEntry **ep = lkv_xmalloc((b.n ? b.n : 1) * sizeof(*ep));
@@ -403,8 +434,9 @@ static int list(void *arg, lkv_rpc *rpc, const ProtobufCMessage *m)
         return lkv_rpc_errorf(rpc, LKV_EINVAL, "List: after_key is %zu bytes, expected %d",
                               req->after_key.len, LKV_DOCKEY_BYTES);
     }
-    if (req->profile[0] != '\0' && lkv_store_profile_find(a->store, req->profile) == NULL) {
-        return lkv_rpc_errorf(rpc, LKV_EPROFILE, "List: unknown profile '%.64s'", req->profile);
+    const lkv_profile *lp = NULL;
+    if (req->profile[0] != '\0' && lkv_store_profile_get(a->store, req->profile, &lp) != 0) {
+        return lkv_rpc_errorf(rpc, LKV_EPROFILE, "List: %s", lkv_store_why());
     }
     list_ctx c;
     memset(&c, 0, sizeof(c));

@@ -3,8 +3,9 @@
  * Evict.
  *
  * Stats reports Redis INFO-style sections (server, hot, cold, lookups, movement, puts,
- * persistence, leases, tenants, calls) as text and as (section, key, value) entries, built from
- * lkv_store_stats_get and the engine's per-method counters. List pages through every visible
+ * persistence, leases, tenants, calls, then any other registered section) as text and as
+ * (section, key, value) entries, read from the statistics registry (lkv_stats.h) the store,
+ * the lease table and the RPC engine register in. List pages through every visible
  * document in key order (a bounded max-heap keeps the page's smallest keys, so a page costs one
  * pass over the index and O(limit) memory). Evict demotes one document to the cold tier.
  */
@@ -27,7 +28,7 @@ typedef struct lkv_admin_svc {
     const char *durability;       /* Static name, for the server section. */
     int threads;                  /* Polling threads, for the server section. */
     struct timespec started;      /* Monotonic start time. */
-    lkv_lease_table *leases;      /* Optional (NULL: no "leases" section). Borrowed. */
+    lkv_stats *stats;             /* Registry to show (borrowed); NULL: the store's registry. */
     /* Optional per-tenant lookup counters. With isolate set (tenants configured), a configured
      * tenant's Stats shows its own counters in the "lookups" section and nothing of other
      * tenants; the anonymous loopback caller (index 0, the host's operator) sees the store's

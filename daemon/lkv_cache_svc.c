@@ -22,6 +22,15 @@
  * every reference) before lkv_lease_attach pins anything; the lease table pins all-or-nothing.
  * The reply carries the arena mapping (lkv_store_arena_info_get) and each document's layout and
  * pages. If the reply of a new lease cannot be sent, the lease is released at once.
+ *
+ * Blocking work runs on the engine's worker pool (lkv_rpc_offload), so polling threads only
+ * move bytes: a Get or Attach of a document lkv_store_tier reports cold (the promotion reads the
+ * whole document from RocksDB), the block reads of a Get streamed from the cold tier, and in
+ * write-through mode the Put commit and the Delete (synced RocksDB writes). Each splits into a
+ * work function (the store call, on a pool thread, touching only its job) and a done function
+ * (the reply, on the call's thread). The engine runs cleanup only after done, so a job never
+ * races the call's cleanup. Hot reads, write-back commits and lookups stay inline. The tier
+ * check is a hint: a document demoted between it and the read is promoted inline.
  */
 #include "lkv_cache_svc.h"
 
@@ -72,64 +81,28 @@ static void wire_of(const lkv_cache_svc *svc, const lkv_rpc *rpc, const lkv_dock
     lkv_wirekey_encode(call_wire(svc, rpc), k, out->b);
 }
 
-/* Writes "a, b, c" (the configured profile names) into buf. */
-static void known_profiles(lkv_store *st, char *buf, size_t len)
+/* Fails the call with rc and the store's reason for it (lkv_store_why), prefixed by what. */
+static int store_refused(lkv_rpc *rpc, int rc, const char *what)
 {
-    size_t n = 0;
-    buf[0] = '\0';
-    for (int i = 0; i < lkv_store_profile_count(st) && n < len; i++) {
-        int w =
-            snprintf(buf + n, len - n, "%s%s", i ? ", " : "", lkv_store_profile_at(st, i)->name);
-        n += w > 0 ? (size_t)w : 0;
-    }
+    const char *why = lkv_store_why();
+    return lkv_rpc_errorf(rpc, rc, "%s: %s", what, why[0] ? why : lkv_strerror(rc));
 }
 
-/* Finds the profile or fails the call naming it and the known ones. */
+/* Finds the profile or fails the call with the store's reason (it names the known ones). */
 static int find_profile(lkv_cache_svc *svc, lkv_rpc *rpc, const char *what, const char *name,
                         const lkv_profile **out)
 {
-    if (name == NULL || name[0] == '\0') {
-        return lkv_rpc_errorf(rpc, LKV_EPROFILE,
-                              "%s: profile is empty (a model profile name is "
-                              "required)",
-                              what);
-    }
-    const lkv_profile *p = lkv_store_profile_find(svc->store, name);
-    if (p == NULL) {
-        char list[512];
-        known_profiles(svc->store, list, sizeof(list));
-        return lkv_rpc_errorf(rpc, LKV_EPROFILE, "%s: unknown profile '%.64s' (known: %s)", what,
-                              name, list);
-    }
-    *out = p;
-    return 0;
+    int rc = lkv_store_profile_get(svc->store, name, out);
+    return rc != 0 ? store_refused(rpc, rc, what) : 0;
 }
 
-/* Validates tokens of profile p: 1..max_doc_tokens ids, each < vocab_size. */
+/* Validates tokens of profile p (the one token check, lkv_profile_check_tokens). */
 static int check_tokens(lkv_rpc *rpc, const char *what, const lkv_profile *p,
                         const uint32_t *tokens, size_t n)
 {
-    if (n == 0) {
-        return lkv_rpc_errorf(rpc, LKV_EINVAL,
-                              "%s: token_ids is empty (a document has at least "
-                              "one token)",
-                              what);
-    }
-    if (n > p->max_doc_tokens) {
-        return lkv_rpc_errorf(rpc, LKV_EINVAL,
-                              "%s: %zu tokens, more than the %" PRIu32
-                              " a document of profile '%s' may have",
-                              what, n, p->max_doc_tokens, p->name);
-    }
-    for (size_t i = 0; i < n; i++) {
-        if (tokens[i] >= p->vocab_size) {
-            return lkv_rpc_errorf(rpc, LKV_EINVAL,
-                                  "%s: token_ids[%zu] = %" PRIu32
-                                  " is not below vocab_size %" PRIu32 " of profile '%s'",
-                                  what, i, tokens[i], p->vocab_size, p->name);
-        }
-    }
-    return 0;
+    char why[256];
+    int rc = lkv_profile_check_tokens(p, tokens, n, why, (int)sizeof(why));
+    return rc != 0 ? lkv_rpc_errorf(rpc, rc, "%s: %s", what, why) : 0;
 }
 
 /* Resolves a DocRef to a key. Fails the call on a bad reference. what names it in messages. */
@@ -226,63 +199,38 @@ typedef struct put_state {
     int exists;              /* The document was stored already. */
     uint32_t n_tokens;       /* Tokens of the document. */
     uint32_t n_blocks;       /* Blocks expected. */
-    uint32_t next;           /* Next block index expected. */
-    uint64_t block_bytes;    /* Bytes per block. */
+    lkv_store_put *commit;   /* Write-through: the transaction the pool commits. */
+    int commit_rc;           /* Its result. */
+    char commit_why[256];    /* lkv_store_why() of a failed pool commit (per thread). */
 } put_state;
 
+/* Opens the put: the store checks the profile, the tokens and the room, and says why it refuses
+ * (lkv_store_why); only the header's own n_blocks field is checked here. */
 static int put_header(lkv_cache_svc *svc, lkv_rpc *rpc, const Lazykv__V1__PutHeader *h)
 {
-    const lkv_profile *p = NULL;
-    int rc = find_profile(svc, rpc, "Put header", h->profile, &p);
-    if (rc == 0) {
-        rc = check_tokens(rpc, "Put header", p, h->token_ids, h->n_token_ids);
-    }
-    if (rc != 0) {
-        return rc;
-    }
-    uint32_t n_tokens = (uint32_t)h->n_token_ids;
-    uint32_t want = lkv_blocks_for_tokens(&p->shape, n_tokens);
-    if (h->n_blocks != 0 && h->n_blocks != want) {
-        return lkv_rpc_errorf(rpc, LKV_EINVAL,
-                              "Put header: n_blocks = %" PRIu32 " but %" PRIu32
-                              " tokens in blocks of %d make %" PRIu32,
-                              h->n_blocks, n_tokens, p->shape.block_tokens, want);
-    }
-    rc = lkv_rpc_check_deadline(rpc);
+    int rc = lkv_rpc_check_deadline(rpc);
     if (rc != 0) {
         return rc;
     }
     put_state *st = lkv_xcalloc(1, sizeof(*st));
     lkv_rpc_set_state(rpc, st);
-    rc = lkv_store_put_begin(svc->store, call_salt(svc, rpc), p->name, h->token_ids, n_tokens,
-                             &st->tx, &st->key, &st->exists);
+    rc = lkv_store_put_begin(svc->store, call_salt(svc, rpc), h->profile, h->token_ids,
+                             (uint32_t)h->n_token_ids, &st->tx, &st->key, &st->exists);
     if (rc != 0) {
-        char b[32], hb[32], pb[32];
-        lkv_store_stats ss;
         st->tx = NULL;
-        switch (rc) {
-        case LKV_ENOSPC:
-            lkv_store_stats_get(svc->store, &ss);
-            return lkv_rpc_errorf(
-                rpc, rc,
-                "no room for the document: it needs %" PRIu32 " hot pages of %s (%s); the hot "
-                "budget is %" PRIu64 " pages (%s) and what is not free is pinned or being "
-                "written (retry later, or raise hot_bytes)",
-                want, lkv_format_bytes(ss.hot_page_bytes, pb, sizeof(pb)),
-                lkv_format_bytes((uint64_t)want * ss.hot_page_bytes, b, sizeof(b)),
-                ss.hot_pages_total, lkv_format_bytes(ss.hot_budget, hb, sizeof(hb)));
-        case LKV_ESHUTDOWN:
-            return lkv_rpc_errorf(rpc, rc, "the daemon is shutting down; retry elsewhere");
-        default:
-            return lkv_rpc_errorf(rpc, rc, "Put refused by the store: %s", lkv_strerror(rc));
-        }
+        return store_refused(rpc, rc, "Put header");
     }
-    st->prof = p;
-    st->n_tokens = n_tokens;
+    st->prof = lkv_store_profile_find(svc->store, h->profile);
+    st->n_tokens = (uint32_t)h->n_token_ids;
     st->n_blocks = lkv_store_put_n_blocks(st->tx);
-    st->block_bytes = lkv_store_put_block_bytes(st->tx);
-    st->next = 0;
-    assert(st->n_blocks == want);
+    assert(st->prof != NULL);
+    if (h->n_blocks != 0 && h->n_blocks != st->n_blocks) {
+        return lkv_rpc_errorf(rpc, LKV_EINVAL,
+                              "Put header: n_blocks = %" PRIu32 " but %" PRIu32
+                              " tokens in blocks of %d make %" PRIu32,
+                              h->n_blocks, st->n_tokens, st->prof->shape.block_tokens,
+                              st->n_blocks);
+    }
     return 0;
 }
 
@@ -310,42 +258,18 @@ static int put_on_message(void *arg, lkv_rpc *rpc, const ProtobufCMessage *m)
     }
     for (size_t i = 0; i < req->n_blocks; i++) {
         const Lazykv__V1__Block *b = req->blocks[i];
-        if (b->index >= st->n_blocks) {
-            return lkv_rpc_errorf(rpc, LKV_EINVAL,
-                                  "block index %" PRIu32 " out of range: the document has %" PRIu32
-                                  " blocks (index 0..%" PRIu32 ")",
-                                  b->index, st->n_blocks, st->n_blocks - 1);
-        }
-        if (b->index != st->next) {
-            return lkv_rpc_errorf(rpc, LKV_EINVAL,
-                                  "block index %" PRIu32 " out of order: expected index %" PRIu32
-                                  " (blocks go in order, each once)",
-                                  b->index, st->next);
-        }
-        if (b->data.len != st->block_bytes) {
-            const lkv_kv_shape *s = &st->prof->shape;
-            return lkv_rpc_errorf(rpc, LKV_EINVAL,
-                                  "block %" PRIu32 " is %zu bytes, expected %" PRIu64
-                                  " (profile '%s': %d layers x 2 x %d kv heads x %d tokens x %d "
-                                  "dims x %zu bytes)",
-                                  b->index, b->data.len, st->block_bytes, st->prof->name,
-                                  s->n_layers, s->n_kv_heads, s->block_tokens, s->head_dim,
-                                  lkv_dtype_size(s->dtype));
-        }
+        /* The store checks the index, the order, the size and the zero tail. */
         rc = lkv_store_put_block(st->tx, b->index, b->data.data, b->data.len);
-        if (rc == LKV_EINVAL) {
-            return lkv_rpc_errorf(rpc, rc,
-                                  "block %" PRIu32 ": the token slots past the document's end "
-                                  "(token %" PRIu32 " on) must be zero",
-                                  b->index, st->n_tokens);
-        }
         if (rc != 0) {
-            return lkv_rpc_errorf(rpc, rc, "block %" PRIu32 ": %s", b->index, lkv_strerror(rc));
+            return store_refused(rpc, rc, "Put");
         }
-        st->next++;
     }
     return 0;
 }
+
+static void put_commit_work(void *arg, void *job);
+static int put_commit_done(void *arg, lkv_rpc *rpc, void *job);
+static int put_reply(lkv_cache_svc *svc, lkv_rpc *rpc, put_state *st, int rc);
 
 static int put_on_end(void *arg, lkv_rpc *rpc)
 {
@@ -354,21 +278,45 @@ static int put_on_end(void *arg, lkv_rpc *rpc)
     if (st == NULL) {
         return lkv_rpc_errorf(rpc, LKV_EINVAL, "empty Put stream: no header was sent");
     }
-    if (st->next != st->n_blocks) {
-        return lkv_rpc_errorf(rpc, LKV_EINVAL,
-                              "Put stream ended after %" PRIu32 " of %" PRIu32 " blocks (%" PRIu32
-                              " tokens in blocks of %d)",
-                              st->next, st->n_blocks, st->n_tokens, st->prof->shape.block_tokens);
-    }
     int rc = lkv_rpc_check_deadline(rpc);
     if (rc != 0) {
         return rc;
     }
     lkv_store_put *tx = st->tx;
-    st->tx = NULL; /* put_commit frees it, also on error. */
-    rc = lkv_store_put_commit(tx);
+    st->tx = NULL; /* put_commit frees it, also on error; it also checks that every block came. */
+    if (svc->durability == LKV_DURABILITY_WRITE_THROUGH) {
+        st->commit = tx; /* A synced RocksDB write: on the pool. */
+        return lkv_rpc_offload(rpc, put_commit_work, put_commit_done, st);
+    }
+    return put_reply(svc, rpc, st, lkv_store_put_commit(tx));
+}
+
+static void put_commit_work(void *arg, void *job)
+{
+    (void)arg;
+    put_state *st = job;
+    st->commit_rc = lkv_store_put_commit(st->commit);
+    st->commit = NULL;
+    /* The store's reason is per thread: copy it here, on the pool thread that failed. */
+    snprintf(st->commit_why, sizeof(st->commit_why), "%s", st->commit_rc ? lkv_store_why() : "");
+}
+
+static int put_commit_done(void *arg, lkv_rpc *rpc, void *job)
+{
+    put_state *st = job;
+    if (st->commit_rc != 0) {
+        const char *why = st->commit_why;
+        return lkv_rpc_errorf(rpc, st->commit_rc, "Put: %s",
+                              why[0] ? why : lkv_strerror(st->commit_rc));
+    }
+    return put_reply(arg, rpc, st, 0);
+}
+
+/* Replies to a Put whose commit returned rc. */
+static int put_reply(lkv_cache_svc *svc, lkv_rpc *rpc, put_state *st, int rc)
+{
     if (rc != 0) {
-        return lkv_rpc_errorf(rpc, rc, "Put could not be committed: %s", lkv_strerror(rc));
+        return store_refused(rpc, rc, "Put");
     }
     Lazykv__V1__PutResponse resp = LAZYKV__V1__PUT_RESPONSE__INIT;
     lkv_dockey wire;
@@ -536,7 +484,49 @@ typedef struct get_state {
     uint32_t next;      /* Next block to send. */
     uint32_t per_msg;   /* Blocks per message. */
     uint8_t *buf;       /* per_msg * block_bytes staging bytes. */
+    int cold;           /* Streamed from a RocksDB snapshot: reads go to the pool. */
+    int job_rc;         /* Pool job result (begin or the reads of one message). */
+    uint32_t job_k;     /* Blocks the read job covers. */
+    uint32_t job_bad;   /* The block it failed at. */
 } get_state;
+
+static int get_started(lkv_cache_svc *svc, lkv_rpc *rpc, get_state *st, int rc);
+static int get_send(const lkv_cache_svc *svc, lkv_rpc *rpc, get_state *st);
+
+/* Pool jobs of a Get: begin (a cold document is promoted: whole-document RocksDB reads) and the
+ * reads of one message of a document streamed from the cold tier. */
+static void get_begin_work(void *arg, void *job)
+{
+    lkv_cache_svc *svc = arg;
+    get_state *st = job;
+    st->job_rc = lkv_store_get_begin(svc->store, &st->key, &st->rd, &st->info);
+}
+
+static int get_begin_done(void *arg, lkv_rpc *rpc, void *job)
+{
+    return get_started(arg, rpc, job, ((get_state *)job)->job_rc);
+}
+
+static void get_read(get_state *st)
+{
+    uint64_t bb = st->info.block_bytes;
+    st->job_rc = 0;
+    for (uint32_t i = 0; i < st->job_k && st->job_rc == 0; i++) {
+        st->job_bad = st->next + i;
+        st->job_rc = lkv_store_get_block(st->rd, st->next + i, st->buf + (size_t)i * bb, bb);
+    }
+}
+
+static void get_read_work(void *arg, void *job)
+{
+    (void)arg;
+    get_read(job);
+}
+
+static int get_read_done(void *arg, lkv_rpc *rpc, void *job)
+{
+    return get_send(arg, rpc, job);
+}
 
 static int get_start(void *arg, lkv_rpc *rpc, const ProtobufCMessage *m)
 {
@@ -550,7 +540,16 @@ static int get_start(void *arg, lkv_rpc *rpc, const ProtobufCMessage *m)
     get_state *st = lkv_xcalloc(1, sizeof(*st));
     lkv_rpc_set_state(rpc, st);
     st->key = key;
-    rc = lkv_store_get_begin(svc->store, &key, &st->rd, &st->info);
+    if (lkv_store_tier(svc->store, &key) == LKV_TIER_COLD) {
+        return lkv_rpc_offload(rpc, get_begin_work, get_begin_done, st); /* Promotion. */
+    }
+    return get_started(svc, rpc, st, lkv_store_get_begin(svc->store, &key, &st->rd, &st->info));
+}
+
+/* The rest of get_start, once lkv_store_get_begin returned rc. */
+static int get_started(lkv_cache_svc *svc, lkv_rpc *rpc, get_state *st, int rc)
+{
+    lkv_dockey key = st->key;
     char hex[LKV_DOCKEY_HEX_LEN + 1];
     if (rc == LKV_ENOTFOUND) {
         st->rd = NULL;
@@ -586,6 +585,7 @@ static int get_start(void *arg, lkv_rpc *rpc, const ProtobufCMessage *m)
     }
     st->per_msg = (uint32_t)(per > 0 ? per : 1);
     st->buf = lkv_xmalloc((size_t)st->per_msg * bb);
+    st->cold = lkv_store_get_pages(st->rd) == NULL;
 
     Lazykv__V1__GetHeader h = LAZYKV__V1__GET_HEADER__INIT;
     lkv_dockey wire;
@@ -606,15 +606,23 @@ static int get_start(void *arg, lkv_rpc *rpc, const ProtobufCMessage *m)
 
 static int get_next(void *arg, lkv_rpc *rpc)
 {
-    const lkv_cache_svc *svc = arg;
     get_state *st = lkv_rpc_state(rpc);
     if (st->next >= st->info.n_blocks) {
         return 0; /* Done. */
     }
     uint32_t k = st->info.n_blocks - st->next;
-    if (k > st->per_msg) {
-        k = st->per_msg;
+    st->job_k = k > st->per_msg ? st->per_msg : k;
+    if (st->cold) {
+        return lkv_rpc_offload(rpc, get_read_work, get_read_done, st); /* RocksDB reads. */
     }
+    get_read(st); /* Copies out of the hot arena. */
+    return get_send(arg, rpc, st);
+}
+
+/* Sends the job_k blocks get_read read (or fails the call as it says). */
+static int get_send(const lkv_cache_svc *svc, lkv_rpc *rpc, get_state *st)
+{
+    uint32_t k = st->job_k;
     uint64_t bb = st->info.block_bytes;
     Lazykv__V1__Block blocks[64];
     Lazykv__V1__Block *bp[64];
@@ -628,28 +636,26 @@ static int get_next(void *arg, lkv_rpc *rpc)
         b = heap;
         p = heapp;
     }
-    int rc = 0;
-    for (uint32_t i = 0; i < k; i++) {
-        uint32_t idx = st->next + i;
-        uint8_t *dst = st->buf + (size_t)i * bb;
-        rc = lkv_store_get_block(st->rd, idx, dst, bb);
-        if (rc != 0) {
-            char hex[LKV_DOCKEY_HEX_LEN + 1];
-            if (rc == LKV_ECORRUPT) {
-                rc = lkv_rpc_errorf(rpc, rc,
-                                    "block %" PRIu32 " of document %s failed its "
-                                    "checksum; the document was dropped (re-put it)",
-                                    idx, key_hex(&st->key, hex));
-            } else {
-                rc = lkv_rpc_errorf(rpc, rc, "reading block %" PRIu32 " of %s: %s", idx,
-                                    key_hex(&st->key, hex), lkv_strerror(rc));
-            }
-            goto out;
+    int rc = st->job_rc;
+    if (rc != 0) {
+        uint32_t idx = st->job_bad;
+        char hex[LKV_DOCKEY_HEX_LEN + 1];
+        if (rc == LKV_ECORRUPT) {
+            rc = lkv_rpc_errorf(rpc, rc,
+                                "block %" PRIu32 " of document %s failed its "
+                                "checksum; the document was dropped (re-put it)",
+                                idx, key_hex(&st->key, hex));
+        } else {
+            rc = lkv_rpc_errorf(rpc, rc, "reading block %" PRIu32 " of %s: %s", idx,
+                                key_hex(&st->key, hex), lkv_strerror(rc));
         }
+        goto out;
+    }
+    for (uint32_t i = 0; i < k; i++) {
         Lazykv__V1__Block init = LAZYKV__V1__BLOCK__INIT;
         b[i] = init;
-        b[i].index = idx;
-        b[i].data.data = dst;
+        b[i].index = st->next + i;
+        b[i].data.data = st->buf + (size_t)i * bb;
         b[i].data.len = bb;
         p[i] = &b[i];
     }
@@ -681,6 +687,15 @@ static void get_cleanup(void *arg, lkv_rpc *rpc)
 
 /* ---- Delete --------------------------------------------------------------------------- */
 
+typedef struct delete_job {
+    lkv_dockey key; /* The document (the request is gone by the time the job runs). */
+    int rc;         /* lkv_store_delete's result. */
+} delete_job;
+
+static void delete_work(void *arg, void *job);
+static int delete_done(void *arg, lkv_rpc *rpc, void *job);
+static int delete_reply(lkv_cache_svc *svc, lkv_rpc *rpc, const lkv_dockey *kp, int rc);
+
 static int delete_doc(void *arg, lkv_rpc *rpc, const ProtobufCMessage *m)
 {
     lkv_cache_svc *svc = arg;
@@ -693,8 +708,34 @@ static int delete_doc(void *arg, lkv_rpc *rpc, const ProtobufCMessage *m)
     if (rc != 0) {
         return rc;
     }
+    if (svc->durability == LKV_DURABILITY_WRITE_THROUGH) {
+        delete_job *j = lkv_xcalloc(1, sizeof(*j)); /* Freed by delete_done. */
+        j->key = key;
+        return lkv_rpc_offload(rpc, delete_work, delete_done, j); /* A synced RocksDB delete. */
+    }
+    return delete_reply(svc, rpc, &key, lkv_store_delete(svc->store, &key));
+}
+
+static void delete_work(void *arg, void *job)
+{
+    lkv_cache_svc *svc = arg;
+    delete_job *j = job;
+    j->rc = lkv_store_delete(svc->store, &j->key);
+}
+
+static int delete_done(void *arg, lkv_rpc *rpc, void *job)
+{
+    delete_job *j = job;
+    int rc = delete_reply(arg, rpc, &j->key, j->rc);
+    free(j);
+    return rc;
+}
+
+/* Replies to a Delete of key whose store call returned rc. */
+static int delete_reply(lkv_cache_svc *svc, lkv_rpc *rpc, const lkv_dockey *kp, int rc)
+{
+    lkv_dockey key = *kp;
     char hex[LKV_DOCKEY_HEX_LEN + 1];
-    rc = lkv_store_delete(svc->store, &key);
     if (rc == LKV_ENOTFOUND) {
         return lkv_rpc_errorf(rpc, rc, "document %s is not cached", key_hex(&key, hex));
     }
@@ -744,6 +785,35 @@ static int check_lease_id(lkv_rpc *rpc, const char *what, const ProtobufCBinaryD
     return 0;
 }
 
+/* An Attach between validation and reply (attach_work may run on the pool). */
+typedef struct attach_job {
+    size_t n;                             /* Documents. */
+    int renew;                            /* 1: renew lease_id. */
+    uint64_t ttl;                         /* Asked TTL, ms. */
+    int owner;                            /* The caller's tenant index. */
+    uint8_t lease_id[LKV_LEASE_ID_BYTES]; /* Renew: the lease (copied from the request). */
+    lkv_dockey *keys;                     /* n store keys. */
+    lkv_lease_doc *docs;                  /* n results (pages malloc'ed by the lease table). */
+    uint8_t id[LKV_LEASE_ID_BYTES];       /* The lease. */
+    uint64_t expires;                     /* Its expiry, Unix ms. */
+    uint32_t lease_docs;                  /* Documents in it. */
+    int bad;                              /* The failing document, or -1. */
+    int rc;                               /* lkv_lease_attach's result. */
+} attach_job;
+
+static void attach_job_free(attach_job *j)
+{
+    for (size_t i = 0; i < j->n; i++) {
+        free(j->docs[i].pages);
+    }
+    free(j->keys);
+    free(j->docs);
+    free(j);
+}
+
+static void attach_work(void *arg, void *job);
+static int attach_done(void *arg, lkv_rpc *rpc, void *job);
+
 static int attach(void *arg, lkv_rpc *rpc, const ProtobufCMessage *m)
 {
     lkv_cache_svc *svc = arg;
@@ -781,32 +851,71 @@ static int attach(void *arg, lkv_rpc *rpc, const ProtobufCMessage *m)
                               " (max_lease_docs)",
                               n, lim->max_docs);
     }
-    lkv_dockey *keys = lkv_xmalloc((n ? n : 1) * sizeof(*keys));
-    lkv_lease_doc *docs = lkv_xcalloc(n ? n : 1, sizeof(*docs));
+    attach_job *j = lkv_xcalloc(1, sizeof(*j)); /* Freed by attach_done. */
+    j->n = n;
+    j->renew = renew;
+    j->ttl = ttl;
+    j->owner = call_index(svc, rpc);
+    if (renew) {
+        memcpy(j->lease_id, req->lease_id.data, LKV_LEASE_ID_BYTES);
+    }
+    j->keys = lkv_xmalloc((n ? n : 1) * sizeof(*j->keys));
+    j->docs = lkv_xcalloc(n ? n : 1, sizeof(*j->docs));
+    for (size_t i = 0; i < n && rc == 0; i++) {
+        char what[48];
+        snprintf(what, sizeof(what), "Attach docs[%zu]", i);
+        rc = resolve_ref(svc, rpc, what, req->docs[i], &j->keys[i], NULL);
+    }
+    if (rc == 0) {
+        rc = lkv_rpc_check_deadline(rpc);
+    }
+    if (rc != 0) {
+        j->n = 0; /* Nothing attached: nothing to free per document. */
+        attach_job_free(j);
+        return rc;
+    }
+    int cold = 0;
+    for (size_t i = 0; i < n && !cold; i++) {
+        cold = lkv_store_tier(svc->store, &j->keys[i]) == LKV_TIER_COLD;
+    }
+    if (cold) {
+        return lkv_rpc_offload(rpc, attach_work, attach_done, j); /* Pins promote: RocksDB. */
+    }
+    attach_work(svc, j);
+    return attach_done(svc, rpc, j);
+}
+
+static void attach_work(void *arg, void *job)
+{
+    lkv_cache_svc *svc = arg;
+    attach_job *j = job;
+    j->bad = -1;
+    j->rc = lkv_lease_attach(svc->leases, j->owner, j->renew ? j->lease_id : NULL, (uint32_t)j->ttl,
+                             j->keys, (uint32_t)j->n, j->id, &j->expires, &j->lease_docs, j->docs,
+                             &j->bad);
+}
+
+/* Replies to an Attach once lkv_lease_attach ran (attach_work), and frees the job. */
+static int attach_done(void *arg, lkv_rpc *rpc, void *job)
+{
+    lkv_cache_svc *svc = arg;
+    attach_job *j = job;
+    const lkv_lease_limits *lim = lkv_lease_limits_get(svc->leases);
+    size_t n = j->n;
+    int renew = j->renew;
+    uint64_t ttl = j->ttl;
+    int owner = j->owner;
+    lkv_dockey *keys = j->keys;
+    lkv_lease_doc *docs = j->docs;
+    uint8_t *id = j->id;
+    int bad = j->bad;
+    int rc = j->rc;
     Lazykv__V1__DocStatus *ds = lkv_xcalloc(n ? n : 1, sizeof(*ds));
     Lazykv__V1__DocStatus **dsp = lkv_xmalloc((n ? n : 1) * sizeof(*dsp));
     Lazykv__V1__AttachedDoc *ad = lkv_xcalloc(n ? n : 1, sizeof(*ad));
     Lazykv__V1__AttachedDoc **adp = lkv_xmalloc((n ? n : 1) * sizeof(*adp));
     Lazykv__V1__BlockLayout *lay = lkv_xcalloc(n ? n : 1, sizeof(*lay));
     lkv_dockey *wires = lkv_xmalloc((n ? n : 1) * sizeof(*wires));
-    for (size_t i = 0; i < n && rc == 0; i++) {
-        char what[48];
-        snprintf(what, sizeof(what), "Attach docs[%zu]", i);
-        rc = resolve_ref(svc, rpc, what, req->docs[i], &keys[i], NULL);
-    }
-    if (rc == 0) {
-        rc = lkv_rpc_check_deadline(rpc);
-    }
-    if (rc != 0) {
-        goto out;
-    }
-    uint8_t id[LKV_LEASE_ID_BYTES];
-    uint64_t expires = 0;
-    uint32_t lease_docs = 0;
-    int bad = -1;
-    int owner = call_index(svc, rpc);
-    rc = lkv_lease_attach(svc->leases, owner, renew ? req->lease_id.data : NULL, (uint32_t)ttl,
-                          keys, (uint32_t)n, id, &expires, &lease_docs, docs, &bad);
     if (rc != 0) {
         char hex[LKV_DOCKEY_HEX_LEN + 1];
         if (bad >= 0) {
@@ -900,28 +1009,24 @@ static int attach(void *arg, lkv_rpc *rpc, const ProtobufCMessage *m)
     }
     Lazykv__V1__AttachResponse resp = LAZYKV__V1__ATTACH_RESPONSE__INIT;
     resp.lease_id.data = id;
-    resp.lease_id.len = sizeof(id);
-    resp.expires_unix_ms = expires;
+    resp.lease_id.len = LKV_LEASE_ID_BYTES;
+    resp.expires_unix_ms = j->expires;
     resp.n_docs = n;
     resp.docs = dsp;
     resp.arena = &arena;
     resp.n_attached = n;
     resp.attached = adp;
     resp.ttl_ms = (uint32_t)ttl;
-    resp.lease_docs = lease_docs;
+    resp.lease_docs = j->lease_docs;
     rc = lkv_rpc_reply(rpc, &resp.base);
     if (rc != 0 && !renew) {
         /* The worker never learns the id: end the lease now rather than at expiry. */
         lkv_lease_release(svc->leases, owner, id, NULL);
     }
     LKV_LOGD("attach: %s lease, %zu document(s), %u in the lease, ttl %" PRIu64 " ms",
-             renew ? "renewed" : "new", n, lease_docs, ttl);
+             renew ? "renewed" : "new", n, j->lease_docs, ttl);
 out:
-    for (size_t i = 0; i < n; i++) {
-        free(docs[i].pages);
-    }
-    free(keys);
-    free(docs);
+    attach_job_free(j);
     free(ds);
     free(dsp);
     free(ad);

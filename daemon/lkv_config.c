@@ -212,6 +212,8 @@ static const opt opts[] = {
      "write-back (ack when hot, persist in background) or write-through (ack when durable)"},
     {"threads", OPT_INT, OFF(threads), 0, 1, 256, "2",
      "gRPC polling threads (each with its own completion queue)"},
+    {"pool_threads", OPT_INT, OFF(pool_threads), 0, 0, 256, "4",
+     "worker threads for blocking RocksDB work of whole documents (0 = on the polling threads)"},
     {"max_message_bytes", OPT_SIZE, OFF(max_message_bytes), 0, 4096, 2047ull * MIB, "64MiB",
      "largest gRPC message received or sent, bytes (clients must allow as much)"},
     {"max_request_bytes", OPT_SIZE, OFF(max_request_bytes), 0, 4096, 2047ull * MIB, "4MiB",
@@ -1104,16 +1106,16 @@ void lkv_config_summary(const lkv_config *c, char *buf, size_t len)
     char hot[32], cold[32], msg[32], grace[32];
     size_t n = 0;
     snprintf(grace, sizeof(grace), "%.1fs", (double)c->shutdown_grace_ms / 1000.0);
-    int w =
-        snprintf(buf, len,
-                 "config=%s listen=%s data_dir=%s hot=%s:%s cold=%s policy=%s durability=%s "
-                 "threads=%d max_message=%s log_level=%s shutdown_grace=%s profiles=",
-                 c->source[0] ? c->source : "(defaults)", c->listen, c->data_dir,
-                 backend_names[c->hot_backend], lkv_format_bytes(c->hot_bytes, hot, sizeof(hot)),
-                 c->cold_bytes ? lkv_format_bytes(c->cold_bytes, cold, sizeof(cold)) : "unlimited",
-                 lkv_policy_name(c->policy_kind), durable_names[c->durability], c->threads,
-                 lkv_format_bytes(c->max_message_bytes, msg, sizeof(msg)),
-                 level_names[c->log_level & 3], grace);
+    int w = snprintf(
+        buf, len,
+        "config=%s listen=%s data_dir=%s hot=%s:%s cold=%s policy=%s durability=%s "
+        "threads=%d pool_threads=%d max_message=%s log_level=%s shutdown_grace=%s profiles=",
+        c->source[0] ? c->source : "(defaults)", c->listen, c->data_dir,
+        backend_names[c->hot_backend], lkv_format_bytes(c->hot_bytes, hot, sizeof(hot)),
+        c->cold_bytes ? lkv_format_bytes(c->cold_bytes, cold, sizeof(cold)) : "unlimited",
+        lkv_policy_name(c->policy_kind), durable_names[c->durability], c->threads, c->pool_threads,
+        lkv_format_bytes(c->max_message_bytes, msg, sizeof(msg)), level_names[c->log_level & 3],
+        grace);
     n = w > 0 ? (size_t)w : 0;
     for (int i = 0; i < c->n_profiles && n < len; i++) {
         w = snprintf(buf + n, len - n, "%s%s", i ? "," : "", c->profiles[i].name);

@@ -54,6 +54,7 @@ typedef struct lkv_config {
     int policy_cost_bytes;        /* 1: GDSF cost = bytes (byte hit rate); 0: cost 1 per doc. */
     int durability;               /* enum lkv_durability. */
     int threads;                  /* gRPC polling threads (one completion queue each). */
+    int pool_threads;             /* Worker threads for blocking work (0: run it inline). */
     uint64_t max_message_bytes;   /* Largest gRPC message received or sent, bytes. */
     uint64_t max_request_bytes;   /* Largest Lookup/Attach request, bytes (lkv_method). */
     uint32_t max_lookup_docs;     /* Documents per Lookup. */

@@ -48,6 +48,8 @@ struct lkv_lease_table {
     lkv_lease_stats st;   /* Counters (live, docs, pinned_bytes kept current). */
     int stop;             /* 1: the reaper exits. */
     pthread_t reaper;     /* The reaper thread. */
+
+    lkv_stat_group *stats_group; /* Our stats in the store's registry. */
 };
 
 static uint64_t mono_ms(void)
@@ -140,6 +142,36 @@ static void *reaper_main(void *arg)
     return NULL;
 }
 
+/* The stats registered in the store's registry, in lkv_lease_stats order (section "leases"). */
+static const lkv_stat_desc lease_stat_descs[] = {
+    {"lease_live", NULL, LKV_STAT_GAUGE, "leases", "Live leases.", "leases", "live"},
+    {"lease_docs_pinned", NULL, LKV_STAT_GAUGE, "docs", "Pins held by live leases.", "leases",
+     "docs_pinned"},
+    {"lease_bytes_pinned", NULL, LKV_STAT_GAUGE, "bytes", "Arena bytes of those documents.",
+     "leases", "bytes_pinned"},
+    {"lease_attaches", "result=new", LKV_STAT_COUNTER, "calls", "Attaches by result.", "leases",
+     "attaches"},
+    {"lease_attaches", "result=renewed", LKV_STAT_COUNTER, "calls", "Attaches by result.", "leases",
+     "renewals"},
+    {"lease_ends", "cause=released", LKV_STAT_COUNTER, "leases", "Leases ended, by cause.",
+     "leases", "releases"},
+    {"lease_ends", "cause=expired", LKV_STAT_COUNTER, "leases", "Leases ended, by cause.", "leases",
+     "expired"},
+    {"lease_attaches", "result=refused", LKV_STAT_COUNTER, "calls", "Attaches by result.", "leases",
+     "refused"},
+};
+
+static void lease_stats_read(void *ctx, double *vals, int n)
+{
+    lkv_lease_stats st;
+    lkv_lease_stats_get(ctx, &st);
+    const uint64_t v[8] = {st.live,     st.docs,     st.pinned_bytes, st.attaches,
+                           st.renewals, st.releases, st.expired,      st.refused};
+    for (int i = 0; i < n && i < 8; i++) {
+        vals[i] = (double)v[i];
+    }
+}
+
 int lkv_lease_table_create(lkv_store *store, const lkv_lease_limits *lim, lkv_lease_table **out)
 {
     if (store == NULL || lim == NULL || out == NULL || lim->max_leases == 0 || lim->max_docs == 0 ||
@@ -159,6 +191,16 @@ int lkv_lease_table_create(lkv_store *store, const lkv_lease_limits *lim, lkv_le
     pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
     pthread_cond_init(&t->cv, &ca);
     pthread_condattr_destroy(&ca);
+    int rc = lkv_stats_register(lkv_store_stats_registry(store), lease_stat_descs,
+                                (int)(sizeof(lease_stat_descs) / sizeof(lease_stat_descs[0])),
+                                lease_stats_read, t, &t->stats_group);
+    if (rc != 0) {
+        pthread_cond_destroy(&t->cv);
+        pthread_mutex_destroy(&t->mu);
+        free(t->slots);
+        free(t);
+        return rc;
+    }
     if (pthread_create(&t->reaper, NULL, reaper_main, t) != 0) {
         lkv_panic("lease: cannot start the reaper thread");
     }
@@ -171,6 +213,7 @@ void lkv_lease_table_destroy(lkv_lease_table *t)
     if (t == NULL) {
         return;
     }
+    lkv_stats_unregister(lkv_store_stats_registry(t->store), t->stats_group);
     pthread_mutex_lock(&t->mu);
     t->stop = 1;
     pthread_cond_signal(&t->cv);

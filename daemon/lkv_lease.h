@@ -58,7 +58,10 @@ typedef struct lkv_lease_stats {
 } lkv_lease_stats;
 
 /* Creates the table over store (borrowed; must outlive the table) and starts the reaper.
- * LKV_EINVAL for a zero limit. *out is owned by the caller (lkv_lease_table_destroy). */
+ * Registers the lkv_lease_stats counters in the store's registry (lkv_store_stats_registry;
+ * section "leases", lease_* metrics), unregistered by destroy. LKV_EINVAL for a zero limit,
+ * LKV_EEXIST if another table's stats are in that registry. *out is owned by the caller
+ * (lkv_lease_table_destroy). */
 int lkv_lease_table_create(lkv_store *store, const lkv_lease_limits *lim, lkv_lease_table **out);
 
 /* Stops the reaper, releases every live lease (unpinning its documents) and frees t. Call after

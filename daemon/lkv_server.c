@@ -6,7 +6,8 @@
  * per method on its own queue, plus ARMED generic requests that answer unknown methods with
  * UNIMPLEMENTED. A new-call event re-arms a fresh request at once (unless draining), so calls
  * never queue behind a busy one. A call's batches all complete on the queue it was requested
- * on, so one call is only ever touched by one thread: no per-call lock is needed.
+ * on, so one call is only ever touched by one thread: no per-call lock is needed (except the
+ * few park fields a resumer writes, under park_mu; see "Parked calls").
  *
  * Call context (struct lkv_rpc). Tags are (rpc, step) pairs embedded in the context:
  *   STEP_NEW     the request completed (success 0: shutting down, free the context).
@@ -20,6 +21,32 @@
  * only when the final batch was started and pending is 0; the service's cleanup runs once, in
  * finish(), before the final batch starts. Byte buffers handed to SEND_MESSAGE are destroyed
  * only after their batch completes.
+ *
+ * Parked calls (lkv_rpc_defer / lkv_rpc_offload). A parked call has no callback running and
+ * waits for its STEP_WAKE tag, which a resume (any thread) or a finished pool job posts on the
+ * call's own queue, so the continuation runs on the call's thread like any other event and the
+ * one-thread rule holds. How to post a tag on a queue from outside, in the C core of 1.51: the
+ * grpc_alarm of older cores is C++ only now, grpc_cq_end_op is internal (C++ mangled, absl
+ * types), and a per-thread eventfd cannot be polled by grpc_completion_queue_next; polling with a
+ * short timeout and an inbox would cost either latency or CPU on every idle thread. What the
+ * public C API does offer is grpc_channel_watch_connectivity_state(channel, state, deadline, cq,
+ * tag): on a lame channel (grpc_lame_client_channel_create) it starts no watch, only a timer,
+ * and a deadline in the past fires it at once, so the tag completes on cq (success 0, ignored)
+ * within microseconds (test_server's wake-latency case prints it). One lame channel serves the
+ * server. A parked unary call starts RECV_CLOSE_ON_SERVER when it parks, so a client cancel, the
+ * deadline (the core cancels the call then) and grpc_server_cancel_all_calls at shutdown all
+ * reach a parked call as STEP_CLOSE with cancelled set.
+ *   State (under park_mu): NONE -> PARKED (defer/offload) -> RESUMED (resume/job done, wake
+ *   posted) -> NONE (STEP_WAKE, continuation runs). Tickets are (slot, generation) in a table
+ *   under the same lock; freeing a slot bumps its generation, so a stale ticket finds nothing.
+ *   Invariant: a context is freed only in state NONE, and a context in PARKED-by-defer state
+ *   is always reachable from exactly one live slot. Races, each decided under park_mu: resume
+ *   first (RESUMED) = the cancel is only noted and the call ends after the continuation; cancel
+ *   first = the slot is freed (PARKED -> NONE), finish runs the cleanup once, a later resume
+ *   gets LKV_ECANCELLED. Pool jobs (mode HOLD) are never abandoned: work may use the call's
+ *   state, so cleanup waits for done. A parked call counts in n_ctx, so shutdown drains it.
+ *   Pool: pool_threads threads over one FIFO (the call itself is the queue node: a parked call
+ *   has at most one job); stopped once no context is left, before the queues shut down.
  *
  * Shutdown (DESIGN.md 9.3): draining=1; grpc_server_shutdown_and_notify on worker 0's
  * queue; wait up to the grace period for the shutdown tag and for every context to be freed;
@@ -37,6 +64,7 @@
 #include <stdarg.h>
 #include <stdatomic.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
@@ -50,12 +78,20 @@
 #include "lkv_err.h"
 #include "lkv_log.h"
 #include "lkv_pb.h"
+#include "lkv_status.h"
 
 #define ARMED         4   /* Outstanding requests per (worker, method). */
 #define ARMED_GENERIC 1   /* Outstanding generic requests per worker. */
 #define MSG_MAX       512 /* Status message bytes. */
 
-enum step { STEP_NEW, STEP_RECV, STEP_SEND, STEP_CLOSE, STEP_FINAL, STEP__N };
+enum step { STEP_NEW, STEP_RECV, STEP_SEND, STEP_CLOSE, STEP_FINAL, STEP_WAKE, STEP__N };
+
+/* The callback a parked call continues (its resume function has that callback's contract). */
+enum cb { CB_UNARY, CB_MSG, CB_END, CB_START, CB_NEXT };
+
+/* Parking (under lkv_server.park_mu). */
+enum park_state { PARK_NONE, PARK_PARKED, PARK_RESUMED };
+enum park_mode { PARK_DEFER, PARK_HOLD };
 
 typedef struct tag {
     struct lkv_rpc *rpc; /* NULL for the server shutdown tag. */
@@ -88,6 +124,7 @@ struct lkv_rpc {
     grpc_byte_buffer *send_buf; /* In-flight SEND_MESSAGE buffer. */
     grpc_byte_buffer *staged;   /* Packed by reply/send, not yet started. */
     grpc_slice status_slice;    /* Final status details (kept until free). */
+    grpc_metadata trail_md;     /* Final "lkv-code" trailing metadata (static slices). */
     int status_slice_set;       /* status_slice needs an unref. */
     int cancelled;              /* RECV_CLOSE_ON_SERVER out-param. */
     int pending;                /* Batches in flight. */
@@ -106,7 +143,24 @@ struct lkv_rpc {
     struct timespec t0;         /* Start (monotonic), for method stats. */
     tag tags[STEP__N];          /* One tag per step. */
     char generic_path[128];     /* Generic calls: the method asked for. */
+    /* Parking. park_state, park_mode, slot, rfn and rarg are guarded by srv->park_mu (the
+     * resumer writes them from its thread); the rest is the call thread's. */
+    int park_state;      /* enum park_state. */
+    int park_mode;       /* enum park_mode (HOLD: a pool job, never abandoned). */
+    uint32_t slot;       /* Ticket slot while PARKED in DEFER mode. */
+    lkv_resume_fn rfn;   /* The continuation, set by resume or offload. */
+    void *rarg;          /* Its argument. */
+    int park_cb;         /* enum cb: the callback that parked. */
+    int deferred_now;    /* lkv_rpc_defer/offload ran in the current callback. */
+    lkv_work_fn work;    /* Pool job: the work function. */
+    struct lkv_rpc *job; /* Next in the pool queue. */
 };
+
+typedef struct park_slot {
+    uint32_t gen;        /* Bumped whenever the slot is freed: stale tickets miss. */
+    uint32_t next_free;  /* Free list link (index + 1, 0 = end). */
+    struct lkv_rpc *rpc; /* The parked call, NULL when free. */
+} park_slot;
 
 struct lkv_server {
     grpc_server *server; /* The core server. */
@@ -129,76 +183,39 @@ struct lkv_server {
     int shutdown_done;   /* The shutdown tag completed. */
     int shut;            /* lkv_server_shutdown finished. */
     tag shutdown_tag;    /* {NULL, 0}. */
+    /* Deferred replies. */
+    grpc_channel *lame;      /* Wake-up source (see the file comment). */
+    pthread_mutex_t park_mu; /* Guards the ticket table and every call's park fields. */
+    park_slot *slots;        /* Ticket table, n_slots entries. */
+    uint32_t n_slots;
+    uint32_t free_slot; /* Free list head (index + 1, 0 = empty). */
+    /* Worker pool. */
+    int n_pool;              /* Pool threads (0: offloaded work runs inline). */
+    pthread_t *pool;         /* The threads. */
+    pthread_mutex_t pool_mu; /* Guards the job queue and pool_stop. */
+    pthread_cond_t pool_cv;  /* Signalled on a new job and on stop. */
+    struct lkv_rpc *jq_head; /* FIFO of calls whose job waits for a thread. */
+    struct lkv_rpc *jq_tail;
+    int pool_stop;            /* 1: threads exit once the queue is empty. */
+    atomic_long pool_backlog; /* Jobs queued or running. */
+    int fault_job_delay_ms;   /* Tests: each job sleeps this long first (a slow disk). */
+
+    lkv_stats *registry;         /* opts.stats (borrowed), or NULL. */
+    lkv_stat_group *stats_group; /* The per-method counters there, or NULL. */
 };
 
 static void finish(lkv_rpc *rpc, int rc);
 
-/* ---- Status mapping (the one table) --------------------------------------------------- */
+/* ---- Status mapping (the one table is proto/lkv_status.c) ---------------------------- */
 
 int lkv_server_status_code(int rc)
 {
-    switch (rc) {
-    case LKV_OK:
-        return GRPC_STATUS_OK;
-    case LKV_EINVAL:
-    case LKV_EPROTO:
-    case LKV_EPROFILE:
-    case LKV_ECONFIG:
-        return GRPC_STATUS_INVALID_ARGUMENT;
-    case LKV_ENOTFOUND:
-        return GRPC_STATUS_NOT_FOUND;
-    case LKV_EEXIST:
-        return GRPC_STATUS_ALREADY_EXISTS;
-    case LKV_ENOSPC:
-    case LKV_ETOOBIG:
-    case LKV_ENOMEM:
-        return GRPC_STATUS_RESOURCE_EXHAUSTED;
-    case LKV_EBUSY:
-        return GRPC_STATUS_FAILED_PRECONDITION;
-    case LKV_ETIMEDOUT:
-        return GRPC_STATUS_DEADLINE_EXCEEDED;
-    case LKV_ECANCELLED:
-        return GRPC_STATUS_CANCELLED;
-    case LKV_EUNAUTH:
-        return GRPC_STATUS_UNAUTHENTICATED;
-    case LKV_EPERM:
-        return GRPC_STATUS_PERMISSION_DENIED;
-    case LKV_EUNAVAIL:
-    case LKV_ESHUTDOWN:
-    case LKV_EAGAIN:
-        return GRPC_STATUS_UNAVAILABLE;
-    case LKV_ENOTSUP:
-        return GRPC_STATUS_UNIMPLEMENTED;
-    case LKV_ECORRUPT:
-        return GRPC_STATUS_DATA_LOSS;
-    default:
-        return GRPC_STATUS_INTERNAL;
-    }
+    return lkv_status_from_err(rc);
 }
 
 const char *lkv_server_status_name(int code)
 {
-    static const char *names[] = {"OK",
-                                  "CANCELLED",
-                                  "UNKNOWN",
-                                  "INVALID_ARGUMENT",
-                                  "DEADLINE_EXCEEDED",
-                                  "NOT_FOUND",
-                                  "ALREADY_EXISTS",
-                                  "PERMISSION_DENIED",
-                                  "RESOURCE_EXHAUSTED",
-                                  "FAILED_PRECONDITION",
-                                  "ABORTED",
-                                  "OUT_OF_RANGE",
-                                  "UNIMPLEMENTED",
-                                  "INTERNAL",
-                                  "UNAVAILABLE",
-                                  "DATA_LOSS",
-                                  "UNAUTHENTICATED"};
-    if (code >= 0 && code < (int)(sizeof(names) / sizeof(names[0]))) {
-        return names[code];
-    }
-    return "UNKNOWN";
+    return lkv_status_name(code);
 }
 
 /* Server-side failures are logged at warn; the caller's mistakes at info. */
@@ -235,6 +252,11 @@ static double elapsed_us(const struct timespec *t0)
 static void free_rpc(lkv_rpc *rpc)
 {
     lkv_server *s = rpc->srv;
+#ifndef NDEBUG
+    pthread_mutex_lock(&s->park_mu);
+    assert(rpc->park_state == PARK_NONE); /* No resume can reach a freed call. */
+    pthread_mutex_unlock(&s->park_mu);
+#endif
     if (rpc->call != NULL) {
         if (rpc->mi >= 0) {
             method_stats *ms = &s->stats[rpc->mi];
@@ -357,6 +379,9 @@ static int unpack(lkv_rpc *rpc, ProtobufCMessage **out)
 }
 
 static void send_next(lkv_rpc *rpc);
+static void after_cb(lkv_rpc *rpc, int cb, int rc);
+static int start_close(lkv_rpc *rpc);
+static int start_recv(lkv_rpc *rpc);
 
 /* The call ended under us: says why (deadline, shutdown or the client) and returns the code. */
 static int vanished(lkv_rpc *rpc)
@@ -426,7 +451,15 @@ static void finish(lkv_rpc *rpc, int rc)
     rpc->status_slice = grpc_slice_from_copied_string(rpc->msg);
     rpc->status_slice_set = 1;
     ops[n].op = GRPC_OP_SEND_STATUS_FROM_SERVER;
-    ops[n].data.send_status_from_server.trailing_metadata_count = 0;
+    if (rc != 0) {
+        /* The exact code, so that clients never parse the message (lkv_status.h). */
+        rpc->trail_md.key = grpc_slice_from_static_string(LKV_STATUS_MD_KEY);
+        rpc->trail_md.value = grpc_slice_from_static_string(lkv_status_md_value(rc));
+        ops[n].data.send_status_from_server.trailing_metadata_count = 1;
+        ops[n].data.send_status_from_server.trailing_metadata = &rpc->trail_md;
+    } else {
+        ops[n].data.send_status_from_server.trailing_metadata_count = 0;
+    }
     ops[n].data.send_status_from_server.status = (grpc_status_code)rpc->status;
     ops[n].data.send_status_from_server.status_details = rc != 0 ? &rpc->status_slice : NULL;
     n++;
@@ -461,47 +494,214 @@ static int start_recv(lkv_rpc *rpc)
     return start_batch(rpc, &op, 1, STEP_RECV);
 }
 
-/* Server streams: puts the staged message on the wire, or asks the service for the next one. */
+/* Server streams: puts the staged message on the wire, or asks the service for the next one
+ * (its result is handled by after_cb, which comes back here to send what it staged). */
 static void send_next(lkv_rpc *rpc)
 {
     const lkv_method *m = &rpc->srv->methods[rpc->mi];
-    for (;;) {
-        if (rpc->staged != NULL) {
-            grpc_op ops[2];
-            size_t n = 0;
-            memset(ops, 0, sizeof(ops));
-            if (!rpc->sent_initial_md) {
-                ops[n].op = GRPC_OP_SEND_INITIAL_METADATA;
-                n++;
-                rpc->sent_initial_md = 1;
-            }
-            ops[n].op = GRPC_OP_SEND_MESSAGE;
-            ops[n].data.send_message.send_message = rpc->staged;
+    if (rpc->staged != NULL) {
+        grpc_op ops[2];
+        size_t n = 0;
+        memset(ops, 0, sizeof(ops));
+        if (!rpc->sent_initial_md) {
+            ops[n].op = GRPC_OP_SEND_INITIAL_METADATA;
             n++;
-            rpc->send_buf = rpc->staged;
-            rpc->staged = NULL;
-            if (start_batch(rpc, ops, n, STEP_SEND) != 0) {
-                finish(rpc, lkv_rpc_errorf(rpc, LKV_EINTERNAL, "cannot send a message"));
-            }
-            return;
+            rpc->sent_initial_md = 1;
         }
-        if (rpc->close_done && rpc->cancelled) {
-            finish(rpc, vanished(rpc));
-            return;
+        ops[n].op = GRPC_OP_SEND_MESSAGE;
+        ops[n].data.send_message.send_message = rpc->staged;
+        n++;
+        rpc->send_buf = rpc->staged;
+        rpc->staged = NULL;
+        if (start_batch(rpc, ops, n, STEP_SEND) != 0) {
+            finish(rpc, lkv_rpc_errorf(rpc, LKV_EINTERNAL, "cannot send a message"));
         }
-        int rc = lkv_rpc_check_deadline(rpc);
-        if (rc == 0) {
-            rpc->entered = 1;
-            rc = m->next(m->svc, rpc);
+        return;
+    }
+    if (rpc->close_done && rpc->cancelled) {
+        finish(rpc, vanished(rpc));
+        return;
+    }
+    int rc = lkv_rpc_check_deadline(rpc);
+    if (rc == 0) {
+        rpc->entered = 1;
+        rc = m->next(m->svc, rpc);
+    }
+    after_cb(rpc, CB_NEXT, rc);
+}
+
+/* ---- Parking ------------------------------------------------------------------------ */
+
+/* Where a call's wake-up goes, read under park_mu: once the lock is released in state RESUMED
+ * the call thread may run the continuation and free the call, so the poster must not touch
+ * the context after that (only these copies). */
+typedef struct wake {
+    grpc_channel *lame;        /* The server's lame channel. */
+    grpc_completion_queue *cq; /* The call's queue. */
+    void *tag;                 /* Its STEP_WAKE tag. */
+} wake;
+
+static wake wake_of(lkv_rpc *rpc)
+{
+    wake k = {rpc->srv->lame, rpc->w->cq, &rpc->tags[STEP_WAKE]};
+    return k;
+}
+
+/* Posts the wake-up tag on the call's own queue, now, from any thread (see the file comment: a
+ * connectivity watch on the lame channel with a deadline in the past completes at once). */
+static void post_wake(wake k)
+{
+    grpc_channel_watch_connectivity_state(k.lame, GRPC_CHANNEL_IDLE,
+                                          gpr_inf_past(GPR_CLOCK_MONOTONIC), k.cq, k.tag);
+}
+
+/* Frees rpc's ticket slot (park_mu held): every ticket naming it goes stale. */
+static void slot_free_locked(lkv_server *s, lkv_rpc *rpc)
+{
+    park_slot *sl = &s->slots[rpc->slot];
+    assert(sl->rpc == rpc);
+    sl->rpc = NULL;
+    sl->gen++;
+    sl->next_free = s->free_slot;
+    s->free_slot = rpc->slot + 1;
+}
+
+/* If the call is parked in DEFER mode (not yet resumed), ends it now because it was cancelled
+ * (client, deadline or shutdown): the ticket goes stale under the lock, then finish runs the
+ * cleanup. A resumed call, or one in the pool, ends after its continuation (after_cb). */
+static void abandon_if_parked(lkv_rpc *rpc)
+{
+    lkv_server *s = rpc->srv;
+    int abandon = 0;
+    pthread_mutex_lock(&s->park_mu);
+    if (rpc->park_state == PARK_PARKED && rpc->park_mode == PARK_DEFER) {
+        slot_free_locked(s, rpc);
+        rpc->park_state = PARK_NONE;
+        abandon = 1;
+    }
+    pthread_mutex_unlock(&s->park_mu);
+    if (abandon) {
+        finish(rpc, vanished(rpc));
+    }
+}
+
+/* The callback that parked has returned: make sure RECV_CLOSE_ON_SERVER is outstanding (unary
+ * calls start it only here), so a cancel or the deadline reaches us while the call waits. */
+static void park_commit(lkv_rpc *rpc)
+{
+    if (!rpc->close_started && start_close(rpc) != 0) {
+        LKV_LOGE("%s: cannot watch a parked call for cancellation", method_path(rpc));
+    }
+    if (rpc->close_done && rpc->cancelled) {
+        abandon_if_parked(rpc);
+    }
+}
+
+/* What to do after a callback (or a continuation standing for it) returned rc. */
+static void after_cb(lkv_rpc *rpc, int cb, int rc)
+{
+    const lkv_method *m = &rpc->srv->methods[rpc->mi];
+    if (rpc->deferred_now) {
+        rpc->deferred_now = 0;
+        if (rc != LKV_EAGAIN) {
+            LKV_LOGE("%s: a callback parked its call but returned %d, not LKV_EAGAIN", m->path, rc);
         }
+        rpc->park_cb = cb;
+        park_commit(rpc);
+        return;
+    }
+    if (rpc->close_done && rpc->cancelled) {
+        finish(rpc, vanished(rpc)); /* Also drops a staged reply: the client is gone. */
+        return;
+    }
+    switch (cb) {
+    case CB_UNARY:
+    case CB_END:
+        if (rc == 0 && rpc->staged == NULL) {
+            rc = lkv_rpc_errorf(rpc, LKV_EINTERNAL, "%s produced no reply", m->path);
+        }
+        finish(rpc, rc);
+        return;
+    case CB_MSG:
         if (rc < 0) {
             finish(rpc, rc);
-            return;
+        } else if (start_recv(rpc) != 0) {
+            finish(rpc, LKV_EINTERNAL);
         }
-        if (rpc->staged == NULL) {
+        return;
+    case CB_START:
+        if (rc < 0) {
+            finish(rpc, rc);
+        } else {
+            send_next(rpc);
+        }
+        return;
+    case CB_NEXT:
+        if (rc < 0) {
+            finish(rpc, rc);
+        } else if (rpc->staged == NULL) {
             finish(rpc, 0);
-            return;
+        } else {
+            send_next(rpc);
         }
+        return;
+    default:
+        lkv_panic("bad callback kind %d", cb);
+    }
+}
+
+/* STEP_WAKE: a resume or a finished pool job. Runs the continuation on this (the call's)
+ * thread, then carries on as after the callback that parked. */
+static void on_wake(lkv_rpc *rpc)
+{
+    lkv_server *s = rpc->srv;
+    const lkv_method *m = &s->methods[rpc->mi];
+    pthread_mutex_lock(&s->park_mu);
+    assert(rpc->park_state == PARK_RESUMED);
+    lkv_resume_fn fn = rpc->rfn;
+    void *arg = rpc->rarg;
+    rpc->park_state = PARK_NONE;
+    rpc->rfn = NULL;
+    rpc->rarg = NULL;
+    pthread_mutex_unlock(&s->park_mu);
+    int rc = fn(m->svc, rpc, arg);
+    after_cb(rpc, rpc->park_cb, rc);
+}
+
+static void *pool_main(void *arg)
+{
+    lkv_server *s = arg;
+    for (;;) {
+        pthread_mutex_lock(&s->pool_mu);
+        while (s->jq_head == NULL && !s->pool_stop) {
+            pthread_cond_wait(&s->pool_cv, &s->pool_mu);
+        }
+        lkv_rpc *rpc = s->jq_head;
+        if (rpc == NULL) {
+            pthread_mutex_unlock(&s->pool_mu);
+            return NULL;
+        }
+        s->jq_head = rpc->job;
+        if (s->jq_head == NULL) {
+            s->jq_tail = NULL;
+        }
+        rpc->job = NULL;
+        pthread_mutex_unlock(&s->pool_mu);
+        if (s->fault_job_delay_ms > 0) {
+            struct timespec d = {s->fault_job_delay_ms / 1000,
+                                 (long)(s->fault_job_delay_ms % 1000) * 1000000L};
+            nanosleep(&d, NULL);
+        }
+        /* Only work, svc and rarg are read here: set before the job was queued, unchanged
+         * until the continuation runs. */
+        rpc->work(s->methods[rpc->mi].svc, rpc->rarg);
+        atomic_fetch_sub(&s->pool_backlog, 1);
+        pthread_mutex_lock(&s->park_mu);
+        assert(rpc->park_state == PARK_PARKED && rpc->park_mode == PARK_HOLD);
+        rpc->park_state = PARK_RESUMED;
+        wake k = wake_of(rpc);
+        pthread_mutex_unlock(&s->park_mu);
+        post_wake(k); /* rpc may be gone from here on. */
     }
 }
 
@@ -550,12 +750,9 @@ static void on_new(lkv_rpc *rpc, int success)
         if (rc == 0) {
             rpc->entered = 1;
             rc = m->unary(m->svc, rpc, req);
-            if (rc == 0 && rpc->staged == NULL) {
-                rc = lkv_rpc_errorf(rpc, LKV_EINTERNAL, "%s produced no reply", m->path);
-            }
         }
         lkv_pb_free(req);
-        finish(rpc, rc);
+        after_cb(rpc, CB_UNARY, rc);
         return;
     case LKV_RPC_SERVER_STREAM:
         if (start_close(rpc) != 0) {
@@ -571,11 +768,7 @@ static void on_new(lkv_rpc *rpc, int success)
             rc = m->start(m->svc, rpc, req);
         }
         lkv_pb_free(req);
-        if (rc < 0) {
-            finish(rpc, rc);
-            return;
-        }
-        send_next(rpc);
+        after_cb(rpc, CB_START, rc);
         return;
     case LKV_RPC_CLIENT_STREAM:
         if (start_close(rpc) != 0 || start_recv(rpc) != 0) {
@@ -612,11 +805,8 @@ static void on_recv(lkv_rpc *rpc, int success)
         if (rc == 0) {
             rpc->entered = 1;
             rc = m->on_end != NULL ? m->on_end(m->svc, rpc) : 0;
-            if (rc == 0 && rpc->staged == NULL) {
-                rc = lkv_rpc_errorf(rpc, LKV_EINTERNAL, "%s produced no reply", m->path);
-            }
         }
-        finish(rpc, rc);
+        after_cb(rpc, CB_END, rc);
         return;
     }
     ProtobufCMessage *msg = NULL;
@@ -629,13 +819,7 @@ static void on_recv(lkv_rpc *rpc, int success)
         rc = m->on_message(m->svc, rpc, msg);
     }
     lkv_pb_free(msg);
-    if (rc < 0) {
-        finish(rpc, rc);
-        return;
-    }
-    if (start_recv(rpc) != 0) {
-        finish(rpc, LKV_EINTERNAL);
-    }
+    after_cb(rpc, CB_MSG, rc);
 }
 
 static void on_event(tag *t, int success)
@@ -664,7 +848,13 @@ static void on_event(tag *t, int success)
     case STEP_CLOSE:
         rpc->pending--;
         rpc->close_done = 1;
+        if (rpc->cancelled && !rpc->final_started) {
+            abandon_if_parked(rpc); /* A resumed or pooled call ends in after_cb. */
+        }
         maybe_free(rpc);
+        return;
+    case STEP_WAKE:
+        on_wake(rpc);
         return;
     case STEP_FINAL:
         rpc->pending--;
@@ -813,13 +1003,241 @@ int lkv_rpc_server_draining(const lkv_rpc *rpc)
     return lkv_server_draining(rpc->srv);
 }
 
+/* ---- Deferred replies and the pool ---------------------------------------------------- */
+
+int lkv_rpc_defer(lkv_rpc *rpc, lkv_rpc_ticket *out)
+{
+    lkv_server *s = rpc->srv;
+    assert(rpc->mi >= 0 && !rpc->deferred_now && !rpc->final_started);
+    pthread_mutex_lock(&s->park_mu);
+    assert(rpc->park_state == PARK_NONE);
+    if (s->free_slot == 0) {
+        uint32_t n = s->n_slots ? s->n_slots * 2 : 64;
+        s->slots = lkv_xrealloc(s->slots, (size_t)n * sizeof(*s->slots));
+        for (uint32_t i = s->n_slots; i < n; i++) {
+            s->slots[i].gen = 1;
+            s->slots[i].rpc = NULL;
+            s->slots[i].next_free = i + 1 < n ? i + 2 : s->free_slot;
+        }
+        s->free_slot = s->n_slots + 1;
+        s->n_slots = n;
+    }
+    uint32_t i = s->free_slot - 1;
+    park_slot *sl = &s->slots[i];
+    s->free_slot = sl->next_free;
+    sl->rpc = rpc;
+    rpc->slot = i;
+    rpc->park_state = PARK_PARKED;
+    rpc->park_mode = PARK_DEFER;
+    out->srv = s;
+    out->id = (uint64_t)sl->gen << 32 | (uint64_t)(i + 1);
+    pthread_mutex_unlock(&s->park_mu);
+    rpc->deferred_now = 1;
+    return LKV_EAGAIN;
+}
+
+int lkv_rpc_resume(lkv_rpc_ticket t, lkv_resume_fn fn, void *arg)
+{
+    lkv_server *s = t.srv;
+    uint32_t i = (uint32_t)(t.id & 0xffffffffu);
+    uint32_t gen = (uint32_t)(t.id >> 32);
+    if (s == NULL || fn == NULL || i == 0) {
+        return LKV_EINVAL;
+    }
+    lkv_rpc *rpc = NULL;
+    wake k;
+    pthread_mutex_lock(&s->park_mu);
+    if (i - 1 < s->n_slots && s->slots[i - 1].gen == gen && s->slots[i - 1].rpc != NULL) {
+        rpc = s->slots[i - 1].rpc;
+        assert(rpc->park_state == PARK_PARKED && rpc->park_mode == PARK_DEFER);
+        slot_free_locked(s, rpc);
+        rpc->park_state = PARK_RESUMED;
+        rpc->rfn = fn;
+        rpc->rarg = arg;
+        k = wake_of(rpc);
+    }
+    uint32_t n_slots = s->n_slots;
+    pthread_mutex_unlock(&s->park_mu);
+    if (rpc == NULL) {
+        return i - 1 < n_slots || gen != 0 ? LKV_ECANCELLED : LKV_EINVAL;
+    }
+    /* RESUMED: the call thread neither frees nor abandons the call before STEP_WAKE, but it
+     * may do both as soon as the tag is posted: only the copies in k are used. */
+    post_wake(k);
+    return 0;
+}
+
+/* A reply or failure packed by lkv_rpc_finish_deferred. */
+typedef struct deferred_end {
+    int rc;               /* 0 or the failure. */
+    grpc_byte_buffer *bb; /* The packed reply (rc 0). */
+    int msg_set;          /* msg holds a message. */
+    char msg[MSG_MAX];    /* Failure message. */
+} deferred_end;
+
+static int finish_fn(void *svc, lkv_rpc *rpc, void *arg)
+{
+    (void)svc;
+    deferred_end *e = arg;
+    int rc = e->rc;
+    if (e->msg_set) {
+        lkv_rpc_errorf(rpc, rc, "%s", e->msg);
+    }
+    if (e->bb != NULL) {
+        assert(rpc->staged == NULL);
+        rpc->staged = e->bb;
+    }
+    free(e);
+    return rc;
+}
+
+int lkv_rpc_finish_deferred(lkv_rpc_ticket t, int rc, const ProtobufCMessage *msg, const char *fmt,
+                            ...)
+{
+    if (t.srv == NULL || (rc == 0 && msg == NULL) || rc > 0) {
+        return LKV_EINVAL;
+    }
+    deferred_end *e = lkv_xcalloc(1, sizeof(*e));
+    e->rc = rc;
+    if (rc == 0) {
+        char err[MSG_MAX / 2];
+        int prc = lkv_pb_pack(msg, t.srv->max_msg, &e->bb, err, sizeof(err));
+        if (prc != 0) {
+            e->rc = prc;
+            e->bb = NULL;
+            snprintf(e->msg, sizeof(e->msg), "reply too large: %s (raise max_message_bytes)", err);
+            e->msg_set = 1;
+        }
+    } else if (fmt != NULL) {
+        va_list ap;
+        va_start(ap, fmt);
+        vsnprintf(e->msg, sizeof(e->msg), fmt, ap);
+        va_end(ap);
+        e->msg_set = 1;
+    }
+    int r = lkv_rpc_resume(t, finish_fn, e);
+    if (r != 0) {
+        if (e->bb != NULL) {
+            grpc_byte_buffer_destroy(e->bb);
+        }
+        free(e);
+    }
+    return r;
+}
+
+int lkv_rpc_offload(lkv_rpc *rpc, lkv_work_fn work, lkv_resume_fn done, void *arg)
+{
+    lkv_server *s = rpc->srv;
+    const lkv_method *m = &s->methods[rpc->mi];
+    assert(!rpc->deferred_now && !rpc->final_started);
+    if (s->n_pool == 0) {
+        work(m->svc, arg);
+        return done(m->svc, rpc, arg); /* As if done were the callback itself. */
+    }
+    pthread_mutex_lock(&s->park_mu);
+    assert(rpc->park_state == PARK_NONE);
+    rpc->park_state = PARK_PARKED;
+    rpc->park_mode = PARK_HOLD;
+    rpc->rfn = done;
+    rpc->rarg = arg;
+    pthread_mutex_unlock(&s->park_mu);
+    rpc->work = work;
+    rpc->deferred_now = 1;
+    atomic_fetch_add(&s->pool_backlog, 1);
+    pthread_mutex_lock(&s->pool_mu);
+    rpc->job = NULL;
+    if (s->jq_tail != NULL) {
+        s->jq_tail->job = rpc;
+    } else {
+        s->jq_head = rpc;
+    }
+    s->jq_tail = rpc;
+    pthread_cond_signal(&s->pool_cv);
+    pthread_mutex_unlock(&s->pool_mu);
+    return LKV_EAGAIN;
+}
+
+long lkv_server_pool_backlog(const lkv_server *s)
+{
+    return atomic_load(&((lkv_server *)s)->pool_backlog);
+}
+
 /* ---- Server lifecycle ----------------------------------------------------------------- */
+
+/* Registry read fn: 4 values per method (see lkv_server_opts.stats). */
+static void method_stats_read(void *ctx, double *vals, int n)
+{
+    const lkv_server *s = ctx;
+    for (int i = 0; i < s->n_methods && 4 * i + 3 < n; i++) {
+        double calls = (double)atomic_load(&s->stats[i].calls);
+        double usec = (double)atomic_load(&s->stats[i].usec);
+        vals[4 * i] = calls;
+        vals[4 * i + 1] = (double)atomic_load(&s->stats[i].errors);
+        vals[4 * i + 2] = calls > 0 ? usec / calls : 0.0;
+        vals[4 * i + 3] = usec;
+    }
+}
+
+static int method_stats_register(lkv_server *s, lkv_stats *r)
+{
+    static const char *const names[4] = {"rpc_calls", "rpc_errors", "rpc_usec_per_call",
+                                         "rpc_usec"};
+    static const char *const helps[4] = {"Calls finished.", "Calls finished with a non-OK status.",
+                                         "Mean wall time of a finished call.",
+                                         "Total wall time of finished calls."};
+    static const char *const suffix[3] = {"calls", "errors", "usec_per_call"};
+    typedef struct texts {
+        char labels[192];  /* service=...,method=... */
+        char keys[3][160]; /* Cache.Put.calls, .errors, .usec_per_call */
+    } texts;
+    int n = s->n_methods;
+    if (n == 0) {
+        return 0;
+    }
+    lkv_stat_desc *d = lkv_xcalloc((size_t)n * 4, sizeof(*d));
+    texts *tx = lkv_xcalloc((size_t)n, sizeof(*tx));
+    for (int i = 0; i < n; i++) {
+        /* "/lazykv.v1.Cache/Put": service lazykv.v1.Cache, method Put, short name Cache.Put. */
+        const char *path = s->methods[i].path;
+        const char *svc = path[0] == '/' ? path + 1 : path;
+        const char *slash = strrchr(svc, '/');
+        slash = slash != NULL ? slash : svc;
+        const char *dot = svc;
+        for (const char *q = svc; q < slash; q++) {
+            dot = *q == '.' ? q + 1 : dot;
+        }
+        snprintf(tx[i].labels, sizeof(tx[i].labels), "service=%.*s,method=%s", (int)(slash - svc),
+                 svc, slash + 1);
+        for (int k = 0; k < 4; k++) {
+            lkv_stat_desc *e = &d[4 * i + k];
+            e->name = names[k];
+            e->labels = tx[i].labels;
+            e->kind = k == 2 ? LKV_STAT_GAUGE : LKV_STAT_COUNTER;
+            e->unit = k < 2 ? "calls" : "us";
+            e->help = helps[k];
+            if (k < 3) {
+                snprintf(tx[i].keys[k], sizeof(tx[i].keys[k]), "%.*s.%s.%s", (int)(slash - dot),
+                         dot, slash + 1, suffix[k]);
+                e->section = "calls";
+                e->key = tx[i].keys[k];
+            }
+        }
+    }
+    int rc = lkv_stats_register(r, d, 4 * n, method_stats_read, s, &s->stats_group);
+    if (rc == 0) {
+        s->registry = r;
+    }
+    free(tx);
+    free(d);
+    return rc;
+}
 
 int lkv_server_create(const lkv_server_opts *opts, const lkv_method *methods, int n,
                       lkv_server **out, char *err, size_t errlen)
 {
     if (opts == NULL || opts->listen == NULL || opts->threads < 1 || n < 0 ||
-        opts->max_message_bytes < 1024 || opts->max_message_bytes > INT32_MAX) {
+        opts->pool_threads < 0 || opts->pool_threads > 1024 || opts->max_message_bytes < 1024 ||
+        opts->max_message_bytes > INT32_MAX) {
         snprintf(err, errlen, "bad server options");
         return LKV_EINVAL;
     }
@@ -837,6 +1255,16 @@ int lkv_server_create(const lkv_server_opts *opts, const lkv_method *methods, in
     pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
     pthread_cond_init(&s->cv, &ca);
     pthread_condattr_destroy(&ca);
+    pthread_mutex_init(&s->park_mu, NULL);
+    pthread_mutex_init(&s->pool_mu, NULL);
+    pthread_cond_init(&s->pool_cv, NULL);
+    s->n_pool = opts->pool_threads;
+    const char *fd = getenv("LKV_FAULT_POOL_DELAY_MS");
+    s->fault_job_delay_ms = fd != NULL ? atoi(fd) : 0;
+    if (s->fault_job_delay_ms > 0) {
+        LKV_LOGW("fault injection: every pool job sleeps %d ms first (LKV_FAULT_POOL_DELAY_MS)",
+                 s->fault_job_delay_ms);
+    }
 
     grpc_arg args[3];
     memset(args, 0, sizeof(args));
@@ -896,12 +1324,29 @@ int lkv_server_create(const lkv_server_opts *opts, const lkv_method *methods, in
             arm(s, w, -1);
         }
     }
+    /* The wake-up channel and the pool exist before any callback can park a call. */
+    s->lame = grpc_lame_client_channel_create(NULL, GRPC_STATUS_UNAVAILABLE, "lazykvd wake-up");
+    s->pool = lkv_xcalloc((size_t)(s->n_pool > 0 ? s->n_pool : 1), sizeof(pthread_t));
+    for (int i = 0; i < s->n_pool; i++) {
+        int e = pthread_create(&s->pool[i], NULL, pool_main, s);
+        if (e != 0) {
+            lkv_panic("pthread_create: %s", strerror(e));
+        }
+    }
     for (int i = 0; i < s->n_workers; i++) {
         int e = pthread_create(&s->workers[i].thread, NULL, worker_main, &s->workers[i]);
         if (e != 0) {
             lkv_panic("pthread_create: %s", strerror(e));
         }
         s->workers[i].started = 1;
+    }
+    if (opts->stats != NULL) {
+        int rc = method_stats_register(s, opts->stats);
+        if (rc != 0) {
+            snprintf(err, errlen, "cannot register the per-method stats: %s", lkv_strerror(rc));
+            lkv_server_destroy(s);
+            return rc;
+        }
     }
     *out = s;
     return 0;
@@ -933,6 +1378,9 @@ fail_server:
     }
     pthread_mutex_destroy(&s->mu);
     pthread_cond_destroy(&s->cv);
+    pthread_mutex_destroy(&s->park_mu);
+    pthread_mutex_destroy(&s->pool_mu);
+    pthread_cond_destroy(&s->pool_cv);
     free(s->workers);
     free(s->handles);
     free(s->stats);
@@ -1021,6 +1469,15 @@ void lkv_server_shutdown(lkv_server *s, uint64_t grace_ms)
         wait_drained(s, NULL);
         pthread_mutex_unlock(&s->mu);
     }
+    /* No call is left, so no job is queued or running: stop the pool. */
+    pthread_mutex_lock(&s->pool_mu);
+    s->pool_stop = 1;
+    pthread_cond_broadcast(&s->pool_cv);
+    pthread_mutex_unlock(&s->pool_mu);
+    for (int i = 0; i < s->n_pool; i++) {
+        pthread_join(s->pool[i], NULL);
+    }
+    s->n_pool = 0;
     LKV_LOGI("shutdown: all calls ended; stopping %d polling thread(s)", s->n_workers);
     for (int i = 0; i < s->n_workers; i++) {
         grpc_completion_queue_shutdown(s->workers[i].cq);
@@ -1039,13 +1496,20 @@ void lkv_server_destroy(lkv_server *s)
     if (s == NULL) {
         return;
     }
+    lkv_stats_unregister(s->registry, s->stats_group); /* No method_stats_read after this. */
     lkv_server_shutdown(s, 0);
     grpc_server_destroy(s->server);
+    grpc_channel_destroy(s->lame);
     for (int i = 0; i < s->n_workers; i++) {
         grpc_completion_queue_destroy(s->workers[i].cq);
     }
     pthread_mutex_destroy(&s->mu);
     pthread_cond_destroy(&s->cv);
+    pthread_mutex_destroy(&s->park_mu);
+    pthread_mutex_destroy(&s->pool_mu);
+    pthread_cond_destroy(&s->pool_cv);
+    free(s->slots);
+    free(s->pool);
     free(s->workers);
     free(s->handles);
     free(s->stats);

@@ -8,6 +8,14 @@
  * polling threads, each with its own completion queue; every call lives on one queue, so all
  * callbacks of one call run on one thread, one at a time (no locking inside a call). Different
  * calls run concurrently on different threads: services must be thread-safe across calls.
+ * Polling threads only move bytes: a callback must not block. A callback that has to wait parks
+ * its call instead (lkv_rpc_defer, then return LKV_EAGAIN) and any thread later resumes it
+ * (lkv_rpc_resume / lkv_rpc_finish_deferred): the resume function then runs on the call's own
+ * thread, as the parked callback's continuation, so the one-thread rule above still holds.
+ * Blocking work (RocksDB reads and writes of whole documents) goes to the engine's worker pool
+ * (`pool_threads`, lkv_rpc_offload): the work function runs on a pool thread, its done function
+ * back on the call's thread. While a call is parked, its deadline and cancellation still count:
+ * see lkv_rpc_defer and lkv_rpc_offload for exactly what happens.
  *
  * Callbacks (svc is lkv_method.svc; rpc is the call, valid until cleanup returns):
  *   unary:          unary(svc, rpc, req) -> lkv_rpc_reply(rpc, resp) and return 0, or return
@@ -21,15 +29,20 @@
  *   cleanup(svc, rpc): always called exactly once at the end of every call that reached a
  *                   callback (success, error, cancellation, shutdown): release lkv_rpc_state
  *                   (e.g. abort an unfinished put). May be NULL.
- * Request messages passed to callbacks are borrowed: valid until the callback returns.
+ *   Any of unary, on_message, on_end, start and next may instead park the call and return
+ *   LKV_EAGAIN (lkv_rpc_defer, lkv_rpc_offload); the resume or done function then stands for
+ *   the callback and returns what it would have.
+ * Request messages passed to callbacks are borrowed: valid until the callback returns (a
+ * callback that parks copies what its continuation needs).
  *
  * The engine checks the call's deadline before every callback (DEADLINE_EXCEEDED), stops a
  * stream whose client went away (cleanup only), unpacks with the method's size limit (over it:
  * RESOURCE_EXHAUSTED) through lkv_pb_unpack, whose wire scanner keeps decoding linear in the
  * size (malformed, repeated singular fields, bad strings: INVALID_ARGUMENT), answers methods it
  * does not know with UNIMPLEMENTED, maps LKV_* codes to gRPC status codes in one place
- * (lkv_server_status_code), and logs every refused call once (client errors at info, server errors
- * at warn) with the method, the peer and the message.
+ * (proto/lkv_status.h), sends the exact LKV_* code of every failed call as "lkv-code" trailing
+ * metadata (its name, e.g. "LKV_ENOSPC"), and logs every refused call once (client errors at
+ * info, server errors at warn) with the method, the peer and the message.
  *
  * Shutdown is a drain (lkv_server_shutdown): stop accepting calls, let in-flight calls finish
  * for a grace period, cancel the rest, wait for every callback and cleanup, stop the threads.
@@ -41,6 +54,8 @@
 #include <stdint.h>
 
 #include <protobuf-c/protobuf-c.h>
+
+#include "lkv_stats.h"
 
 typedef struct lkv_server lkv_server; /* Opaque. */
 typedef struct lkv_rpc lkv_rpc;       /* Opaque: one call. */
@@ -82,7 +97,16 @@ typedef struct lkv_server_opts {
      * code (LKV_EUNAUTH, LKV_EPERM; message via lkv_rpc_errorf) to refuse: the call then ends
      * with that status and no service callback (not even cleanup) runs. Must be thread-safe. */
     lkv_admit_fn admit;
-    void *admit_ctx; /* Passed to admit (borrowed until destroy). */
+    void *admit_ctx;  /* Passed to admit (borrowed until destroy). */
+    int pool_threads; /* Worker pool for lkv_rpc_offload, >= 0 (0: work runs inline on the
+                       * polling thread, as if it did not block). Fault injection (tests): with
+                       * the environment variable LKV_FAULT_POOL_DELAY_MS=n at create, every
+                       * pool job sleeps n ms before its work, as on a slow disk. */
+    /* Optional (NULL: none). Registry the per-method counters are registered in (borrowed until
+     * destroy), section "calls": rpc_calls, rpc_errors, rpc_usec_per_call (keys
+     * "<Service>.<Method>.calls", ".errors", ".usec_per_call") and rpc_usec (not in INFO),
+     * labelled service=lazykv.v1.Cache,method=Put. */
+    lkv_stats *stats;
 } lkv_server_opts;
 
 /* Creates the server, registers methods[0..n) (the array and what it points to are borrowed
@@ -97,7 +121,8 @@ int lkv_server_create(const lkv_server_opts *opts, const lkv_method *methods, in
 const char *lkv_server_address(const lkv_server *s);
 int lkv_server_port(const lkv_server *s);
 
-/* Per-method counters (Redis commandstats style) of method i (0..n-1, the registration order):
+/* Per-method counters (Redis commandstats style; also in opts.stats) of method i (0..n-1, the
+ * registration order):
  * *path borrowed (static), calls finished, of which failed, total wall time in microseconds.
  * Returns 0, or LKV_EINVAL for a bad i. Thread-safe. */
 int lkv_server_method_stats(const lkv_server *s, int i, const char **path, uint64_t *calls,
@@ -166,15 +191,68 @@ uint64_t lkv_rpc_max_message_bytes(const lkv_rpc *rpc);
 /* 1 if the server is draining (see lkv_server_draining). */
 int lkv_rpc_server_draining(const lkv_rpc *rpc);
 
-/* Maps an LKV_* code to the numeric grpc_status_code the edge returns for it (0 is OK). The one
- * mapping table of the daemon: EINVAL, EPROTO, EPROFILE -> INVALID_ARGUMENT; ENOTFOUND ->
- * NOT_FOUND; EEXIST -> ALREADY_EXISTS; ENOSPC, ETOOBIG, ENOMEM -> RESOURCE_EXHAUSTED; EBUSY ->
- * FAILED_PRECONDITION; ETIMEDOUT -> DEADLINE_EXCEEDED; ECANCELLED -> CANCELLED; EUNAUTH ->
- * UNAUTHENTICATED; EPERM -> PERMISSION_DENIED; EUNAVAIL, ESHUTDOWN, EAGAIN -> UNAVAILABLE;
- * ENOTSUP -> UNIMPLEMENTED; ECORRUPT -> DATA_LOSS; anything else -> INTERNAL. */
+/* ---- Deferred replies and blocking work ------------------------------------------------ */
+
+/* A parked call's ticket: a handle, not a pointer, so a ticket that outlived its call is
+ * harmless (resume then says LKV_ECANCELLED). Copy it freely; valid until lkv_server_destroy. */
+typedef struct lkv_rpc_ticket {
+    lkv_server *srv; /* The call's server (borrowed). */
+    uint64_t id;     /* Slot and generation; 0 is never a live ticket. */
+} lkv_rpc_ticket;
+
+/* A resume (or done) function: runs on the call's thread as the continuation of the callback
+ * that parked the call, with that callback's contract (unary/on_end: reply and return 0, or
+ * return <0; on_message: return 0 to read on; start/next: send or not and return 0; any of
+ * them may park again and return LKV_EAGAIN). arg is the one given to resume/offload. */
+typedef int (*lkv_resume_fn)(void *svc, lkv_rpc *rpc, void *arg);
+
+/* Work for the pool: runs on a pool thread, may block; must not touch the lkv_rpc (only arg and
+ * svc, the method's service). */
+typedef void (*lkv_work_fn)(void *svc, void *arg);
+
+/* Parks the call from inside one of its callbacks (unary, on_message, on_end, start, next, or
+ * a resume function): the callback must then return LKV_EAGAIN (what it returns is the return
+ * value of this function), and the engine does nothing more with the call until it is resumed.
+ * Writes the call's ticket into *out (caller-owned); hand it to whichever thread will resume.
+ * While parked: a client cancel, the deadline passing or a shutdown cancel ends the call at once
+ * (DEADLINE_EXCEEDED / CANCELLED), on its thread: the method's cleanup runs (once, as always),
+ * the ticket goes stale, and a later resume returns LKV_ECANCELLED without running anything.
+ * Invariant: a ticket resumes at most one continuation, and only of a call that has not ended;
+ * the engine frees a call only once no resume can reach it (the ticket table, under one lock,
+ * decides each race: resume first = the continuation runs, then the call may end; end first =
+ * the resume is refused). Returns LKV_EAGAIN. */
+int lkv_rpc_defer(lkv_rpc *rpc, lkv_rpc_ticket *out);
+
+/* Resumes a parked call from any thread: fn(svc, rpc, arg) will run on the call's thread (fn
+ * and arg borrowed until then; arg is then fn's). Returns 0 if it will run, LKV_ECANCELLED if
+ * the call already ended or the ticket was already used (fn will not run: arg stays the
+ * caller's), LKV_EINVAL for a ticket that never was one. Never blocks on the call. */
+int lkv_rpc_resume(lkv_rpc_ticket t, lkv_resume_fn fn, void *arg);
+
+/* Resumes a parked unary or client-stream call to finish it from any thread: with rc < 0 it
+ * fails with that code (and message: printf-style fmt may be NULL), with rc == 0 it replies
+ * with msg (borrowed: packed here, before this returns; LKV_ETOOBIG packs fail the call with
+ * RESOURCE_EXHAUSTED). Returns as lkv_rpc_resume. */
+int lkv_rpc_finish_deferred(lkv_rpc_ticket t, int rc, const ProtobufCMessage *msg, const char *fmt,
+                            ...) __attribute__((format(printf, 4, 5)));
+
+/* Runs work(svc, arg) on a pool thread, then done(svc, rpc, arg) on the call's thread, from
+ * inside a callback (as lkv_rpc_defer; the callback returns what this returns, LKV_EAGAIN).
+ * arg is borrowed by both (the caller owns it; done usually frees it or keeps it in the call's
+ * state). Work cannot be interrupted, so a cancel or deadline while it runs is held: done
+ * always runs, and then the call ends with the cancellation (DEADLINE_EXCEEDED / CANCELLED,
+ * whatever done replied) and its cleanup runs after done, never while work runs. Jobs run in
+ * FIFO order; with pool_threads 0 work runs at once on the calling thread. */
+int lkv_rpc_offload(lkv_rpc *rpc, lkv_work_fn work, lkv_resume_fn done, void *arg);
+
+/* Jobs queued or running in the pool now. Thread-safe. */
+long lkv_server_pool_backlog(const lkv_server *s);
+
+/* Maps an LKV_* code to the numeric grpc_status_code the edge returns for it (0 is OK): the
+ * table is proto/lkv_status.c (lkv_status_from_err); this is that call. */
 int lkv_server_status_code(int rc);
 
-/* Returns the static canonical name of a gRPC status code ("INVALID_ARGUMENT"). */
+/* Returns the static canonical name of a gRPC status code ("INVALID_ARGUMENT"): lkv_status_name. */
 const char *lkv_server_status_name(int code);
 
 #endif

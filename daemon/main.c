@@ -212,8 +212,13 @@ int main(int argc, char **argv)
     if (rc != 0) {
         return rc;
     }
+    /* One statistics registry for the process: the store, the lease table and the RPC engine
+     * register in it; Admin Stats reads it. */
+    lkv_stats *stats = NULL;
+    lkv_stats_create(&stats);
     lkv_store_config scfg;
     lkv_config_to_store(&cfg, &scfg);
+    scfg.stats = stats;
     lkv_store *store = NULL;
     rc = lkv_store_open(&scfg, &store);
     if (rc != 0) {
@@ -294,7 +299,6 @@ int main(int argc, char **argv)
     cache.leases = leases;
 
     lkv_admin_svc_init(&admin, store, lkv_durability_name(cfg.durability), cfg.threads);
-    admin.leases = leases;
     admin.n_tenants = n_idx;
     admin.isolate = isolate;
     admin.index_of = tenant_index;
@@ -310,9 +314,11 @@ int main(int argc, char **argv)
 
     lkv_server_opts so = {.listen = cfg.listen,
                           .threads = cfg.threads,
+                          .pool_threads = cfg.pool_threads,
                           .max_message_bytes = cfg.max_message_bytes,
                           .admit = admit,
-                          .admit_ctx = auth};
+                          .admit_ctx = auth,
+                          .stats = stats};
     lkv_server *srv = NULL;
     rc = lkv_server_create(&so, methods, n, &srv, err, sizeof(err));
     if (rc != 0) {
@@ -323,8 +329,9 @@ int main(int argc, char **argv)
         return 1;
     }
     lkv_admin_svc_set_server(&admin, srv);
-    LKV_LOGI("listening on %s (%d polling threads, max message %s)", lkv_server_address(srv),
-             cfg.threads, lkv_format_bytes(cfg.max_message_bytes, hb, sizeof(hb)));
+    LKV_LOGI("listening on %s (%d polling threads, %d pool threads, max message %s)",
+             lkv_server_address(srv), cfg.threads, cfg.pool_threads,
+             lkv_format_bytes(cfg.max_message_bytes, hb, sizeof(hb)));
     printf("lazykvd listening on %s\n", lkv_server_address(srv));
     fflush(stdout);
 
@@ -348,6 +355,7 @@ int main(int argc, char **argv)
                  lkv_strerror(rc));
         return 1;
     }
+    lkv_stats_destroy(stats);
     LKV_LOGI("shutdown: store closed (%" PRIu64 " queued document(s) flushed); bye", pending);
     return 0;
 }

@@ -29,6 +29,7 @@
  */
 #include "lkv_profile.h"
 
+#include <inttypes.h>
 #include <math.h>
 #include <sodium.h>
 #include <stdarg.h>
@@ -239,6 +240,28 @@ int lkv_profile_finish(lkv_profile *p, char *err, int errlen)
         return fail(err, errlen, "libsodium: sodium_init failed");
     }
     fingerprint(p);
+    return 0;
+}
+
+int lkv_profile_check_tokens(const lkv_profile *p, const uint32_t *tokens, size_t n, char *err,
+                             int errlen)
+{
+    if (n == 0 || tokens == NULL) {
+        return fail(err, errlen, "token_ids is empty (a document has at least one token)");
+    }
+    if (n > p->max_doc_tokens) {
+        return fail(err, errlen,
+                    "%zu tokens, more than the %" PRIu32 " a document of profile '%s' may have", n,
+                    p->max_doc_tokens, p->name);
+    }
+    for (size_t i = 0; i < n; i++) {
+        if (tokens[i] >= p->vocab_size) {
+            return fail(err, errlen,
+                        "token_ids[%zu] = %" PRIu32 " is not below vocab_size %" PRIu32
+                        " of profile '%s'",
+                        i, tokens[i], p->vocab_size, p->name);
+        }
+    }
     return 0;
 }
 

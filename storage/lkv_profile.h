@@ -10,6 +10,7 @@
 #ifndef LKV_PROFILE_H
 #define LKV_PROFILE_H
 
+#include <stddef.h>
 #include <stdint.h>
 
 #include "lkv_layout.h"
@@ -34,6 +35,14 @@ int lkv_profile_finish(lkv_profile *p, char *err, int errlen);
 /* Version byte that starts the canonical encoding hashed into the fingerprint. Bump it (and the
  * golden fingerprint in tests/storage/test_profile.c) only on purpose: it orphans stored KV. */
 #define LKV_PROFILE_FP_VERSION 1
+
+/* Checks the token ids of a document of profile p (all borrowed): 1..p->max_doc_tokens ids, each
+ * < p->vocab_size. Returns 0, or LKV_EINVAL and, if err is not NULL, a message naming the check
+ * that failed and the values (e.g. "token_ids[7] = 4294967295 is not below vocab_size 1000 of
+ * profile 'itest'") in err (errlen bytes, NUL-terminated). The one token check: the store's put
+ * and the daemon's token references both use it. */
+int lkv_profile_check_tokens(const lkv_profile *p, const uint32_t *tokens, size_t n, char *err,
+                             int errlen);
 
 /* Returns the index of the profile named name in profiles[0..n), or -1. All borrowed. */
 int lkv_profile_find(const lkv_profile *profiles, int n, const char *name);

@@ -47,6 +47,13 @@
  * lkv_store_put / lkv_store_read handle is used by one thread at a time. Block copies into and
  * out of the arena and RocksDB reads of a get run without the store lock; the lock is held for
  * metadata and for demotion writes.
+ *
+ * Statistics: every counter below is also registered in a statistics registry (lkv_stats.h;
+ * lkv_store_stats_registry), which is how Admin Stats and other consumers read them.
+ *
+ * Implementation: lkv_store.c (this API), lkv_store_index.c (the document index),
+ * lkv_store_tier.c (tier engine and write-back writer); internals, invariants and which lock
+ * guards what in lkv_store_int.h.
  */
 #ifndef LKV_STORE_H
 #define LKV_STORE_H
@@ -56,6 +63,7 @@
 
 #include "lkv_dockey.h"
 #include "lkv_profile.h"
+#include "lkv_stats.h"
 
 typedef struct lkv_store lkv_store;           /* Opaque. */
 typedef struct lkv_store_put lkv_store_put;   /* Opaque put transaction. */
@@ -118,6 +126,8 @@ typedef struct lkv_store_config {
     int n_profiles;               /* >= 1. */
     uint32_t evicted_memory;      /* Recently evicted keys remembered; 0 = 65536. */
     uint64_t cold_min_blob_bytes; /* RocksDB min_blob_size; 0 = 64 KiB. */
+    lkv_stats *stats; /* Registry the store registers its stats in (borrowed: it must outlive
+                       * the store; one store per registry); NULL: the store makes its own. */
 } lkv_store_config;
 
 /* Opens (or creates) the store. Validates cfg (LKV_ECONFIG with a log line naming the field:
@@ -126,11 +136,13 @@ typedef struct lkv_store_config {
  * RocksDB (LKV_EROCKSDB) and loads the metadata of every document already stored there into
  * the cold index, so they are served after a restart (documents over the cold budget are
  * evicted; documents of profiles no longer configured are indexed but miss with
- * LKV_MISS_PROFILE). Starts the write-back writer thread. *out is owned by the caller and
- * released with lkv_store_close. */
+ * LKV_MISS_PROFILE). Starts the write-back writer thread and registers the store's stats
+ * (lkv_store_stats_registry; LKV_EEXIST if cfg->stats already holds another store's). *out is
+ * owned by the caller and released with lkv_store_close. */
 int lkv_store_open(const lkv_store_config *cfg, lkv_store **out);
 
-/* Closes the store: persists every queued write-back document, joins the writer, flushes and
+/* Closes the store: unregisters its stats, persists every queued write-back document, joins
+ * the writer, flushes and
  * closes RocksDB, unlinks the shared memory and frees everything. Callers must first finish
  * every put and read handle (closing with open handles is a bug: they are freed under them).
  * Returns 0, or LKV_EIO if a write-back write failed since the last flush (the store is freed
@@ -148,6 +160,18 @@ int lkv_store_profile_count(const lkv_store *s);
 const lkv_profile *lkv_store_profile_at(const lkv_store *s, int index);
 /* Returns the profile named name, or NULL. */
 const lkv_profile *lkv_store_profile_find(const lkv_store *s, const char *name);
+/* The checked form: 0 and *out (borrowed), or LKV_EPROFILE (*out = NULL) with lkv_store_why()
+ * saying why: the name is empty, or it is unknown (the reason lists the known profiles). */
+int lkv_store_profile_get(const lkv_store *s, const char *name, const lkv_profile **out);
+
+/* Which check refused this thread's last call of lkv_store_profile_get, lkv_store_put_begin,
+ * lkv_store_put_block or lkv_store_put_commit, and why, with the values involved (e.g. "block 1
+ * is 2047 bytes, expected 2048 (profile 'itest': ...)"), for people (an RPC status message);
+ * "" if that call succeeded or failed without a reason of its own (then lkv_strerror(rc) is
+ * all there is). Each of those calls resets it first; other store calls leave it alone. The
+ * string is per thread (like errno): read it on the thread that made the call, before that
+ * thread's next one of those calls. Never NULL. */
+const char *lkv_store_why(void);
 
 /* What a lookup or get reports about one document. */
 typedef struct lkv_doc_info {
@@ -176,11 +200,17 @@ int lkv_store_lookup_tokens(lkv_store *s, const uint8_t salt[LKV_SALT_BYTES], co
                             const uint32_t *tokens, uint32_t n_tokens, lkv_dockey *key_out,
                             lkv_doc_info *out);
 
+/* The tier key is in now (enum lkv_tier; LKV_TIER_COLD also while it is being promoted), without
+ * counting a hit or miss or touching recency: a hint for the daemon, which runs reads of cold
+ * documents (promotions, RocksDB) on its worker pool. The answer may be stale at once. */
+int lkv_store_tier(lkv_store *s, const lkv_dockey *key);
+
 /* ---- Put transactions ----------------------------------------------------------------- */
 
 /* Begins putting the document tokens[0..n_tokens) of profile (name) under salt. Validates the
- * input and changes nothing on error: LKV_EPROFILE unknown profile; LKV_EINVAL n_tokens == 0 or
- * a token >= vocab_size; LKV_ETOOBIG n_tokens > max_doc_tokens; LKV_ENOSPC the hot tier cannot
+ * input (lkv_store_profile_get, lkv_profile_check_tokens) and changes nothing on error, saying
+ * why in lkv_store_why(): LKV_EPROFILE unknown profile; LKV_EINVAL n_tokens == 0, n_tokens >
+ * max_doc_tokens or a token >= vocab_size; LKV_ENOSPC the hot tier cannot
  * make room (budget held by pinned or in-flight data, or the document is larger than the hot
  * budget) or, in write-through mode with a cold budget, the document is larger than the cold
  * budget; LKV_ESHUTDOWN the store is closing. On success reserves hot pages for every block
@@ -199,14 +229,16 @@ uint64_t lkv_store_put_block_bytes(const lkv_store_put *tx);
 /* Stages block index of the put: data (borrowed, len bytes, host memory) is copied into the
  * arena. Blocks must come in order 0, 1, ... (LKV_EINVAL otherwise), len must equal the block
  * size (LKV_EINVAL), and in the last block the token slots past the document's end must be zero
- * (LKV_EINVAL). An error leaves the transaction open and unchanged (the caller usually aborts). */
+ * (LKV_EINVAL); lkv_store_why() says which. An error leaves the transaction open and unchanged
+ * (the caller usually aborts). */
 int lkv_store_put_block(lkv_store_put *tx, uint32_t index, const void *data, size_t len);
 
 /* Commits the put and frees tx (always, also on error). LKV_EINVAL if not every block was
- * staged (nothing becomes visible). Write-back: the document is visible in the hot tier and
- * queued for persistence when this returns. Write-through: it is durable in RocksDB (synced)
- * and visible; a RocksDB failure returns LKV_EIO / LKV_EROCKSDB and nothing becomes visible.
- * If the same document was committed meanwhile, returns 0 and keeps the existing one. */
+ * staged (nothing becomes visible; lkv_store_why() says how many were). Write-back: the document is
+ * visible in the hot tier and queued for persistence when this returns. Write-through: it is
+ * durable in RocksDB (synced) and visible; a RocksDB failure returns LKV_EIO / LKV_EROCKSDB and
+ * nothing becomes visible. If the same document was committed meanwhile, returns 0 and keeps the
+ * existing one. */
 int lkv_store_put_commit(lkv_store_put *tx);
 
 /* Abandons the put (e.g. the client disconnected) and frees tx: releases its pages; nothing
@@ -321,6 +353,15 @@ typedef struct lkv_store_stats {
 
 /* Fills *out (caller-owned) with a consistent snapshot of the counters. */
 void lkv_store_stats_get(lkv_store *s, lkv_store_stats *out);
+
+/* The registry holding the store's stats (cfg.stats, or the store's own; borrowed, valid until
+ * close). Every field of lkv_store_stats is registered there as one group (read under the
+ * store lock, so an iteration sees one consistent snapshot), with the Admin Stats section and
+ * key it is shown under ("hot"/"docs", "lookups"/"hits_hot", ...) and a metric name with labels
+ * (store_docs{tier="hot"}, store_hits{tier="hot"}, store_misses{cause="evicted"}, ...), plus
+ * the hit ratios "lookups"/"hit_rate_docs" and "hit_rate_blocks". Other modules of the same
+ * process may register theirs in it too. */
+lkv_stats *lkv_store_stats_registry(lkv_store *s);
 
 /* The hot arena, for zero-copy attach by a co-located process (borrowed, valid until close). */
 typedef struct lkv_store_arena_info {

@@ -1,33 +1,14 @@
 /*
  * test_client.c: client.client. The parts of the client library that need no daemon:
- * the gRPC status -> LKV_E* table, key hex helpers, option checks, and calls to an address where
- * nothing listens (LKV_EUNAVAIL / LKV_ETIMEDOUT with a message, within the deadline).
+ * key hex helpers, option checks, and calls to an address where nothing listens (LKV_EUNAVAIL /
+ * LKV_ETIMEDOUT with a message, within the deadline). The status table is tested in
+ * tests/proto/test_status.c.
  */
 #include <string.h>
 #include <time.h>
 
 #include "lkv_client.h"
 #include "lkv_test.h"
-
-static void test_map_status(void)
-{
-    ASSERT_EQ(lkv_client_map_status(0, NULL), 0);
-    ASSERT_EQ(lkv_client_map_status(1, NULL), LKV_ECANCELLED);
-    ASSERT_EQ(lkv_client_map_status(2, NULL), LKV_EINTERNAL);
-    ASSERT_EQ(lkv_client_map_status(3, NULL), LKV_EINVAL);
-    ASSERT_EQ(lkv_client_map_status(4, NULL), LKV_ETIMEDOUT);
-    ASSERT_EQ(lkv_client_map_status(5, NULL), LKV_ENOTFOUND);
-    ASSERT_EQ(lkv_client_map_status(6, NULL), LKV_EEXIST);
-    ASSERT_EQ(lkv_client_map_status(7, NULL), LKV_EPERM);
-    ASSERT_EQ(lkv_client_map_status(8, "hot budget exhausted"), LKV_ENOSPC);
-    ASSERT_EQ(lkv_client_map_status(8, "Received message larger than max (5 vs. 4)"), LKV_ETOOBIG);
-    ASSERT_EQ(lkv_client_map_status(12, NULL), LKV_ENOTSUP);
-    ASSERT_EQ(lkv_client_map_status(13, NULL), LKV_EINTERNAL);
-    ASSERT_EQ(lkv_client_map_status(14, NULL), LKV_EUNAVAIL);
-    ASSERT_EQ(lkv_client_map_status(15, NULL), LKV_ECORRUPT);
-    ASSERT_EQ(lkv_client_map_status(16, NULL), LKV_EUNAUTH);
-    ASSERT_EQ(lkv_client_map_status(99, NULL), LKV_EINTERNAL);
-}
 
 static void test_hex(void)
 {
@@ -123,7 +104,6 @@ static void test_admin_lease_args(void)
 
 int main(void)
 {
-    LKV_RUN(test_map_status);
     LKV_RUN(test_hex);
     LKV_RUN(test_options);
     LKV_RUN(test_unreachable);

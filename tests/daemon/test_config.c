@@ -53,6 +53,7 @@ static void test_defaults(void)
     ASSERT_EQ(c.policy_kind, LKV_POLICY_LRU);
     ASSERT_EQ(c.max_message_bytes, 64ull << 20);
     ASSERT_EQ(c.threads, 2);
+    ASSERT_EQ(c.pool_threads, 4);
     ASSERT_EQ(c.log_level, LKV_LOG_INFO);
     ASSERT_EQ(c.shutdown_grace_ms, 5000);
     ASSERT_EQ(c.n_profiles, 2);
@@ -281,6 +282,7 @@ static void test_bad_values_name_the_option(void)
     bad_text("threads = 0\n", "'threads'", "1..256");
     bad_text("threads = two\n", "'threads'", "two");
     bad_text("threads = 4x\n", "'threads'", NULL);
+    bad_text("pool_threads = 257\n", "'pool_threads'", "0..256");
     bad_text("durability = sometimes\n", "'durability'", "write-through");
     bad_text("policy = fifo\n", "'policy'", "lru");
     bad_text("hot_backend = tpu\n", "'hot_backend'", "cuda");

@@ -50,6 +50,38 @@ static lkv_lease_stats lstats(lkv_lease_table *t)
     return st;
 }
 
+/* The lease counters as the store's registry shows them ("leases" section), by key. */
+typedef struct lease_seen {
+    char keys[8][32];
+    double vals[8];
+    int n;
+} lease_seen;
+
+static int lease_visit(void *ctx, const lkv_stat_desc *d, double v)
+{
+    lease_seen *ls = ctx;
+    ASSERT_TRUE(ls->n < 8);
+    snprintf(ls->keys[ls->n], sizeof(ls->keys[0]), "%s", d->key);
+    ls->vals[ls->n++] = v;
+    return 0;
+}
+
+static void check_registry(lkv_store *s, lkv_lease_table *t)
+{
+    static const char *const keys[8] = {"live",     "docs_pinned", "bytes_pinned", "attaches",
+                                        "renewals", "releases",    "expired",      "refused"};
+    lease_seen ls = {0};
+    ASSERT_OK(lkv_stats_foreach(lkv_store_stats_registry(s), "leases", lease_visit, &ls));
+    lkv_lease_stats st = lstats(t);
+    const uint64_t want[8] = {st.live,     st.docs,     st.pinned_bytes, st.attaches,
+                              st.renewals, st.releases, st.expired,      st.refused};
+    ASSERT_EQ(ls.n, 8);
+    for (int i = 0; i < 8; i++) {
+        ASSERT_TRUE(strcmp(ls.keys[i], keys[i]) == 0);
+        ASSERT_EQ(ls.vals[i], want[i]);
+    }
+}
+
 static void test_attach_renew_release(void)
 {
     char *dir = su_tmpdir();
@@ -157,7 +189,14 @@ static void test_attach_renew_release(void)
     ASSERT_ERR(lkv_lease_attach(t, 0, NULL, 5000, &k[1], 1, id, NULL, NULL, d, &bad), LKV_ENOSPC);
     ASSERT_EQ(bad, -1);
     ASSERT_EQ(pins_of(s, &k[1]), 1);
+    check_registry(s, t);
+    ASSERT_TRUE(lstats(t).refused > 0 && lstats(t).live == 4);
+    /* One lease table per registry; its stats leave with it. */
+    lkv_lease_table *t2;
+    ASSERT_ERR(lkv_lease_table_create(s, &lim, &t2), LKV_EEXIST);
+    int n = lkv_stats_count(lkv_store_stats_registry(s));
     lkv_lease_table_destroy(t);
+    ASSERT_EQ(lkv_stats_count(lkv_store_stats_registry(s)), n - 8);
     for (int i = 0; i < 5; i++) {
         ASSERT_EQ(pins_of(s, &k[i]), 0);
     }

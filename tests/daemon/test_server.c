@@ -5,12 +5,29 @@
  * client-streaming / server-streaming state machines, replies over the message limit, errors
  * mid-stream, deadlines checked before the next step, cleanup exactly once per call (also when
  * the client walks away), and a clean shutdown.
+ *
+ * Deferred replies and the pool (lkv_rpc_defer / resume / offload) go through the Delete method:
+ * its request's profile says what the handler does ("later:N" parks and a helper thread resumes
+ * after N ms, "hold" parks until the test resumes the ticket (or never), "pool:N" offloads an
+ * N ms sleep to the pool) and token_ids[0] names the call. Cases: resume from another thread,
+ * the wake-up latency, a deadline or a client cancel while parked (cleanup once, stale ticket
+ * refused), resumes racing deadlines, many parked calls at once, pool jobs holding a cancel
+ * until done, shutdown with parked calls, and the acceptance test: Health answers within 100 ms
+ * (500 ms under sanitizers; times $LKV_TEST_TIMEOUT_SCALE) while calls are parked and while the
+ * pool runs a slow job.
  */
 #include <pthread.h>
 #include <stdatomic.h>
+#include <stdlib.h>
 #include <string.h>
 #include <time.h>
 #include <unistd.h>
+
+#include <grpc/byte_buffer.h>
+#include <grpc/grpc.h>
+#include <grpc/grpc_security.h>
+#include <grpc/support/alloc.h>
+#include <grpc/support/time.h>
 
 #include "grpc/health/v1/health.pb-c.h"
 #include "lazykv/v1/admin.pb-c.h"
@@ -18,11 +35,26 @@
 #include "lkv_client.h"
 #include "lkv_log.h"
 #include "lkv_server.h"
+#include "lkv_status.h"
 #include "lkv_test.h"
 
 #define MAX_MSG    (64 * 1024)
 #define BLOCK      64
+#define MAXP       1024 /* Parked calls named by token id. */
 #define LOOKUP_MAX 2048 /* Lookup's own request bound (lkv_method.max_request_bytes). */
+
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+#define LKV_SANITIZED 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer) || __has_feature(thread_sanitizer)
+#define LKV_SANITIZED 1
+#endif
+#endif
+#ifdef LKV_SANITIZED
+#define HEALTH_BOUND_MS 500.0
+#else
+#define HEALTH_BOUND_MS 100.0
+#endif
 
 static atomic_int n_admit, n_stats, n_cleanup_get, n_cleanup_put, n_next, n_put_end;
 static const char *const admin_principal = "admin-principal";
@@ -71,7 +103,8 @@ static int stats(void *svc, lkv_rpc *rpc, const ProtobufCMessage *m)
     return lkv_rpc_reply(rpc, &r.base);
 }
 
-/* Lookup: profile "big" replies over the message limit; otherwise echoes one status per doc. */
+/* Lookup: profile "big" replies over the message limit; profile "fail" fails with the code
+ * -token_ids[0]; otherwise echoes one status per doc. */
 static int lookup(void *svc, lkv_rpc *rpc, const ProtobufCMessage *m)
 {
     (void)svc;
@@ -79,6 +112,11 @@ static int lookup(void *svc, lkv_rpc *rpc, const ProtobufCMessage *m)
     const char *prof = req->n_docs > 0 && req->docs[0]->tokens ? req->docs[0]->tokens->profile : "";
     static char big[2 * MAX_MSG];
     Lazykv__V1__DocStatus st = LAZYKV__V1__DOC_STATUS__INIT, *stp = &st;
+    if (strcmp(prof, "fail") == 0 && req->docs[0]->tokens->n_token_ids > 0) {
+        /* Fails with the code -ids[0], under a message that names another cause. */
+        return lkv_rpc_errorf(rpc, -(int)req->docs[0]->tokens->token_ids[0],
+                              "Received message larger than max (budget exhausted, not found)");
+    }
     if (strcmp(prof, "big") == 0) {
         memset(big, 'x', sizeof(big) - 1);
         st.profile = big;
@@ -197,6 +235,144 @@ static void put_cleanup(void *svc, lkv_rpc *rpc)
     atomic_fetch_add(&n_cleanup_put, 1);
 }
 
+/* ---- The parking method (Delete) ------------------------------------------------------- */
+
+static atomic_int n_park_enter, n_park_cleanup, n_park_cont, n_stale, n_bad_order, n_pool_done;
+static lkv_rpc_ticket tickets[MAXP]; /* "hold" calls' tickets, by id. */
+static atomic_int ticket_set[MAXP];  /* 1 once tickets[id] is written. */
+static pthread_mutex_t lat_mu = PTHREAD_MUTEX_INITIALIZER;
+static double lat_us[4096]; /* Resume -> continuation latencies. */
+static int n_lat;
+
+static double now_us(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec * 1e6 + (double)t.tv_nsec / 1e3;
+}
+
+typedef struct later {
+    lkv_rpc_ticket t; /* The parked call. */
+    int ms;           /* Resume after. */
+    uint32_t id;      /* Call name. */
+    double t_resume;  /* When resume was called. */
+} later;
+
+static int reply_delete(lkv_rpc *rpc, uint32_t id)
+{
+    uint8_t key[32] = {0};
+    memcpy(key, &id, sizeof(id));
+    Lazykv__V1__DeleteResponse r = LAZYKV__V1__DELETE_RESPONSE__INIT;
+    r.key.data = key;
+    r.key.len = 32;
+    return lkv_rpc_reply(rpc, &r.base);
+}
+
+/* The continuation of a "later" call, on the call's thread. */
+static int later_cont(void *svc, lkv_rpc *rpc, void *arg)
+{
+    (void)svc;
+    later *l = arg;
+    double d = now_us() - l->t_resume;
+    pthread_mutex_lock(&lat_mu);
+    if (n_lat < (int)(sizeof(lat_us) / sizeof(lat_us[0]))) {
+        lat_us[n_lat++] = d;
+    }
+    pthread_mutex_unlock(&lat_mu);
+    uint32_t id = l->id;
+    free(l);
+    atomic_fetch_add(&n_park_cont, 1);
+    return reply_delete(rpc, id);
+}
+
+static void *later_main(void *arg)
+{
+    later *l = arg;
+    sleep_ms(l->ms);
+    l->t_resume = now_us();
+    if (lkv_rpc_resume(l->t, later_cont, l) != 0) {
+        atomic_fetch_add(&n_stale, 1); /* The call ended first: arg is still ours. */
+        free(l);
+    }
+    return NULL;
+}
+
+typedef struct job {
+    int ms;       /* Work: sleep this long. */
+    uint32_t id;  /* Call name. */
+    int work_ran; /* Set by work (pool thread), read by done (call thread). */
+    int done_ran; /* Set by done; cleanup checks it. */
+} job;
+
+static void job_work(void *svc, void *arg)
+{
+    (void)svc;
+    job *j = arg;
+    sleep_ms(j->ms);
+    j->work_ran = 1;
+}
+
+static int job_done(void *svc, lkv_rpc *rpc, void *arg)
+{
+    (void)svc;
+    job *j = arg;
+    if (!j->work_ran) {
+        atomic_fetch_add(&n_bad_order, 1);
+    }
+    j->done_ran = 1;
+    atomic_fetch_add(&n_pool_done, 1);
+    return reply_delete(rpc, j->id);
+}
+
+static int park_unary(void *svc, lkv_rpc *rpc, const ProtobufCMessage *m)
+{
+    (void)svc;
+    const Lazykv__V1__DeleteRequest *req = (const Lazykv__V1__DeleteRequest *)m;
+    const Lazykv__V1__TokenDoc *t = req->doc != NULL ? req->doc->tokens : NULL;
+    if (t == NULL || t->n_token_ids != 1 || t->token_ids[0] >= MAXP) {
+        return lkv_rpc_errorf(rpc, LKV_EINVAL, "one token id < %d needed", MAXP);
+    }
+    uint32_t id = t->token_ids[0];
+    atomic_fetch_add(&n_park_enter, 1);
+    if (strncmp(t->profile, "later:", 6) == 0) {
+        later *l = lkv_xcalloc(1, sizeof(*l));
+        l->ms = atoi(t->profile + 6);
+        l->id = id;
+        int rc = lkv_rpc_defer(rpc, &l->t);
+        pthread_t th;
+        ASSERT_EQ(pthread_create(&th, NULL, later_main, l), 0);
+        pthread_detach(th);
+        return rc;
+    }
+    if (strcmp(t->profile, "hold") == 0) {
+        int rc = lkv_rpc_defer(rpc, &tickets[id]);
+        atomic_store(&ticket_set[id], 1);
+        return rc;
+    }
+    if (strncmp(t->profile, "pool:", 5) == 0) {
+        job *j = lkv_xcalloc(1, sizeof(*j));
+        j->ms = atoi(t->profile + 5);
+        j->id = id;
+        lkv_rpc_set_state(rpc, j); /* Freed in cleanup, which must come after done. */
+        return lkv_rpc_offload(rpc, job_work, job_done, j);
+    }
+    return reply_delete(rpc, id);
+}
+
+static void park_cleanup(void *svc, lkv_rpc *rpc)
+{
+    (void)svc;
+    job *j = lkv_rpc_state(rpc);
+    if (j != NULL) {
+        if (!j->done_ran) {
+            atomic_fetch_add(&n_bad_order, 1);
+        }
+        free(j);
+        lkv_rpc_set_state(rpc, NULL);
+    }
+    atomic_fetch_add(&n_park_cleanup, 1);
+}
+
 static const lkv_method methods[] = {
     {.path = "/grpc.health.v1.Health/Check",
      .kind = LKV_RPC_UNARY,
@@ -223,6 +399,11 @@ static const lkv_method methods[] = {
      .on_message = put_msg,
      .on_end = put_end,
      .cleanup = put_cleanup},
+    {.path = "/lazykv.v1.Cache/Delete",
+     .kind = LKV_RPC_UNARY,
+     .req_desc = &lazykv__v1__delete_request__descriptor,
+     .unary = park_unary,
+     .cleanup = park_cleanup},
 };
 
 static lkv_server *srv;
@@ -314,6 +495,38 @@ static void test_request_bound(void)
     ASSERT_TRUE(lkv_client_lookup(c, &ref, 1, 0, &st) != 0);
     ASSERT_EQ(lkv_client_last_status(), 3); /* INVALID_ARGUMENT */
     ASSERT_TRUE(strstr(lkv_client_last_error(), "UTF-8") != NULL);
+    lkv_client_destroy(c);
+}
+
+/* Every code a handler fails with reaches the client exactly, through the "lkv-code" trailing
+ * metadata, whatever the message says; a code outside lkv_err.h arrives as LKV_EINTERNAL. */
+static void test_exact_codes(void)
+{
+    lkv_client_t *c = client(NULL);
+    lkv_doc_status st;
+    int n = 0;
+#define CHECK_ONE(name, val, msg)                                                                  \
+    do {                                                                                           \
+        uint32_t tok = (uint32_t)(-(val));                                                         \
+        lkv_docref ref = {.profile = "fail", .tokens = &tok, .n_tokens = 1};                       \
+        int rc = lkv_client_lookup(c, &ref, 1, 0, &st);                                            \
+        if (rc != (val)) {                                                                         \
+            LKV_FAIL("handler failed with %s, the client got %s", "LKV_" #name, lkv_err_name(rc)); \
+        }                                                                                          \
+        ASSERT_EQ(lkv_client_last_status(), lkv_status_from_err(val));                             \
+        ASSERT_TRUE(strstr(lkv_client_last_error(), "larger than max") != NULL);                   \
+        n++;                                                                                       \
+    } while (0);
+    LKV_ERR_MAP(CHECK_ONE)
+#undef CHECK_ONE
+    ASSERT_EQ(n, 23);
+    uint32_t tok = 5; /* -EIO, an -errno */
+    lkv_docref ref = {.profile = "fail", .tokens = &tok, .n_tokens = 1};
+    ASSERT_ERR(lkv_client_lookup(c, &ref, 1, 0, &st), LKV_EINTERNAL);
+    ASSERT_EQ(lkv_client_last_status(), 13); /* INTERNAL */
+    /* A reply over the limit: LKV_ETOOBIG (not the message-less family guess of another). */
+    ref.profile = "big";
+    ASSERT_ERR(lkv_client_lookup(c, &ref, 1, 0, &st), LKV_ETOOBIG);
     lkv_client_destroy(c);
 }
 
@@ -426,14 +639,502 @@ static void test_concurrency(void)
     }
 }
 
+/* ---- Raw async calls (gRPC core client), for many calls at once and client cancels ------ */
+
+typedef struct raw_call {
+    grpc_call *call;
+    grpc_metadata_array md_init, md_trail;
+    grpc_byte_buffer *req, *resp;
+    grpc_status_code status;
+    grpc_slice details;
+    int done;
+} raw_call;
+
+static grpc_channel *raw_ch;
+static grpc_completion_queue *raw_cq;
+
+static void raw_start(raw_call *c, const char *profile, uint32_t id, int deadline_ms)
+{
+    memset(c, 0, sizeof(*c));
+    Lazykv__V1__TokenDoc td = LAZYKV__V1__TOKEN_DOC__INIT;
+    td.profile = (char *)profile;
+    td.n_token_ids = 1;
+    td.token_ids = &id;
+    Lazykv__V1__DocRef ref = LAZYKV__V1__DOC_REF__INIT;
+    ref.tokens = &td;
+    Lazykv__V1__DeleteRequest req = LAZYKV__V1__DELETE_REQUEST__INIT;
+    req.doc = &ref;
+    size_t n = protobuf_c_message_get_packed_size(&req.base);
+    grpc_slice sl = grpc_slice_malloc(n);
+    protobuf_c_message_pack(&req.base, GRPC_SLICE_START_PTR(sl));
+    c->req = grpc_raw_byte_buffer_create(&sl, 1);
+    grpc_slice_unref(sl);
+    gpr_timespec dl = deadline_ms > 0
+                          ? gpr_time_add(gpr_now(GPR_CLOCK_MONOTONIC),
+                                         gpr_time_from_millis(deadline_ms, GPR_TIMESPAN))
+                          : gpr_inf_future(GPR_CLOCK_MONOTONIC);
+    grpc_slice method = grpc_slice_from_static_string("/lazykv.v1.Cache/Delete");
+    c->call = grpc_channel_create_call(raw_ch, NULL, GRPC_PROPAGATE_DEFAULTS, raw_cq, method, NULL,
+                                       dl, NULL);
+    grpc_metadata_array_init(&c->md_init);
+    grpc_metadata_array_init(&c->md_trail);
+    grpc_op ops[6];
+    memset(ops, 0, sizeof(ops));
+    ops[0].op = GRPC_OP_SEND_INITIAL_METADATA;
+    ops[1].op = GRPC_OP_SEND_MESSAGE;
+    ops[1].data.send_message.send_message = c->req;
+    ops[2].op = GRPC_OP_SEND_CLOSE_FROM_CLIENT;
+    ops[3].op = GRPC_OP_RECV_INITIAL_METADATA;
+    ops[3].data.recv_initial_metadata.recv_initial_metadata = &c->md_init;
+    ops[4].op = GRPC_OP_RECV_MESSAGE;
+    ops[4].data.recv_message.recv_message = &c->resp;
+    ops[5].op = GRPC_OP_RECV_STATUS_ON_CLIENT;
+    ops[5].data.recv_status_on_client.trailing_metadata = &c->md_trail;
+    ops[5].data.recv_status_on_client.status = &c->status;
+    ops[5].data.recv_status_on_client.status_details = &c->details;
+    ASSERT_EQ(grpc_call_start_batch(c->call, ops, 6, c, NULL), GRPC_CALL_OK);
+}
+
+/* Waits for n raw calls to complete (up to 10 s each). */
+static void raw_wait(int n)
+{
+    for (int i = 0; i < n; i++) {
+        grpc_event ev = grpc_completion_queue_next(
+            raw_cq,
+            gpr_time_add(gpr_now(GPR_CLOCK_MONOTONIC), gpr_time_from_seconds(10, GPR_TIMESPAN)),
+            NULL);
+        ASSERT_EQ(ev.type, GRPC_OP_COMPLETE);
+        ((raw_call *)ev.tag)->done = 1;
+    }
+}
+
+static void raw_free(raw_call *c)
+{
+    grpc_byte_buffer_destroy(c->req);
+    if (c->resp != NULL) {
+        grpc_byte_buffer_destroy(c->resp);
+    }
+    grpc_metadata_array_destroy(&c->md_init);
+    grpc_metadata_array_destroy(&c->md_trail);
+    grpc_slice_unref(c->details);
+    grpc_call_unref(c->call);
+}
+
+/* Waits until ticket_set[id] (the handler parked call id). */
+static void wait_parked(uint32_t id)
+{
+    for (int i = 0; i < 500 && !atomic_load(&ticket_set[id]); i++) {
+        sleep_ms(2);
+    }
+    ASSERT_TRUE(atomic_load(&ticket_set[id]));
+}
+
+static int never_cont(void *svc, lkv_rpc *rpc, void *arg)
+{
+    (void)svc;
+    (void)rpc;
+    (void)arg;
+    atomic_fetch_add(&n_bad_order, 1); /* Must never run: the call had ended. */
+    return LKV_EINTERNAL;
+}
+
+static int hold_cont(void *svc, lkv_rpc *rpc, void *arg)
+{
+    (void)svc;
+    atomic_fetch_add(&n_park_cont, 1);
+    return reply_delete(rpc, (uint32_t)(uintptr_t)arg);
+}
+
+/* The Health bound, scaled by $LKV_TEST_TIMEOUT_SCALE (as the integration harness does). */
+static double health_bound_ms(void)
+{
+    const char *e = getenv("LKV_TEST_TIMEOUT_SCALE");
+    double k = e != NULL ? atof(e) : 1.0;
+    return HEALTH_BOUND_MS * (k >= 1.0 ? k : 1.0);
+}
+
+static int cmp_dbl(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+
+static lkv_docref park_ref(const char *profile, uint32_t *id)
+{
+    lkv_docref r = {.profile = profile, .tokens = id, .n_tokens = 1};
+    return r;
+}
+
+/* A parked call finished from another thread after N ms; the wake-up latency. */
+static void test_park_resume(void)
+{
+    lkv_client_t *c = client(NULL);
+    uint32_t id = 7;
+    lkv_docref ref = park_ref("later:50", &id);
+    uint8_t key[32];
+    int cl = atomic_load(&n_park_cleanup);
+    double t0 = now_us();
+    ASSERT_OK(lkv_client_delete(c, &ref, 0, key));
+    double took = (now_us() - t0) / 1000.0;
+    ASSERT_TRUE(took >= 50.0);
+    ASSERT_EQ(key[0], 7);
+    ASSERT_EQ(wait_for(&n_park_cleanup, cl + 1), cl + 1);
+    /* Latency of the wake-up: 40 sequential resumes. */
+    pthread_mutex_lock(&lat_mu);
+    n_lat = 0;
+    pthread_mutex_unlock(&lat_mu);
+    ref = park_ref("later:1", &id);
+    for (int i = 0; i < 40; i++) {
+        ASSERT_OK(lkv_client_delete(c, &ref, 0, key));
+    }
+    pthread_mutex_lock(&lat_mu);
+    qsort(lat_us, (size_t)n_lat, sizeof(double), cmp_dbl);
+    printf("  wake-up latency (resume -> continuation), %d resumes: median %.0f us, max %.0f us\n",
+           n_lat, lat_us[n_lat / 2], lat_us[n_lat - 1]);
+    ASSERT_EQ(n_lat, 40);
+    ASSERT_TRUE(lat_us[n_lat / 2] < 20000.0);
+    pthread_mutex_unlock(&lat_mu);
+    lkv_client_destroy(c);
+}
+
+/* Deadline while parked: DEADLINE_EXCEEDED, cleanup once, the ticket is stale. */
+static void test_park_deadline(void)
+{
+    lkv_client_t *c = client(NULL);
+    uint32_t id = 11;
+    lkv_docref ref = park_ref("hold", &id);
+    uint8_t key[32];
+    int cl = atomic_load(&n_park_cleanup);
+    int cont = atomic_load(&n_park_cont);
+    double t0 = now_us();
+    ASSERT_TRUE(lkv_client_delete(c, &ref, 100, key) != 0);
+    ASSERT_EQ(lkv_client_last_status(), 4); /* DEADLINE_EXCEEDED */
+    ASSERT_TRUE((now_us() - t0) / 1000.0 < 2000.0);
+    ASSERT_EQ(wait_for(&n_park_cleanup, cl + 1), cl + 1);
+    ASSERT_TRUE(atomic_load(&ticket_set[id]));
+    ASSERT_ERR(lkv_rpc_resume(tickets[id], never_cont, NULL), LKV_ECANCELLED);
+    ASSERT_ERR(lkv_rpc_finish_deferred(tickets[id], LKV_EIO, NULL, "late"), LKV_ECANCELLED);
+    sleep_ms(50);
+    ASSERT_EQ(atomic_load(&n_park_cleanup), cl + 1);
+    ASSERT_EQ(atomic_load(&n_park_cont), cont);
+    lkv_rpc_ticket bogus = {srv, 0};
+    ASSERT_ERR(lkv_rpc_resume(bogus, never_cont, NULL), LKV_EINVAL);
+    lkv_client_destroy(c);
+}
+
+/* Client cancel while parked: cleanup exactly once, a later resume is refused; a ticket resumes
+ * once only; lkv_rpc_finish_deferred with an error from another thread. */
+static void test_park_cancel(void)
+{
+    uint32_t id = 12;
+    raw_call rc;
+    int cl = atomic_load(&n_park_cleanup);
+    raw_start(&rc, "hold", id, 0);
+    wait_parked(id);
+    sleep_ms(20);
+    ASSERT_EQ(atomic_load(&n_park_cleanup), cl); /* Still parked. */
+    grpc_call_cancel(rc.call, NULL);
+    raw_wait(1);
+    ASSERT_EQ(rc.status, GRPC_STATUS_CANCELLED);
+    ASSERT_EQ(wait_for(&n_park_cleanup, cl + 1), cl + 1);
+    ASSERT_ERR(lkv_rpc_resume(tickets[id], never_cont, NULL), LKV_ECANCELLED);
+    sleep_ms(50);
+    ASSERT_EQ(atomic_load(&n_park_cleanup), cl + 1);
+    raw_free(&rc);
+
+    /* Finish with an error from this thread; the same ticket cannot resume twice. */
+    id = 13;
+    raw_start(&rc, "hold", id, 0);
+    wait_parked(id);
+    ASSERT_OK(lkv_rpc_finish_deferred(tickets[id], LKV_EBUSY, NULL, "busy %d", 42));
+    ASSERT_ERR(lkv_rpc_resume(tickets[id], never_cont, NULL), LKV_ECANCELLED);
+    raw_wait(1);
+    ASSERT_EQ(rc.status, GRPC_STATUS_FAILED_PRECONDITION);
+    char *d = grpc_slice_to_c_string(rc.details);
+    ASSERT_TRUE(strcmp(d, "busy 42") == 0);
+    gpr_free(d);
+    ASSERT_EQ(wait_for(&n_park_cleanup, cl + 2), cl + 2);
+    raw_free(&rc);
+
+    /* And with a reply. */
+    id = 14;
+    raw_start(&rc, "hold", id, 0);
+    wait_parked(id);
+    uint8_t key[32] = {14};
+    Lazykv__V1__DeleteResponse r = LAZYKV__V1__DELETE_RESPONSE__INIT;
+    r.key.data = key;
+    r.key.len = 32;
+    ASSERT_OK(lkv_rpc_finish_deferred(tickets[id], 0, &r.base, NULL));
+    raw_wait(1);
+    ASSERT_EQ(rc.status, GRPC_STATUS_OK);
+    ASSERT_TRUE(rc.resp != NULL);
+    ASSERT_EQ(wait_for(&n_park_cleanup, cl + 3), cl + 3);
+    raw_free(&rc);
+}
+
+/* Many parked at once, resumed from another thread in reverse order; then resumes racing
+ * deadlines: every call ends once, either by its continuation or by the deadline. */
+static void test_park_many(void)
+{
+    enum { N = 200 };
+    static raw_call rc[N];
+    int cl = atomic_load(&n_park_cleanup);
+    int cont = atomic_load(&n_park_cont);
+    for (uint32_t i = 0; i < N; i++) {
+        atomic_store(&ticket_set[100 + i], 0);
+        raw_start(&rc[i], "hold", 100 + i, 0);
+    }
+    for (uint32_t i = 0; i < N; i++) {
+        wait_parked(100 + i);
+    }
+    ASSERT_EQ(atomic_load(&n_park_cleanup), cl);
+    ASSERT_EQ(lkv_server_calls_in_flight(srv), N);
+    for (int i = N - 1; i >= 0; i--) {
+        ASSERT_OK(lkv_rpc_resume(tickets[100 + i], hold_cont, (void *)(uintptr_t)(100 + i)));
+    }
+    raw_wait(N);
+    for (int i = 0; i < N; i++) {
+        ASSERT_EQ(rc[i].status, GRPC_STATUS_OK);
+        ASSERT_TRUE(rc[i].resp != NULL);
+        raw_free(&rc[i]);
+    }
+    ASSERT_EQ(wait_for(&n_park_cleanup, cl + N), cl + N);
+    ASSERT_EQ(atomic_load(&n_park_cont), cont + N);
+
+    /* Races: deadline 30 ms, resume at 25..35 ms. */
+    cl = atomic_load(&n_park_cleanup);
+    cont = atomic_load(&n_park_cont);
+    int stale0 = atomic_load(&n_stale);
+    char prof[32];
+    for (uint32_t i = 0; i < N; i++) {
+        snprintf(prof, sizeof(prof), "later:%u", 25 + i % 11);
+        raw_start(&rc[i], prof, 300 + i, 30);
+    }
+    raw_wait(N);
+    int ok = 0, dl = 0;
+    for (int i = 0; i < N; i++) {
+        ok += rc[i].status == GRPC_STATUS_OK;
+        dl += rc[i].status == GRPC_STATUS_DEADLINE_EXCEEDED;
+        raw_free(&rc[i]);
+    }
+    ASSERT_EQ(ok + dl, N);
+    ASSERT_EQ(wait_for(&n_park_cleanup, cl + N), cl + N);
+    for (int i = 0;
+         i < 200 && atomic_load(&n_park_cont) - cont + atomic_load(&n_stale) - stale0 < N; i++) {
+        sleep_ms(10);
+    }
+    /* Each call: its continuation ran, or its resume was refused; never both, never neither. */
+    ASSERT_EQ(atomic_load(&n_park_cont) - cont + atomic_load(&n_stale) - stale0, N);
+    printf("  races: %d replied, %d deadline; %d continuations, %d refused resumes\n", ok, dl,
+           atomic_load(&n_park_cont) - cont, atomic_load(&n_stale) - stale0);
+    sleep_ms(50);
+    ASSERT_EQ(atomic_load(&n_park_cleanup), cl + N);
+    for (int i = 0; i < 200 && lkv_server_calls_in_flight(srv) != 0; i++) {
+        sleep_ms(10);
+    }
+    ASSERT_EQ(lkv_server_calls_in_flight(srv), 0);
+}
+
+/* Pool: a job's done runs on the call thread; a deadline while the job runs is held until done,
+ * cleanup after it. */
+static void test_pool(void)
+{
+    lkv_client_t *c = client(NULL);
+    uint32_t id = 20;
+    lkv_docref ref = park_ref("pool:20", &id);
+    uint8_t key[32];
+    int cl = atomic_load(&n_park_cleanup);
+    int done = atomic_load(&n_pool_done);
+    ASSERT_OK(lkv_client_delete(c, &ref, 0, key));
+    ASSERT_EQ(key[0], 20);
+    ASSERT_EQ(atomic_load(&n_pool_done), done + 1);
+    ASSERT_EQ(wait_for(&n_park_cleanup, cl + 1), cl + 1);
+
+    ref = park_ref("pool:300", &id);
+    double t0 = now_us();
+    ASSERT_TRUE(lkv_client_delete(c, &ref, 100, key) != 0);
+    ASSERT_EQ(lkv_client_last_status(), 4); /* DEADLINE_EXCEEDED, at the client's deadline. */
+    ASSERT_TRUE((now_us() - t0) / 1000.0 < 290.0);
+    ASSERT_EQ(atomic_load(&n_park_cleanup), cl + 1); /* Held: the job still runs. */
+    ASSERT_EQ(wait_for(&n_park_cleanup, cl + 2), cl + 2);
+    ASSERT_EQ(atomic_load(&n_pool_done), done + 2);
+    ASSERT_EQ(atomic_load(&n_bad_order), 0);
+    for (int i = 0; i < 100 && lkv_server_pool_backlog(srv) != 0; i++) {
+        sleep_ms(10);
+    }
+    ASSERT_EQ(lkv_server_pool_backlog(srv), 0);
+    lkv_client_destroy(c);
+}
+
+typedef struct probe {
+    atomic_int stop;
+    double max_ms; /* Worst Health latency. */
+    int n;         /* Health calls. */
+    int lookups;   /* Lookups done meanwhile. */
+    int failures;  /* Calls that failed. */
+} probe;
+
+static void *probe_main(void *arg)
+{
+    probe *p = arg;
+    lkv_client_t *c = client(NULL);
+    uint32_t tok = 1;
+    lkv_docref ref = {.profile = "echo", .tokens = &tok, .n_tokens = 1};
+    lkv_doc_status st;
+    while (!atomic_load(&p->stop)) {
+        double t0 = now_us();
+        if (lkv_client_ping(c, "", 2000) != 0) {
+            p->failures++;
+        }
+        double ms = (now_us() - t0) / 1000.0;
+        p->max_ms = ms > p->max_ms ? ms : p->max_ms;
+        p->n++;
+        if (lkv_client_lookup(c, &ref, 1, 2000, &st) != 0 || strcmp(st.profile, "echo") != 0) {
+            p->failures++;
+        }
+        p->lookups++;
+        sleep_ms(5);
+    }
+    lkv_client_destroy(c);
+    return NULL;
+}
+
+/* THE acceptance test: Health and other calls proceed while calls are parked on every polling
+ * thread and while the pool runs slow jobs (as a slow RocksDB read would). */
+static void test_health_while_parked(void)
+{
+    enum { N = 64 };
+    static raw_call rc[N];
+    int cl = atomic_load(&n_park_cleanup);
+    for (uint32_t i = 0; i < N; i++) {
+        atomic_store(&ticket_set[600 + i], 0);
+        raw_start(&rc[i], "hold", 600 + i, 0);
+    }
+    for (uint32_t i = 0; i < N; i++) {
+        wait_parked(600 + i);
+    }
+    probe p;
+    memset(&p, 0, sizeof(p));
+    pthread_t th;
+    ASSERT_EQ(pthread_create(&th, NULL, probe_main, &p), 0);
+    sleep_ms(500);
+    atomic_store(&p.stop, 1);
+    pthread_join(th, NULL);
+    printf("  %d calls parked: %d Health checks, worst %.1f ms (bound %.0f); %d lookups\n", N, p.n,
+           p.max_ms, health_bound_ms(), p.lookups);
+    ASSERT_EQ(p.failures, 0);
+    ASSERT_TRUE(p.n >= 5);
+    ASSERT_TRUE(p.max_ms < health_bound_ms());
+    for (uint32_t i = 0; i < N; i++) {
+        ASSERT_OK(lkv_rpc_resume(tickets[600 + i], hold_cont, (void *)(uintptr_t)(600 + i)));
+    }
+    raw_wait(N);
+    for (int i = 0; i < N; i++) {
+        ASSERT_EQ(rc[i].status, GRPC_STATUS_OK);
+        raw_free(&rc[i]);
+    }
+    ASSERT_EQ(wait_for(&n_park_cleanup, cl + N), cl + N);
+
+    /* Slow pool jobs: 4 calls each sleeping 600 ms in the pool (more than its threads). */
+    cl = atomic_load(&n_park_cleanup);
+    for (uint32_t i = 0; i < 4; i++) {
+        raw_start(&rc[i], "pool:600", 700 + i, 0);
+    }
+    sleep_ms(50);
+    ASSERT_TRUE(lkv_server_pool_backlog(srv) > 0);
+    memset(&p, 0, sizeof(p));
+    ASSERT_EQ(pthread_create(&th, NULL, probe_main, &p), 0);
+    sleep_ms(500);
+    atomic_store(&p.stop, 1);
+    pthread_join(th, NULL);
+    printf("  slow pool jobs running: %d Health checks, worst %.1f ms (bound %.0f); %d lookups\n",
+           p.n, p.max_ms, health_bound_ms(), p.lookups);
+    ASSERT_EQ(p.failures, 0);
+    ASSERT_TRUE(p.n >= 5);
+    ASSERT_TRUE(p.max_ms < health_bound_ms());
+    raw_wait(4);
+    for (int i = 0; i < 4; i++) {
+        ASSERT_EQ(rc[i].status, GRPC_STATUS_OK);
+        raw_free(&rc[i]);
+    }
+    ASSERT_EQ(wait_for(&n_park_cleanup, cl + 4), cl + 4);
+}
+
+/* Shutdown with parked calls and a running job: the grace period passes, parked calls are
+ * cancelled (cleanup once each), the job finishes first, and stale tickets are refused. */
+static void test_shutdown_parked(void)
+{
+    enum { N = 8 };
+    static raw_call rc[N + 1];
+    int cl = atomic_load(&n_park_cleanup);
+    int done = atomic_load(&n_pool_done);
+    for (uint32_t i = 0; i < N; i++) {
+        atomic_store(&ticket_set[800 + i], 0);
+        raw_start(&rc[i], "hold", 800 + i, 0);
+    }
+    raw_start(&rc[N], "pool:400", 900, 0);
+    for (uint32_t i = 0; i < N; i++) {
+        wait_parked(800 + i);
+    }
+    double t0 = now_us();
+    lkv_server_shutdown(srv, 200);
+    double ms = (now_us() - t0) / 1000.0;
+    printf("  shutdown with %d parked calls and a 400 ms job: %.0f ms\n", N, ms);
+    ASSERT_TRUE(ms >= 200.0);
+    ASSERT_EQ(atomic_load(&n_park_cleanup), cl + N + 1);
+    ASSERT_EQ(atomic_load(&n_pool_done), done + 1);
+    ASSERT_EQ(atomic_load(&n_bad_order), 0);
+    raw_wait(N + 1);
+    for (int i = 0; i < N + 1; i++) {
+        ASSERT_TRUE(rc[i].status != GRPC_STATUS_OK || i == N);
+        raw_free(&rc[i]);
+    }
+    for (uint32_t i = 0; i < N; i++) {
+        ASSERT_ERR(lkv_rpc_resume(tickets[800 + i], never_cont, NULL), LKV_ECANCELLED);
+    }
+}
+
+/* The per-method counters as the registry shows them. */
+typedef struct get_stats {
+    double calls, errors, usec_per_call, usec;
+    int seen;
+} get_stats;
+
+static int get_visit(void *ctx, const lkv_stat_desc *d, double v)
+{
+    get_stats *g = ctx;
+    if (strcmp(d->labels, "service=lazykv.v1.Cache,method=Get") != 0) {
+        return 0;
+    }
+    g->seen++;
+    if (strcmp(d->name, "rpc_calls") == 0) {
+        ASSERT_TRUE(strcmp(d->section, "calls") == 0 && strcmp(d->key, "Cache.Get.calls") == 0);
+        g->calls = v;
+    } else if (strcmp(d->name, "rpc_errors") == 0) {
+        ASSERT_TRUE(strcmp(d->key, "Cache.Get.errors") == 0);
+        g->errors = v;
+    } else if (strcmp(d->name, "rpc_usec_per_call") == 0) {
+        ASSERT_TRUE(strcmp(d->key, "Cache.Get.usec_per_call") == 0 && d->kind == LKV_STAT_GAUGE);
+        g->usec_per_call = v;
+    } else if (strcmp(d->name, "rpc_usec") == 0) {
+        ASSERT_TRUE(d->section == NULL);
+        g->usec = v;
+    }
+    return 0;
+}
+
 int main(void)
 {
     char err[256];
+    lkv_stats *reg;
+    ASSERT_OK(lkv_stats_create(&reg));
     lkv_server_opts o = {.listen = "127.0.0.1:0",
                          .threads = 2,
                          .max_message_bytes = MAX_MSG,
                          .admit = admit,
-                         .admit_ctx = NULL};
+                         .admit_ctx = NULL,
+                         .pool_threads = 2,
+                         .stats = reg};
     lkv_log_set_level(LKV_LOG_WARN);
     ASSERT_OK(lkv_server_create(&o, methods, (int)(sizeof(methods) / sizeof(methods[0])), &srv, err,
                                 sizeof(err)));
@@ -451,9 +1152,23 @@ int main(void)
     LKV_RUN(test_admission);
     LKV_RUN(test_unary_reply_limits);
     LKV_RUN(test_request_bound);
+    LKV_RUN(test_exact_codes);
     LKV_RUN(test_server_stream);
     LKV_RUN(test_client_stream);
     LKV_RUN(test_concurrency);
+
+    grpc_init(); /* Our own reference for the raw client below. */
+    grpc_channel_credentials *cr = grpc_insecure_credentials_create();
+    raw_ch = grpc_channel_create(addr, cr, NULL);
+    grpc_channel_credentials_release(cr);
+    raw_cq = grpc_completion_queue_create_for_next(NULL);
+    LKV_RUN(test_park_resume);
+    LKV_RUN(test_park_deadline);
+    LKV_RUN(test_park_cancel);
+    LKV_RUN(test_park_many);
+    LKV_RUN(test_pool);
+    LKV_RUN(test_health_while_parked);
+    ASSERT_EQ(atomic_load(&n_bad_order), 0);
 
     ASSERT_TRUE(atomic_load(&n_admit) > 0);
     const char *path;
@@ -468,9 +1183,31 @@ int main(void)
     ASSERT_TRUE(strcmp(path, "/lazykv.v1.Cache/Get") == 0);
     ASSERT_EQ(calls, 3 + 8 * 20);
     ASSERT_EQ(errors, 2);
+    for (int i = 0; i < 200 && lkv_server_calls_in_flight(srv) != 0; i++) {
+        sleep_ms(10); /* A call is counted out when its last batch completes. */
+    }
     ASSERT_EQ(lkv_server_calls_in_flight(srv), 0);
-    lkv_server_shutdown(srv, 1000);
+    /* The same counters through the registry (4 stats per method, 3 of them in INFO). */
+    int n_methods = (int)(sizeof(methods) / sizeof(methods[0]));
+    ASSERT_EQ(lkv_stats_count(reg), 4 * n_methods);
+    get_stats g = {0};
+    ASSERT_OK(lkv_stats_foreach(reg, NULL, get_visit, &g));
+    ASSERT_EQ(g.seen, 4);
+    ASSERT_EQ(g.calls, calls);
+    ASSERT_EQ(g.errors, 2);
+    ASSERT_TRUE(g.usec >= (double)usec && g.usec > 0);
+    ASSERT_NEAR(g.usec_per_call, g.usec / g.calls, 1e-9 * g.usec);
+    LKV_RUN(test_shutdown_parked);
     ASSERT_TRUE(lkv_server_draining(srv));
     lkv_server_destroy(srv);
+    ASSERT_EQ(lkv_stats_count(reg), 0); /* Unregistered by destroy. */
+    lkv_stats_destroy(reg);
+    grpc_channel_destroy(raw_ch);
+    grpc_completion_queue_shutdown(raw_cq);
+    while (grpc_completion_queue_next(raw_cq, gpr_inf_future(GPR_CLOCK_REALTIME), NULL).type !=
+           GRPC_QUEUE_SHUTDOWN) {
+    }
+    grpc_completion_queue_destroy(raw_cq);
+    grpc_shutdown();
     return 0;
 }

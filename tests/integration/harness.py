@@ -257,16 +257,29 @@ def soft_fail(msg):
     FAILURES.append(msg)
 
 
-def expect_rpc_error(fn, code, words=(), what=""):
+def lkv_code_of(e):
+    """The lkv-code trailing metadata value of a grpc.RpcError (str), or None."""
+    for k, v in (e.trailing_metadata() or ()):
+        if k == "lkv-code":
+            return v.decode() if isinstance(v, bytes) else v
+    return None
+
+
+def expect_rpc_error(fn, code, words=(), what="", lkv_code=False):
     """Calls fn(); it must raise grpc.RpcError with code, whose details mention every word
-    (case-insensitive). A wrong answer is recorded with soft_fail. Returns the details."""
+    (case-insensitive), and, unless lkv_code is False, whose lkv-code trailing metadata is
+    lkv_code (None: absent, as for gRPC core's own refusals). A wrong answer is recorded with
+    soft_fail. Returns the details."""
     try:
         fn()
     except grpc.RpcError as e:
         det = e.details() or ""
-        sys.stderr.write("   %s -> %s: %s\n" % (what, e.code().name, det))
+        got = lkv_code_of(e)
+        sys.stderr.write("   %s -> %s [%s]: %s\n" % (what, e.code().name, got, det))
         if e.code() != code:
             soft_fail("%s: got %s, want %s (%s)" % (what, e.code(), code, det))
+        if lkv_code is not False and got != lkv_code:
+            soft_fail("%s: lkv-code %r, want %r" % (what, got, lkv_code))
         for w in words:
             if w.lower() not in det.lower():
                 soft_fail("%s: message %r does not mention %r" % (what, det, w))

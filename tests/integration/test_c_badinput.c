@@ -191,7 +191,8 @@ static void test_header_errors(void)
            (const char *[]){"4294967295", NULL}, "token id 2^32-1");
     d.tokens[7] = 5;
     /* Unknown profile: the message names it and lists the known ones. */
-    expect(put_seq("nosuch-model", &d, 2, ok2, 2, -1, 0), LKV_EINVAL, ST_INVALID_ARGUMENT,
+    /* The exact code (lkv-code metadata) under the INVALID_ARGUMENT status. */
+    expect(put_seq("nosuch-model", &d, 2, ok2, 2, -1, 0), LKV_EPROFILE, ST_INVALID_ARGUMENT,
            (const char *[]){"nosuch-model", "itest", NULL}, "unknown profile");
     expect_absent(S->profile, &d);
     /* No tokens at all. */
@@ -202,12 +203,12 @@ static void test_header_errors(void)
     /* Lookup / get / delete with an unknown profile or a bad token: INVALID_ARGUMENT. */
     lkv_docref bad = {NULL, "nosuch-model", d.tokens, d.n_tokens};
     lkv_doc_status st;
-    expect(lkv_client_lookup(cl, &bad, 1, 0, &st), LKV_EINVAL, ST_INVALID_ARGUMENT,
+    expect(lkv_client_lookup(cl, &bad, 1, 0, &st), LKV_EPROFILE, ST_INVALID_ARGUMENT,
            (const char *[]){"nosuch-model", NULL}, "lookup with unknown profile");
     uint8_t *data = NULL;
     size_t len = 0;
     lkv_get_header h;
-    expect(lkv_client_get_buf(cl, &bad, 0, &h, &data, &len), LKV_EINVAL, ST_INVALID_ARGUMENT,
+    expect(lkv_client_get_buf(cl, &bad, 0, &h, &data, &len), LKV_EPROFILE, ST_INVALID_ARGUMENT,
            (const char *[]){"nosuch-model", NULL}, "get with unknown profile");
     lkv_it_doc_free(&d);
 }

@@ -6,7 +6,8 @@ an unknown method; plus wrong block sizes and counts, out-of-order and duplicate
 ids out of vocabulary, an unknown profile, unknown documents, a message over the daemon's max,
 the hot budget exhausted, and a Put cancelled mid-stream.
 
-Every case checks the gRPC status code, that the message names the problem, and that nothing
+Every case checks the gRPC status code (and for many the exact code in the lkv-code trailing
+metadata, absent on gRPC core's own refusals), that the message names the problem, and that nothing
 changed: the document stays absent and the hot/cold document and block counts in Stats are as
 before. The daemon runs with max_message_bytes=5MiB and hot_bytes=16MiB (8 pages of 2 MiB).
 """
@@ -60,11 +61,11 @@ def test_garbage():
     for m, call in raw_unary.items():
         for g in GARBAGE:
             h.expect_rpc_error(lambda: call(g, timeout=h.timeout(20)), INV,
-                               what="garbage %r to %s" % (g, m))
+                               what="garbage %r to %s" % (g, m), lkv_code="LKV_EPROTO")
     get = CH.unary_stream("/lazykv.v1.Cache/Get")
     for g in GARBAGE:
         h.expect_rpc_error(lambda: list(get(g, timeout=h.timeout(20))), INV,
-                           what="garbage %r to Get" % g)
+                           what="garbage %r to Get" % g, lkv_code="LKV_EPROTO")
     put = CH.stream_unary("/lazykv.v1.Cache/Put")
     for g in GARBAGE:
         h.expect_rpc_error(lambda: put(iter([g]), timeout=h.timeout(20)), INV,
@@ -111,7 +112,7 @@ def test_messages():
                        INV, [], "Get without a document")
     nope = CH.unary_unary("/lazykv.v1.Cache/NoSuchMethod")
     h.expect_rpc_error(lambda: nope(b"", timeout=h.timeout(20)), grpc.StatusCode.UNIMPLEMENTED,
-                       [], "unknown method")
+                       [], "unknown method", lkv_code="LKV_ENOTSUP")
     absent(h.ITEST, toks)
     unchanged(before)
 
@@ -142,7 +143,7 @@ def test_blocks():
     bb = str(h.ITEST.block_bytes)
     h.expect_rpc_error(put([0, 1, 2], {1: 2047}), INV, [bb, "2047"], "block of 2047 bytes")
     h.expect_rpc_error(put([0, 1, 2], {2: 4096}), INV, [bb, "4096"], "block of 4096 bytes")
-    h.expect_rpc_error(put([0, 1]), INV, ["2 of 3"], "missing last block")
+    h.expect_rpc_error(put([0, 1]), INV, ["2 of 3"], "missing last block", lkv_code="LKV_EINVAL")
     h.expect_rpc_error(put([]), INV, ["0 of 3"], "no blocks")
     h.expect_rpc_error(put([0, 1, 2, 3]), INV, ["index"], "extra block")
     h.expect_rpc_error(put([0, 2, 1]), INV, ["index"], "out of order")
@@ -159,10 +160,10 @@ def test_blocks():
     other = h.Shape("no-such-model", 2, 2, 8, 2, 16, 1000)
     h.expect_rpc_error(lambda: s.Put(iter(h.put_requests(other, toks, blocks)),
                                      timeout=h.timeout(20)), INV, ["no-such-model", "itest"],
-                       "unknown profile")
+                       "unknown profile", lkv_code="LKV_EPROFILE")
     h.expect_rpc_error(lambda: s.Lookup(cache_pb2.LookupRequest(docs=[h.token_ref(other, toks)]),
                                         timeout=h.timeout(20)), INV, ["no-such-model"],
-                       "Lookup with unknown profile")
+                       "Lookup with unknown profile", lkv_code="LKV_EPROFILE")
     unchanged(before)
 
 
@@ -172,7 +173,7 @@ def test_not_found():
     toks, _ = h.make_doc(h.ITEST, 14, 30)
     for ref in (h.token_ref(h.ITEST, toks), cache_pb2.DocRef(key=b"\x07" * 32)):
         h.expect_rpc_error(lambda: h.get_doc(s, ref), grpc.StatusCode.NOT_FOUND, [],
-                           "Get of an unknown document")
+                           "Get of an unknown document", lkv_code="LKV_ENOTFOUND")
         h.expect_rpc_error(lambda: s.Delete(cache_pb2.DeleteRequest(doc=ref),
                                             timeout=h.timeout(20)),
                            grpc.StatusCode.NOT_FOUND, [], "Delete of an unknown document")
@@ -186,14 +187,15 @@ def test_oversize_and_budget():
     h.expect_rpc_error(lambda: s.Put(iter(h.put_requests(h.LLAMA, toks, blocks, per_msg=3)),
                                      timeout=h.timeout(30)),
                        grpc.StatusCode.RESOURCE_EXHAUSTED, ["larger than max"],
-                       "6 MiB message, daemon max 5 MiB")
+                       "6 MiB message, daemon max 5 MiB", lkv_code=None)  # gRPC core's own.
     absent(h.LLAMA, toks)
     unchanged(before)
     toks, blocks = h.make_doc(h.ITEST, 16, 9 * 16)
     h.expect_rpc_error(lambda: s.Put(iter(h.put_requests(h.ITEST, toks, blocks)),
                                      timeout=h.timeout(20)),
                        grpc.StatusCode.RESOURCE_EXHAUSTED, ["hot", "18"],
-                       "9-page document (18 MiB of 2 MiB pages), 8-page hot tier")
+                       "9-page document (18 MiB of 2 MiB pages), 8-page hot tier",
+                       lkv_code="LKV_ENOSPC")
     absent(h.ITEST, toks)
     unchanged(before)
 

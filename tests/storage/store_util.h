@@ -11,14 +11,14 @@
 #define TINY_BB 1024u /* Block bytes of "tiny". */
 
 static lkv_profile su_profiles[2];
-static int su_policy_kind; /* enum lkv_policy_kind used by su_open (0: lru). */
+static int su_policy_kind;     /* enum lkv_policy_kind used by su_open (0: lru). */
+static lkv_stats *su_registry; /* Registry su_open passes (NULL: the store's own). */
 
-/* Opens a store in dir with hot_pages 4 KiB pages, cold_bytes, durability. */
-static inline lkv_store *su_open(const char *dir, uint32_t hot_pages, uint64_t cold_bytes,
-                                 int durability)
+/* The config su_open uses (c caller-owned; it points at su_profiles). */
+static inline void su_config(lkv_store_config *out, const char *dir, uint32_t hot_pages,
+                             uint64_t cold_bytes, int durability)
 {
     lkv_store_config c;
-    lkv_store *s = NULL;
     su_profiles[0] = tiny_profile("tiny");
     su_profiles[1] = tiny_profile("tiny3"); /* 3 layers: another fingerprint, 1536-byte blocks. */
     su_profiles[1].shape.n_layers = 3;
@@ -36,6 +36,17 @@ static inline lkv_store *su_open(const char *dir, uint32_t hot_pages, uint64_t c
     c.profiles = su_profiles;
     c.n_profiles = 2;
     c.cold_min_blob_bytes = 512;
+    c.stats = su_registry;
+    *out = c;
+}
+
+/* Opens a store in dir with hot_pages 4 KiB pages, cold_bytes, durability. */
+static inline lkv_store *su_open(const char *dir, uint32_t hot_pages, uint64_t cold_bytes,
+                                 int durability)
+{
+    lkv_store_config c;
+    lkv_store *s = NULL;
+    su_config(&c, dir, hot_pages, cold_bytes, durability);
     ASSERT_OK(lkv_store_open(&c, &s));
     return s;
 }

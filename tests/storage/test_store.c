@@ -115,11 +115,20 @@ static void test_put_validation(void)
 
     lkv_tenant_salt_default(salt);
     su_doc_tokens(5, 300, t);
+    /* Each refusal says which check failed, with the values (lkv_store_why). */
     ASSERT_ERR(lkv_store_put_begin(s, salt, "nope", t, 10, &tx, NULL, NULL), LKV_EPROFILE);
+    ASSERT_TRUE(strstr(lkv_store_why(), "unknown profile 'nope'") != NULL);
+    ASSERT_TRUE(strstr(lkv_store_why(), "tiny") != NULL); /* The known profiles. */
+    ASSERT_ERR(lkv_store_put_begin(s, salt, "", t, 10, &tx, NULL, NULL), LKV_EPROFILE);
+    ASSERT_TRUE(strstr(lkv_store_why(), "profile is empty") != NULL);
     ASSERT_ERR(lkv_store_put_begin(s, salt, "tiny", t, 0, &tx, NULL, NULL), LKV_EINVAL);
-    ASSERT_ERR(lkv_store_put_begin(s, salt, "tiny", t, 257, &tx, NULL, NULL), LKV_ETOOBIG);
+    ASSERT_TRUE(strstr(lkv_store_why(), "token_ids is empty") != NULL);
+    /* Over max_doc_tokens: LKV_EINVAL (INVALID_ARGUMENT on the wire, as the daemon always said). */
+    ASSERT_ERR(lkv_store_put_begin(s, salt, "tiny", t, 257, &tx, NULL, NULL), LKV_EINVAL);
+    ASSERT_TRUE(strstr(lkv_store_why(), "257 tokens, more than the 256") != NULL);
     t[3] = 512;
     ASSERT_ERR(lkv_store_put_begin(s, salt, "tiny", t, 10, &tx, NULL, NULL), LKV_EINVAL);
+    ASSERT_TRUE(strstr(lkv_store_why(), "token_ids[3] = 512 is not below vocab_size") != NULL);
     t[3] = 511;
 
     /* Blocks: order, size, zero tail. */
@@ -131,8 +140,13 @@ static void test_put_validation(void)
     ASSERT_EQ(lkv_store_put_block_bytes(tx), TINY_BB);
     ASSERT_EQ(su_stats(s).puts_inflight, 1);
     ASSERT_ERR(lkv_store_put_block(tx, 1, kv + TINY_BB, TINY_BB), LKV_EINVAL);
+    ASSERT_TRUE(strstr(lkv_store_why(), "block index 1 out of order: expected index 0") != NULL);
+    ASSERT_ERR(lkv_store_put_block(tx, 3, kv, TINY_BB), LKV_EINVAL);
+    ASSERT_TRUE(strstr(lkv_store_why(), "block index 3 out of range") != NULL);
     ASSERT_ERR(lkv_store_put_block(tx, 0, kv, TINY_BB - 1), LKV_EINVAL);
+    ASSERT_TRUE(strstr(lkv_store_why(), "is 1023 bytes, expected 1024") != NULL);
     ASSERT_OK(lkv_store_put_block(tx, 0, kv, TINY_BB));
+    ASSERT_TRUE(lkv_store_why()[0] == '\0'); /* A success resets the reason. */
     ASSERT_ERR(lkv_store_put_block(tx, 0, kv, TINY_BB), LKV_EINVAL);
     ASSERT_OK(lkv_store_put_block(tx, 1, kv + TINY_BB, TINY_BB));
     memcpy(blk, kv + 2 * TINY_BB, TINY_BB);
@@ -141,11 +155,14 @@ static void test_put_validation(void)
     blk[2 * 32 + 3] = 0;
     blk[TINY_BB - 1] = 1; /* Last slab's last token slot. */
     ASSERT_ERR(lkv_store_put_block(tx, 2, blk, TINY_BB), LKV_EINVAL);
+    ASSERT_TRUE(strstr(lkv_store_why(), "past the document's end (token 10 on) must be zero") !=
+                NULL);
     /* Not visible before commit. */
     ASSERT_OK(lkv_store_lookup(s, &k, 1, &in));
     ASSERT_EQ(in.present, 0);
     /* Commit with a block missing: nothing becomes visible, pages come back. */
     ASSERT_ERR(lkv_store_put_commit(tx), LKV_EINVAL);
+    ASSERT_TRUE(strstr(lkv_store_why(), "after 2 of 3 blocks") != NULL);
     ASSERT_OK(lkv_store_lookup(s, &k, 1, &in));
     ASSERT_EQ(in.present, 0);
     lkv_store_stats st = su_stats(s);
@@ -723,6 +740,156 @@ static void test_misc(void)
     su_rmdir(dir);
 }
 
+/* Pins are counted once, in the store: user pins and readers stack, the policy entry stays
+ * pinned until the last one goes, also across a delete (the entry moves to a private id while
+ * a new document of the same key is stored). */
+static void test_pin_counts(void)
+{
+    char *dir = su_tmpdir();
+    lkv_store *s = su_open(dir, 16, 0, WB);
+    lkv_dockey k;
+    lkv_doc_info in;
+    lkv_store_read *rd1, *rd2;
+    uint8_t want[3 * TINY_BB], got[TINY_BB];
+    lkv_kv_shape sh = tiny_profile("x").shape;
+
+    ASSERT_OK(su_put(s, 77, 10, &k)); /* 3 blocks. */
+    su_fill_doc(&sh, 10, 77, want);
+    ASSERT_OK(lkv_store_flush(s));
+    ASSERT_EQ(su_stats(s).hot_bytes_pinned, 0);
+    for (uint32_t i = 1; i <= 3; i++) {
+        ASSERT_OK(lkv_store_pin(s, &k, NULL, 0, &in));
+        ASSERT_EQ(in.pins, i);
+        ASSERT_EQ(su_stats(s).hot_bytes_pinned, 3 * 4096);
+    }
+    ASSERT_OK(lkv_store_get_begin(s, &k, &rd1, NULL));
+    ASSERT_OK(lkv_store_get_begin(s, &k, &rd2, NULL));
+    ASSERT_ERR(lkv_store_delete(s, &k), LKV_EBUSY);
+    ASSERT_ERR(lkv_store_demote(s, &k), LKV_EBUSY);
+    for (int i = 0; i < 3; i++) {
+        ASSERT_OK(lkv_store_unpin(s, &k));
+    }
+    ASSERT_ERR(lkv_store_unpin(s, &k), LKV_EINVAL);
+    ASSERT_OK(lkv_store_lookup(s, &k, 1, &in));
+    ASSERT_EQ(in.pins, 0);
+    ASSERT_EQ(su_stats(s).hot_bytes_pinned, 3 * 4096); /* The two readers. */
+    ASSERT_OK(lkv_store_delete(s, &k));
+    ASSERT_OK(su_put(s, 77, 10, &k)); /* Same key, a new document. */
+    ASSERT_OK(lkv_store_flush(s));
+    lkv_store_stats st = su_stats(s);
+    ASSERT_EQ(st.hot_bytes, 6 * 4096);
+    ASSERT_EQ(st.hot_bytes_pinned, 3 * 4096);
+    ASSERT_OK(lkv_store_get_block(rd1, 2, got, sizeof got));
+    ASSERT_TRUE(memcmp(got, want + 2 * TINY_BB, TINY_BB) == 0);
+    lkv_store_get_end(rd1);
+    ASSERT_EQ(su_stats(s).hot_bytes_pinned, 3 * 4096); /* One reader left. */
+    ASSERT_EQ(su_stats(s).hot_pages_free, 10);
+    ASSERT_OK(lkv_store_get_block(rd2, 0, got, sizeof got));
+    ASSERT_TRUE(memcmp(got, want, TINY_BB) == 0);
+    lkv_store_get_end(rd2);
+    st = su_stats(s);
+    ASSERT_EQ(st.hot_bytes_pinned, 0);
+    ASSERT_EQ(st.hot_bytes, 3 * 4096);
+    ASSERT_EQ(st.hot_pages_free, 13);
+    /* The new document is unpinned: it can be demoted now, and pinned and unpinned again. */
+    ASSERT_OK(lkv_store_pin(s, &k, NULL, 0, &in));
+    ASSERT_OK(lkv_store_unpin(s, &k));
+    ASSERT_OK(lkv_store_demote(s, &k));
+    ASSERT_EQ(su_stats(s).hot_bytes, 0);
+    ASSERT_OK(su_check(s, &k, 77, 10));
+    ASSERT_OK(lkv_store_close(s));
+    su_rmdir(dir);
+}
+
+typedef struct kv_seen {
+    char keys[64][48]; /* "section.key". */
+    double vals[64];
+    int n;
+} kv_seen;
+
+static int kv_collect(void *ctx, const lkv_stat_desc *d, double v)
+{
+    kv_seen *s = ctx;
+    ASSERT_TRUE(s->n < 64);
+    snprintf(s->keys[s->n], sizeof(s->keys[0]), "%s.%s", d->section, d->key);
+    s->vals[s->n++] = v;
+    return 0;
+}
+
+static double kv_get(const kv_seen *s, const char *key)
+{
+    for (int i = 0; i < s->n; i++) {
+        if (strcmp(s->keys[i], key) == 0) {
+            return s->vals[i];
+        }
+    }
+    LKV_FAIL("stat %s is not registered", key);
+}
+
+/* The store's stats in a registry: every field, with the values of lkv_store_stats_get; one
+ * store per registry; unregistered on close. */
+static void test_stats_registry(void)
+{
+    char *dir = su_tmpdir(), *dir2 = su_tmpdir();
+    lkv_stats *reg;
+    lkv_dockey k, never;
+    lkv_doc_info in;
+    ASSERT_OK(lkv_stats_create(&reg));
+    su_registry = reg;
+    lkv_store *s = su_open(dir, 16, 0, WB);
+    ASSERT_TRUE(lkv_store_stats_registry(s) == reg);
+    int n = lkv_stats_count(reg);
+    ASSERT_TRUE(n >= 39);
+    ASSERT_OK(su_put(s, 5, 10, &k));
+    su_key(s, 6, 10, &never);
+    ASSERT_OK(lkv_store_lookup(s, &k, 1, &in));
+    ASSERT_OK(lkv_store_lookup(s, &never, 1, &in));
+    ASSERT_OK(lkv_store_flush(s));
+
+    kv_seen v = {0};
+    ASSERT_OK(lkv_stats_foreach(reg, NULL, kv_collect, &v));
+    ASSERT_EQ(v.n, n);
+    lkv_store_stats st = su_stats(s);
+    ASSERT_EQ(kv_get(&v, "hot.docs"), st.hot_docs);
+    ASSERT_EQ(kv_get(&v, "hot.docs"), 1);
+    ASSERT_EQ(kv_get(&v, "hot.blocks"), 3);
+    ASSERT_EQ(kv_get(&v, "hot.pages_free"), st.hot_pages_free);
+    ASSERT_EQ(kv_get(&v, "hot.bytes_budget"), 16 * 4096);
+    ASSERT_EQ(kv_get(&v, "cold.docs"), 1);
+    ASSERT_EQ(kv_get(&v, "cold.bytes_budget"), 0); /* Unlimited. */
+    ASSERT_EQ(kv_get(&v, "lookups.hits_hot"), 1);
+    ASSERT_EQ(kv_get(&v, "lookups.misses"), 1);
+    ASSERT_EQ(kv_get(&v, "lookups.misses_never"), 1);
+    ASSERT_EQ(kv_get(&v, "lookups.misses_evicted"), 0);
+    ASSERT_NEAR(kv_get(&v, "lookups.hit_rate_docs"), 0.5, 1e-12);
+    ASSERT_EQ(kv_get(&v, "puts.puts"), 1);
+    ASSERT_EQ(kv_get(&v, "persistence.wb_persisted"), st.wb_persisted);
+    ASSERT_EQ(kv_get(&v, "persistence.wb_persisted"), 1);
+
+    /* A second store in the same registry is refused, and leaves nothing behind. */
+    lkv_store_config c;
+    lkv_store *s2 = NULL;
+    su_config(&c, dir2, 16, 0, WB);
+    ASSERT_ERR(lkv_store_open(&c, &s2), LKV_EEXIST);
+    ASSERT_TRUE(s2 == NULL);
+    ASSERT_EQ(lkv_stats_count(reg), n);
+    ASSERT_OK(lkv_store_close(s));
+    ASSERT_EQ(lkv_stats_count(reg), 0);
+    ASSERT_OK(lkv_store_open(&c, &s2)); /* Free again. */
+    ASSERT_EQ(lkv_stats_count(reg), n);
+    /* Stores without a registry each get their own: no clash. */
+    su_registry = NULL;
+    s = su_open(dir, 16, 0, WB);
+    ASSERT_TRUE(lkv_store_stats_registry(s) != reg);
+    ASSERT_EQ(lkv_stats_count(lkv_store_stats_registry(s)), n);
+    ASSERT_EQ(su_stats(s).cold_docs, 1); /* Reopened: the document persisted. */
+    ASSERT_OK(lkv_store_close(s));
+    ASSERT_OK(lkv_store_close(s2));
+    lkv_stats_destroy(reg);
+    su_rmdir(dir);
+    su_rmdir(dir2);
+}
+
 int main(void)
 {
     LKV_RUN(test_basic);
@@ -737,5 +904,7 @@ int main(void)
     LKV_RUN(test_faults);
     LKV_RUN(test_threads);
     LKV_RUN(test_misc);
+    LKV_RUN(test_pin_counts);
+    LKV_RUN(test_stats_registry);
     return 0;
 }

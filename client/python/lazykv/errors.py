@@ -2,9 +2,15 @@
 
 Every failed call raises a subclass of LazyKVError chosen from the gRPC status code, so a RAG
 pipeline can write ``except lazykv.NotFound`` instead of inspecting status codes. The daemon's
-message (what was expected, what was got) is kept in ``details``. Arguments that the client can
-reject before sending (a key of the wrong length, neither key nor tokens, ...) raise
-InvalidArgument too, with ``code`` set to ``grpc.StatusCode.INVALID_ARGUMENT``.
+exact lazykv code travels in the call's trailing metadata under ``lkv-code`` (its name from
+common/lkv_err.h, e.g. "LKV_ENOSPC"; see proto/lazykv/v1/cache.proto) and is kept in
+``lkv_code``, so a caller tells "budget exhausted" (LKV_ENOSPC) from "message too large"
+(LKV_ETOOBIG) under the same RESOURCE_EXHAUSTED without reading the message. ``lkv_code`` is None
+when the status came without it (gRPC itself, a proxy, an old daemon, a local check). The
+daemon's message (what was expected, what was got) is kept in ``details`` for people: this
+package never parses it. Arguments that the client can reject before sending (a key of the wrong
+length, neither key nor tokens, ...) raise InvalidArgument too, with ``code`` set to
+``grpc.StatusCode.INVALID_ARGUMENT``.
 """
 
 import grpc
@@ -20,7 +26,11 @@ __all__ = [
     "DeadlineExceeded",
     "Cancelled",
     "from_rpc_error",
+    "LKV_CODE_KEY",
 ]
+
+# Trailing-metadata key of the exact lazykv code (proto/lkv_status.h, LKV_STATUS_MD_KEY).
+LKV_CODE_KEY = "lkv-code"
 
 
 class LazyKVError(Exception):
@@ -28,14 +38,17 @@ class LazyKVError(Exception):
 
     Attributes:
         code: the grpc.StatusCode of the failed call (or the one a local check stands for).
-        details: the daemon's (or the local check's) message.
+        lkv_code: the daemon's exact code name ("LKV_EPROFILE", "LKV_ENOSPC", ...) from the
+            call's lkv-code trailing metadata, or None if the status came without one.
+        details: the daemon's (or the local check's) message, for people.
     """
 
     code = grpc.StatusCode.UNKNOWN
 
-    def __init__(self, details="", code=None):
+    def __init__(self, details="", code=None, lkv_code=None):
         if code is not None:
             self.code = code
+        self.lkv_code = lkv_code
         self.details = details
         super().__init__(f"{self.code.name}: {details}" if details else self.code.name)
 
@@ -103,17 +116,38 @@ _BY_CODE = {
 }
 
 
+def lkv_code_of(err):
+    """Returns the lkv-code trailing metadata value of a grpc.RpcError (a str such as
+    "LKV_ENOSPC"), or None if it has none or it is not an LKV_E* name."""
+    md_fn = getattr(err, "trailing_metadata", None)
+    if not callable(md_fn):
+        return None
+    try:
+        md = md_fn() or ()
+    except Exception:  # a future that never got a status
+        return None
+    for key, value in md:
+        if key == LKV_CODE_KEY:
+            if isinstance(value, bytes):
+                value = value.decode("ascii", "replace")
+            return value if value.startswith("LKV_E") and value[5:].isalnum() else None
+    return None
+
+
 def from_rpc_error(err):
     """Returns the typed LazyKVError for a grpc.RpcError (or anything with code()/details()).
 
-    Codes without a dedicated class (INTERNAL, UNIMPLEMENTED, UNKNOWN, ...) give a plain
-    LazyKVError whose ``code`` says which one it was.
+    The class comes from the status code (which the daemon derived from its exact code through
+    the one table, proto/lkv_status.c); the exact code is ``lkv_code``. Codes without a dedicated
+    class (INTERNAL, UNIMPLEMENTED, UNKNOWN, ...) give a plain LazyKVError whose ``code`` says
+    which one it was.
     """
     code = err.code() if callable(getattr(err, "code", None)) else grpc.StatusCode.UNKNOWN
     details = err.details() if callable(getattr(err, "details", None)) else str(err)
     if code is None:
         code = grpc.StatusCode.UNKNOWN
+    lkv_code = lkv_code_of(err)
     cls = _BY_CODE.get(code)
     if cls is None:
-        return LazyKVError(details or "", code=code)
-    return cls(details or "")
+        return LazyKVError(details or "", code=code, lkv_code=lkv_code)
+    return cls(details or "", lkv_code=lkv_code)

@@ -1,7 +1,8 @@
 #!/usr/bin/python3
 """Unit tests of the lazykv Python package that need no daemon.
 
-1. Error mapping: every gRPC status code gives the right typed error.
+1. Error mapping: every gRPC status code gives the right typed error; the exact code comes from
+   the lkv-code trailing metadata (never from the message).
 2. Request building: document references, the Put stream (header first, block indices, message
    packing under the size budget), local argument checks.
 3. Token hashing: the same known-answer vectors as tests/daemon/test_auth.c (C and Python agree).
@@ -14,6 +15,7 @@ Run: PYTHONPATH=<build>/python /usr/bin/python3 tests/client/python/test_client_
 
 import hashlib
 import threading
+import time
 import unittest
 from concurrent import futures
 
@@ -27,15 +29,18 @@ from lazykv._health.v1 import health_pb2, health_pb2_grpc
 
 
 class FakeRpcError(grpc.RpcError):
-    def __init__(self, code, details):
+    def __init__(self, code, details, trailing=None):
         super().__init__()
-        self._code, self._details = code, details
+        self._code, self._details, self._trailing = code, details, trailing
 
     def code(self):
         return self._code
 
     def details(self):
         return self._details
+
+    def trailing_metadata(self):
+        return self._trailing
 
 
 class ErrorMappingTest(unittest.TestCase):
@@ -64,6 +69,38 @@ class ErrorMappingTest(unittest.TestCase):
             e = errors.from_rpc_error(FakeRpcError(code, "x"))
             self.assertIs(type(e), lazykv.LazyKVError)
             self.assertEqual(e.code, code)
+
+    def test_exact_code_from_metadata(self):
+        RE = grpc.StatusCode.RESOURCE_EXHAUSTED
+        # The message says one thing, the code another: the code wins, the message is kept.
+        e = errors.from_rpc_error(FakeRpcError(RE, "Received message larger than max",
+                                               (("x-other", "1"), ("lkv-code", "LKV_ENOSPC"))))
+        self.assertIs(type(e), lazykv.ResourceExhausted)
+        self.assertEqual(e.lkv_code, "LKV_ENOSPC")
+        self.assertEqual(e.details, "Received message larger than max")
+        e = errors.from_rpc_error(FakeRpcError(RE, "hot budget exhausted",
+                                               (("lkv-code", b"LKV_ETOOBIG"),)))
+        self.assertEqual(e.lkv_code, "LKV_ETOOBIG")
+        # No metadata (gRPC core itself, a proxy, an old daemon) or a malformed value: None.
+        for md in (None, (), (("lkv-code", ""),), (("lkv-code", "-1005"),),
+                   (("lkv-code", "LKV_E NOSPC"),), (("lkv-codes", "LKV_ENOSPC"),)):
+            e = errors.from_rpc_error(FakeRpcError(RE, "x", md))
+            self.assertIs(type(e), lazykv.ResourceExhausted)
+            self.assertIsNone(e.lkv_code, md)
+        # Objects without trailing_metadata (or one that raises) still map.
+        class Bare:
+            def code(self):
+                return grpc.StatusCode.NOT_FOUND
+
+        class Raising(FakeRpcError):
+            def trailing_metadata(self):
+                raise RuntimeError("no status yet")
+
+        self.assertIsNone(errors.from_rpc_error(Bare()).lkv_code)
+        e = errors.from_rpc_error(Raising(grpc.StatusCode.INTERNAL, "x"))
+        self.assertIs(type(e), lazykv.LazyKVError)
+        self.assertIsNone(e.lkv_code)
+        self.assertIsNone(lazykv.NotFound("local").lkv_code)
 
     def test_builtin_bases(self):
         self.assertIsInstance(lazykv.NotFound("x"), LookupError)
@@ -237,6 +274,10 @@ class FakeCache(cache_pb2_grpc.CacheServicer):
                 header = req.header
                 if header.profile.startswith("abort-"):
                     context.abort(getattr(grpc.StatusCode, header.profile[6:]), "as asked")
+                if header.profile.startswith("lkv-"):  # lkv-<STATUS>-<LKV code name>
+                    status, name = header.profile[4:].split("-", 1)
+                    context.set_trailing_metadata(((errors.LKV_CODE_KEY, name),))
+                    context.abort(getattr(grpc.StatusCode, status), "message larger than max")
             for b in req.blocks:
                 if b.index != len(blocks) or len(b.data) != BLOCK:
                     context.abort(grpc.StatusCode.INVALID_ARGUMENT,
@@ -253,8 +294,12 @@ class FakeCache(cache_pb2_grpc.CacheServicer):
                                      durability=cache_pb2.DURABILITY_HOT,
                                      already_present=present, tier=cache_pb2.TIER_HOT)
 
+    lookup_delay = 0.0  # Seconds Lookup sleeps first (a slow server, for deadline tests).
+
     def Lookup(self, request, context):
         self._auth(context)
+        if self.lookup_delay:
+            time.sleep(self.lookup_delay)
         out = []
         for ref in request.docs:
             key = self._key(ref, context)
@@ -363,8 +408,17 @@ class FakeServerTest(unittest.TestCase):
             for code, cls in (("RESOURCE_EXHAUSTED", lazykv.ResourceExhausted),
                               ("PERMISSION_DENIED", lazykv.PermissionDenied),
                               ("UNAVAILABLE", lazykv.Unavailable)):
-                with self.assertRaises(cls):
+                with self.assertRaises(cls) as cm:
                     kv.put("abort-" + code, [1], [b"x" * BLOCK])
+                self.assertIsNone(cm.exception.lkv_code)  # No metadata: status only.
+            # Through a real grpcio call: the trailing metadata reaches lkv_code.
+            for code, cls, name in (("RESOURCE_EXHAUSTED", lazykv.ResourceExhausted, "LKV_ENOSPC"),
+                                    ("INVALID_ARGUMENT", lazykv.InvalidArgument, "LKV_EPROFILE"),
+                                    ("UNAVAILABLE", lazykv.Unavailable, "LKV_ESHUTDOWN")):
+                with self.assertRaises(cls) as cm:
+                    kv.put(f"lkv-{code}-{name}", [1], [b"x" * BLOCK])
+                self.assertEqual(cm.exception.lkv_code, name)
+                self.assertEqual(cm.exception.details, "message larger than max")
 
     def test_wrong_token(self):
         for token in ("nope", None):
@@ -406,9 +460,17 @@ class FakeServerTest(unittest.TestCase):
         with lazykv.Client("127.0.0.1:1", timeout=2) as kv:
             with self.assertRaises(lazykv.Unavailable):
                 kv.lookup([bytes(32)])
-        with self.client() as kv:
-            with self.assertRaises(lazykv.DeadlineExceeded):
-                kv.lookup([bytes(32)], timeout=1e-6)
+        # A deadline shorter than the server takes: raised by the client whatever the load (a
+        # 1 us deadline on an idle in-process server can be met, which made this flaky).
+        self.cache.lookup_delay = 0.5
+        try:
+            with self.client() as kv:
+                t0 = time.monotonic()
+                with self.assertRaises(lazykv.DeadlineExceeded):
+                    kv.lookup([bytes(32)], timeout=0.1)
+                self.assertLess(time.monotonic() - t0, 0.45)
+        finally:
+            self.cache.lookup_delay = 0.0
 
 
 if __name__ == "__main__":

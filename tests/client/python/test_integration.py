@@ -183,16 +183,24 @@ class AnonymousTest(unittest.TestCase):
         with self.assertRaises(lazykv.InvalidArgument) as cm:
             kv.put("no-such-profile", tokens, fake_blocks(tokens))
         self.assertIn(PROFILE, cm.exception.details)  # The message lists the known profiles.
-        with self.assertRaises(lazykv.InvalidArgument):
+        # The exact code comes from the lkv-code trailing metadata, not from the message.
+        self.assertEqual(cm.exception.lkv_code, "LKV_EPROFILE")
+        with self.assertRaises(lazykv.InvalidArgument) as cm:
             kv.put(PROFILE, tokens, [b"\0" * (BLOCK_BYTES - 1), b"\0" * BLOCK_BYTES])
+        self.assertEqual(cm.exception.lkv_code, "LKV_EINVAL")
         with self.assertRaises(lazykv.InvalidArgument):
             kv.put(PROFILE, tokens, fake_blocks(tokens)[:1])  # One block short.
         with self.assertRaises(lazykv.InvalidArgument):
             kv.put(PROFILE, [1, 2, VOCAB], fake_blocks([1, 2, 3]))
-        with self.assertRaises(lazykv.InvalidArgument):
+        with self.assertRaises(lazykv.InvalidArgument) as cm:
             kv.lookup([("no-such-profile", tokens)])
-        with self.assertRaises(lazykv.NotFound):
+        self.assertEqual(cm.exception.lkv_code, "LKV_EPROFILE")
+        with self.assertRaises(lazykv.NotFound) as cm:
             kv.get(bytes(32))
+        self.assertEqual(cm.exception.lkv_code, "LKV_ENOTFOUND")
+        with self.assertRaises(lazykv.NotFound) as cm:
+            kv.delete(bytes(32))
+        self.assertEqual(cm.exception.lkv_code, "LKV_ENOTFOUND")
         # A refused Put changed nothing.
         self.assertFalse(kv.lookup([(PROFILE, tokens)])[0].present)
 
@@ -242,13 +250,15 @@ class TenantTest(unittest.TestCase):
 
     def test_credentials(self):
         with self.client("lkv_wrong") as kv:
-            with self.assertRaises(lazykv.Unauthenticated):
+            with self.assertRaises(lazykv.Unauthenticated) as cm:
                 kv.lookup([bytes(32)])
+            self.assertEqual(cm.exception.lkv_code, "LKV_EUNAUTH")
             self.assertTrue(kv.ping())  # Health needs no token.
         with self.client("alice") as kv:
             self.assertEqual(len(kv.lookup([bytes(32)])), 1)
-            with self.assertRaises(lazykv.PermissionDenied):
+            with self.assertRaises(lazykv.PermissionDenied) as cm:
                 kv.stats()
+            self.assertEqual(cm.exception.lkv_code, "LKV_EPERM")
         with self.client("bob") as kv:
             self.assertTrue(kv.stats().info)
 

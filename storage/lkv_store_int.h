@@ -1,0 +1,281 @@
+/*
+ * lkv_store_int.h: the block store's internals, shared by its three files (SQLite btreeInt.h
+ * style). Nothing outside storage/lkv_store*.c includes it; the contract is lkv_store.h.
+ *
+ *   lkv_store_index.c  the document index: the slot table, the key index, the content index
+ *                      and the bounded "gone" set of evicted/deleted keys. Pure metadata.
+ *   lkv_store_tier.c   the tier engine: pins, admit/evict/demote/promote between the hot arena
+ *                      and the cold RocksDB tier, cold writes, the death and settling of docs,
+ *                      and the write-back writer thread.
+ *   lkv_store.c        the public API of lkv_store.h: open/close, lookups, put transactions,
+ *                      reads, delete, pin, demote, foreach, stats.
+ *
+ * Metadata. Every document the store knows is a `doc` in the slot table (slots[]), allocated
+ * with lkv_xmalloc and named by its slot number. A doc is in the key index (chained hash on the
+ * key's first 8 bytes) iff its state is COMMITTING or VISIBLE, and in the content index (same,
+ * on its content hash) iff VISIBLE. Its id in both policies (pid) is the key's hash64 with the
+ * top bit clear while it is committed, and STAGE_BIT | slot while it is staging or dead, so a
+ * dead document that readers still hold never clashes with a new one of the same key, and the
+ * sketch-based policies see one stable id per document across evictions.
+ *
+ * States: STAGING (a put transaction owns it) -> COMMITTING (write-through only: being synced,
+ * invisible) -> VISIBLE -> DEAD (deleted, evicted from both tiers or corrupt; out of the
+ * indexes). A DEAD doc keeps its hot pages while anything holds a hot pin on it and its slot
+ * while refs > 0; lkv__settle() releases what is no longer held.
+ *
+ * Flags and counts of a doc:
+ *   hot        owns pages[] and is in the hot policy (bytes = n_blocks * page_bytes).
+ *   cold       it is in the cold policy (bytes = payload bytes) and its data is in RocksDB,
+ *              or being written there (cold_busy).
+ *   cold_busy  a write of it to RocksDB is in flight (pinned in the cold policy meanwhile).
+ *   promoting  its pages are being filled from RocksDB (pinned in both policies).
+ *   hot_pins   pins held in the hot tier: user pins + readers + writer + promoter + stager.
+ *   cold_pins  pins held in the cold tier: writer or write-through commit, promoter.
+ *   refs       lifetime references: readers, the write-back queue, the writer, promoters.
+ *
+ * Pins are counted in ONE place: here, in the store (hot_pins, cold_pins, user_pins). The
+ * policy only holds a doc's entry pinned (not a victim) while the store's count is above zero:
+ * lkv__hot_pin / lkv__cold_pin call lkv_policy_pin on the 0 -> 1 transition and
+ * lkv_policy_unpin on 1 -> 0, so the policy's own counter of a store entry is 0 or 1. Why the
+ * store: it must know the counts by holder anyway (user pins make delete EBUSY and are
+ * reported; any hot pin makes demote EBUSY and keeps a dead doc's pages), so a second counter
+ * in the policy could only drift from it; and changing a doc's policy id (lkv__rekey) becomes
+ * remove + admit + at most one pin, with no loop replaying the count. The policy's counted
+ * pins stay as they are for its other user (the hit-rate simulator); lkv_policy.c is unchanged.
+ *
+ * Invariants: arena pages in use = sum over hot docs of n_blocks = hot policy bytes /
+ * page_bytes; a policy victim is always VISIBLE with hot_pins == 0 (hot) or cold_pins == 0
+ * (cold); a VISIBLE doc is hot or cold (or both); policy entry pinned iff the matching count
+ * is above zero.
+ *
+ * Locking: one mutex, s->mu, guards every field of lkv_store below `mu` except the immutable
+ * config (cfg, profiles, n_profiles, page_bytes, arena and cold handles), every field of every
+ * doc, both policies (lkv_policy is not thread-safe) and the write-back queue. Block copies of
+ * puts and gets, RocksDB writes of the writer and of write-through commits, and promotion reads
+ * run without it; the doc is pinned (and referenced) meanwhile, so its pages and fields that
+ * the copy reads (key, n_blocks, block_bytes, pages[], tokens) do not change. Demotion writes
+ * (a hot victim not yet persisted) and RocksDB deletes run under it. A put handle is owned by
+ * one thread; its fields need no lock. A read handle's fields are immutable after acquire.
+ * The counters in st are only written under mu (lkv_store_stats_get copies them under mu).
+ */
+#ifndef LKV_STORE_INT_H
+#define LKV_STORE_INT_H
+
+#include <pthread.h>
+#include <stdint.h>
+
+#include "lkv_arena.h"
+#include "lkv_cold.h"
+#include "lkv_log.h"
+#include "lkv_policy.h"
+#include "lkv_store.h"
+
+#define NIL                    UINT32_MAX
+#define STAGE_BIT              (1ull << 63)
+#define DEFAULT_EVICTED_MEMORY 65536u
+
+/* Broken invariants of the metadata are fatal (never input errors): fail loudly, also with
+ * NDEBUG, rather than serve the wrong pages. */
+#define MUST_OK(expr)                                                                              \
+    do {                                                                                           \
+        int must_rc_ = (expr);                                                                     \
+        if (must_rc_ != 0) {                                                                       \
+            lkv_panic("store invariant: %s: %s", #expr, lkv_strerror(must_rc_));                   \
+        }                                                                                          \
+    } while (0)
+
+enum doc_state { ST_STAGING, ST_COMMITTING, ST_VISIBLE, ST_DEAD };
+
+typedef struct doc {
+    lkv_dockey key;         /* Document key. */
+    uint64_t pid;           /* Id in both policies (see the file comment). */
+    uint64_t content_hash;  /* lkv_dockey_content_hash of (salt, tokens). */
+    uint8_t fp[32];         /* Profile fingerprint. */
+    int profile;            /* Index in s->profiles, or -1 if not configured. */
+    int state;              /* enum doc_state. */
+    uint32_t slot;          /* Index in s->slots. */
+    uint32_t n_tokens;      /* Tokens. */
+    uint32_t n_blocks;      /* Blocks. */
+    uint64_t block_bytes;   /* Payload bytes of a block. */
+    int64_t created_ms;     /* Creation time (Unix ms). */
+    uint32_t *tokens;       /* Owned; present while hot (NULL for cold-only docs). */
+    uint32_t *pages;        /* Owned; n_blocks arena pages while hot. */
+    unsigned hot : 1;       /* See the file comment. */
+    unsigned cold : 1;      /* See the file comment. */
+    unsigned cold_busy : 1; /* See the file comment. */
+    unsigned promoting : 1; /* See the file comment. */
+    unsigned queued : 1;    /* In the write-back queue. */
+    unsigned indexed : 1;   /* In the key index. */
+    unsigned cindexed : 1;  /* In the content index. */
+    uint32_t hot_pins;      /* Pins held in the hot tier (the one count; see the file comment). */
+    uint32_t user_pins;     /* Of which lkv_store_pin pins. */
+    uint32_t cold_pins;     /* Pins held in the cold tier. */
+    uint32_t refs;          /* Lifetime references. */
+    uint32_t next;          /* Key index chain (slot), or NIL. */
+    uint32_t cnext;         /* Content index chain (slot), or NIL. */
+    uint32_t qnext;         /* Write-back queue link (slot), or NIL. */
+} doc;
+
+/* A bounded memory of recently evicted or deleted keys, FIFO, with a chained hash on top. */
+typedef struct gone_ent {
+    uint64_t h;    /* Key hash64. */
+    uint32_t next; /* Chain (ring index), or NIL. */
+    uint8_t cause; /* LKV_MISS_EVICTED or LKV_MISS_DELETED. */
+    uint8_t used;  /* 1 if the entry holds a key. */
+} gone_ent;
+
+struct lkv_store {
+    /* Immutable after open. */
+    lkv_store_config cfg;        /* Copy; pointers inside are not kept. */
+    lkv_profile *profiles;       /* Owned copies, finished. */
+    int n_profiles;              /* Entries. */
+    lkv_arena *arena;            /* Hot tier memory (thread-safe copies; alloc/free under mu). */
+    lkv_cold *cold;              /* Cold tier (thread-safe). */
+    uint64_t page_bytes;         /* Arena page size. */
+    lkv_stats *stats;            /* Registry of the store's stats (cfg.stats or own_stats). */
+    lkv_stats *own_stats;        /* Owned registry when cfg.stats was NULL, else NULL. */
+    lkv_stat_group *stats_group; /* The store's registration (NULL until registered). */
+    /* Guarded by mu. */
+    pthread_mutex_t mu;      /* Guards everything below. */
+    pthread_cond_t cv;       /* Broadcast on commits, promotions, writer progress. */
+    pthread_cond_t wcv;      /* Wakes the writer. */
+    pthread_t writer;        /* Write-back writer thread. */
+    int writer_started;      /* 1 once the thread runs (set before any other thread). */
+    int stopping;            /* Close began: no new puts; the writer exits when drained. */
+    lkv_policy *hotp;        /* Hot policy (bytes = pages * page_bytes). */
+    lkv_policy *coldp;       /* Cold policy (bytes = payload bytes). */
+    uint8_t *scratch;        /* One page of host memory for demotions (CUDA arena only). */
+    doc **slots;             /* Slot table (owned, and every doc in it). */
+    uint32_t n_slots;        /* Slots used (some may be NULL: free). */
+    uint32_t cap_slots;      /* Slots allocated. */
+    uint32_t *free_slots;    /* Free slot stack. */
+    uint32_t n_free_slots;   /* Entries on the stack. */
+    uint32_t cap_free_slots; /* Entries allocated. */
+    uint32_t *kidx;          /* Key index buckets (slots), NIL = empty. */
+    uint32_t kmask;          /* Buckets - 1. */
+    uint32_t kcount;         /* Docs in the key index. */
+    uint32_t *cidx;          /* Content index buckets. */
+    uint32_t cmask;          /* Buckets - 1. */
+    uint32_t ccount;         /* Docs in the content index. */
+    gone_ent *gone;          /* Ring of remembered keys. */
+    uint32_t *gone_b;        /* Buckets of the ring's hash (>= 2 * cap). */
+    uint32_t gone_cap;       /* Ring entries. */
+    uint32_t gone_pos;       /* Next ring entry to overwrite. */
+    uint32_t gone_bmask;     /* Buckets - 1. */
+    uint32_t q_head;         /* Write-back queue head (slot), NIL = empty. */
+    uint32_t q_tail;         /* Write-back queue tail (slot), NIL = empty. */
+    int writer_busy;         /* 1 while the writer holds a doc. */
+    uint64_t wb_failed_seen; /* wb_failed already reported by flush/close. */
+    lkv_store_stats st;      /* Counters (tier sizes are computed in stats_get). */
+};
+
+struct lkv_store_put {
+    lkv_store *s;               /* Owner. */
+    doc *d;                     /* Staging doc, or NULL when the document already existed. */
+    uint32_t n_blocks;          /* Blocks expected. */
+    uint32_t n_tokens;          /* Tokens of the document. */
+    uint64_t block_bytes;       /* Bytes of each block. */
+    uint32_t next;              /* Next block index expected. */
+    const lkv_profile *profile; /* Borrowed from the store. */
+};
+
+struct lkv_store_read {
+    lkv_store *s;        /* Owner. */
+    doc *d;              /* Referenced doc. */
+    lkv_cold_snap *snap; /* Cold streaming: the snapshot; NULL when reading hot pages. */
+    uint32_t *pages;     /* Hot: owned copy of the page list. */
+    lkv_doc_info info;   /* Info at begin. */
+};
+
+/* ---- small helpers ------------------------------------------------------------------------ */
+
+/* The policy id of a committed doc of key k. */
+static inline uint64_t lkv__live_pid(const lkv_dockey *k)
+{
+    return lkv_dockey_hash64(k) & ~STAGE_BIT;
+}
+
+/* The policy cost of an entry of bytes (config: per document or per byte). */
+static inline double lkv__cost(const lkv_store *s, uint64_t bytes)
+{
+    return s->cfg.policy_cost_bytes ? (double)bytes : 1.0;
+}
+
+/* Bytes d takes in the hot tier (whole pages) and in the cold tier (payload). */
+static inline uint64_t lkv__hot_bytes(const lkv_store *s, const doc *d)
+{
+    return (uint64_t)d->n_blocks * s->page_bytes;
+}
+
+static inline uint64_t lkv__cold_bytes(const doc *d)
+{
+    return (uint64_t)d->n_blocks * d->block_bytes;
+}
+
+/* ---- lkv_store_index.c: every function requires s->mu (or a store no other thread sees) --- */
+
+/* Allocates the empty indexes and the gone ring of gone_cap entries (>= 1). */
+void lkv__index_init(lkv_store *s, uint32_t gone_cap);
+/* Frees every doc and the indexes (at close; nothing else runs). */
+void lkv__index_free(lkv_store *s);
+/* A new zeroed doc in a free slot (next links NIL, profile -1). Owned by the slot table. */
+doc *lkv__slot_new(lkv_store *s);
+/* Frees d and its slot; d must be in no tier, no index, no queue, with refs == 0. */
+void lkv__slot_free(lkv_store *s, doc *d);
+/* Key index: d must not be / must be indexed. find returns the indexed doc of k, or NULL. */
+void lkv__kidx_insert(lkv_store *s, doc *d);
+void lkv__kidx_remove(lkv_store *s, doc *d);
+doc *lkv__kidx_find(lkv_store *s, const lkv_dockey *k);
+/* The doc whose policy id is pid (staging/dead ids by slot, live ids by the key index). */
+doc *lkv__pid_find(lkv_store *s, uint64_t pid);
+/* Content index of VISIBLE docs: insert/remove, and 1 if a doc of content hash h is in it. */
+void lkv__cidx_insert(lkv_store *s, doc *d);
+void lkv__cidx_remove(lkv_store *s, doc *d);
+int lkv__cidx_has(lkv_store *s, uint64_t h);
+/* Remembers key k as gone for cause (overwriting the oldest), and looks a cause up
+ * (LKV_MISS_NEVER if not remembered). */
+void lkv__gone_add(lkv_store *s, const lkv_dockey *k, int cause);
+int lkv__gone_find(lkv_store *s, const lkv_dockey *k);
+
+/* ---- lkv_store_tier.c: every function requires s->mu unless it says otherwise ------------- */
+
+/* Takes / drops one pin of d in the hot (cold) tier; d must be in that tier's policy. */
+void lkv__hot_pin(lkv_store *s, doc *d);
+void lkv__hot_unpin(lkv_store *s, doc *d);
+void lkv__cold_pin(lkv_store *s, doc *d);
+void lkv__cold_unpin(lkv_store *s, doc *d);
+/* Changes d's id in the policies it is in (keeping its pin state) from d->pid to pid. */
+void lkv__rekey(lkv_store *s, doc *d, uint64_t pid);
+/* Admits d (not hot) to the hot tier, evicting (demoting) victims, and takes its pages. The
+ * caller pins. LKV_ENOSPC if it cannot fit, LKV_EINTERNAL on a policy id collision. */
+int lkv__hot_admit(lkv_store *s, doc *d);
+/* Admits d (not cold) to the cold policy, evicting cold victims, and sets d->cold. */
+int lkv__cold_admit(lkv_store *s, doc *d);
+/* Makes d invisible (DEAD) and remembers its key with cause (LKV_MISS_NONE: not remembered);
+ * releases at once what nothing holds (sync: sync the RocksDB delete). Call lkv__settle after. */
+void lkv__kill(lkv_store *s, doc *d, int cause, int sync);
+/* Releases what a DEAD doc no longer needs; frees it when nothing holds it. No-op otherwise. */
+void lkv__settle(lkv_store *s, doc *d);
+/* Drops one lifetime reference of d, then settles it. */
+void lkv__unref(lkv_store *s, doc *d);
+/* Counts a corrupt block of d and drops d if it is still VISIBLE. */
+void lkv__corrupt(lkv_store *s, doc *d);
+/* Promotes cold-only d (VISIBLE, referenced by the caller, not promoting) to the hot tier.
+ * must_hot: try even if the admission filter says no. Returns 0 with d hot and one hot pin
+ * taken for the caller; LKV_ENOSPC if it cannot or should not be made hot (nothing changed);
+ * LKV_ENOTFOUND if its data proved corrupt or missing (d is DEAD now, the caller still holds
+ * its reference). Drops s->mu while reading RocksDB. */
+int lkv__promote(lkv_store *s, doc *d, int must_hot);
+/* Demotes hot, unpinned, VISIBLE d out of the hot tier now (persisting it first if needed). */
+void lkv__demote(lkv_store *s, doc *d);
+/* Write-back: queues committed d for the writer (takes a reference) and wakes it. */
+void lkv__wb_enqueue(lkv_store *s, doc *d);
+/* Write-through: persists COMMITTING d synchronously (drops s->mu during the write). Returns 0
+ * with d cold, or the admit/write error with d not cold. */
+int lkv__write_through(lkv_store *s, doc *d);
+/* Starts the writer thread (s->mu not held; before the store is shared). */
+void lkv__writer_start(lkv_store *s);
+/* Tells the writer to drain the queue and exit, and joins it (s->mu not held). */
+void lkv__writer_stop(lkv_store *s);
+
+#endif

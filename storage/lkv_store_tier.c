@@ -1,0 +1,535 @@
+/*
+ * lkv_store_tier.c: the block store's tier engine and write-back writer (internals and locking
+ * in lkv_store_int.h).
+ *
+ * The engine keeps the two tiers' policies, the arena and RocksDB in step:
+ *   admit      hot: policy admit (evicting victims through hot_evict_cb), then arena pages;
+ *              cold: policy admit (evicting through cold_evict_cb); the data is written after.
+ *   evict      a hot victim is demoted: written to RocksDB first (under the lock, sync=false)
+ *              if it is not cold yet, and dropped (LKV_MISS_EVICTED) if the cold tier cannot
+ *              take it; a cold victim loses its RocksDB data and leaves the store unless hot.
+ *   promote    a cold-only doc is pinned in the cold tier, admitted hot, and its pages filled
+ *              from a RocksDB snapshot without the lock.
+ *   kill       a doc becomes DEAD, leaves the indexes, and gives back at once what nothing
+ *              holds; lkv__settle gives back the rest when the last pin or reference goes.
+ *   writer     one thread takes committed write-back docs off the FIFO queue, admits them to
+ *              the cold policy and writes them without the lock (pinned in both tiers).
+ * Policy callbacks run inside lkv_policy_admit, under the lock: they may kill cold-only docs
+ * but never release a hot doc's policy entry themselves (the policy drops its victim).
+ */
+#include <assert.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "lkv_store_int.h"
+
+static void hot_evict_cb(void *ctx, uint64_t id, uint64_t bytes);
+static void cold_evict_cb(void *ctx, uint64_t id, uint64_t bytes);
+
+/* ---- pins (counted here only; the policy sees pinned / not pinned) ------------------------ */
+
+void lkv__hot_pin(lkv_store *s, doc *d)
+{
+    if (d->hot_pins++ == 0) {
+        MUST_OK(lkv_policy_pin(s->hotp, d->pid));
+    }
+}
+
+void lkv__hot_unpin(lkv_store *s, doc *d)
+{
+    assert(d->hot_pins > 0);
+    if (--d->hot_pins == 0) {
+        MUST_OK(lkv_policy_unpin(s->hotp, d->pid));
+    }
+}
+
+void lkv__cold_pin(lkv_store *s, doc *d)
+{
+    if (d->cold_pins++ == 0) {
+        MUST_OK(lkv_policy_pin(s->coldp, d->pid));
+    }
+}
+
+void lkv__cold_unpin(lkv_store *s, doc *d)
+{
+    assert(d->cold_pins > 0);
+    if (--d->cold_pins == 0) {
+        MUST_OK(lkv_policy_unpin(s->coldp, d->pid));
+    }
+}
+
+/* Moves one policy entry from id from to id to, keeping its size, cost and pinned state (the
+ * entry's recency and frequency restart, as for a new admit). */
+static void policy_move(lkv_store *s, lkv_policy *p, uint64_t from, uint64_t to, uint64_t bytes,
+                        int pinned)
+{
+    MUST_OK(lkv_policy_remove(p, from));
+    MUST_OK(lkv_policy_admit(p, to, bytes, lkv__cost(s, bytes), NULL, NULL));
+    if (pinned) {
+        MUST_OK(lkv_policy_pin(p, to));
+    }
+}
+
+void lkv__rekey(lkv_store *s, doc *d, uint64_t pid)
+{
+    if (d->pid == pid) {
+        return;
+    }
+    if (d->hot) {
+        policy_move(s, s->hotp, d->pid, pid, lkv__hot_bytes(s, d), d->hot_pins > 0);
+    }
+    if (d->cold) {
+        policy_move(s, s->coldp, d->pid, pid, lkv__cold_bytes(d), d->cold_pins > 0);
+    }
+    d->pid = pid;
+}
+
+/* Admits d (not hot) to the hot tier, evicting victims, and takes its pages. The caller pins. */
+int lkv__hot_admit(lkv_store *s, doc *d)
+{
+    uint64_t b = lkv__hot_bytes(s, d);
+    int rc = lkv_policy_admit(s->hotp, d->pid, b, lkv__cost(s, b), hot_evict_cb, s);
+    if (rc == LKV_EEXIST) {
+        LKV_LOGE("store: policy id collision (pid %llx)", (unsigned long long)d->pid);
+        return LKV_EINTERNAL;
+    }
+    if (rc != 0) {
+        return rc;
+    }
+    if (d->pages == NULL) {
+        d->pages = lkv_xmalloc(sizeof(uint32_t) * d->n_blocks);
+    }
+    MUST_OK(lkv_arena_alloc(s->arena, d->n_blocks, d->pages)); /* The budget is the arena. */
+    d->hot = 1;
+    return 0;
+}
+
+/* Drops d from the hot tier (not from inside a hot eviction callback). */
+static void hot_release(lkv_store *s, doc *d)
+{
+    assert(d->hot && d->hot_pins == 0);
+    MUST_OK(lkv_policy_remove(s->hotp, d->pid));
+    lkv_arena_free(s->arena, d->n_blocks, d->pages);
+    d->hot = 0;
+    free(d->tokens);
+    d->tokens = NULL;
+}
+
+/* Builds d's write batch from its hot pages and commits it. d must be hot and pinned (or the
+ * lock held). scratch: one page of host memory when the arena is not host-mapped. */
+static int write_doc(lkv_store *s, doc *d, int sync, uint8_t *scratch)
+{
+    lkv_cold_batch *b = lkv_cold_batch_create();
+    for (uint32_t i = 0; i < d->n_blocks; i++) {
+        const void *p = lkv_arena_host_ptr(s->arena, d->pages[i]);
+        if (p == NULL) {
+            int rc = lkv_arena_read(s->arena, d->pages[i], scratch, d->block_bytes);
+            if (rc != 0) {
+                lkv_cold_batch_free(b);
+                return rc;
+            }
+            p = scratch;
+        }
+        lkv_cold_batch_block(b, &d->key, i, p, d->block_bytes);
+    }
+    lkv_cold_doc meta;
+    memset(&meta, 0, sizeof meta);
+    meta.key = d->key;
+    memcpy(meta.fingerprint, d->fp, 32);
+    meta.content_hash = d->content_hash;
+    meta.n_tokens = d->n_tokens;
+    meta.n_blocks = d->n_blocks;
+    meta.block_bytes = (uint32_t)d->block_bytes;
+    meta.created_ms = d->created_ms;
+    return lkv_cold_batch_commit(s->cold, b, &meta, d->tokens, sync);
+}
+
+/* Admits d to the cold policy (evicting cold victims) and sets d->cold. */
+int lkv__cold_admit(lkv_store *s, doc *d)
+{
+    uint64_t b = lkv__cold_bytes(d);
+    assert(!d->cold);
+    int rc = lkv_policy_admit(s->coldp, d->pid, b, lkv__cost(s, b), cold_evict_cb, s);
+    if (rc == LKV_EEXIST) {
+        return LKV_EINTERNAL;
+    }
+    if (rc == 0) {
+        d->cold = 1;
+    }
+    return rc;
+}
+
+/* Undoes lkv__cold_admit after a failed write (d->cold_pins == 0). */
+static void cold_unadmit(lkv_store *s, doc *d)
+{
+    assert(d->cold && d->cold_pins == 0);
+    MUST_OK(lkv_policy_remove(s->coldp, d->pid));
+    d->cold = 0;
+    /* A dead doc of the same key may have left its data for this one (see cold_drop): with
+     * this write failed, nobody owns it. Best effort. */
+    doc *owner = lkv__kidx_find(s, &d->key);
+    if (owner == NULL || !owner->cold) {
+        lkv_cold_delete(s->cold, &d->key, 0);
+    }
+}
+
+/* Removes d from the cold tier: its RocksDB data and (unless called from the cold policy's
+ * eviction callback) its cold policy entry. Deletes are synced only for a caller's delete in
+ * write-through mode (sync): a lost eviction delete just brings a document back. */
+static void cold_drop(lkv_store *s, doc *d, int from_cb, int sync)
+{
+    assert(d->cold && d->cold_pins == 0);
+    /* A dead doc's data may be dropped late (after its last reader or write). If a newer doc
+     * of the same key is in the cold tier meanwhile, the RocksDB data under the key is that
+     * doc's now (same key, same content): keep it. */
+    doc *owner = lkv__kidx_find(s, &d->key);
+    if (owner == NULL || owner == d || !owner->cold) {
+        int rc = lkv_cold_delete(s->cold, &d->key, sync);
+        if (rc != 0) {
+            LKV_LOGW("store: deleting a document from RocksDB failed: %s", lkv_strerror(rc));
+        }
+    }
+    if (!from_cb) {
+        MUST_OK(lkv_policy_remove(s->coldp, d->pid));
+    }
+    d->cold = 0;
+}
+
+/* Makes d invisible (DEAD) and remembers its key with cause. Releases at once what nothing
+ * holds (sync: sync the RocksDB delete); the rest goes in lkv__settle(). Never called on a hot doc
+ * from inside a hot eviction callback (only cold-only docs die there). */
+void lkv__kill(lkv_store *s, doc *d, int cause, int sync)
+{
+    if (d->state == ST_DEAD) {
+        return;
+    }
+    if (d->hot && d->hot_pins == 0 && !d->promoting) {
+        hot_release(s, d);
+    }
+    if (d->cold && d->cold_pins == 0) {
+        cold_drop(s, d, 0, sync);
+    }
+    if (d->indexed) {
+        lkv__kidx_remove(s, d);
+    }
+    if (d->cindexed) {
+        lkv__cidx_remove(s, d);
+    }
+    if (cause != LKV_MISS_NONE) {
+        lkv__gone_add(s, &d->key, cause);
+    }
+    d->state = ST_DEAD;
+    /* Entries still held (pinned) in a policy move to a private id, so that a new document of
+     * the same key can be admitted meanwhile. */
+    lkv__rekey(s, d, STAGE_BIT | d->slot);
+}
+
+/* Releases what a DEAD doc no longer needs; frees it when nothing holds it. */
+void lkv__settle(lkv_store *s, doc *d)
+{
+    if (d->state != ST_DEAD) {
+        return;
+    }
+    if (d->hot && d->hot_pins == 0 && !d->promoting) {
+        hot_release(s, d);
+    }
+    if (d->cold && d->cold_pins == 0) {
+        cold_drop(s, d, 0, 0);
+    }
+    if (!d->hot && !d->cold && d->refs == 0 && !d->queued) {
+        lkv__slot_free(s, d);
+    }
+}
+
+void lkv__unref(lkv_store *s, doc *d)
+{
+    assert(d->refs > 0);
+    d->refs--;
+    lkv__settle(s, d);
+}
+
+/* Hot victim: demote to the cold tier if not there yet, then the policy drops it. */
+static void hot_evict_cb(void *ctx, uint64_t id, uint64_t bytes)
+{
+    lkv_store *s = ctx;
+    doc *d = lkv__pid_find(s, id);
+    (void)bytes;
+    assert(d != NULL);
+    assert(d->hot && d->hot_pins == 0);
+    assert(d->state == ST_VISIBLE);
+    s->st.evictions_hot++;
+    if (!d->cold) {
+        int rc = lkv__cold_admit(s, d);
+        if (rc == 0) {
+            rc = write_doc(s, d, 0, s->scratch);
+            if (rc != 0) {
+                cold_unadmit(s, d);
+            }
+        }
+        if (rc == 0) {
+            s->st.demotions++;
+        } else {
+            s->st.drops++;
+            LKV_LOGD("store: hot victim dropped (cold tier: %s)", lkv_strerror(rc));
+        }
+    }
+    lkv_arena_free(s->arena, d->n_blocks, d->pages);
+    d->hot = 0;
+    free(d->tokens);
+    d->tokens = NULL;
+    if (!d->cold) {
+        lkv__kill(s, d, LKV_MISS_EVICTED, 0);
+        lkv__settle(s, d);
+    }
+}
+
+/* Cold victim: delete its RocksDB data; a doc not also hot leaves the store. */
+static void cold_evict_cb(void *ctx, uint64_t id, uint64_t bytes)
+{
+    lkv_store *s = ctx;
+    doc *d = lkv__pid_find(s, id);
+    (void)bytes;
+    assert(d != NULL);
+    assert(d->cold && d->cold_pins == 0);
+    assert(d->state == ST_VISIBLE);
+    s->st.evictions_cold++;
+    cold_drop(s, d, 1, 0);
+    if (!d->hot) {
+        lkv__kill(s, d, LKV_MISS_EVICTED, 0);
+        lkv__settle(s, d);
+    }
+}
+
+/* ---- promotion and demotion ----------------------------------------------------------------- */
+
+void lkv__corrupt(lkv_store *s, doc *d)
+{
+    s->st.corrupt_blocks++;
+    if (d->state == ST_VISIBLE) {
+        LKV_LOGW("store: dropping a document with a corrupt block");
+        lkv__kill(s, d, LKV_MISS_DELETED, 0);
+        lkv__settle(s, d);
+    }
+}
+
+/* Fills a promoting doc's pages from RocksDB (no lock; d is pinned and referenced). */
+static int promote_read(lkv_store *s, doc *d, lkv_cold_snap *snap, uint32_t **tokens)
+{
+    lkv_cold_doc meta;
+    int rc = lkv_cold_get_doc(s->cold, snap, &d->key, &meta, tokens);
+    if (rc != 0) {
+        return rc;
+    }
+    if (meta.n_blocks != d->n_blocks || meta.block_bytes != d->block_bytes ||
+        meta.n_tokens != d->n_tokens) {
+        return LKV_ECORRUPT;
+    }
+    uint8_t *scratch = NULL;
+    for (uint32_t i = 0; i < d->n_blocks && rc == 0; i++) {
+        void *p = lkv_arena_host_ptr(s->arena, d->pages[i]);
+        if (p == NULL) {
+            if (scratch == NULL) {
+                scratch = lkv_xmalloc(d->block_bytes);
+            }
+            rc = lkv_cold_get_block(s->cold, snap, &d->key, i, scratch, d->block_bytes);
+            if (rc == 0) {
+                rc = lkv_arena_write(s->arena, d->pages[i], scratch, d->block_bytes);
+            }
+        } else {
+            rc = lkv_cold_get_block(s->cold, snap, &d->key, i, p, d->block_bytes);
+        }
+    }
+    free(scratch);
+    return rc;
+}
+
+/* Finds key and takes a read reference: hot (pinned; promoting a cold doc if the budget
+ * allows, or must_hot) or cold (a snapshot). Fills rd. */
+
+/* Promotion: see lkv_store_int.h. */
+int lkv__promote(lkv_store *s, doc *d, int must_hot)
+{
+    uint64_t hb = lkv__hot_bytes(s, d);
+    int rc = LKV_ENOSPC;
+    assert(d->cold && !d->hot && !d->promoting && d->state == ST_VISIBLE);
+    if (hb <= lkv_policy_budget(s->hotp) &&
+        (must_hot || lkv_policy_would_admit(s->hotp, d->pid, hb, lkv__cost(s, hb)))) {
+        /* Pinned in the cold tier first, so that demotions making room cannot evict it. */
+        lkv__cold_pin(s, d);
+        rc = lkv__hot_admit(s, d);
+        if (rc != 0) {
+            lkv__cold_unpin(s, d);
+        }
+    }
+    if (rc != 0) {
+        assert(rc != LKV_ENOTFOUND);
+        return rc;
+    }
+    lkv__hot_pin(s, d);
+    d->promoting = 1;
+    lkv_cold_snap *snap = lkv_cold_snap_create(s->cold);
+    pthread_mutex_unlock(&s->mu);
+
+    uint32_t *tokens = NULL;
+    rc = promote_read(s, d, snap, &tokens);
+
+    pthread_mutex_lock(&s->mu);
+    lkv_cold_snap_release(s->cold, snap);
+    d->promoting = 0;
+    lkv__cold_unpin(s, d);
+    lkv__settle(s, d); /* If it was deleted meanwhile, its RocksDB data can go now. */
+    pthread_cond_broadcast(&s->cv);
+    if (rc != 0) {
+        free(tokens);
+        if (rc == LKV_ECORRUPT || rc == LKV_ENOTFOUND) {
+            /* A missing record or block of a visible document is lost data: counted as such. */
+            lkv__corrupt(s, d);
+        } else if (d->state == ST_VISIBLE) {
+            LKV_LOGW("store: promotion failed: %s; dropping the document", lkv_strerror(rc));
+            lkv__kill(s, d, LKV_MISS_DELETED, 0);
+        }
+        lkv__hot_unpin(s, d); /* The caller's unref then releases pages, data and slot. */
+        return LKV_ENOTFOUND;
+    }
+    /* A promoted doc stays persisted (it was pinned cold), unless it died meanwhile. */
+    assert(d->state != ST_VISIBLE || d->cold);
+    free(d->tokens);
+    d->tokens = tokens;
+    s->st.promotions++;
+    return 0;
+}
+
+void lkv__demote(lkv_store *s, doc *d)
+{
+    assert(d->hot && d->hot_pins == 0 && !d->promoting && d->state == ST_VISIBLE);
+    /* The eviction callback does the work (it may free d); then the policy entry goes. */
+    uint64_t pid = d->pid;
+    hot_evict_cb(s, pid, lkv__hot_bytes(s, d));
+    MUST_OK(lkv_policy_remove(s->hotp, pid));
+}
+
+/* ---- cold writes ---------------------------------------------------------------------------- */
+
+int lkv__write_through(lkv_store *s, doc *d)
+{
+    int rc = lkv__cold_admit(s, d);
+    if (rc != 0) {
+        return rc;
+    }
+    lkv__cold_pin(s, d);
+    d->cold_busy = 1;
+    pthread_mutex_unlock(&s->mu);
+    uint8_t *scratch = s->scratch ? lkv_xmalloc(s->page_bytes) : NULL;
+    rc = write_doc(s, d, 1, scratch);
+    free(scratch);
+    pthread_mutex_lock(&s->mu);
+    lkv__cold_unpin(s, d);
+    d->cold_busy = 0;
+    if (rc != 0) {
+        cold_unadmit(s, d);
+    }
+    return rc;
+}
+
+void lkv__wb_enqueue(lkv_store *s, doc *d)
+{
+    assert(!d->queued);
+    d->queued = 1;
+    d->refs++;
+    if (s->q_tail == NIL) {
+        s->q_head = d->slot;
+    } else {
+        s->slots[s->q_tail]->qnext = d->slot;
+    }
+    s->q_tail = d->slot;
+    s->st.wb_pending++;
+    pthread_cond_signal(&s->wcv);
+}
+
+/* ---- write-back writer ---------------------------------------------------------------------- */
+
+/* The writer thread: see the file comment. */
+static void *writer_main(void *arg)
+{
+    lkv_store *s = arg;
+    uint8_t *scratch = s->scratch ? lkv_xmalloc(s->page_bytes) : NULL;
+
+    pthread_mutex_lock(&s->mu);
+    for (;;) {
+        while (s->q_head == NIL && !s->stopping) {
+            pthread_cond_wait(&s->wcv, &s->mu);
+        }
+        if (s->q_head == NIL) {
+            break;
+        }
+        doc *d = s->slots[s->q_head];
+        s->q_head = d->qnext;
+        if (s->q_head == NIL) {
+            s->q_tail = NIL;
+        }
+        d->qnext = NIL;
+        d->queued = 0;
+        if (d->state != ST_VISIBLE || !d->hot || d->cold || d->cold_busy) {
+            s->st.wb_pending--;
+            lkv__unref(s, d);
+            pthread_cond_broadcast(&s->cv);
+            continue;
+        }
+        int rc = lkv__cold_admit(s, d);
+        if (rc != 0) {
+            s->st.wb_pending--;
+            s->st.wb_failed++;
+            LKV_LOGW("store: write-back skipped a document: cold tier %s", lkv_strerror(rc));
+            lkv__unref(s, d);
+            pthread_cond_broadcast(&s->cv);
+            continue;
+        }
+        lkv__cold_pin(s, d);
+        d->cold_busy = 1;
+        lkv__hot_pin(s, d);
+        s->writer_busy = 1;
+        pthread_mutex_unlock(&s->mu);
+
+        rc = write_doc(s, d, 0, scratch);
+
+        pthread_mutex_lock(&s->mu);
+        s->writer_busy = 0;
+        lkv__cold_unpin(s, d);
+        d->cold_busy = 0;
+        if (rc != 0) {
+            cold_unadmit(s, d);
+            s->st.wb_failed++;
+            LKV_LOGW("store: write-back of a document failed: %s", lkv_strerror(rc));
+        } else {
+            s->st.wb_persisted++;
+        }
+        s->st.wb_pending--;
+        lkv__hot_unpin(s, d);
+        lkv__unref(s, d);
+        pthread_cond_broadcast(&s->cv);
+    }
+    pthread_cond_broadcast(&s->cv);
+    pthread_mutex_unlock(&s->mu);
+    free(scratch);
+    return NULL;
+}
+
+void lkv__writer_start(lkv_store *s)
+{
+    if (pthread_create(&s->writer, NULL, writer_main, s) != 0) {
+        lkv_panic("store: cannot start the writer thread");
+    }
+    s->writer_started = 1;
+}
+
+void lkv__writer_stop(lkv_store *s)
+{
+    pthread_mutex_lock(&s->mu);
+    s->stopping = 1;
+    pthread_cond_broadcast(&s->wcv);
+    pthread_mutex_unlock(&s->mu);
+    if (s->writer_started) {
+        pthread_join(s->writer, NULL);
+        s->writer_started = 0;
+    }
+}
