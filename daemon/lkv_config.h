@@ -44,25 +44,28 @@
 #define LKV_CONFIG_ERR_MAX      512 /* Suggested size of err buffers. */
 
 typedef struct lkv_config {
-    char listen[256];             /* host:port to bind; port 0 picks a free port. */
-    char data_dir[1024];          /* Cold tier (RocksDB) directory, created if absent. */
-    int hot_backend;              /* enum lkv_hot_backend. */
-    int cuda_device;              /* CUDA device ordinal for the hot arena. */
-    uint64_t hot_bytes;           /* Hot tier budget (arena size), bytes. */
-    uint64_t cold_bytes;          /* Cold tier budget, bytes of block payload; 0 = unlimited. */
-    int policy_kind;              /* enum lkv_policy_kind, both tiers. */
-    int policy_cost_bytes;        /* 1: GDSF cost = bytes (byte hit rate); 0: cost 1 per doc. */
-    int durability;               /* enum lkv_durability. */
-    int threads;                  /* gRPC polling threads (one completion queue each). */
-    int pool_threads;             /* Worker threads for blocking work (0: run it inline). */
-    uint64_t max_message_bytes;   /* Largest gRPC message received or sent, bytes. */
-    uint64_t max_request_bytes;   /* Largest Lookup/Attach request, bytes (lkv_method). */
-    uint32_t max_lookup_docs;     /* Documents per Lookup. */
-    int log_level;                /* enum lkv_log_level. */
-    uint64_t shutdown_grace_ms;   /* SIGTERM: how long in-flight calls may finish, ms. */
-    uint32_t evicted_memory;      /* Evicted/deleted keys remembered for miss causes. */
-    uint64_t cold_min_blob_bytes; /* RocksDB min_blob_size, bytes. */
-    int n_profiles;               /* Profiles in use (built-in + configured). */
+    char listen[256];           /* host:port to bind; port 0 picks a free port. */
+    char data_dir[1024];        /* Cold tier (RocksDB) directory, created if absent. */
+    int hot_backend;            /* enum lkv_hot_backend. */
+    int cuda_device;            /* CUDA device ordinal for the hot arena. */
+    uint64_t hot_bytes;         /* Hot tier budget (arena size), bytes. */
+    uint64_t cold_bytes;        /* Cold tier budget, bytes of block payload; 0 = unlimited. */
+    int policy_kind;            /* enum lkv_policy_kind, both tiers. */
+    int policy_cost_bytes;      /* 1: GDSF cost = bytes (byte hit rate); 0: cost 1 per doc. */
+    int durability;             /* enum lkv_durability. */
+    int threads;                /* gRPC polling threads (one completion queue each). */
+    int pool_threads;           /* Worker threads for blocking work (0: run it inline). */
+    uint64_t max_message_bytes; /* Largest gRPC message received or sent, bytes. */
+    uint64_t max_request_bytes; /* Largest Lookup/Attach request, bytes (lkv_method). */
+    uint32_t max_lookup_docs;   /* Documents per Lookup. */
+    uint32_t max_connections;   /* Connections open at once (0: from RLIMIT_NOFILE). */
+    uint32_t max_connections_per_peer; /* ... from one IP address (0: no cap). */
+    int grpc_listener;                 /* 1: gRPC's own accept loop (lkv_server_opts). */
+    int log_level;                     /* enum lkv_log_level. */
+    uint64_t shutdown_grace_ms;        /* SIGTERM: how long in-flight calls may finish, ms. */
+    uint32_t evicted_memory;           /* Evicted/deleted keys remembered for miss causes. */
+    uint64_t cold_min_blob_bytes;      /* RocksDB min_blob_size, bytes. */
+    int n_profiles;                    /* Profiles in use (built-in + configured). */
     lkv_profile profiles[LKV_CONFIG_MAX_PROFILES]; /* Finished by lkv_config_validate. */
     char source[1024]; /* The config file read, or "" for embedded defaults only. */
     /* Tenants and authentication (daemon/lkv_auth.h). */

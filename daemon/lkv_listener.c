@@ -34,8 +34,9 @@
 #include "lkv_err.h"
 #include "lkv_log.h"
 
-#define MAX_SOCKS 8
-#define SWEEP_MS  1000
+#define MAX_SOCKS   8
+#define SWEEP_MS    1000
+#define PLACE_TRIES 16 /* Wrong-parity descriptors place() may step over per connection. */
 
 typedef struct conn {
     int fd;    /* The descriptor handed out. */
@@ -48,9 +49,10 @@ struct lkv_listener {
     lkv_listener_opts o;  /* Copy (listen is not kept). */
     int socks[MAX_SOCKS]; /* Listening sockets. */
     int n_socks;
-    int port;  /* Bound port. */
-    int wake;  /* eventfd: written by stop. */
-    int spare; /* /dev/null, closed to shed a connection under EMFILE; -1 if not. */
+    int port;      /* Bound port. */
+    int wake;      /* eventfd: written by stop. */
+    int spare;     /* /dev/null, closed to shed a connection under EMFILE; -1 if not. */
+    int cursor[2]; /* place(): where to look for the next even / odd descriptor. */
     pthread_t thread;
     int started;         /* The thread runs (until stop joins it). */
     atomic_int stopping; /* Set by stop. */
@@ -155,6 +157,67 @@ static void remember(lkv_listener *l, int fd, const struct sockaddr_storage *pee
     atomic_store(&l->n_open, l->n_conns);
 }
 
+int lkv_listener_addr_is_loopback(const struct sockaddr *sa)
+{
+    if (sa->sa_family == AF_INET) {
+        return (ntohl(((const struct sockaddr_in *)sa)->sin_addr.s_addr) >> 24) == 127;
+    }
+    if (sa->sa_family == AF_INET6) {
+        const struct in6_addr *a = &((const struct sockaddr_in6 *)sa)->sin6_addr;
+        if (IN6_IS_ADDR_LOOPBACK(a)) {
+            return 1;
+        }
+        return IN6_IS_ADDR_V4MAPPED(a) && a->s6_addr[12] == 127;
+    }
+    return 0;
+}
+
+int lkv_listener_fd_is_loopback(int fd)
+{
+    return fd >= 0 && (fd & 1) == 1;
+}
+
+/* Moves fd to a descriptor number of parity want (1 odd, 0 even), closing the old one. Returns
+ * the new number, or -1 (fd closed) if none can be had. The kernel hands out the lowest free
+ * number, and the holes below are mostly of one parity (the other class's connections fill the
+ * rest), so the search starts at a per-parity cursor that moves up past each number it hands out
+ * and wraps to the bottom at RLIMIT_NOFILE (F_DUPFD's EINVAL): a bump allocator, usually one
+ * F_DUPFD per connection. Wrong-parity numbers met on the way are held (so the next try lands
+ * elsewhere) and released; after PLACE_TRIES the connection is given up. */
+static int place(lkv_listener *l, int fd, int want)
+{
+    if ((fd & 1) == want) {
+        return fd;
+    }
+    int held[PLACE_TRIES], n_held = 0, got = -1, wrapped = 0;
+    int from = l->cursor[want] > fd ? l->cursor[want] : fd + 1;
+    while (n_held < PLACE_TRIES) {
+        int d = fcntl(fd, F_DUPFD_CLOEXEC, from);
+        if (d < 0) {
+            if (errno == EINVAL && !wrapped) { /* Past RLIMIT_NOFILE: wrap to the bottom. */
+                wrapped = 1;
+                from = 0;
+                continue;
+            }
+            break;
+        }
+        if ((d & 1) == want) {
+            got = d;
+            break;
+        }
+        held[n_held++] = d;
+        from = d + 1;
+    }
+    for (int i = 0; i < n_held; i++) {
+        close(held[i]);
+    }
+    close(fd);
+    if (got >= 0) {
+        l->cursor[want] = got + 2;
+    }
+    return got;
+}
+
 /* ---- The loop --------------------------------------------------------------------------- */
 
 static void open_spare(lkv_listener *l)
@@ -175,6 +238,18 @@ static void back_off(lkv_listener *l)
     (void)poll(&p, 1, (int)l->backoff_ms);
 }
 
+/* Counts (and logs once per episode) running out of descriptors. */
+static void exhausted(lkv_listener *l, int e)
+{
+    atomic_fetch_add(&l->fd_exhausted, 1);
+    if (!l->exhausted_logged) {
+        LKV_LOGW("accept: out of descriptors (%s) with %u connection(s) open: closing waiting "
+                 "connections and backing off until some are free",
+                 strerror(e), l->n_conns);
+        l->exhausted_logged = 1;
+    }
+}
+
 /* Accepts from listening socket s until it would block. Returns 0, or 1 to leave the socket
  * for the next poll round (after a back-off). */
 static int accept_some(lkv_listener *l, int s)
@@ -192,13 +267,7 @@ static int accept_some(lkv_listener *l, int s)
                 return 0;
             }
             if (e == EMFILE || e == ENFILE) {
-                atomic_fetch_add(&l->fd_exhausted, 1);
-                if (!l->exhausted_logged) {
-                    LKV_LOGW("accept: out of descriptors (%s) with %u connection(s) open: closing "
-                             "waiting connections and backing off until some are free",
-                             strerror(e), l->n_conns);
-                    l->exhausted_logged = 1;
-                }
+                exhausted(l, e);
                 if (l->spare >= 0) {
                     close(l->spare);
                     l->spare = -1;
@@ -220,11 +289,6 @@ static int accept_some(lkv_listener *l, int s)
             }
             continue; /* ECONNABORTED, EPROTO, EPERM, EINTR...: that connection only. */
         }
-        if (l->exhausted_logged) {
-            LKV_LOGI("accept: descriptors available again (%llu connection(s) shed meanwhile)",
-                     (unsigned long long)atomic_load(&l->shed_exhausted));
-            l->exhausted_logged = 0;
-        }
         l->backoff_ms = 0;
         open_spare(l);
         atomic_ullong *refuse = over_cap(l, &peer);
@@ -237,6 +301,14 @@ static int accept_some(lkv_listener *l, int s)
             int one = 1;
             (void)setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
         }
+        if (l->o.loopback_parity) {
+            fd = place(l, fd, lkv_listener_addr_is_loopback((const struct sockaddr *)&peer));
+            if (fd < 0) {
+                exhausted(l, EMFILE); /* No second descriptor: the connection is closed. */
+                atomic_fetch_add(&l->shed_exhausted, 1);
+                continue;
+            }
+        }
         if (l->o.on_conn(l->o.ctx, fd, (const struct sockaddr *)&peer, plen) != 0) {
             atomic_fetch_add(&l->refused_callee, 1);
             close(fd);
@@ -244,6 +316,11 @@ static int accept_some(lkv_listener *l, int s)
         }
         atomic_fetch_add(&l->accepted, 1);
         remember(l, fd, &peer);
+        if (l->exhausted_logged) {
+            LKV_LOGI("accept: descriptors available again (%llu connection(s) shed meanwhile)",
+                     (unsigned long long)atomic_load(&l->shed_exhausted));
+            l->exhausted_logged = 0;
+        }
     }
 }
 

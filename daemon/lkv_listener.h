@@ -19,6 +19,13 @@
  *     socket's (fd, device, inode) and sweeps them with fstat (a closed or reused descriptor
  *     number no longer matches), every second and whenever a cap is reached.
  *
+ * Loopback by descriptor number (opts.loopback_parity). gRPC names a connection handed over
+ * by descriptor only as "fd:N", and N is reused once gRPC closes it, so a map from N to the
+ * peer address can be stale by the time a call looks it up. With loopback_parity set, the
+ * listener moves every loopback peer's socket to an odd descriptor and every other peer's to
+ * an even one (F_DUPFD), so lkv_listener_fd_is_loopback(N) is right for any connection that
+ * ever held N: a reuse can change which peer a number names, never its loopback-ness.
+ *
  * Threads: lkv_listener_start runs the loop on its own thread; the callback runs there, one
  * connection at a time. lkv_listener_stop wakes it (eventfd), joins it and closes the
  * listening sockets; connections already handed out stay open (their owner closes them).
@@ -51,6 +58,7 @@ typedef struct lkv_listener_opts {
     uint32_t max_conns_per_peer;  /* ... from one peer IP address (0: no cap). */
     uint32_t backoff_min_ms;      /* First back-off after EMFILE & co. (0: 10 ms). */
     uint32_t backoff_max_ms;      /* Largest back-off (0: 1000 ms). */
+    int loopback_parity;          /* 1: loopback peers on odd descriptors (see above). */
     lkv_listener_conn_fn on_conn; /* Required. */
     void *ctx;                    /* Passed to on_conn (borrowed until destroy). */
 } lkv_listener_opts;
@@ -84,6 +92,13 @@ void lkv_listener_stop(lkv_listener *l);
 
 /* lkv_listener_stop, then frees l. NULL is a no-op. */
 void lkv_listener_destroy(lkv_listener *l);
+
+/* With opts.loopback_parity: 1 if descriptor fd was handed out for a loopback peer (127/8,
+ * ::1, v4-mapped 127/8), else 0. */
+int lkv_listener_fd_is_loopback(int fd);
+
+/* 1 if sa is a loopback address (127.0.0.0/8, ::1, ::ffff:127.0.0.0/104), else 0. */
+int lkv_listener_addr_is_loopback(const struct sockaddr *sa);
 
 /* Counters (a snapshot). Thread-safe. */
 void lkv_listener_stats_get(const lkv_listener *l, lkv_listener_stats *out);

@@ -107,6 +107,17 @@ typedef struct lkv_server_opts {
      * "<Service>.<Method>.calls", ".errors", ".usec_per_call") and rpc_usec (not in INFO),
      * labelled service=lazykv.v1.Cache,method=Put. */
     lkv_stats *stats;
+    /* Connections (plaintext listeners: the engine's own accept loop, lkv_listener.h). Caps on
+     * connections open at once, in total and from one peer IP (0: none); a connection over a
+     * cap is closed at once. */
+    uint32_t max_conns;
+    uint32_t max_conns_per_peer;
+    /* 1: use gRPC core's own listener instead (no caps, no EMFILE recovery: gRPC 1.51 may stop
+     * accepting after one). The seam for TLS listeners, which 1.51 serves only through its own
+     * listener (grpc_server_add_channel_from_fd takes insecure credentials only); a TLS port
+     * has then only gRPC's limits (concurrent streams, handshake and idle timeouts) and the
+     * per-call admission hook. */
+    int grpc_listener;
 } lkv_server_opts;
 
 /* Creates the server, registers methods[0..n) (the array and what it points to are borrowed

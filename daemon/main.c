@@ -142,13 +142,13 @@ static int secure_data_dir(const char *dir)
     return 0;
 }
 
-/* Raises the soft descriptor limit to the hard one and logs both. */
-static void raise_nofile(void)
+/* Raises the soft descriptor limit to the hard one and logs both. Returns the soft limit. */
+static uint64_t raise_nofile(void)
 {
     struct rlimit rl;
     if (getrlimit(RLIMIT_NOFILE, &rl) != 0) {
         LKV_LOGW("getrlimit(RLIMIT_NOFILE): %s", strerror(errno));
-        return;
+        return 1024;
     }
     rlim_t soft = rl.rlim_cur;
     if (rl.rlim_cur < rl.rlim_max) {
@@ -162,6 +162,7 @@ static void raise_nofile(void)
     LKV_LOGI("descriptors: soft limit %llu (was %llu), hard limit %llu",
              (unsigned long long)rl.rlim_cur, (unsigned long long)soft,
              (unsigned long long)rl.rlim_max);
+    return (uint64_t)rl.rlim_cur;
 }
 
 int main(int argc, char **argv)
@@ -201,7 +202,15 @@ int main(int argc, char **argv)
     umask(077); /* Before any file exists: RocksDB, the secret, logs are private. */
     LKV_LOGI("lazykvd %s starting (pid %d)", LAZYKVD_VERSION, (int)getpid());
     LKV_LOGI("config: %s", summary);
-    raise_nofile();
+    uint64_t nofile = raise_nofile();
+    /* max_connections 0: what the descriptors allow, keeping 256 for RocksDB, the arena, logs. */
+    uint32_t max_conns = cfg.max_connections;
+    if (max_conns == 0) {
+        uint64_t m = nofile > 256 + 16 ? nofile - 256 : 16;
+        max_conns = m > (1u << 24) ? (1u << 24) : (uint32_t)m;
+    }
+    LKV_LOGI("connections: at most %u open, %u per peer (%s accept loop)", max_conns,
+             cfg.max_connections_per_peer, cfg.grpc_listener ? "gRPC's" : "lazykvd's");
 
     int rc = mkdirs(cfg.data_dir);
     if (rc != 0) {
@@ -315,6 +324,9 @@ int main(int argc, char **argv)
     lkv_server_opts so = {.listen = cfg.listen,
                           .threads = cfg.threads,
                           .pool_threads = cfg.pool_threads,
+                          .max_conns = max_conns,
+                          .max_conns_per_peer = cfg.max_connections_per_peer,
+                          .grpc_listener = cfg.grpc_listener,
                           .max_message_bytes = cfg.max_message_bytes,
                           .admit = admit,
                           .admit_ctx = auth,
