@@ -28,8 +28,11 @@
 #include <inttypes.h>
 #include <pthread.h>
 #include <signal.h>
+#include <stdatomic.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -47,6 +50,10 @@
 #include "lkv_wirekey.h"
 
 #define LAZYKVD_VERSION "0.1.0"
+
+/* 0 while the store opens (the cold index loads), 1 once lazykvd takes calls; read by admit
+ * and Health (lkv_health.ready). Written once, by main, with release order. */
+static atomic_int g_ready;
 
 /* Admission (lkv_server_opts.admit): authenticates the bearer token of every call and checks
  * the method's role (daemon/lkv_auth.h), then attaches the caller's tenant as the principal.
@@ -74,6 +81,12 @@ static int admit(void *ctx, lkv_rpc *rpc)
         return lkv_rpc_errorf(rpc, rc, "%s", msg);
     }
     lkv_rpc_set_principal(rpc, t);
+    /* Readiness: until the store is open only Health is served (it says NOT_SERVING). */
+    if (!atomic_load_explicit(&g_ready, memory_order_acquire) &&
+        strncmp(path, "/grpc.health.v1.Health/", 23) != 0) {
+        return lkv_rpc_errorf(rpc, LKV_EUNAVAIL,
+                              "lazykvd is starting: the cold index is still loading; retry");
+    }
     return 0;
 }
 
@@ -225,27 +238,10 @@ int main(int argc, char **argv)
      * register in it; Admin Stats reads it. */
     lkv_stats *stats = NULL;
     lkv_stats_create(&stats);
-    lkv_store_config scfg;
-    lkv_config_to_store(&cfg, &scfg);
-    scfg.stats = stats;
-    lkv_store *store = NULL;
-    rc = lkv_store_open(&scfg, &store);
-    if (rc != 0) {
-        LKV_LOGE("cannot open the store in %s: %s (%s)", cfg.data_dir, lkv_strerror(rc),
-                 lkv_err_name(rc));
-        return rc == LKV_ECONFIG ? 2 : 1;
-    }
-    lkv_store_stats st;
-    lkv_store_stats_get(store, &st);
-    char hb[32];
-    LKV_LOGI("store open: hot %s in %" PRIu64 " pages, %" PRIu64 " cold documents",
-             lkv_format_bytes(st.hot_budget, hb, sizeof(hb)), st.hot_pages_total, st.cold_docs);
-
     lkv_auth *auth = NULL;
     rc = lkv_config_auth(&cfg, &auth, err, sizeof(err));
     if (rc != 0) {
         LKV_LOGE("%s", err);
-        lkv_store_close(store);
         return 2;
     }
     char roles[64];
@@ -256,11 +252,14 @@ int main(int argc, char **argv)
                  ? " (WARNING: non-loopback listen without tenants: allow_insecure_bind)"
                  : "");
 
+    /* The services exist before the store: the server starts first and answers Health
+     * NOT_SERVING (every other call UNAVAILABLE, in admit) while the cold index loads. Their
+     * store and lease fields are filled in below, before g_ready is published. */
     static const char *const services[] = {"lazykv.v1.Cache", "lazykv.v1.Admin", NULL};
     lkv_cache_svc cache;
     lkv_admin_svc admin;
     lkv_health health;
-    lkv_cache_svc_init(&cache, store, cfg.durability);
+    lkv_cache_svc_init(&cache, NULL, cfg.durability);
     cache.salt_of = tenant_salt;
     cache.max_lookup_docs = cfg.max_lookup_docs;
     cache.max_request_bytes = cfg.max_request_bytes;
@@ -275,7 +274,6 @@ int main(int argc, char **argv)
     int isolate = lkv_auth_count(auth) > 0;
     if (isolate && lkv_wirekey_secret_load(cfg.data_dir, secret) != 0) {
         lkv_auth_destroy(auth);
-        lkv_store_close(store);
         return 1;
     }
     for (int i = -1; i < cfg.n_tenants; i++) {
@@ -294,20 +292,7 @@ int main(int argc, char **argv)
     cache.wire = wire;
     cache.lookups = t_lookups;
 
-    lkv_lease_limits lim = {.max_leases = cfg.max_leases,
-                            .max_docs = cfg.max_lease_docs,
-                            .max_ttl_ms = (uint32_t)cfg.max_lease_ttl_ms};
-    lkv_lease_table *leases = NULL;
-    rc = lkv_lease_table_create(store, &lim, &leases);
-    if (rc != 0) {
-        LKV_LOGE("cannot create the lease table: %s", lkv_strerror(rc));
-        lkv_auth_destroy(auth);
-        lkv_store_close(store);
-        return 1;
-    }
-    cache.leases = leases;
-
-    lkv_admin_svc_init(&admin, store, lkv_durability_name(cfg.durability), cfg.threads);
+    lkv_admin_svc_init(&admin, NULL, lkv_durability_name(cfg.durability), cfg.threads);
     admin.n_tenants = n_idx;
     admin.isolate = isolate;
     admin.index_of = tenant_index;
@@ -315,6 +300,7 @@ int main(int argc, char **argv)
     admin.tenant_names = t_names;
     admin.tenant_lookups = t_lookups;
     lkv_health_init(&health, services);
+    health.ready = &g_ready;
     lkv_method methods[LKV_CACHE_SVC_METHODS + LKV_ADMIN_SVC_METHODS + LKV_HEALTH_METHODS];
     int n = 0;
     n += lkv_cache_svc_methods(&cache, methods + n);
@@ -335,13 +321,59 @@ int main(int argc, char **argv)
     rc = lkv_server_create(&so, methods, n, &srv, err, sizeof(err));
     if (rc != 0) {
         LKV_LOGE("%s", err);
-        lkv_lease_table_destroy(leases);
+        lkv_auth_destroy(auth);
+        return 1;
+    }
+    lkv_admin_svc_set_server(&admin, srv);
+    LKV_LOGI("health: NOT_SERVING on %s until the store is open (other calls: UNAVAILABLE)",
+             lkv_server_address(srv));
+
+    /* Fault injection (tests): a slow cold-index load. */
+    const char *delay = getenv("LKV_FAULT_OPEN_DELAY_MS");
+    if (delay != NULL && atoi(delay) > 0) {
+        LKV_LOGW("fault injection: the store opens %d ms late (LKV_FAULT_OPEN_DELAY_MS)",
+                 atoi(delay));
+        struct timespec ts = {atoi(delay) / 1000, (long)(atoi(delay) % 1000) * 1000000L};
+        nanosleep(&ts, NULL);
+    }
+    lkv_store_config scfg;
+    lkv_config_to_store(&cfg, &scfg);
+    scfg.stats = stats;
+    lkv_store *store = NULL;
+    rc = lkv_store_open(&scfg, &store);
+    if (rc != 0) {
+        LKV_LOGE("cannot open the store in %s: %s (%s)", cfg.data_dir, lkv_strerror(rc),
+                 lkv_err_name(rc));
+        lkv_server_shutdown(srv, 0);
+        lkv_server_destroy(srv);
+        lkv_auth_destroy(auth);
+        return rc == LKV_ECONFIG ? 2 : 1;
+    }
+    lkv_store_stats st;
+    lkv_store_stats_get(store, &st);
+    char hb[32];
+    LKV_LOGI("store open: hot %s in %" PRIu64 " pages, %" PRIu64 " cold documents",
+             lkv_format_bytes(st.hot_budget, hb, sizeof(hb)), st.hot_pages_total, st.cold_docs);
+
+    lkv_lease_limits lim = {.max_leases = cfg.max_leases,
+                            .max_docs = cfg.max_lease_docs,
+                            .max_ttl_ms = (uint32_t)cfg.max_lease_ttl_ms};
+    lkv_lease_table *leases = NULL;
+    rc = lkv_lease_table_create(store, &lim, &leases);
+    if (rc != 0) {
+        LKV_LOGE("cannot create the lease table: %s", lkv_strerror(rc));
+        lkv_server_shutdown(srv, 0);
+        lkv_server_destroy(srv);
         lkv_auth_destroy(auth);
         lkv_store_close(store);
         return 1;
     }
-    lkv_admin_svc_set_server(&admin, srv);
-    LKV_LOGI("listening on %s (%d polling threads, %d pool threads, max message %s)",
+    cache.store = store;
+    cache.leases = leases;
+    admin.store = store;
+    /* Publishes the fields above to every polling thread (admit reads g_ready with acquire). */
+    atomic_store_explicit(&g_ready, 1, memory_order_release);
+    LKV_LOGI("listening on %s (%d polling threads, %d pool threads, max message %s): SERVING",
              lkv_server_address(srv), cfg.threads, cfg.pool_threads,
              lkv_format_bytes(cfg.max_message_bytes, hb, sizeof(hb)));
     printf("lazykvd listening on %s\n", lkv_server_address(srv));

@@ -83,7 +83,7 @@ atexit.register(_kill_all)
 class Daemon:
     """One lazykvd in its own temporary folder; start() may be called again after stop()."""
 
-    def __init__(self, extra=(), preexec_fn=None):
+    def __init__(self, extra=()):
         self.dir = tempfile.mkdtemp(prefix="lkv-it-py-")
         self.data_dir = os.path.join(self.dir, "data")
         self.log_path = os.path.join(self.dir, "lazykvd.log")
@@ -91,7 +91,6 @@ class Daemon:
         self.proc = None
         self.addr = None
         self.bin = os.environ.get("LKV_DAEMON_BIN", "lazykvd")
-        self.preexec_fn = preexec_fn  # Run in the child before exec (e.g. setrlimit).
 
     def start(self, more=()):
         assert self.proc is None or self.proc.poll() is not None
@@ -100,8 +99,7 @@ class Daemon:
         offset = os.path.getsize(self.log_path) if os.path.exists(self.log_path) else 0
         log = open(self.log_path, "ab")
         self.proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT,
-                                     stdin=subprocess.DEVNULL, start_new_session=True,
-                                     preexec_fn=self.preexec_fn)
+                                     stdin=subprocess.DEVNULL, start_new_session=True)
         log.close()
         _running.append(self)
         self.addr = None
