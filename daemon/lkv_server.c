@@ -100,6 +100,33 @@
 #include "lkv_pb.h"
 #include "lkv_status.h"
 
+/* ThreadSanitizer and the completion queue. A tag handed to the core (a batch, a requested
+ * call, a wake-up, the shutdown) comes back from grpc_completion_queue_next on a polling thread,
+ * often another thread than the one that handed it over (arm() at create runs on the main
+ * thread; post_wake on a pool or resuming thread). The core orders the two, but Debian's
+ * libgrpc is not instrumented and its locks are absl ones on raw futexes, which TSan cannot
+ * see; what TSan does see today is incidental (the eventfd write that kicks a sleeping poller
+ * is modelled as a release on that descriptor), and there is no kick when the poller is
+ * awake. TSAN_RELEASE(tag) just before each hand-over and TSAN_ACQUIRE(tag) just after the
+ * event returns state exactly the edge the queue guarantees, independent of how the core
+ * wakes its pollers (the TSan stage runs daemon.server with them). No-ops without TSan. */
+#if defined(__SANITIZE_THREAD__)
+#define LKV_HAVE_TSAN 1
+#elif defined(__has_feature)
+#if __has_feature(thread_sanitizer)
+#define LKV_HAVE_TSAN 1
+#endif
+#endif
+#ifdef LKV_HAVE_TSAN
+void __tsan_acquire(void *addr);
+void __tsan_release(void *addr);
+#define TSAN_ACQUIRE(p) __tsan_acquire((void *)(p))
+#define TSAN_RELEASE(p) __tsan_release((void *)(p))
+#else
+#define TSAN_ACQUIRE(p) ((void)(p))
+#define TSAN_RELEASE(p) ((void)(p))
+#endif
+
 #define ARMED         4   /* Outstanding requests per (worker, method). */
 #define ARMED_GENERIC 1   /* Outstanding generic requests per worker. */
 #define MSG_MAX       512 /* Status message bytes. */
@@ -335,6 +362,7 @@ static void maybe_free(lkv_rpc *rpc)
 static int start_batch(lkv_rpc *rpc, const grpc_op *ops, size_t n, int step)
 {
     rpc->pending++;
+    TSAN_RELEASE(&rpc->tags[step]);
     grpc_call_error e = grpc_call_start_batch(rpc->call, ops, n, &rpc->tags[step], NULL);
     if (e != GRPC_CALL_OK) {
         rpc->pending--;
@@ -359,6 +387,7 @@ static void arm(lkv_server *s, worker *w, int mi)
     grpc_metadata_array_init(&rpc->md);
     atomic_fetch_add(&s->n_ctx, 1);
     grpc_call_error e;
+    TSAN_RELEASE(&rpc->tags[STEP_NEW]);
     if (mi < 0) {
         grpc_call_details_init(&rpc->details);
         e = grpc_server_request_call(s->server, &rpc->call, &rpc->details, &rpc->md, w->cq, w->cq,
@@ -583,6 +612,7 @@ static wake wake_of(lkv_rpc *rpc)
  * connectivity watch on the lame channel with a deadline in the past completes at once). */
 static void post_wake(wake k)
 {
+    TSAN_RELEASE(k.tag);
     grpc_channel_watch_connectivity_state(k.lame, GRPC_CHANNEL_IDLE,
                                           gpr_inf_past(GPR_CLOCK_MONOTONIC), k.cq, k.tag);
 }
@@ -910,6 +940,7 @@ static void *worker_main(void *arg)
             continue;
         }
         tag *t = ev.tag;
+        TSAN_ACQUIRE(t); /* Pairs with the TSAN_RELEASE before the hand-over. */
         if (t->rpc == NULL) {
             pthread_mutex_lock(&s->mu);
             s->shutdown_done = 1;
@@ -1582,6 +1613,7 @@ void lkv_server_shutdown(lkv_server *s, uint64_t grace_ms)
     LKV_LOGI("shutdown: refusing new calls; %ld in flight get %.1fs to finish",
              atomic_load(&s->n_calls), (double)grace_ms / 1000.0);
     lkv_listener_stop(s->listener); /* No new connection from here on. */
+    TSAN_RELEASE(&s->shutdown_tag);
     grpc_server_shutdown_and_notify(s->server, s->workers[0].cq, &s->shutdown_tag);
     struct timespec dl;
     clock_gettime(CLOCK_MONOTONIC, &dl);
