@@ -154,14 +154,17 @@ int lkv_client_create(const char *target, const lkv_client_options *opt, lkv_cli
     lkv_client_t *c = lkv_xcalloc(1, sizeof(*c));
     c->max_msg = o.max_message_bytes;
     c->deadline_ms = o.default_deadline_ms;
-    grpc_arg args[2];
+    grpc_arg args[3];
     args[0].type = GRPC_ARG_INTEGER;
     args[0].key = GRPC_ARG_MAX_RECEIVE_MESSAGE_LENGTH;
     args[0].value.integer = (int)c->max_msg;
     args[1].type = GRPC_ARG_INTEGER;
     args[1].key = GRPC_ARG_MAX_SEND_MESSAGE_LENGTH;
     args[1].value.integer = (int)c->max_msg;
-    grpc_channel_args cargs = {2, args};
+    args[2].type = GRPC_ARG_INTEGER;
+    args[2].key = GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL; /* own_connection: no shared subchannel. */
+    args[2].value.integer = 1;
+    grpc_channel_args cargs = {o.own_connection ? 3u : 2u, args};
     grpc_channel_credentials *creds = grpc_insecure_credentials_create();
     c->channel = grpc_channel_create(target, creds, &cargs);
     grpc_channel_credentials_release(creds);
