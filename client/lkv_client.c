@@ -752,6 +752,7 @@ int lkv_client_lookup(lkv_client_t *c, const lkv_docref *refs, size_t n, int dea
         }
         o->miss_cause = s->miss_cause;
         copy_name(o->profile, sizeof(o->profile), s->profile);
+        copy_name(o->model_id, sizeof(o->model_id), s->model_id);
     }
     lkv_pb_free(m);
 out:
@@ -1246,8 +1247,9 @@ void lkv_lease_free(lkv_lease *l)
     memset(l, 0, sizeof(*l));
 }
 
-int lkv_client_attach(lkv_client_t *c, const lkv_docref *refs, size_t n, const uint8_t *lease_id,
-                      uint32_t ttl_ms, int deadline_ms, lkv_lease *out)
+/* Attach in mode (the proto's AttachMode: 0 all-or-nothing, 1 pin what is present). */
+static int attach_call(lkv_client_t *c, const lkv_docref *refs, size_t n, const uint8_t *lease_id,
+                       uint32_t ttl_ms, int deadline_ms, int mode, lkv_lease *out)
 {
     err_clear();
     memset(out, 0, sizeof(*out));
@@ -1270,6 +1272,8 @@ int lkv_client_attach(lkv_client_t *c, const lkv_docref *refs, size_t n, const u
     req.n_docs = n;
     req.docs = dp;
     req.ttl_ms = ttl_ms;
+    req.mode = mode == 1 ? LAZYKV__V1__ATTACH_MODE__ATTACH_MODE_PRESENT
+                         : LAZYKV__V1__ATTACH_MODE__ATTACH_MODE_ALL;
     if (lease_id != NULL) {
         req.lease_id.data = (uint8_t *)lease_id;
         req.lease_id.len = LKV_LEASE_ID_BYTES;
@@ -1280,15 +1284,19 @@ int lkv_client_attach(lkv_client_t *c, const lkv_docref *refs, size_t n, const u
         goto out;
     }
     const Lazykv__V1__AttachResponse *r = (const Lazykv__V1__AttachResponse *)m;
-    if (r->lease_id.len != LKV_LEASE_ID_BYTES) {
+    int no_lease = mode == 1 && lease_id == NULL && r->lease_id.len == 0 && r->lease_docs == 0;
+    if (r->lease_id.len != LKV_LEASE_ID_BYTES && !no_lease) {
         rc = bad_reply(LKV_EPROTO, "AttachResponse", "lease_id is not 16 bytes");
         goto out;
     }
-    if (r->n_attached != n) {
+    if (r->n_attached != n || (mode == 1 && r->n_docs != n)) {
         rc = bad_reply(LKV_EPROTO, "AttachResponse", "wrong number of attached documents");
         goto out;
     }
-    memcpy(out->id, r->lease_id.data, LKV_LEASE_ID_BYTES);
+    out->live = !no_lease;
+    if (out->live) {
+        memcpy(out->id, r->lease_id.data, LKV_LEASE_ID_BYTES);
+    }
     out->expires_unix_ms = r->expires_unix_ms;
     out->ttl_ms = r->ttl_ms;
     out->lease_docs = r->lease_docs;
@@ -1309,7 +1317,15 @@ int lkv_client_attach(lkv_client_t *c, const lkv_docref *refs, size_t n, const u
             memcpy(o->key, a->key.data, LKV_KEY_BYTES);
         }
         copy_name(o->profile, sizeof(o->profile), a->profile);
+        copy_name(o->model_id, sizeof(o->model_id), a->model_id);
         o->n_tokens = a->n_tokens;
+        o->attached = mode != 1 || a->n_pages > 0;
+        o->present = 1;
+        o->tier = LKV_WIRE_TIER_HOT;
+        if (mode == 1 && r->docs[i] != NULL && !o->attached) {
+            o->present = r->docs[i]->present ? 1 : 0;
+            o->tier = r->docs[i]->tier;
+        }
         if (a->layout != NULL) {
             o->n_layers = a->layout->n_layers;
             o->n_kv_heads = a->layout->n_kv_heads;
@@ -1335,6 +1351,19 @@ out:
     free(ts);
     free(ds);
     return rc;
+}
+
+int lkv_client_attach(lkv_client_t *c, const lkv_docref *refs, size_t n, const uint8_t *lease_id,
+                      uint32_t ttl_ms, int deadline_ms, lkv_lease *out)
+{
+    return attach_call(c, refs, n, lease_id, ttl_ms, deadline_ms, 0, out);
+}
+
+int lkv_client_attach_present(lkv_client_t *c, const lkv_docref *refs, size_t n,
+                              const uint8_t *lease_id, uint32_t ttl_ms, int deadline_ms,
+                              lkv_lease *out)
+{
+    return attach_call(c, refs, n, lease_id, ttl_ms, deadline_ms, 1, out);
 }
 
 int lkv_client_release(lkv_client_t *c, const uint8_t *lease_id, int deadline_ms,

@@ -96,6 +96,7 @@ typedef struct lkv_doc_status {
     char profile[64];           /* Profile name when known, else "". */
     uint32_t pins;              /* Pins held now (leases); filled by lkv_client_list only. */
     uint64_t bytes;             /* Block payload bytes; filled by lkv_client_list only. */
+    char model_id[128];         /* The profile's weights identity ("" if none); Lookup only. */
 } lkv_doc_status;
 
 /* Header of a Get stream: describes the blocks that follow. */
@@ -273,10 +274,15 @@ typedef struct lkv_attached_doc {
     uint64_t block_bytes;       /* Layout: bytes per block. */
     uint32_t n_pages;           /* Blocks of the document = entries of pages. */
     uint32_t *pages;            /* Arena page of block 0..n_pages-1; owned by the lkv_lease. */
+    char model_id[128];         /* The profile's weights identity ("" if none or unknown). */
+    int attached;               /* 1: pinned, pages valid. 0 (present mode only): not pinned. */
+    int present;                /* Not attached: 1 cached but no hot room, 0 not cached. */
+    int tier;                   /* enum lkv_wire_tier: HOT when attached, else COLD/ABSENT. */
 } lkv_attached_doc;
 
 /* A lease, as returned by lkv_client_attach. Free with lkv_lease_free. */
 typedef struct lkv_lease {
+    int live;                       /* 1: a lease was made or renewed (id is valid). */
     uint8_t id[LKV_LEASE_ID_BYTES]; /* Pass to renew or release. */
     uint64_t expires_unix_ms;       /* When the lease ends unless renewed. */
     uint32_t ttl_ms;                /* TTL granted. */
@@ -293,6 +299,15 @@ typedef struct lkv_lease {
  * LKV_ENOSPC: cannot be made hot or too many leases; LKV_EINVAL: bad request. */
 int lkv_client_attach(lkv_client_t *c, const lkv_docref *refs, size_t n, const uint8_t *lease_id,
                       uint32_t ttl_ms, int deadline_ms, lkv_lease *out);
+
+/* Attach in ATTACH_MODE_PRESENT (the RAG request): pins what is present and reports the rest, so
+ * an eviction between Lookup and Attach costs one miss, not a failed request. As
+ * lkv_client_attach, except: a document that is not cached or cannot be made hot is not an error
+ * (its entry has attached 0, n_pages 0, present/tier saying why); when nothing could be pinned
+ * and lease_id is NULL, no lease is made (out->live 0; nothing to release). */
+int lkv_client_attach_present(lkv_client_t *c, const lkv_docref *refs, size_t n,
+                              const uint8_t *lease_id, uint32_t ttl_ms, int deadline_ms,
+                              lkv_lease *out);
 
 /* Frees what *l owns and zeroes it. NULL is allowed. */
 void lkv_lease_free(lkv_lease *l);

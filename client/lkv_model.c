@@ -1,13 +1,9 @@
 /*
  * lkv_model.c: the CPU model runner and the QKV dump (see lkv_model.h).
  *
- * Forward pass (llama2.c run.c semantics, batched over the new tokens of one call):
- *   x = tok_emb[token]
- *   per layer: xb = rmsnorm(x) * rms_att; q, k, v = Wq xb, Wk xb, Wv xb; K rotated at its
- *   local position and written to the segment's block; att = LazyAttention(q, ...);
- *   x += Wo att; xb = rmsnorm(x) * rms_ffn; x += W2 (silu(W1 xb) * W3 xb)
- *   logits = Wcls (rmsnorm(x) * rms_final)
- * All math is fp32 except the RoPE angles (fp64, exact integer offsets, lkv_posenc.h).
+ * The forward pass is the decode worker's runner (client/worker/lkv_runner.h, one code path
+ * over a backend) on the CPU backend (client/worker/lkv_backend_cpu.h): fp32 math, RoPE angles
+ * in fp64 from exact integer offsets (lkv_posenc.h).
  */
 #include <math.h>
 #include <stdio.h>
@@ -19,6 +15,8 @@
 #include "lkv_log.h"
 #include "lkv_model.h"
 #include "lkv_posenc.h"
+#include "lkv_runner.h"
+#include "lkv_backend_cpu.h"
 
 int lkv_model_load(const char *path, lkv_model **out)
 {
@@ -130,12 +128,15 @@ int lkv_model_kv_init(lkv_model_kv *kv, const lkv_model *m, int block_tokens, in
     kv->page_bytes = lkv_block_bytes(&kv->shape);
     kv->n_pages = n_pages;
     kv->base = lkv_xcalloc(n_pages, kv->page_bytes);
+    kv->owned = 1;
     return 0;
 }
 
 void lkv_model_kv_free(lkv_model_kv *kv)
 {
-    free(kv->base);
+    if (kv->owned) {
+        free(kv->base);
+    }
     memset(kv, 0, sizeof *kv);
 }
 
@@ -179,214 +180,16 @@ int lkv_model_argmax(const float *logits, int n)
     return best;
 }
 
-/* out[r] = sum_c w[r][c] x[c] for r < rows. */
-static void matvec(float *out, const float *w, const float *x, int rows, int cols)
-{
-    for (int r = 0; r < rows; r++) {
-        const float *wr = w + (size_t)r * cols;
-        float s = 0.0f;
-        for (int c = 0; c < cols; c++) {
-            s += wr[c] * x[c];
-        }
-        out[r] = s;
-    }
-}
-
-static void rmsnorm(float *out, const float *x, const float *w, int n)
-{
-    float ss = 0.0f;
-    for (int i = 0; i < n; i++) {
-        ss += x[i] * x[i];
-    }
-    ss = 1.0f / sqrtf(ss / (float)n + 1e-5f);
-    for (int i = 0; i < n; i++) {
-        out[i] = w[i] * (ss * x[i]);
-    }
-}
-
-/* Writes one token's K (already rotated) and V of one layer into its block slot. */
-static void store_kv(lkv_model_kv *kv, const lkv_model_seg *seg, int local, int layer,
-                     const float *k, const float *v)
-{
-    const lkv_kv_shape *s = &kv->shape;
-    const int B = s->block_tokens, D = s->head_dim;
-    uint8_t *blk = kv->base + (uint64_t)seg->pages[local / B] * kv->page_bytes;
-    for (int h = 0; h < s->n_kv_heads; h++) {
-        uint8_t *ks = blk + lkv_slab_offset(s, layer, 0, h);
-        uint8_t *vs = blk + lkv_slab_offset(s, layer, 1, h);
-        for (int d = 0; d < D; d++) {
-            size_t i = (size_t)(local % B) * D + d;
-            lkv_store_elem(ks, s->dtype, i, k[h * D + d]);
-            lkv_store_elem(vs, s->dtype, i, v[h * D + d]);
-        }
-    }
-}
-
 int lkv_model_forward(const lkv_model *m, lkv_model_kv *kv, const lkv_model_seg *ctx, int n_ctx,
                       lkv_model_seg *seg, const int *tokens, int n, float *logits,
                       lkv_model_trace *trace)
 {
-    const lkv_model_cfg *c = &m->cfg;
-    const int D = c->dim, HD = c->head_dim, KVD = c->n_kv_heads * c->head_dim, HID = c->hidden_dim;
-    const int B = kv->shape.block_tokens, n0 = seg->n_tokens, L = c->n_layers;
-    int rc = 0;
-    if (n < 1 || n_ctx < 0 || seg->start < 0) {
-        return LKV_EINVAL;
+    lkv_runner r;
+    int rc = lkv_runner_init(&r, m, lkv_backend_cpu());
+    if (rc == 0) {
+        rc = lkv_runner_forward(&r, kv, ctx, n_ctx, seg, tokens, n, logits, trace);
     }
-    for (int i = 0; i < n; i++) {
-        if (tokens[i] < 0 || tokens[i] >= c->vocab_size) {
-            return LKV_EINVAL;
-        }
-    }
-    /* Pages for the new tokens, up front (zeroed: unused slots stay zero). */
-    int need = (n0 + n + B - 1) / B;
-    if (need > LKV_MODEL_SEG_MAX_BLOCKS || need - seg->n_blocks > (int)(kv->n_pages - kv->n_used)) {
-        return LKV_ENOSPC;
-    }
-    while (seg->n_blocks < need) {
-        seg->pages[seg->n_blocks++] = kv->n_used++;
-    }
-    const int decode = n == 1 && n0 > 0;
-    /* References: the context segments, then seg's earlier tokens (decode: and the new one). */
-    int32_t max_refs = need;
-    for (int s = 0; s < n_ctx; s++) {
-        max_refs += (ctx[s].n_tokens + B - 1) / B;
-    }
-    uint64_t *refs = lkv_xmalloc(((size_t)max_refs + 1) * sizeof(uint64_t));
-    int32_t n_refs = 0;
-    lkv_model_seg *segs = lkv_xmalloc(((size_t)n_ctx + 1) * sizeof(lkv_model_seg));
-    if (n_ctx > 0) {
-        memcpy(segs, ctx, (size_t)n_ctx * sizeof *segs);
-    }
-    segs[n_ctx] = *seg;
-    segs[n_ctx].n_tokens = decode ? n0 + 1 : n0;
-    rc = lkv_model_refs(kv, segs, n_ctx + 1, refs, &n_refs);
-    free(segs);
-    float *x = lkv_xmalloc((size_t)n * D * sizeof(float));
-    float *xb = lkv_xmalloc((size_t)n * D * sizeof(float));
-    float *q = lkv_xmalloc((size_t)n * D * sizeof(float));
-    float *k = lkv_xmalloc((size_t)n * KVD * sizeof(float));
-    float *ks = lkv_xmalloc((size_t)n * KVD * sizeof(float));
-    float *v = lkv_xmalloc((size_t)n * KVD * sizeof(float));
-    float *att = lkv_xmalloc((size_t)n * D * sizeof(float));
-    float *h1 = lkv_xmalloc((size_t)HID * sizeof(float));
-    float *h3 = lkv_xmalloc((size_t)HID * sizeof(float));
-    float *tmp = lkv_xmalloc((size_t)(D > HID ? D : HID) * sizeof(float));
-    if (rc != 0) {
-        goto out;
-    }
-    if (trace != NULL) {
-        lkv_model_trace_free(trace);
-        trace->n_tok = n;
-        trace->decode = decode;
-        trace->new_start = seg->start + n0;
-        trace->q = lkv_xmalloc((size_t)L * n * D * sizeof(float));
-        trace->k = lkv_xmalloc((size_t)L * n * KVD * sizeof(float));
-        trace->v = lkv_xmalloc((size_t)L * n * KVD * sizeof(float));
-        trace->att = lkv_xmalloc((size_t)L * n * D * sizeof(float));
-    }
-    for (int i = 0; i < n; i++) {
-        memcpy(x + (size_t)i * D, m->tok_emb + (size_t)tokens[i] * D, (size_t)D * sizeof(float));
-    }
-    for (int l = 0; l < L; l++) {
-        for (int i = 0; i < n; i++) {
-            float *xi = xb + (size_t)i * D;
-            rmsnorm(xi, x + (size_t)i * D, m->rms_att + (size_t)l * D, D);
-            matvec(q + (size_t)i * D, m->wq + (size_t)l * D * D, xi, D, D);
-            matvec(k + (size_t)i * KVD, m->wk + (size_t)l * KVD * D, xi, KVD, D);
-            matvec(v + (size_t)i * KVD, m->wv + (size_t)l * KVD * D, xi, KVD, D);
-            /* Key for attention: local to the new tokens (prefill) ...; stored: local to seg. */
-            for (int h = 0; h < c->n_kv_heads; h++) {
-                float *kh = k + (size_t)i * KVD + (size_t)h * HD;
-                float *sh = ks + (size_t)i * KVD + (size_t)h * HD;
-                lkv_rope_rotate_f32(&m->pe, kh, sh, n0 + i);
-                if (!decode) {
-                    lkv_rope_rotate_f32(&m->pe, kh, kh, i);
-                } else {
-                    memcpy(kh, sh, (size_t)HD * sizeof(float));
-                }
-            }
-            store_kv(kv, seg, n0 + i, l, ks + (size_t)i * KVD, v + (size_t)i * KVD);
-        }
-        if (decode) {
-            int64_t qpos = seg->start + n0;
-            int32_t off[2] = {0, n_refs};
-            lkv_decode_args a = {.shape = kv->shape,
-                                 .pe = &m->pe,
-                                 .layer = l,
-                                 .batch = 1,
-                                 .q = q,
-                                 .q_pos = &qpos,
-                                 .arena = kv->base,
-                                 .page_bytes = kv->page_bytes,
-                                 .refs = refs,
-                                 .ref_offset = off,
-                                 .sm_scale = 1.0f / sqrtf((float)HD),
-                                 .out = att};
-            rc = lkv_attn_decode_cpu(&a);
-        } else {
-            lkv_prefill_args a = {.shape = kv->shape,
-                                  .pe = &m->pe,
-                                  .layer = l,
-                                  .n_new = n,
-                                  .new_start = seg->start + n0,
-                                  .q = q,
-                                  .k_new = k,
-                                  .v_new = v,
-                                  .arena = kv->base,
-                                  .page_bytes = kv->page_bytes,
-                                  .refs = refs,
-                                  .n_refs = n_refs,
-                                  .sm_scale = 1.0f / sqrtf((float)HD),
-                                  .out = att};
-            rc = lkv_attn_prefill_cpu(&a);
-        }
-        if (rc != 0) {
-            goto out;
-        }
-        if (trace != NULL) {
-            memcpy(trace->q + (size_t)l * n * D, q, (size_t)n * D * sizeof(float));
-            memcpy(trace->k + (size_t)l * n * KVD, k, (size_t)n * KVD * sizeof(float));
-            memcpy(trace->v + (size_t)l * n * KVD, v, (size_t)n * KVD * sizeof(float));
-            memcpy(trace->att + (size_t)l * n * D, att, (size_t)n * D * sizeof(float));
-        }
-        for (int i = 0; i < n; i++) {
-            float *xi = x + (size_t)i * D;
-            matvec(tmp, m->wo + (size_t)l * D * D, att + (size_t)i * D, D, D);
-            for (int d = 0; d < D; d++) {
-                xi[d] += tmp[d];
-            }
-            rmsnorm(xb, xi, m->rms_ffn + (size_t)l * D, D);
-            matvec(h1, m->w1 + (size_t)l * HID * D, xb, HID, D);
-            matvec(h3, m->w3 + (size_t)l * HID * D, xb, HID, D);
-            for (int j = 0; j < HID; j++) {
-                h1[j] = h1[j] / (1.0f + expf(-h1[j])) * h3[j];
-            }
-            matvec(tmp, m->w2 + (size_t)l * D * HID, h1, D, HID);
-            for (int d = 0; d < D; d++) {
-                xi[d] += tmp[d];
-            }
-        }
-    }
-    seg->n_tokens = n0 + n;
-    if (logits != NULL) {
-        for (int i = 0; i < n; i++) {
-            rmsnorm(xb, x + (size_t)i * D, m->rms_final, D);
-            matvec(logits + (size_t)i * c->vocab_size, m->wcls, xb, c->vocab_size, D);
-        }
-    }
-out:
-    free(refs);
-    free(x);
-    free(xb);
-    free(q);
-    free(k);
-    free(ks);
-    free(v);
-    free(att);
-    free(h1);
-    free(h3);
-    free(tmp);
+    lkv_runner_free(&r);
     return rc;
 }
 

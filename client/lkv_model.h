@@ -90,7 +90,9 @@ typedef struct lkv_model_kv {
     uint64_t page_bytes; /* == lkv_block_bytes(&shape). */
     uint32_t n_pages;    /* Capacity. */
     uint32_t n_used;     /* Pages handed out: 0 .. n_used-1. */
-    uint8_t *base;       /* n_pages * page_bytes bytes, zeroed. Owned. */
+    uint8_t *base;       /* n_pages * page_bytes bytes, zeroed. Owned when owned is 1. */
+    int owned;           /* 1: base is from lkv_model_kv_init (freed by lkv_model_kv_free); 0:
+                            a view over memory someone else owns (the worker's page space). */
 } lkv_model_kv;
 
 /* Creates an arena for m with block_tokens (1..64) and dtype. Returns 0 or LKV_EINVAL. */
@@ -130,7 +132,9 @@ typedef struct lkv_model_trace {
 
 void lkv_model_trace_free(lkv_model_trace *t);
 
-/* Runs n tokens (ids in tokens, borrowed) appended to seg: token i sits at absolute position
+/* Runs n tokens (ids in tokens, borrowed) appended to seg, on the CPU backend of the runner
+ * (client/worker/lkv_runner.h, which holds the forward pass; a runner made once is faster for
+ * many calls): token i sits at absolute position
  * seg->start + seg->n_tokens + i, its key is stored rotated at local position seg->n_tokens + i
  * in new pages of kv as needed. Attention sees every token of the n_ctx context segments (each
  * at its start; they must end before seg's new tokens) and, causally, seg itself. A single

@@ -21,7 +21,10 @@
  * Attach validates everything (lease id length, TTL against max_lease_ttl, document count,
  * every reference) before lkv_lease_attach pins anything; the lease table pins all-or-nothing.
  * The reply carries the arena mapping (lkv_store_arena_info_get) and each document's layout and
- * pages. If the reply of a new lease cannot be sent, the lease is released at once.
+ * pages. If the reply of a new lease cannot be sent, the lease is released at once. In
+ * ATTACH_MODE_PRESENT (the RAG request) lkv_lease_attach_present pins what is present and
+ * attach_fill_skipped reports the rest; nothing present makes no lease (empty lease_id).
+ * Lookup and Attach replies carry each profile's model_id (the weights identity).
  *
  * Blocking work runs on the engine's worker pool (lkv_rpc_offload), so polling threads only
  * move bytes: a Get or Attach of a document lkv_store_tier reports cold (the promotion reads the
@@ -149,6 +152,12 @@ static int resolve_ref(lkv_cache_svc *svc, lkv_rpc *rpc, const char *what,
         *profile_out = p;
     }
     return 0;
+}
+
+/* The weights identity of profile p for replies ("" when p is NULL or declares none). */
+static char *model_id_pb(const lkv_profile *p)
+{
+    return p != NULL ? (char *)p->model_id : (char *)protobuf_c_empty_string;
 }
 
 static Lazykv__V1__Tier tier_pb(int tier)
@@ -458,6 +467,11 @@ static int lookup(void *arg, lkv_rpc *rpc, const ProtobufCMessage *m)
                                             : miss_pb(infos[i].miss_cause);
         ds[i].profile = infos[i].profile != NULL ? (char *)infos[i].profile->name
                                                  : (char *)protobuf_c_empty_string;
+        ds[i].model_id =
+            model_id_pb(infos[i].profile != NULL ? infos[i].profile
+                        : req->docs[i]->tokens != NULL
+                            ? lkv_store_profile_find(svc->store, req->docs[i]->tokens->profile)
+                            : NULL);
         dsp[i] = &ds[i];
     }
     Lazykv__V1__LookupResponse resp = LAZYKV__V1__LOOKUP_RESPONSE__INIT;
@@ -785,6 +799,31 @@ static int check_lease_id(lkv_rpc *rpc, const char *what, const ProtobufCBinaryD
     return 0;
 }
 
+/* ATTACH_MODE_PRESENT: the reply entries of a document that was not pinned (status from
+ * lkv_lease_attach_present: LKV_ENOTFOUND not cached, LKV_ENOSPC cached but no hot room). p is
+ * the profile when the reference named one (tokens), else NULL. wire is the document's wire key
+ * (kept alive by the caller until the reply is sent). */
+static void attach_fill_skipped(int status, const lkv_profile *p, const lkv_dockey *wire,
+                                Lazykv__V1__DocStatus *ds, Lazykv__V1__AttachedDoc *ad)
+{
+    Lazykv__V1__DocStatus dinit = LAZYKV__V1__DOC_STATUS__INIT;
+    *ds = dinit;
+    ds->present = status == LKV_ENOSPC;
+    ds->tier = status == LKV_ENOSPC ? LAZYKV__V1__TIER__TIER_COLD : LAZYKV__V1__TIER__TIER_ABSENT;
+    ds->miss_cause = status == LKV_ENOSPC ? LAZYKV__V1__MISS_CAUSE__MISS_CAUSE_NONE
+                                          : LAZYKV__V1__MISS_CAUSE__MISS_CAUSE_UNKNOWN;
+    ds->key.data = (uint8_t *)wire->b;
+    ds->key.len = LKV_DOCKEY_BYTES;
+    ds->profile = p != NULL ? (char *)p->name : (char *)protobuf_c_empty_string;
+    ds->model_id = model_id_pb(p);
+    Lazykv__V1__AttachedDoc ainit = LAZYKV__V1__ATTACHED_DOC__INIT;
+    *ad = ainit;
+    ad->key.data = (uint8_t *)wire->b;
+    ad->key.len = LKV_DOCKEY_BYTES;
+    ad->profile = ds->profile;
+    ad->model_id = ds->model_id;
+}
+
 /* An Attach between validation and reply (attach_work may run on the pool). */
 typedef struct attach_job {
     size_t n;                             /* Documents. */
@@ -799,6 +838,9 @@ typedef struct attach_job {
     uint32_t lease_docs;                  /* Documents in it. */
     int bad;                              /* The failing document, or -1. */
     int rc;                               /* lkv_lease_attach's result. */
+    int partial;                          /* ATTACH_MODE_PRESENT: pin what is present. */
+    int *status;                          /* partial: n per-document results. */
+    const lkv_profile **rprof;            /* partial: n profiles named by the refs. */
 } attach_job;
 
 static void attach_job_free(attach_job *j)
@@ -808,6 +850,8 @@ static void attach_job_free(attach_job *j)
     }
     free(j->keys);
     free(j->docs);
+    free(j->status);
+    free(j->rprof);
     free(j);
 }
 
@@ -861,10 +905,13 @@ static int attach(void *arg, lkv_rpc *rpc, const ProtobufCMessage *m)
     }
     j->keys = lkv_xmalloc((n ? n : 1) * sizeof(*j->keys));
     j->docs = lkv_xcalloc(n ? n : 1, sizeof(*j->docs));
+    j->partial = req->mode == LAZYKV__V1__ATTACH_MODE__ATTACH_MODE_PRESENT;
+    j->status = lkv_xcalloc(n ? n : 1, sizeof(*j->status));
+    j->rprof = lkv_xcalloc(n ? n : 1, sizeof(*j->rprof));
     for (size_t i = 0; i < n && rc == 0; i++) {
         char what[48];
         snprintf(what, sizeof(what), "Attach docs[%zu]", i);
-        rc = resolve_ref(svc, rpc, what, req->docs[i], &j->keys[i], NULL);
+        rc = resolve_ref(svc, rpc, what, req->docs[i], &j->keys[i], &j->rprof[i]);
     }
     if (rc == 0) {
         rc = lkv_rpc_check_deadline(rpc);
@@ -890,9 +937,13 @@ static void attach_work(void *arg, void *job)
     lkv_cache_svc *svc = arg;
     attach_job *j = job;
     j->bad = -1;
-    j->rc = lkv_lease_attach(svc->leases, j->owner, j->renew ? j->lease_id : NULL, (uint32_t)j->ttl,
-                             j->keys, (uint32_t)j->n, j->id, &j->expires, &j->lease_docs, j->docs,
-                             &j->bad);
+    const uint8_t *renew_id = j->renew ? j->lease_id : NULL;
+    j->rc = j->partial ? lkv_lease_attach_present(svc->leases, j->owner, renew_id, (uint32_t)j->ttl,
+                                                  j->keys, (uint32_t)j->n, j->id, &j->expires,
+                                                  &j->lease_docs, j->docs, j->status, &j->bad)
+                       : lkv_lease_attach(svc->leases, j->owner, renew_id, (uint32_t)j->ttl,
+                                          j->keys, (uint32_t)j->n, j->id, &j->expires,
+                                          &j->lease_docs, j->docs, &j->bad);
 }
 
 /* Replies to an Attach once lkv_lease_attach ran (attach_work), and frees the job. */
@@ -916,6 +967,10 @@ static int attach_done(void *arg, lkv_rpc *rpc, void *job)
     Lazykv__V1__AttachedDoc **adp = lkv_xmalloc((n ? n : 1) * sizeof(*adp));
     Lazykv__V1__BlockLayout *lay = lkv_xcalloc(n ? n : 1, sizeof(*lay));
     lkv_dockey *wires = lkv_xmalloc((n ? n : 1) * sizeof(*wires));
+    const int partial = j->partial;
+    int *status = j->status;
+    const lkv_profile **rprof = j->rprof;
+    uint32_t lease_docs = j->lease_docs;
     if (rc != 0) {
         char hex[LKV_DOCKEY_HEX_LEN + 1];
         if (bad >= 0) {
@@ -974,10 +1029,18 @@ static int attach_done(void *arg, lkv_rpc *rpc, void *job)
         arena.cuda_ipc_handle.data = ai.cuda_ipc;
         arena.cuda_ipc_handle.len = sizeof(ai.cuda_ipc);
     }
+    uint32_t n_pinned = 0;
     for (size_t i = 0; i < n; i++) {
         const lkv_doc_info *inf = &docs[i].info;
         const lkv_profile *p = inf->profile;
         wire_of(svc, rpc, &keys[i], &wires[i]);
+        if (partial && status[i] != 0) {
+            attach_fill_skipped(status[i], rprof[i], &wires[i], &ds[i], &ad[i]);
+            dsp[i] = &ds[i];
+            adp[i] = &ad[i];
+            continue;
+        }
+        n_pinned++;
         Lazykv__V1__DocStatus dinit = LAZYKV__V1__DOC_STATUS__INIT;
         ds[i] = dinit;
         ds[i].present = 1;
@@ -987,6 +1050,7 @@ static int attach_done(void *arg, lkv_rpc *rpc, void *job)
         ds[i].key.data = wires[i].b;
         ds[i].key.len = LKV_DOCKEY_BYTES;
         ds[i].profile = (char *)p->name;
+        ds[i].model_id = model_id_pb(p);
         dsp[i] = &ds[i];
         Lazykv__V1__BlockLayout linit = LAZYKV__V1__BLOCK_LAYOUT__INIT;
         lay[i] = linit;
@@ -1005,11 +1069,12 @@ static int attach_done(void *arg, lkv_rpc *rpc, void *job)
         ad[i].n_tokens = inf->n_tokens;
         ad[i].n_pages = inf->n_blocks;
         ad[i].pages = docs[i].pages;
+        ad[i].model_id = model_id_pb(p);
         adp[i] = &ad[i];
     }
     Lazykv__V1__AttachResponse resp = LAZYKV__V1__ATTACH_RESPONSE__INIT;
     resp.lease_id.data = id;
-    resp.lease_id.len = LKV_LEASE_ID_BYTES;
+    resp.lease_id.len = partial && !renew && lease_docs == 0 ? 0 : LKV_LEASE_ID_BYTES;
     resp.expires_unix_ms = j->expires;
     resp.n_docs = n;
     resp.docs = dsp;
@@ -1019,12 +1084,13 @@ static int attach_done(void *arg, lkv_rpc *rpc, void *job)
     resp.ttl_ms = (uint32_t)ttl;
     resp.lease_docs = j->lease_docs;
     rc = lkv_rpc_reply(rpc, &resp.base);
-    if (rc != 0 && !renew) {
+    if (rc != 0 && !renew && resp.lease_id.len > 0) {
         /* The worker never learns the id: end the lease now rather than at expiry. */
         lkv_lease_release(svc->leases, owner, id, NULL);
     }
-    LKV_LOGD("attach: %s lease, %zu document(s), %u in the lease, ttl %" PRIu64 " ms",
-             renew ? "renewed" : "new", n, j->lease_docs, ttl);
+    LKV_LOGD("attach: %s lease, %zu document(s) (%u pinned%s), %u in the lease, ttl %" PRIu64 " ms",
+             renew ? "renewed" : "new", n, n_pinned, partial ? ", mode present" : "", lease_docs,
+             ttl);
 out:
     attach_job_free(j);
     free(ds);

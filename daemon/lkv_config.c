@@ -204,10 +204,10 @@ static const opt opts[] = {
      "CUDA device ordinal of the hot arena"},
     {"cold_bytes", OPT_SIZE, OFF(cold_bytes), 0, 0, UINT64_MAX, "16GiB",
      "cold tier budget, bytes of block payload (0 = unlimited)"},
-    {"policy", OPT_POLICY, OFF(policy_kind), 0, 0, 0, "lru",
-     "eviction policy of both tiers: lru, gdsf, lfuda, tinylfu, tlfu-gdsf"},
+    {"policy", OPT_POLICY, OFF(policy_kind), 0, 0, 0, "adaptive",
+     "eviction policy of both tiers: lru, gdsf, lfuda, tinylfu, tlfu-gdsf, adaptive"},
     {"policy_cost", OPT_COST, OFF(policy_cost_bytes), 0, 0, 0, "documents",
-     "what gdsf optimises: documents (document hit rate) or bytes (byte hit rate)"},
+     "what gdsf and adaptive optimise: documents (document hit rate) or bytes (byte hit rate)"},
     {"durability", OPT_DURABLE, OFF(durability), 0, 0, 0, "write-back",
      "write-back (ack when hot, persist in background) or write-through (ack when durable)"},
     {"threads", OPT_INT, OFF(threads), 0, 1, 256, "2",
@@ -454,6 +454,7 @@ enum pf_kind {
     PF_POSENC,  /* int, enum lkv_posenc_kind. */
     PF_PAIRING, /* int, enum lkv_rope_pairing. */
     PF_SCALING, /* int, enum lkv_rope_scaling. */
+    PF_STR,     /* char[LKV_MODEL_ID_MAX] (model_id). */
 };
 
 typedef struct pfield {
@@ -483,6 +484,8 @@ static const pfield pfields[] = {
     {"low_freq_factor", PF_DOUBLE, POFF(posenc.low_freq_factor), "llama3 low_freq_factor"},
     {"high_freq_factor", PF_DOUBLE, POFF(posenc.high_freq_factor), "llama3 high_freq_factor"},
     {"original_max_pos", PF_DOUBLE, POFF(posenc.original_max_pos), "llama3 original context"},
+    {"model_id", PF_STR, POFF(model_id),
+     "weights identity: blake2b:<hex of the checkpoint> or a revision (\"\" = none)"},
 };
 #define N_PFIELDS ((int)(sizeof(pfields) / sizeof(pfields[0])))
 
@@ -515,6 +518,10 @@ static void builtin_stories260k(lkv_profile *p)
     p->posenc.rope_theta = 10000.0;
     p->posenc.rope_pairing = LKV_ROPE_INTERLEAVED;
     p->vocab_size = 512;
+    /* The weights: BLAKE2b-256 of tests/data/models/stories260K.bin (the decode worker checks
+     * the checkpoint it loads against it). */
+    snprintf(p->model_id, sizeof(p->model_id), "%s",
+             "blake2b:3e77c0b76962b86e8b60b343f705d70cc9e8573156925a0be325b349930dc37b");
 }
 
 static void builtin_llama31_8b(lkv_profile *p)
@@ -572,6 +579,17 @@ static int profile_name_ok(const char *name)
     return 1;
 }
 
+/* model_id: checked here so the message names the option; the fingerprint covers it. */
+static int set_model_id(lkv_profile *p, const char *value, char *err, size_t errlen)
+{
+    char msg[160];
+    if (lkv_profile_model_id_check(value, msg, (int)sizeof(msg)) != 0) {
+        return fail(err, errlen, "profile '%s' option 'model_id': %s", p->name, msg);
+    }
+    snprintf(p->model_id, sizeof(p->model_id), "%s", value);
+    return 0;
+}
+
 static int set_pfield(lkv_profile *p, const char *key, const char *value, char *err, size_t errlen)
 {
     const pfield *f = NULL;
@@ -616,6 +634,8 @@ static int set_pfield(lkv_profile *p, const char *key, const char *value, char *
         }
         *(double *)field = d;
         return 0;
+    case PF_STR:
+        return set_model_id(p, value, err, errlen);
     default:
         break;
     }

@@ -240,9 +240,14 @@ static int lease_has(const lease *l, uint32_t upto, const lkv_dockey *k)
     return 0;
 }
 
-int lkv_lease_attach(lkv_lease_table *t, int owner, const uint8_t *id, uint32_t ttl_ms,
-                     const lkv_dockey *keys, uint32_t n, uint8_t id_out[LKV_LEASE_ID_BYTES],
-                     uint64_t *expires_unix_ms, uint32_t *lease_docs, lkv_lease_doc *out, int *bad)
+/* The body of both attach calls. status == NULL: all-or-nothing (lkv_lease_attach). Else
+ * partial (lkv_lease_attach_present): status[i] receives 0 (pinned), LKV_ENOTFOUND or LKV_ENOSPC
+ * for a document that is skipped, and when nothing is pinned for a new lease no lease is made
+ * (id_out zeroed, *lease_docs 0). */
+static int attach_impl(lkv_lease_table *t, int owner, const uint8_t *id, uint32_t ttl_ms,
+                       const lkv_dockey *keys, uint32_t n, uint8_t id_out[LKV_LEASE_ID_BYTES],
+                       uint64_t *expires_unix_ms, uint32_t *lease_docs, lkv_lease_doc *out,
+                       int *bad, int *status)
 {
     int dummy;
     if (bad == NULL) {
@@ -302,9 +307,18 @@ int lkv_lease_attach(lkv_lease_table *t, int owner, const uint8_t *id, uint32_t 
      * ones already held, dropped at once). On failure undo this call's pins. */
     uint32_t new_n = old_n;
     uint32_t i;
+    uint32_t skipped = 0;
     for (i = 0; i < n; i++) {
         lkv_doc_info info;
         rc = lkv_store_pin(t->store, &keys[i], tmp, MAX_DOC_BLOCKS, &info);
+        if (status != NULL) {
+            status[i] = rc;
+            if (rc == LKV_ENOTFOUND || rc == LKV_ENOSPC) {
+                skipped++; /* Partial mode: a miss for the worker, not an error. */
+                rc = 0;
+                continue;
+            }
+        }
         if (rc != 0) {
             break;
         }
@@ -338,7 +352,20 @@ int lkv_lease_attach(lkv_lease_table *t, int owner, const uint8_t *id, uint32_t 
         }
         goto out;
     }
-    assert(new_n == old_n + add);
+    assert(new_n == old_n + add || status != NULL);
+    if (status != NULL && l == &fresh && new_n == 0) {
+        /* Partial mode, nothing present: no lease is made. */
+        free(fresh.docs);
+        memset(id_out, 0, LKV_LEASE_ID_BYTES);
+        if (expires_unix_ms != NULL) {
+            *expires_unix_ms = 0;
+        }
+        if (lease_docs != NULL) {
+            *lease_docs = 0;
+        }
+        (void)skipped;
+        goto out;
+    }
     for (uint32_t j = old_n; j < new_n; j++) {
         t->st.pinned_bytes += (uint64_t)l->docs[j].n_blocks * t->page_bytes;
     }
@@ -378,6 +405,29 @@ out:
     pthread_mutex_unlock(&t->mu);
     free(tmp);
     return rc;
+}
+
+int lkv_lease_attach(lkv_lease_table *t, int owner, const uint8_t *id, uint32_t ttl_ms,
+                     const lkv_dockey *keys, uint32_t n, uint8_t id_out[LKV_LEASE_ID_BYTES],
+                     uint64_t *expires_unix_ms, uint32_t *lease_docs, lkv_lease_doc *out, int *bad)
+{
+    return attach_impl(t, owner, id, ttl_ms, keys, n, id_out, expires_unix_ms, lease_docs, out, bad,
+                       NULL);
+}
+
+int lkv_lease_attach_present(lkv_lease_table *t, int owner, const uint8_t *id, uint32_t ttl_ms,
+                             const lkv_dockey *keys, uint32_t n, uint8_t id_out[LKV_LEASE_ID_BYTES],
+                             uint64_t *expires_unix_ms, uint32_t *lease_docs, lkv_lease_doc *out,
+                             int *status, int *bad)
+{
+    if (status == NULL) {
+        return LKV_EINVAL;
+    }
+    for (uint32_t i = 0; i < n; i++) {
+        status[i] = LKV_ENOTFOUND;
+    }
+    return attach_impl(t, owner, id, ttl_ms, keys, n, id_out, expires_unix_ms, lease_docs, out, bad,
+                       status);
 }
 
 int lkv_lease_release(lkv_lease_table *t, int owner, const uint8_t *id, uint32_t *released)

@@ -87,6 +87,17 @@ int lkv_lease_attach(lkv_lease_table *t, int owner, const uint8_t *id, uint32_t 
                      const lkv_dockey *keys, uint32_t n, uint8_t id_out[LKV_LEASE_ID_BYTES],
                      uint64_t *expires_unix_ms, uint32_t *lease_docs, lkv_lease_doc *out, int *bad);
 
+/* Partial attach (the RAG request's ATTACH_MODE_PRESENT): as lkv_lease_attach, but a document
+ * that is not cached (status[i] = LKV_ENOTFOUND) or cannot be made hot (LKV_ENOSPC) is skipped,
+ * not an error: it is not pinned and out[i] stays zeroed (pages NULL). status (caller-owned, n
+ * entries) receives 0 for each pinned document. When no lease id is given and nothing could be
+ * pinned, no lease is made: returns 0 with id_out zeroed and *lease_docs 0. Every other error is
+ * as lkv_lease_attach's (all-or-nothing for this call's pins). */
+int lkv_lease_attach_present(lkv_lease_table *t, int owner, const uint8_t *id, uint32_t ttl_ms,
+                             const lkv_dockey *keys, uint32_t n, uint8_t id_out[LKV_LEASE_ID_BYTES],
+                             uint64_t *expires_unix_ms, uint32_t *lease_docs, lkv_lease_doc *out,
+                             int *status, int *bad);
+
 /* Releases lease id (16 bytes, borrowed) of owner: unpins its documents. Writes how many into
  * *released (may be NULL). LKV_ENOTFOUND if unknown, expired or another owner's. */
 int lkv_lease_release(lkv_lease_table *t, int owner, const uint8_t *id, uint32_t *released);

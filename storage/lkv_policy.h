@@ -19,9 +19,49 @@
  *         than every victim it would displace (lkv_policy_would_admit).
  *   tlfu-gdsf  GDSF whose frequency is the sketch's estimate (history survives eviction),
  *         behind the same admission filter comparing freq * cost / size instead of freq.
+ *   adaptive  W-TinyLFU with a hill-climbing window (after the design of the Caffeine cache):
+ *         a small LRU admission window in front of a segmented LRU main region (probation,
+ *         protected = 90% of main). A new id enters the window (one larger than the window's
+ *         share must first win the contest below against what it would displace). When the
+ *         window is over its share and room is needed, its LRU entry (the candidate) competes
+ *         with the main region's LRU entries that would free as many bytes: it moves into main
+ *         only if its density, sketch estimate x cost / bytes, exceeds each of theirs (size-
+ *         aware: cost = bytes is a frequency contest, cost = 1 favours small documents as GDSF
+ *         does), else it is the one evicted. The sketch halves every 160 x entries present
+ *         records (at least 1024, at most tinylfu's period), so history lasts about as long as
+ *         the cache's own turnover and a drifting popularity is followed. The window's share
+ *         starts at 0 (TinyLFU) and is moved by a hill climber on the hit rate (lkv_policy_record
+ *         counts requests, lkv_policy_touch hits): every sample (8 x entries present, at least
+ *         16384 requests) it steps in the direction that last raised the hit rate, reverses
+ *         when it fell; the step (3%) decays by 0.98 a sample to a floor of 0.5% and restarts
+ *         on a jump of 5 points. Window 100% is LRU; window 0 is TinyLFU on an SLRU, so the
+ *         policy follows whichever the traffic favours. O(1) per operation (a contest looks at
+ *         most at 8 rivals).
  *   (more kinds may be added; lkv_policy_names lists them all)
  *
  * Pinned entries (leases) are never chosen as victims. Not thread-safe: the caller serialises.
+ *
+ * Residency controls (every kind honours them; see lkv_policy_admit_ex and below):
+ *   hold      an operator pin of an id (lkv_policy_hold) or of every present and future id of a
+ *             class (lkv_policy_hold_class); held entries are pinned (one pin, whatever the
+ *             lease pins) and counted in bytes_pinned.
+ *   class     a 64-bit class id given at admit (the store packs tenant << 32 | profile); a
+ *             value/mask pair selects a tenant, a profile or both, for holds and for bulk
+ *             eviction (lkv_policy_evict_class).
+ *   priority  -1 (evicted before any normal entry), 0 (the kind's order), +1 (evicted only when
+ *             no other unpinned entry is left); LRU order within the -1 and +1 tiers.
+ *   ttl       an expiry time in the caller's clock (0: none); lkv_policy_expire evicts what
+ *             expired (a sweep over the entries, O(n): call it periodically, not per request).
+ *
+ * Store integration (proposed, not wired yet): class id = tenant << 32 | profile index. Put
+ * with options {prio, ttl_ms, hold} calls lkv_policy_admit_ex on both tiers with expires =
+ * now_ms + ttl_ms, then lkv_policy_hold if asked. Admin Hold(key | tenant | profile, on) maps
+ * to lkv_policy_hold (promoting a cold document first) or lkv_policy_hold_class with mask
+ * 0xffffffff00000000 (tenant), 0x00000000ffffffff (profile) or ~0 (both), on the hot policy;
+ * Admin Evict(tenant | profile) to lkv_policy_evict_class on the hot policy with the store's
+ * usual eviction callback (demote to cold) and, for a purge, on the cold policy (delete). The
+ * maintenance thread calls lkv_policy_expire(hot, now_ms, ...) and (cold, ...) every second.
+ * Holds are policy state, not persisted: the store re-applies them from its metadata on open.
  */
 #ifndef LKV_POLICY_H
 #define LKV_POLICY_H
@@ -36,6 +76,7 @@ enum lkv_policy_kind {
     LKV_POLICY_LFUDA = 2,
     LKV_POLICY_TINYLFU = 3,
     LKV_POLICY_TLFU_GDSF = 4,
+    LKV_POLICY_ADAPTIVE = 5,
     LKV_POLICY__COUNT
 };
 
@@ -99,6 +140,50 @@ int lkv_policy_sketch_size(lkv_policy *p, uint64_t ids);
  * always 1 for kinds without a filter, or when it fits without evicting. Changes nothing; the
  * caller that gets 0 serves the document without caching it (or keeps it in a lower tier). */
 int lkv_policy_would_admit(const lkv_policy *p, uint64_t id, uint64_t bytes, double cost);
+
+/* ---- residency controls ---- */
+
+/* Per-entry attributes given at admit. */
+typedef struct lkv_policy_attrs {
+    uint64_t cls;     /* Class id (tenant << 32 | profile in the store); 0 = none. */
+    int prio;         /* -1 evict first, 0 normal, +1 evict last (clamped to -1..1). */
+    uint64_t expires; /* Expiry in the caller's clock (lkv_policy_expire), 0 = never. */
+} lkv_policy_attrs;
+
+/* lkv_policy_admit with attributes (a may be NULL: cls 0, prio 0, no expiry). An id whose
+ * class matches a class hold is held from its admission. Same errors as lkv_policy_admit. */
+int lkv_policy_admit_ex(lkv_policy *p, uint64_t id, uint64_t bytes, double cost,
+                        const lkv_policy_attrs *a, lkv_policy_evict_fn evict, void *ctx);
+
+/* Holds (on = 1) or releases (on = 0) a present id: an operator pin, not counted (a second
+ * hold is a no-op), independent of lease pins and of class holds. LKV_ENOTFOUND if absent. */
+int lkv_policy_hold(lkv_policy *p, uint64_t id, int on);
+
+/* Holds (on = 1) every present and future entry with (cls & mask) == value, or releases such
+ * a hold (on = 0: entries stay held if another class hold or an id hold covers them). At most
+ * 16 class holds at once (LKV_ENOSPC beyond); releasing a hold that is not there is
+ * LKV_ENOTFOUND. O(n) in the entries present. */
+int lkv_policy_hold_class(lkv_policy *p, uint64_t value, uint64_t mask, int on);
+
+/* Evicts, through evict (may be NULL), every unpinned entry with (cls & mask) == value
+ * (counted as evictions); pinned ones stay. Writes the number evicted to *n (may be NULL).
+ * O(n) in the entries present. */
+int lkv_policy_evict_class(lkv_policy *p, uint64_t value, uint64_t mask, lkv_policy_evict_fn evict,
+                           void *ctx, uint64_t *n);
+
+/* Evicts every unpinned entry whose expiry is set and <= now (counted as evictions); a pinned
+ * expired entry goes at the first sweep after its last unpin. Writes the count to *n (may be
+ * NULL). O(n). */
+int lkv_policy_expire(lkv_policy *p, uint64_t now, lkv_policy_evict_fn evict, void *ctx,
+                      uint64_t *n);
+
+/* Window share of the budget (adaptive kind; 0 for the others), in [0, 1]. */
+double lkv_policy_window(const lkv_policy *p);
+
+/* Bytes of memory the policy holds for each tracked entry (entry + hash slots), excluding
+ * the sketch, whose size lkv_policy_sketch_bytes gives. */
+uint64_t lkv_policy_entry_bytes(void);
+uint64_t lkv_policy_sketch_bytes(const lkv_policy *p);
 
 /* Writes into names (size n, NUL-terminated, truncated) the kind names separated by ", ".
  * Returns the length it needed. */

@@ -25,7 +25,9 @@
  *     61      8     low_freq_factor       (RoPE llama3)
  *     69      8     high_freq_factor      (RoPE llama3)
  *     77      8     original_max_pos      (RoPE llama3)
- *     85            end
+ *     85            end, when model_id is empty (the encoding of every profile before model_id)
+ *     85      4     strlen(model_id)      (only when model_id is not empty)
+ *     89      n     model_id bytes, no NUL
  */
 #include "lkv_profile.h"
 
@@ -156,7 +158,7 @@ static uint8_t *put_f64(uint8_t *o, double d)
 
 static void fingerprint(lkv_profile *p)
 {
-    uint8_t buf[ENC_BYTES];
+    uint8_t buf[ENC_BYTES + 4 + LKV_MODEL_ID_MAX];
     uint8_t *o = buf;
     const lkv_kv_shape *s = &p->shape;
     const lkv_posenc_cfg *e = &p->posenc;
@@ -181,8 +183,13 @@ static void fingerprint(lkv_profile *p)
     o = put_f64(o, llama3 ? e->low_freq_factor : 0.0);
     o = put_f64(o, llama3 ? e->high_freq_factor : 0.0);
     o = put_f64(o, llama3 ? e->original_max_pos : 0.0);
-    (void)o;
-    crypto_generichash(p->fingerprint, LKV_FINGERPRINT_BYTES, buf, sizeof buf, NULL, 0);
+    size_t id_len = strnlen(p->model_id, LKV_MODEL_ID_MAX - 1);
+    if (id_len > 0) {
+        o = put_u32(o, (uint32_t)id_len);
+        memcpy(o, p->model_id, id_len);
+        o += id_len;
+    }
+    crypto_generichash(p->fingerprint, LKV_FINGERPRINT_BYTES, buf, (size_t)(o - buf), NULL, 0);
 }
 
 int lkv_profile_finish(lkv_profile *p, char *err, int errlen)
@@ -236,6 +243,10 @@ int lkv_profile_finish(lkv_profile *p, char *err, int errlen)
         return fail(err, errlen, "max_doc_tokens: %u must be <= %u (4096 blocks of %d tokens)",
                     p->max_doc_tokens, max_tokens, s->block_tokens);
     }
+    char idmsg[160];
+    if (lkv_profile_model_id_check(p->model_id, idmsg, (int)sizeof(idmsg)) != 0) {
+        return fail(err, errlen, "model_id: %s", idmsg);
+    }
     if (sodium_init() < 0) {
         return fail(err, errlen, "libsodium: sodium_init failed");
     }
@@ -260,6 +271,38 @@ int lkv_profile_check_tokens(const lkv_profile *p, const uint32_t *tokens, size_
                         "token_ids[%zu] = %" PRIu32 " is not below vocab_size %" PRIu32
                         " of profile '%s'",
                         i, tokens[i], p->vocab_size, p->name);
+        }
+    }
+    return 0;
+}
+
+int lkv_profile_model_id_check(const char *model_id, char *err, int errlen)
+{
+    size_t n = strnlen(model_id, LKV_MODEL_ID_MAX);
+    if (n == LKV_MODEL_ID_MAX) {
+        return fail(err, errlen, "longer than %d characters", LKV_MODEL_ID_MAX - 1);
+    }
+    for (size_t i = 0; i < n; i++) {
+        char c = model_id[i];
+        int ok = (c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') ||
+                 strchr("._:/+@-", c) != NULL;
+        if (!ok) {
+            return fail(err, errlen, "character %zu ('%c') is not one of [A-Za-z0-9._:/+@-]", i,
+                        c >= 32 && c < 127 ? c : '?');
+        }
+    }
+    size_t pre = strlen(LKV_MODEL_ID_BLAKE2B);
+    if (strncmp(model_id, LKV_MODEL_ID_BLAKE2B, pre) == 0) {
+        const char *h = model_id + pre;
+        int hex_ok = strlen(h) == 2 * LKV_FINGERPRINT_BYTES;
+        for (size_t i = 0; hex_ok && h[i] != '\0'; i++) {
+            hex_ok = (h[i] >= '0' && h[i] <= '9') || (h[i] >= 'a' && h[i] <= 'f');
+        }
+        if (!hex_ok) {
+            return fail(err, errlen,
+                        "'%s' must be blake2b: and 64 lowercase hex digits (the BLAKE2b-256 of "
+                        "the checkpoint file)",
+                        model_id);
         }
     }
     return 0;

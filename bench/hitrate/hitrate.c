@@ -47,7 +47,7 @@ static void usage(FILE *f)
     char names[256];
     lkv_policy_names(names, sizeof(names));
     fprintf(f,
-            "usage: hitrate run|study|analytic [options]\n"
+            "usage: hitrate run|study|policies|analytic [options]\n"
             "workload:\n"
             "  --ndocs N          pool size (10000)\n"
             "  --len SPEC         fixed:T | uniform:A:B | lognormal:MEDIAN:SIGMA (fixed:2048)\n"
@@ -58,8 +58,13 @@ static void usage(FILE *f)
             "  --seed S           RNG seed (1)\n"
             "  --trace FILE       replay a trace file instead (see README.md)\n"
             "  --doc-tokens T     length of trace documents given without one (2048)\n"
+            "  --workload W       zipf|shift|burst|session|mix: drift presets (zipf)\n"
+            "  --shift-every N --shift-frac F --shift-hot H   hot-set replacement\n"
+            "  --burst-every N --burst-len L                  bursts of a cold document\n"
+            "  --session-p P --sessions S --session-reuse R   follow-up sessions\n"
+            "  --mix M            fraction of stationary requests in a drifting trace\n"
             "cache:\n"
-            "  --model LIST       prefix,exact,copy,agnostic,oracle or all (all)\n"
+            "  --model LIST       prefix,exact,copy,agnostic,oracle,belady or all (all)\n"
             "  --policy LIST      %s or all (lru)\n"
             "  --budget-gib G     budget in GiB, 'inf' for no limit (1)\n"
             "  --bytes-per-token B  KV bytes a token (131072, Llama-3.1-8B bf16)\n"
@@ -69,7 +74,7 @@ static void usage(FILE *f)
             "  --question-tokens Q, --output-tokens O   per request (32, 16)\n"
             "  --cost docs|bytes  gdsf cost: document or byte hit rate (docs)\n"
             "  --warmup W         requests run but not counted (0)\n"
-            "study: --out DIR (bench/out), --quick\n"
+            "study, policies: --out DIR (bench/out), --quick\n"
             "analytic: --d D (20) --c C (100) --analytic-alpha A (0.85) --draws N (2000000)\n",
             names);
 }
@@ -146,6 +151,16 @@ static int parse_opts(int argc, char **argv, opts *o)
                                        {"c", 1, 0, 'C'},
                                        {"analytic-alpha", 1, 0, 'A'},
                                        {"draws", 1, 0, 'N'},
+                                       {"workload", 1, 0, 'W'},
+                                       {"shift-every", 1, 0, 1000},
+                                       {"shift-frac", 1, 0, 1001},
+                                       {"shift-hot", 1, 0, 1002},
+                                       {"burst-every", 1, 0, 1003},
+                                       {"burst-len", 1, 0, 1004},
+                                       {"session-p", 1, 0, 1005},
+                                       {"sessions", 1, 0, 1006},
+                                       {"session-reuse", 1, 0, 1007},
+                                       {"mix", 1, 0, 1008},
                                        {"help", 0, 0, 'h'},
                                        {0, 0, 0, 0}};
     int models[MAX_SERIES], nm = 0, pols[MAX_SERIES], np = 0;
@@ -241,6 +256,39 @@ static int parse_opts(int argc, char **argv, opts *o)
         case 'N':
             o->draws = strtoull(optarg, NULL, 10);
             break;
+        case 'W':
+            if (lkv_sim_workload(optarg, &o->gen) != 0) {
+                fprintf(stderr, "hitrate: --workload zipf|shift|burst|session|mix\n");
+                return LKV_EINVAL;
+            }
+            break;
+        case 1000:
+            o->gen.shift_every = strtoull(optarg, NULL, 10);
+            break;
+        case 1001:
+            o->gen.shift_frac = strtod(optarg, NULL);
+            break;
+        case 1002:
+            o->gen.shift_hot = (uint32_t)strtoul(optarg, NULL, 10);
+            break;
+        case 1003:
+            o->gen.burst_every = strtoull(optarg, NULL, 10);
+            break;
+        case 1004:
+            o->gen.burst_len = strtoull(optarg, NULL, 10);
+            break;
+        case 1005:
+            o->gen.session_p = strtod(optarg, NULL);
+            break;
+        case 1006:
+            o->gen.sessions = (uint32_t)strtoul(optarg, NULL, 10);
+            break;
+        case 1007:
+            o->gen.session_reuse = strtod(optarg, NULL);
+            break;
+        case 1008:
+            o->gen.mix = strtod(optarg, NULL);
+            break;
         case 'h':
             usage(stdout);
             exit(0);
@@ -258,8 +306,8 @@ static int parse_opts(int argc, char **argv, opts *o)
     o->nser = 0;
     for (int i = 0; i < nm; i++) {
         for (int j = 0; j < np && o->nser < MAX_SERIES; j++) {
-            if (models[i] == LKV_SIM_ORACLE && j > 0) {
-                break; /* The oracle ignores the policy. */
+            if ((models[i] == LKV_SIM_ORACLE || models[i] == LKV_SIM_BELADY) && j > 0) {
+                break; /* The references ignore the policy. */
             }
             o->ser[o->nser++] = (series){models[i], pols[j]};
         }
@@ -295,6 +343,10 @@ static void series_name(const series *s, char *buf, size_t n)
         snprintf(buf, n, "oracle/static");
         return;
     }
+    if (s->model == LKV_SIM_BELADY) {
+        snprintf(buf, n, "belady/size-heur");
+        return;
+    }
     snprintf(buf, n, "%s/%s", lkv_sim_model_name(s->model), lkv_policy_name(s->policy));
 }
 
@@ -312,8 +364,8 @@ static int cmd_run(opts *o)
     printf("# trace: %llu requests, %llu document uses, pool %u documents (%.1f GiB of KV)\n",
            (unsigned long long)t.nreq, (unsigned long long)t.req_off[t.nreq], t.ndocs,
            (double)tok * (double)o->cfg.bytes_per_token / GIB);
-    printf("%-20s %10s %10s %10s %12s %12s\n", "model/policy", "block_hit%", "doc_hit%", "dropped",
-           "evictions", "req/s");
+    printf("%-20s %10s %10s %10s %12s %12s %8s\n", "model/policy", "block_hit%", "doc_hit%",
+           "dropped", "evictions", "req/s", "window");
     for (int i = 0; i < o->nser; i++) {
         lkv_sim_cfg c = o->cfg;
         c.model = o->ser[i].model;
@@ -326,10 +378,10 @@ static int cmd_run(opts *o)
         }
         char name[64];
         series_name(&o->ser[i], name, sizeof(name));
-        printf("%-20s %10.2f %10.2f %10llu %12llu %12.0f\n", name, pct(r.hit_tokens, r.tokens),
-               pct(r.doc_hits, r.docs), (unsigned long long)r.dropped,
-               (unsigned long long)r.evictions,
-               (double)t.nreq / (r.seconds > 0 ? r.seconds : 1e-9));
+        printf("%-20s %10.2f %10.2f %10llu %12llu %12.0f %8.3f\n", name,
+               pct(r.hit_tokens, r.tokens), pct(r.doc_hits, r.docs), (unsigned long long)r.dropped,
+               (unsigned long long)r.evictions, (double)t.nreq / (r.seconds > 0 ? r.seconds : 1e-9),
+               r.window);
     }
     lkv_sim_trace_free(&t);
     return rc;
@@ -385,7 +437,8 @@ static const series study_series[] = {
     {LKV_SIM_AGNOSTIC, LKV_POLICY_GDSF},    {LKV_SIM_AGNOSTIC, LKV_POLICY_LFUDA},
     {LKV_SIM_AGNOSTIC, LKV_POLICY_TINYLFU}, {LKV_SIM_AGNOSTIC, LKV_POLICY_TLFU_GDSF},
     {LKV_SIM_EXACT, LKV_POLICY_TLFU_GDSF},  {LKV_SIM_COPY, LKV_POLICY_TLFU_GDSF},
-    {LKV_SIM_ORACLE, LKV_POLICY_LRU},
+    {LKV_SIM_ORACLE, LKV_POLICY_LRU},       {LKV_SIM_AGNOSTIC, LKV_POLICY_ADAPTIVE},
+    {LKV_SIM_BELADY, LKV_POLICY_LRU},
 };
 #define NSTUDY ((int)(sizeof(study_series) / sizeof(study_series[0])))
 
@@ -489,8 +542,8 @@ static int cmd_study(opts *o)
             fprintf(md, " %s |", name);
         }
         fprintf(md, " agn-lru/copy | agn-lru/exact | best/lru | best/copy | best/exact |"
-                    " best/copy-best |\n|---|---|");
-        for (int i = 0; i < NSTUDY + 6; i++) {
+                    " best/copy-best | belady - best | belady - adaptive |\n|---|---|");
+        for (int i = 0; i < NSTUDY + 8; i++) {
             fprintf(md, "---|");
         }
         fprintf(md, "\n");
@@ -508,12 +561,13 @@ static int cmd_study(opts *o)
             for (int i = 0; i < NSTUDY; i++) {
                 fprintf(md, " %.2f |", v[i]);
             }
-            fprintf(md, " %.2fx | %.2fx | %.2fx | %.2fx | %.2fx | %.2fx |\n", v[3] / v[2],
-                    v[3] / v[1], best / v[3], best / v[2], best / v[1], best / v[9]);
+            fprintf(md, " %.2fx | %.2fx | %.2fx | %.2fx | %.2fx | %.2fx | %.2f | %.2f |\n",
+                    v[3] / v[2], v[3] / v[1], best / v[3], best / v[2], best / v[1], best / v[9],
+                    v[12] - best, v[12] - v[11]);
             if (metric == 0) {
                 fprintf(md,
-                        "| paper | | %.2f | %.2f | %.2f | %.2f | | | | | | | | %.2fx | %.2fx "
-                        "| | | | |\n",
+                        "| paper | | %.2f | %.2f | %.2f | %.2f | | | | | | | | | | %.2fx | %.2fx "
+                        "| | | | | | |\n",
                         paper[row][0], paper[row][1], paper[row][2], paper[row][3],
                         paper[row][3] / paper[row][2], paper[row][3] / paper[row][1]);
             }
@@ -527,8 +581,8 @@ static int cmd_study(opts *o)
         series_name(&study_series[i], name, sizeof(name));
         fprintf(md, " %s |", name);
     }
-    fprintf(md, " agn-lru/copy | best/copy | best/lru |\n|---|---|---|");
-    for (int i = 0; i < NSTUDY + 3; i++) {
+    fprintf(md, " agn-lru/copy | best/copy | best/lru | belady - best |\n|---|---|---|");
+    for (int i = 0; i < NSTUDY + 4; i++) {
         fprintf(md, "---|");
     }
     fprintf(md, "\n");
@@ -588,8 +642,8 @@ static int cmd_study(opts *o)
             for (int i = 0; i < NSTUDY; i++) {
                 fprintf(md, " %.2f |", blk[i]);
             }
-            fprintf(md, " %.2fx | %.2fx | %.2fx |\n", blk[3] / blk[2], best / blk[2],
-                    best / blk[3]);
+            fprintf(md, " %.2fx | %.2fx | %.2fx | %.2f |\n", blk[3] / blk[2], best / blk[2],
+                    best / blk[3], blk[12] - best);
         }
     }
 
@@ -662,6 +716,198 @@ out:
     return rc;
 }
 
+/* ---- policy study: every policy against Belady on stationary and drifting workloads ---- */
+
+typedef struct pworkload {
+    const char *name;   /* Row label. */
+    const char *preset; /* lkv_sim_workload name. */
+    double alpha;       /* Zipf exponent. */
+} pworkload;
+
+static const pworkload pworkloads[] = {
+    {"zipf-2.1", "zipf", 2.1},   {"zipf-1.5", "zipf", 1.5},   {"zipf-1.1", "zipf", 1.1},
+    {"shift-1.1", "shift", 1.1}, {"burst-1.1", "burst", 1.1}, {"session-1.1", "session", 1.1},
+    {"mix-1.1", "mix", 1.1},
+};
+#define NPW ((int)(sizeof(pworkloads) / sizeof(pworkloads[0])))
+
+static const double pbudgets[] = {0.25, 1, 4, 16, 32};
+#define NPB ((int)(sizeof(pbudgets) / sizeof(pbudgets[0])))
+
+/* Policies of the study, then the two references (oracle, belady) as models. */
+static const series pseries[] = {
+    {LKV_SIM_AGNOSTIC, LKV_POLICY_LRU},       {LKV_SIM_AGNOSTIC, LKV_POLICY_TINYLFU},
+    {LKV_SIM_AGNOSTIC, LKV_POLICY_LFUDA},     {LKV_SIM_AGNOSTIC, LKV_POLICY_GDSF},
+    {LKV_SIM_AGNOSTIC, LKV_POLICY_TLFU_GDSF}, {LKV_SIM_AGNOSTIC, LKV_POLICY_ADAPTIVE},
+    {LKV_SIM_ORACLE, LKV_POLICY_LRU},         {LKV_SIM_BELADY, LKV_POLICY_LRU},
+};
+#define NPS       ((int)(sizeof(pseries) / sizeof(pseries[0])))
+#define PS_LRU    0
+#define PS_TLFU   1
+#define PS_ADAPT  5
+#define PS_BELADY 7
+
+static const char *pseries_name(int i)
+{
+    static char names[NPS][32];
+    if (names[i][0] == '\0') {
+        if (pseries[i].model == LKV_SIM_AGNOSTIC) {
+            snprintf(names[i], sizeof(names[i]), "%s", lkv_policy_name(pseries[i].policy));
+        } else {
+            series_name(&pseries[i], names[i], sizeof(names[i]));
+        }
+    }
+    return names[i];
+}
+
+static int cmd_policies(opts *o)
+{
+    if (mkdir(o->out, 0755) != 0 && errno != EEXIST) {
+        fprintf(stderr, "hitrate: mkdir %s: %s\n", o->out, strerror(errno));
+        return LKV_EIO;
+    }
+    FILE *md = open_out(o, "policies.md");
+    FILE *js = open_out(o, "policies.json");
+    if (md == NULL || js == NULL) {
+        return LKV_EIO;
+    }
+    static const char *const lens[] = {"long", "short"};
+    int rc = 0;
+    double cpu = 0, runs = 0;
+    uint64_t nreq = o->quick ? 5000 : o->gen.nreq;
+    double worst = INFINITY, close_sum = 0, rows = 0, met = 0;
+    char worst_row[96] = "";
+    fprintf(md,
+            "Policy study: %llu requests a row, pool %u, seed %llu, cost %s, %u in flight; block "
+            "hit rate %% (doc hit rate in policies.json). margin = adaptive - max(lru, "
+            "tinylfu); closed = (adaptive - lru) / (belady - lru); to belady = belady - "
+            "adaptive. belady is the size-aware heuristic (lkv_sim.h).\n",
+            (unsigned long long)nreq, o->gen.ndocs, (unsigned long long)o->gen.seed,
+            o->cfg.cost_bytes ? "bytes" : "docs", o->cfg.inflight);
+    fprintf(js, "{\n  \"requests\": %llu, \"rows\": [\n", (unsigned long long)nreq);
+    int first = 1;
+    for (int li = 0; li < 2 && rc == 0; li++) {
+        fprintf(md, "\n%s documents (%s):\n\n| workload | budget GiB |", lens[li],
+                li == 0 ? "2048 tokens, k = 5" : "lognormal median 270, sigma 0.6, k = 6");
+        for (int i = 0; i < NPS; i++) {
+            fprintf(md, " %s |", pseries_name(i));
+        }
+        fprintf(md, " margin | closed | to belady |\n|---|---|");
+        for (int i = 0; i < NPS + 3; i++) {
+            fprintf(md, "---|");
+        }
+        fprintf(md, "\n");
+        char tsvname[64];
+        snprintf(tsvname, sizeof(tsvname), "policies_%s.tsv", lens[li]);
+        FILE *tsv = open_out(o, tsvname);
+        if (tsv == NULL) {
+            rc = LKV_EIO;
+            break;
+        }
+        for (int w = 0; w < NPW && rc == 0; w++) {
+            if (o->quick && w != 1 && w != 6) {
+                continue;
+            }
+            lkv_sim_gen g = o->gen;
+            (void)lkv_sim_workload(pworkloads[w].preset, &g);
+            g.alpha = pworkloads[w].alpha;
+            g.nreq = nreq;
+            if (li == 1) {
+                g.len_kind = LKV_SIM_LEN_LOGNORMAL;
+                g.len_a = 270;
+                g.len_b = 0.6;
+                g.k = 6;
+            }
+            lkv_sim_trace t;
+            rc = lkv_sim_trace_generate(&g, &t);
+            if (rc != 0) {
+                break;
+            }
+            fprintf(tsv, "# %s\nbudget_gib", pworkloads[w].name);
+            for (int i = 0; i < NPS; i++) {
+                fprintf(tsv, "\t%s", pseries_name(i));
+            }
+            fprintf(tsv, "\n");
+            for (int b = 0; b < NPB && rc == 0; b++) {
+                if (o->quick && b != 1 && b != 3) {
+                    continue;
+                }
+                double blk[NPS], doc[NPS], win = 0;
+                for (int i = 0; i < NPS; i++) {
+                    lkv_sim_cfg c = o->cfg;
+                    c.model = pseries[i].model;
+                    c.policy = pseries[i].policy;
+                    c.budget = gib_to_bytes(pbudgets[b]);
+                    lkv_sim_result r;
+                    rc = lkv_sim_run(&t, &c, &r);
+                    if (rc != 0) {
+                        break;
+                    }
+                    blk[i] = pct(r.hit_tokens, r.tokens);
+                    doc[i] = pct(r.doc_hits, r.docs);
+                    win = i == PS_ADAPT ? r.window : win;
+                    cpu += r.seconds;
+                    runs++;
+                }
+                if (rc != 0) {
+                    break;
+                }
+                double best = fmax(blk[PS_LRU], blk[PS_TLFU]), margin = blk[PS_ADAPT] - best;
+                double gap = blk[PS_BELADY] - blk[PS_LRU];
+                double closed = gap > 1e-9 ? (blk[PS_ADAPT] - blk[PS_LRU]) / gap : 1.0;
+                rows++;
+                close_sum += closed;
+                met += margin >= -1.0;
+                if (margin < worst) {
+                    worst = margin;
+                    snprintf(worst_row, sizeof(worst_row), "%s, %s, %g GiB", lens[li],
+                             pworkloads[w].name, pbudgets[b]);
+                }
+                fprintf(md, "| %s | %g |", pworkloads[w].name, pbudgets[b]);
+                fprintf(tsv, "%g", pbudgets[b]);
+                fprintf(js,
+                        "%s    {\"docs\": \"%s\", \"workload\": \"%s\", \"budget_gib\": %g, "
+                        "\"window\": %.3f, \"block\": {",
+                        first ? "" : ",\n", lens[li], pworkloads[w].name, pbudgets[b], win);
+                first = 0;
+                for (int i = 0; i < NPS; i++) {
+                    fprintf(md, " %.2f |", blk[i]);
+                    fprintf(tsv, "\t%.3f", blk[i]);
+                    fprintf(js, "%s\"%s\": %.3f", i ? ", " : "", pseries_name(i), blk[i]);
+                }
+                fprintf(js, "}, \"doc\": {");
+                for (int i = 0; i < NPS; i++) {
+                    fprintf(js, "%s\"%s\": %.3f", i ? ", " : "", pseries_name(i), doc[i]);
+                }
+                fprintf(js, "}, \"margin\": %.3f, \"closed\": %.3f}", margin, closed);
+                fprintf(md, " %+.2f%s | %.2f | %.2f |\n", margin, margin < -1.0 ? " **miss**" : "",
+                        closed, blk[PS_BELADY] - blk[PS_ADAPT]);
+                fprintf(tsv, "\n");
+            }
+            fprintf(tsv, "\n\n");
+            lkv_sim_trace_free(&t);
+        }
+        fclose(tsv);
+    }
+    fprintf(md,
+            "\nSummary: %.0f rows; adaptive within 1 point of max(lru, tinylfu) on %.0f "
+            "(worst margin %+.2f: %s); average share of the LRU-to-Belady gap closed %.2f "
+            "(target 0.33). %.0f simulations, %.1f s of simulation.\n",
+            rows, met, worst, worst_row, rows > 0 ? close_sum / rows : 0, runs, cpu);
+    fprintf(js,
+            "\n  ],\n  \"summary\": {\"rows\": %.0f, \"within_1pt\": %.0f, \"worst_margin\": "
+            "%.3f, \"mean_closed\": %.3f, \"seconds\": %.2f}\n}\n",
+            rows, met, worst, rows > 0 ? close_sum / rows : 0, cpu);
+    printf("rows %.0f, within 1 point %.0f, worst margin %+.2f (%s), mean closed %.3f, %.1f s\n",
+           rows, met, worst, worst_row, rows > 0 ? close_sum / rows : 0, cpu);
+    fclose(md);
+    fclose(js);
+    if (rc != 0) {
+        fprintf(stderr, "hitrate: policies: %s\n", lkv_strerror(rc));
+    }
+    return rc;
+}
+
 int main(int argc, char **argv)
 {
     if (argc < 2 || strcmp(argv[1], "-h") == 0 || strcmp(argv[1], "--help") == 0) {
@@ -687,6 +933,8 @@ int main(int argc, char **argv)
         rc = cmd_run(&o);
     } else if (strcmp(cmd, "study") == 0) {
         rc = cmd_study(&o);
+    } else if (strcmp(cmd, "policies") == 0) {
+        rc = cmd_policies(&o);
     } else if (strcmp(cmd, "analytic") == 0) {
         rc = cmd_analytic(&o, stdout);
     } else {

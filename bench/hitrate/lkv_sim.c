@@ -14,6 +14,12 @@
  * request uses is pinned while it is in flight (as vLLM holds a running request's blocks and
  * a lazykv worker holds a lease): documents (agnostic, exact), prefix blocks, copies (copy;
  * the copy's source only while the copy is made).
+ *
+ * Drift generators draw ranks from the same Zipf table and map them to documents through a
+ * rank -> document permutation that shifts and bursts rewrite; a stationary trace never
+ * touches that code (its RNG sequence is the study's). Belady runs its own metadata (one
+ * max-heap on next use per power-of-two size class) and never calls lkv_policy. Residency
+ * events of trace files are applied by the agnostic model before their request.
  */
 #include "lkv_sim.h"
 
@@ -34,8 +40,8 @@
 #define REQ_BIT  (1ull << 62)
 #define KEY_MASK (~(3ull << 62))
 
-static const char *const model_names[LKV_SIM__COUNT] = {"prefix", "exact", "copy", "agnostic",
-                                                        "oracle"};
+static const char *const model_names[LKV_SIM__COUNT] = {"prefix",   "exact",  "copy",
+                                                        "agnostic", "oracle", "belady"};
 
 /* ---- RNG (splitmix64) ---- */
 
@@ -170,7 +176,137 @@ void lkv_sim_trace_free(lkv_sim_trace *t)
     free(t->doc_tokens);
     free(t->req_off);
     free(t->docs);
+    free(t->ev);
     memset(t, 0, sizeof(*t));
+}
+
+int lkv_sim_workload(const char *name, lkv_sim_gen *g)
+{
+    lkv_sim_gen d = *g;
+    d.shift_every = d.burst_every = d.burst_len = 0;
+    d.shift_frac = d.session_p = d.session_reuse = d.mix = 0;
+    d.shift_hot = d.sessions = 0;
+    if (strcmp(name, "zipf") == 0) {
+    } else if (strcmp(name, "shift") == 0) {
+        d.shift_every = 1000;
+        d.shift_frac = 0.25;
+        d.shift_hot = 100;
+    } else if (strcmp(name, "burst") == 0) {
+        d.burst_every = 500;
+        d.burst_len = 250;
+    } else if (strcmp(name, "session") == 0) {
+        d.session_p = 0.6;
+        d.sessions = 32;
+        d.session_reuse = 0.6;
+    } else if (strcmp(name, "mix") == 0) {
+        d.mix = 0.5;
+        d.shift_every = 2000;
+        d.shift_frac = 0.25;
+        d.shift_hot = 100;
+        d.burst_every = 1000;
+        d.burst_len = 300;
+        d.session_p = 0.5;
+        d.sessions = 32;
+        d.session_reuse = 0.6;
+    } else {
+        return LKV_EINVAL;
+    }
+    *g = d;
+    return 0;
+}
+
+static int has_drift(const lkv_sim_gen *g)
+{
+    return g->shift_every > 0 || g->burst_every > 0 || g->session_p > 0;
+}
+
+/* Draws k distinct documents into d (k slots; the first `kept` already set), through perm. */
+static void draw_docs(const zipf *z, rng *r, const uint32_t *perm, uint32_t burst_doc, int burst,
+                      uint32_t *d, uint32_t kept, uint32_t k)
+{
+    for (uint32_t j = kept; j < k; j++) {
+        for (;;) {
+            uint32_t rank = zipf_draw(z, r), x;
+            if (perm == NULL) {
+                x = rank;
+            } else if (burst) {
+                x = rank == 0 ? burst_doc : perm[rank - 1];
+            } else {
+                x = perm[rank];
+            }
+            uint32_t i = 0;
+            while (i < j && d[i] != x) {
+                i++;
+            }
+            if (i == j) {
+                d[j] = x;
+                break;
+            }
+        }
+    }
+    for (uint32_t j = k - 1; j > 0; j--) { /* Random order (Fisher-Yates). */
+        uint32_t i = (uint32_t)(rng_unit(r) * (j + 1));
+        uint32_t tmp = d[i];
+        d[i] = d[j];
+        d[j] = tmp;
+    }
+}
+
+/* The drifting requests of g into t (documents and lengths already set up). */
+static void generate_drift(const lkv_sim_gen *g, const zipf *z, rng *r, lkv_sim_trace *t)
+{
+    uint32_t n = g->ndocs, k = g->k;
+    uint32_t hot = g->shift_hot ? g->shift_hot : 100;
+    hot = hot < n ? hot : n;
+    uint32_t *perm = lkv_xmalloc((size_t)n * sizeof(uint32_t));
+    for (uint32_t i = 0; i < n; i++) {
+        perm[i] = i;
+    }
+    uint32_t ns = g->sessions ? g->sessions : 32;
+    uint32_t *sess = lkv_xcalloc((size_t)ns * k, sizeof(uint32_t));
+    uint8_t *live = lkv_xcalloc(ns, 1);
+    uint32_t burst_doc = 0;
+    uint64_t burst_until = 0;
+    for (uint64_t q = 0; q < g->nreq; q++) {
+        if (g->shift_every > 0 && q > 0 && q % g->shift_every == 0 && hot < n) {
+            uint32_t nrep = (uint32_t)(g->shift_frac * hot + 0.5);
+            for (uint32_t j = 0; j < nrep; j++) {
+                uint32_t a = (uint32_t)(rng_unit(r) * hot);
+                uint32_t b = hot + (uint32_t)(rng_unit(r) * (n - hot));
+                uint32_t tmp = perm[a];
+                perm[a] = perm[b];
+                perm[b] = tmp;
+            }
+        }
+        if (g->burst_every > 0 && q % g->burst_every == 0 && hot < n) {
+            burst_doc = perm[hot + (uint32_t)(rng_unit(r) * (n - hot))];
+            burst_until = q + g->burst_len;
+        }
+        int burst = q < burst_until;
+        uint32_t *d = t->docs + q * k;
+        t->req_off[q] = q * k;
+        if (g->mix > 0 && rng_unit(r) < g->mix) {
+            draw_docs(z, r, NULL, 0, 0, d, 0, k);
+            continue;
+        }
+        uint32_t kept = 0;
+        uint32_t sl = (uint32_t)(rng_unit(r) * ns);
+        if (g->session_p > 0 && live[sl] && rng_unit(r) < g->session_p) {
+            for (uint32_t j = 0; j < k; j++) {
+                if (rng_unit(r) < g->session_reuse) {
+                    d[kept++] = sess[(size_t)sl * k + j];
+                }
+            }
+        }
+        draw_docs(z, r, perm, burst_doc, burst, d, kept, k);
+        if (g->session_p > 0) {
+            memcpy(sess + (size_t)sl * k, d, k * sizeof(uint32_t));
+            live[sl] = 1;
+        }
+    }
+    free(perm);
+    free(sess);
+    free(live);
 }
 
 int lkv_sim_trace_generate(const lkv_sim_gen *g, lkv_sim_trace *t)
@@ -202,6 +338,12 @@ int lkv_sim_trace_generate(const lkv_sim_gen *g, lkv_sim_trace *t)
     t->docs = lkv_xmalloc((size_t)(g->nreq * g->k) * sizeof(uint32_t));
     zipf z;
     zipf_init(&z, g->ndocs, g->alpha);
+    if (has_drift(g)) {
+        generate_drift(g, &z, &r, t);
+        t->req_off[g->nreq] = g->nreq * g->k;
+        free(z.cdf);
+        return 0;
+    }
     for (uint64_t q = 0; q < g->nreq; q++) {
         uint32_t *d = t->docs + q * g->k;
         t->req_off[q] = q * g->k;
@@ -281,6 +423,64 @@ static uint32_t idmap_get(idmap *m, uint64_t h, int *fresh)
     return m->vals[j];
 }
 
+/* The dense index of the id s[0..n), growing the token array for a new one. */
+static uint32_t doc_index(idmap *m, lkv_sim_trace *t, uint64_t *tok_cap, const char *s, size_t n)
+{
+    int fresh;
+    uint32_t idx = idmap_get(m, fnv1a(s, n), &fresh);
+    if (idx >= *tok_cap) {
+        t->doc_tokens = lkv_xrealloc(t->doc_tokens, *tok_cap * 2 * sizeof(uint32_t));
+        memset(t->doc_tokens + *tok_cap, 0, *tok_cap * sizeof(uint32_t));
+        *tok_cap *= 2;
+    }
+    return idx;
+}
+
+/* Parses one '!' directive (s after the '!') into a new event before request t->nreq. */
+static int parse_event(char *s, idmap *m, lkv_sim_trace *t, uint64_t *tok_cap, uint64_t *ev_cap)
+{
+    static const char *const ops[] = {"hold", "release",    "class",         "prio",
+                                      "ttl",  "hold-class", "release-class", "evict-class"};
+    char *tok[4];
+    int nt = 0;
+    for (char *x = strtok(s, " \t\r\n,"); x != NULL && nt < 4; x = strtok(NULL, " \t\r\n,")) {
+        tok[nt++] = x;
+    }
+    if (nt == 0) {
+        return LKV_EINVAL;
+    }
+    int op = -1;
+    for (int i = 0; i < (int)(sizeof(ops) / sizeof(ops[0])); i++) {
+        if (strcmp(tok[0], ops[i]) == 0) {
+            op = i;
+        }
+    }
+    lkv_sim_event e = {t->nreq, op, 0, 0};
+    int doc_op = op >= LKV_SIM_EV_HOLD && op <= LKV_SIM_EV_TTL;
+    int want = doc_op ? (op <= LKV_SIM_EV_RELEASE ? 2 : 3) : 2;
+    if (op < 0 || nt != want) {
+        return LKV_EINVAL;
+    }
+    if (doc_op) {
+        e.doc = doc_index(m, t, tok_cap, tok[1], strlen(tok[1]));
+    }
+    if (want == 3 || !doc_op) {
+        char *end;
+        errno = 0;
+        e.arg = strtoll(tok[want - 1], &end, 10);
+        if (*end != '\0' || errno != 0 || (op == LKV_SIM_EV_PRIO && (e.arg < -1 || e.arg > 1)) ||
+            (op == LKV_SIM_EV_TTL && e.arg < 1)) {
+            return LKV_EINVAL;
+        }
+    }
+    if (t->nev == *ev_cap) {
+        *ev_cap = *ev_cap ? *ev_cap * 2 : 16;
+        t->ev = lkv_xrealloc(t->ev, *ev_cap * sizeof(lkv_sim_event));
+    }
+    t->ev[t->nev++] = e;
+    return 0;
+}
+
 int lkv_sim_trace_load(const char *path, uint32_t default_tokens, lkv_sim_trace *t, char *err,
                        int errlen)
 {
@@ -292,7 +492,7 @@ int lkv_sim_trace_load(const char *path, uint32_t default_tokens, lkv_sim_trace 
         return LKV_EIO;
     }
     idmap m = {lkv_xcalloc(1024, sizeof(uint64_t)), lkv_xcalloc(1024, sizeof(uint32_t)), 1023, 0};
-    uint64_t docs_cap = 1024, reqs_cap = 1024, ndocs_used = 0, tok_cap = 1024;
+    uint64_t docs_cap = 1024, reqs_cap = 1024, ndocs_used = 0, tok_cap = 1024, ev_cap = 0;
     t->docs = lkv_xmalloc(docs_cap * sizeof(uint32_t));
     t->req_off = lkv_xmalloc(reqs_cap * sizeof(uint64_t));
     t->doc_tokens = lkv_xcalloc(tok_cap, sizeof(uint32_t));
@@ -307,6 +507,18 @@ int lkv_sim_trace_load(const char *path, uint32_t default_tokens, lkv_sim_trace 
         }
         uint64_t start = ndocs_used;
         char *s = line;
+        while (isspace((unsigned char)*s)) {
+            s++;
+        }
+        if (*s == '!') {
+            if (parse_event(s + 1, &m, t, &tok_cap, &ev_cap) != 0) {
+                snprintf(err, (size_t)errlen, "%s:%llu: bad directive (see README.md)", path,
+                         (unsigned long long)lineno);
+                rc = LKV_EINVAL;
+                goto out;
+            }
+            continue;
+        }
         for (;;) {
             while (*s != '\0' && (isspace((unsigned char)*s) || *s == ',')) {
                 s++;
@@ -318,7 +530,7 @@ int lkv_sim_trace_load(const char *path, uint32_t default_tokens, lkv_sim_trace 
             while (*e != '\0' && !isspace((unsigned char)*e) && *e != ',' && *e != ':') {
                 e++;
             }
-            uint64_t h = fnv1a(s, (size_t)(e - s));
+            size_t idlen = (size_t)(e - s);
             long long tokens = 0;
             if (*e == ':') {
                 char *end;
@@ -333,13 +545,7 @@ int lkv_sim_trace_load(const char *path, uint32_t default_tokens, lkv_sim_trace 
                 }
                 e = end;
             }
-            int fresh;
-            uint32_t idx = idmap_get(&m, h, &fresh);
-            if (idx >= tok_cap) {
-                t->doc_tokens = lkv_xrealloc(t->doc_tokens, tok_cap * 2 * sizeof(uint32_t));
-                memset(t->doc_tokens + tok_cap, 0, tok_cap * sizeof(uint32_t));
-                tok_cap *= 2;
-            }
+            uint32_t idx = doc_index(&m, t, &tok_cap, s, idlen);
             if (t->doc_tokens[idx] == 0 && tokens > 0) {
                 t->doc_tokens[idx] = (uint32_t)tokens;
             }
@@ -413,6 +619,13 @@ typedef struct sim {
     lkv_sim_result *r;
     uint64_t *keys;     /* Scratch: block keys of the current prompt (prefix). */
     uint64_t scratch_n; /* Scratch capacity. */
+    /* Residency events (agnostic model; NULL arrays when the trace has none). */
+    uint64_t *cls;      /* [ndocs] class id given at the next admission. */
+    int8_t *prio;       /* [ndocs] priority given at the next admission. */
+    uint64_t *ttl;      /* [ndocs] TTL in requests from the next admission, 0 = none. */
+    uint8_t *want_hold; /* [ndocs] 1: hold the document while cached. */
+    uint64_t evi;       /* Next event to apply. */
+    int has_ttl;        /* 1: sweep expired documents before each request. */
 } sim;
 
 static inline uint64_t doc_bytes(const sim *s, uint32_t d)
@@ -461,6 +674,70 @@ static int lookup_admit(sim *s, uint64_t key, uint64_t bytes)
         (void)lkv_policy_admit(s->p, key, bytes, cost, NULL, NULL); /* ENOSPC: not cached. */
     }
     return 0;
+}
+
+/* lookup_admit for a document under residency events: admits with its attributes, holds. */
+static int lookup_admit_doc(sim *s, uint32_t d, uint64_t bytes, uint64_t q)
+{
+    if (s->cls == NULL) {
+        return lookup_admit(s, d, bytes);
+    }
+    lkv_policy_record(s->p, d);
+    if (lkv_policy_touch(s->p, d) == 0) {
+        return 1;
+    }
+    double cost = cost_of(s, bytes);
+    if (lkv_policy_would_admit(s->p, d, bytes, cost)) {
+        lkv_policy_attrs a = {s->cls[d], s->prio[d], s->ttl[d] ? q + s->ttl[d] : 0};
+        if (lkv_policy_admit_ex(s->p, d, bytes, cost, &a, NULL, NULL) == 0 && s->want_hold[d]) {
+            int rc = lkv_policy_hold(s->p, d, 1);
+            assert(rc == 0);
+            (void)rc;
+        }
+    }
+    return 0;
+}
+
+/* Applies the trace's residency events due before request q (agnostic model). */
+static void apply_events(sim *s, uint64_t q)
+{
+    const lkv_sim_trace *t = s->t;
+    if (s->has_ttl) {
+        uint64_t n = 0;
+        (void)lkv_policy_expire(s->p, q, NULL, NULL, &n);
+        s->r->bulk += n;
+    }
+    for (; s->evi < t->nev && t->ev[s->evi].before <= q; s->evi++) {
+        const lkv_sim_event *e = &t->ev[s->evi];
+        uint64_t n = 0;
+        switch (e->op) {
+        case LKV_SIM_EV_HOLD:
+        case LKV_SIM_EV_RELEASE:
+            s->want_hold[e->doc] = e->op == LKV_SIM_EV_HOLD;
+            (void)lkv_policy_hold(s->p, e->doc, e->op == LKV_SIM_EV_HOLD); /* ENOTFOUND: later. */
+            break;
+        case LKV_SIM_EV_CLASS:
+            s->cls[e->doc] = (uint64_t)e->arg;
+            break;
+        case LKV_SIM_EV_PRIO:
+            s->prio[e->doc] = (int8_t)e->arg;
+            break;
+        case LKV_SIM_EV_TTL:
+            s->ttl[e->doc] = (uint64_t)e->arg;
+            break;
+        case LKV_SIM_EV_HOLD_CLASS:
+        case LKV_SIM_EV_RELEASE_CLASS:
+            (void)lkv_policy_hold_class(s->p, (uint64_t)e->arg, UINT64_MAX,
+                                        e->op == LKV_SIM_EV_HOLD_CLASS);
+            break;
+        case LKV_SIM_EV_EVICT_CLASS:
+            (void)lkv_policy_evict_class(s->p, (uint64_t)e->arg, UINT64_MAX, NULL, NULL, &n);
+            s->r->bulk += n;
+            break;
+        default:
+            break;
+        }
+    }
 }
 
 static void count_doc(sim *s, int counted, uint32_t tokens, uint32_t hit_tokens)
@@ -524,7 +801,7 @@ static void run_docs(sim *s, uint64_t q, slot *sl, int counted)
             break;
         case LKV_SIM_AGNOSTIC:
         default:
-            hit = lookup_admit(s, d, bytes);
+            hit = lookup_admit_doc(s, d, bytes, q);
             pin_in_flight(s, sl, d);
             break;
         }
@@ -635,6 +912,217 @@ static void oracle_fill(sim *s)
     free(key);
 }
 
+/* ---- Belady (size-aware heuristic with bypass; see lkv_sim.h) ---- */
+
+#define NEVER   UINT64_MAX
+#define BEL_NIL UINT32_MAX
+
+typedef struct bel {
+    const sim *s;
+    uint64_t *key;      /* [ndocs] next use (index into docs) of each document, NEVER if none. */
+    uint32_t *pins;     /* [ndocs] in-flight uses. */
+    uint8_t *res;       /* [ndocs] 1 if cached. */
+    uint32_t *hpos;     /* [ndocs] position in its size class's heap, BEL_NIL if not there. */
+    uint32_t *heap[64]; /* Per size class (floor(log2(bytes))): max-heap on key. */
+    uint32_t hlen[64];
+    uint32_t hcap[64];
+    uint32_t *taken;     /* Scratch: victims taken out while deciding an admission. */
+    uint64_t ntaken_cap; /* Its capacity. */
+} bel;
+
+static inline int bel_cls(const bel *b, uint32_t d)
+{
+    uint64_t x = doc_bytes(b->s, d);
+    return 63 - __builtin_clzll(x | 1);
+}
+
+static inline int bel_above(const bel *b, uint32_t x, uint32_t y)
+{
+    return b->key[x] > b->key[y] || (b->key[x] == b->key[y] && x < y);
+}
+
+static void bel_sift(bel *b, int c, uint32_t pos)
+{
+    uint32_t *h = b->heap[c], n = b->hlen[c], d = h[pos];
+    while (pos > 0 && bel_above(b, d, h[(pos - 1) / 2])) {
+        h[pos] = h[(pos - 1) / 2];
+        b->hpos[h[pos]] = pos;
+        pos = (pos - 1) / 2;
+    }
+    for (;;) {
+        uint32_t ch = 2 * pos + 1;
+        if (ch >= n) {
+            break;
+        }
+        if (ch + 1 < n && bel_above(b, h[ch + 1], h[ch])) {
+            ch++;
+        }
+        if (!bel_above(b, h[ch], d)) {
+            break;
+        }
+        h[pos] = h[ch];
+        b->hpos[h[pos]] = pos;
+        pos = ch;
+    }
+    h[pos] = d;
+    b->hpos[d] = pos;
+}
+
+static void bel_push(bel *b, uint32_t d)
+{
+    int c = bel_cls(b, d);
+    if (b->hlen[c] == b->hcap[c]) {
+        b->hcap[c] = b->hcap[c] ? b->hcap[c] * 2 : 64;
+        b->heap[c] = lkv_xrealloc(b->heap[c], (size_t)b->hcap[c] * sizeof(uint32_t));
+    }
+    b->heap[c][b->hlen[c]++] = d;
+    bel_sift(b, c, b->hlen[c] - 1);
+}
+
+static void bel_erase(bel *b, uint32_t d)
+{
+    int c = bel_cls(b, d);
+    uint32_t pos = b->hpos[d];
+    assert(pos != BEL_NIL && b->heap[c][pos] == d);
+    b->hpos[d] = BEL_NIL;
+    uint32_t last = b->heap[c][--b->hlen[c]];
+    if (last != d) {
+        b->heap[c][pos] = last;
+        b->hpos[last] = pos;
+        bel_sift(b, c, pos);
+    }
+}
+
+/* Eviction score at use index now: time to next use x size / cost (INFINITY: never used). */
+static double bel_score(const bel *b, uint32_t d, uint64_t key, uint64_t now)
+{
+    if (key == NEVER) {
+        return INFINITY;
+    }
+    uint64_t bytes = doc_bytes(b->s, d);
+    return (double)(key - now) * (double)bytes / cost_of(b->s, bytes);
+}
+
+/* The unpinned cached document with the largest score, or BEL_NIL. */
+static uint32_t bel_victim(const bel *b, uint64_t now)
+{
+    uint32_t best = BEL_NIL;
+    double bs = -1;
+    for (int c = 0; c < 64; c++) {
+        if (b->hlen[c] > 0) {
+            uint32_t d = b->heap[c][0];
+            double sc = bel_score(b, d, b->key[d], now);
+            if (sc > bs) {
+                bs = sc;
+                best = d;
+            }
+        }
+    }
+    return best;
+}
+
+static void run_belady(sim *s)
+{
+    const lkv_sim_trace *t = s->t;
+    const lkv_sim_cfg *c = s->c;
+    uint64_t nuse = t->req_off[t->nreq];
+    uint64_t *nxt = lkv_xmalloc((nuse + 1) * sizeof(uint64_t));
+    bel b = {.s = s};
+    b.key = lkv_xmalloc((size_t)t->ndocs * sizeof(uint64_t));
+    b.pins = lkv_xcalloc(t->ndocs, sizeof(uint32_t));
+    b.res = lkv_xcalloc(t->ndocs, 1);
+    b.hpos = lkv_xmalloc((size_t)t->ndocs * sizeof(uint32_t));
+    for (uint32_t d = 0; d < t->ndocs; d++) {
+        b.key[d] = NEVER;
+        b.hpos[d] = BEL_NIL;
+    }
+    for (uint64_t i = nuse; i-- > 0;) { /* key[] is "last seen" here: the next use of i. */
+        nxt[i] = b.key[t->docs[i]];
+        b.key[t->docs[i]] = i;
+    }
+    uint64_t reserve = 0;
+    if (c->shared) {
+        uint64_t bt = c->block_tokens;
+        uint64_t tok = c->question_tokens + c->output_tokens;
+        reserve = (tok + bt - 1) / bt * bt * c->bytes_per_token * c->inflight;
+    }
+    uint64_t budget = c->budget > reserve ? c->budget - reserve : 0, used = 0, pinned = 0;
+    for (uint64_t q = 0; q < t->nreq; q++) {
+        slot *sl = &s->slots[q % c->inflight];
+        for (uint32_t k = 0; k < sl->unpin.n; k++) {
+            uint32_t d = (uint32_t)sl->unpin.v[k];
+            if (--b.pins[d] == 0) {
+                pinned -= doc_bytes(s, d);
+                bel_push(&b, d);
+            }
+        }
+        sl->unpin.n = 0;
+        int counted = q >= c->warmup;
+        s->r->requests += (uint64_t)counted;
+        for (uint64_t i = t->req_off[q]; i < t->req_off[q + 1]; i++) {
+            uint32_t d = t->docs[i];
+            uint64_t bytes = doc_bytes(s, d);
+            int hit = b.res[d];
+            if (hit && b.pins[d] == 0) {
+                bel_erase(&b, d);
+            }
+            b.key[d] = nxt[i];
+            if (!hit && bytes <= budget - pinned) {
+                /* Take victims, largest score first, while each scores above d; if they free
+                 * enough, d is cached and they go, else they are put back (bypass). */
+                int admit = budget - used >= bytes;
+                uint64_t freed = budget - used, np = 0;
+                double sd = bel_score(&b, d, nxt[i], i);
+                while (!admit && nxt[i] != NEVER) {
+                    uint32_t v = bel_victim(&b, i);
+                    if (v == BEL_NIL || !(bel_score(&b, v, b.key[v], i) > sd)) {
+                        break;
+                    }
+                    bel_erase(&b, v);
+                    if (np == b.ntaken_cap) {
+                        b.ntaken_cap = b.ntaken_cap ? 2 * b.ntaken_cap : 64;
+                        b.taken = lkv_xrealloc(b.taken, b.ntaken_cap * sizeof(uint32_t));
+                    }
+                    b.taken[np++] = v;
+                    freed += doc_bytes(s, v);
+                    admit = freed >= bytes;
+                }
+                for (uint64_t k = 0; k < np; k++) {
+                    uint32_t v = b.taken[k];
+                    if (admit) {
+                        b.res[v] = 0;
+                        used -= doc_bytes(s, v);
+                        s->r->evictions++;
+                    } else {
+                        bel_push(&b, v);
+                    }
+                }
+                if (admit) {
+                    b.res[d] = 1;
+                    used += bytes;
+                }
+            }
+            if (b.res[d]) {
+                if (b.pins[d]++ == 0) {
+                    pinned += bytes;
+                }
+                idlist_push(&sl->unpin, d);
+            }
+            uint32_t len = t->doc_tokens[d];
+            count_doc(s, counted, len, hit ? len : 0);
+        }
+    }
+    for (int k = 0; k < 64; k++) {
+        free(b.heap[k]);
+    }
+    free(b.taken);
+    free(b.key);
+    free(b.pins);
+    free(b.res);
+    free(b.hpos);
+    free(nxt);
+}
+
 static double now_s(void)
 {
     struct timespec ts;
@@ -663,13 +1151,25 @@ int lkv_sim_run(const lkv_sim_trace *t, const lkv_sim_cfg *c, lkv_sim_result *r)
     }
     (void)lkv_policy_sketch_size(s.p, keys);
     s.slots = lkv_xcalloc(c->inflight, sizeof(slot));
+    if (t->nev > 0 && c->model == LKV_SIM_AGNOSTIC) {
+        s.cls = lkv_xcalloc(t->ndocs, sizeof(uint64_t));
+        s.prio = lkv_xcalloc(t->ndocs, sizeof(int8_t));
+        s.ttl = lkv_xcalloc(t->ndocs, sizeof(uint64_t));
+        s.want_hold = lkv_xcalloc(t->ndocs, 1);
+        for (uint64_t i = 0; i < t->nev; i++) {
+            s.has_ttl |= t->ev[i].op == LKV_SIM_EV_TTL;
+        }
+    }
     double t0 = now_s();
     if (c->model == LKV_SIM_ORACLE) {
         oracle_fill(&s);
     }
-    for (uint64_t q = 0; q < t->nreq; q++) {
+    for (uint64_t q = 0; q < t->nreq && c->model != LKV_SIM_BELADY; q++) {
         slot *sl = &s.slots[q % c->inflight];
         retire(&s, sl);
+        if (s.cls != NULL) {
+            apply_events(&s, q);
+        }
         int counted = q >= c->warmup;
         r->requests += (uint64_t)counted;
         if (c->shared) {
@@ -688,14 +1188,23 @@ int lkv_sim_run(const lkv_sim_trace *t, const lkv_sim_cfg *c, lkv_sim_result *r)
             run_docs(&s, q, sl, counted);
         }
     }
+    if (c->model == LKV_SIM_BELADY) {
+        run_belady(&s);
+    } else {
+        r->evictions = lkv_policy_evictions(s.p);
+        r->window = lkv_policy_window(s.p);
+    }
     r->seconds = now_s() - t0;
-    r->evictions = lkv_policy_evictions(s.p);
     for (uint32_t i = 0; i < c->inflight; i++) {
         free(s.slots[i].unpin.v);
         free(s.slots[i].remove.v);
     }
     free(s.slots);
     free(s.keys);
+    free(s.cls);
+    free(s.prio);
+    free(s.ttl);
+    free(s.want_hold);
     lkv_policy_destroy(s.p);
     return 0;
 }

@@ -22,6 +22,15 @@
  *             the documents the whole trace uses most, greedily by use count until the budget
  *             is full (the static top-C optimum when requests are independent draws and
  *             documents are equal-sized). It ignores the policy.
+ *   belady    a reference, not a cache: Belady's offline optimum, position-agnostic. On a miss
+ *             it knows every document's next use; it caches the document unless that use is
+ *             farther than its first victim's (bypass), and evicts the resident, unpinned
+ *             document with the largest (time to next use) x size / cost. With equal sizes (or
+ *             cost = bytes, a byte hit rate) that is farthest-next-use, the exact optimum with
+ *             bypass for equal sizes; with variable sizes the optimum is NP-hard and this is a
+ *             size-aware HEURISTIC (the largest score is searched among the farthest-next-use
+ *             document of each power-of-two size class), not a proven bound. It ignores the
+ *             policy and the residency events. O(log n) per use.
  * Document KV is right-padded to whole blocks (as LazyAttention stores it) in every model but
  * prefix, whose blocks span document boundaries.
  *
@@ -47,6 +56,7 @@ enum lkv_sim_model {
     LKV_SIM_COPY = 2,
     LKV_SIM_AGNOSTIC = 3,
     LKV_SIM_ORACLE = 4,
+    LKV_SIM_BELADY = 5,
     LKV_SIM__COUNT
 };
 
@@ -56,6 +66,25 @@ enum lkv_sim_len {
     LKV_SIM_LEN_LOGNORMAL = 2, /* Median a, sigma b, clamped to [16, max_tokens]. */
 };
 
+/* Residency events a trace file can carry (lines starting with '!', see README.md). */
+enum lkv_sim_ev {
+    LKV_SIM_EV_HOLD = 0,          /* Hold doc hot (now if cached, else from its admission). */
+    LKV_SIM_EV_RELEASE = 1,       /* Release doc's hold. */
+    LKV_SIM_EV_CLASS = 2,         /* doc's class id is arg (from its next admission). */
+    LKV_SIM_EV_PRIO = 3,          /* doc's priority is arg (-1, 0, 1; from its next admission). */
+    LKV_SIM_EV_TTL = 4,           /* doc expires arg requests after its next admission. */
+    LKV_SIM_EV_HOLD_CLASS = 5,    /* Hold class arg (present and future documents). */
+    LKV_SIM_EV_RELEASE_CLASS = 6, /* Release class arg. */
+    LKV_SIM_EV_EVICT_CLASS = 7,   /* Evict every unpinned document of class arg. */
+};
+
+typedef struct lkv_sim_event {
+    uint64_t before; /* Applied just before this request index. */
+    int op;          /* enum lkv_sim_ev. */
+    uint32_t doc;    /* Document index (document events). */
+    int64_t arg;     /* Class id, priority or TTL. */
+} lkv_sim_event;
+
 /* A trace: requests of documents. All arrays are owned by the trace (lkv_sim_trace_free). */
 typedef struct lkv_sim_trace {
     uint32_t ndocs;       /* Documents in the pool (dense indices 0..ndocs-1). */
@@ -63,6 +92,8 @@ typedef struct lkv_sim_trace {
     uint64_t nreq;        /* Requests. */
     uint64_t *req_off;    /* [nreq + 1] request r is docs[req_off[r] .. req_off[r+1]). */
     uint32_t *docs;       /* Document indices of all requests, in prompt order. */
+    uint64_t nev;         /* Residency events (trace files only; 0 for synthetic traces). */
+    lkv_sim_event *ev;    /* [nev] in order of before. */
 } lkv_sim_trace;
 
 /* A synthetic workload. */
@@ -76,6 +107,18 @@ typedef struct lkv_sim_gen {
     double alpha;        /* Zipf exponent over document rank; 0 = uniform. */
     uint64_t nreq;       /* Requests. */
     uint64_t seed;       /* RNG seed (lengths and draws). */
+    /* Drift (all zero: stationary Zipf, the trace is exactly that of the fields above). */
+    uint64_t shift_every; /* Every N requests, replace shift_frac of the hot set ... */
+    double shift_frac;    /* ... by documents from outside it (their ranks swapped) ... */
+    uint32_t shift_hot;   /* ... the hot set being the top shift_hot ranks (0: 100). */
+    uint64_t burst_every; /* Every N requests a cold document becomes the most popular ... */
+    uint64_t burst_len;   /* ... for burst_len requests (the others move one rank down). */
+    double session_p;     /* Probability that a request follows up a live session ... */
+    uint32_t sessions;    /* ... one of this many (0: 32), chosen uniformly ... */
+    double session_reuse; /* ... reusing each of its previous request's documents with this
+                           * probability; others (and new sessions) are drawn. */
+    double mix;           /* Fraction of requests drawn from the stationary ranking instead,
+                           * outside any session (0: none). */
 } lkv_sim_gen;
 
 /* One simulation's configuration. */
@@ -101,6 +144,8 @@ typedef struct lkv_sim_result {
     uint64_t hit_tokens; /* Document tokens served from cache. */
     uint64_t evictions;  /* Victims chosen by the policy (whole run). */
     uint64_t dropped;    /* Copy-per-use hits downgraded to misses for lack of room. */
+    uint64_t bulk;       /* Evicted by residency events (class eviction, expiry). */
+    double window;       /* Adaptive policy: window share at the end (else 0). */
     double seconds;      /* Wall time of the run. */
 } lkv_sim_result;
 
@@ -128,7 +173,12 @@ void lkv_sim_trace_free(lkv_sim_trace *t);
 /* Runs *c over *t and writes the counters into *r. LKV_EINVAL on a bad configuration. */
 int lkv_sim_run(const lkv_sim_trace *t, const lkv_sim_cfg *c, lkv_sim_result *r);
 
-/* Parses "prefix", "exact", "copy", "agnostic" into *model; LKV_EINVAL otherwise. */
+/* Sets the drift fields of *g to a named workload: "zipf" (stationary, all drift off), "shift",
+ * "burst", "session" or "mix" (half stationary, half shift + burst + session); see README.md.
+ * LKV_EINVAL on an unknown name. */
+int lkv_sim_workload(const char *name, lkv_sim_gen *g);
+
+/* Parses "prefix", "exact", "copy", "agnostic", "oracle", "belady" into *model. */
 int lkv_sim_model_parse(const char *name, int *model);
 const char *lkv_sim_model_name(int model);
 

@@ -7,7 +7,7 @@ set key outside right top autotitle columnhead
 set grid
 set ylabel "block hit rate (%)"
 set yrange [0:100]
-n = 12  # columns: x + 11 series, in the order hitrate.c's study_series lists them
+n = 14  # columns: x + 13 series, in the order hitrate.c's study_series lists them
 # Position-aware models red/orange (dashed: with the best policy), lazykv's blues/greens/black.
 set linetype 1 lc rgb "#808080" lw 2 pt 1 dt 1
 set linetype 2 lc rgb "#d62728" lw 2 pt 2 dt 1
@@ -20,6 +20,8 @@ set linetype 8 lc rgb "#000000" lw 2 pt 8 dt 1
 set linetype 9 lc rgb "#d62728" lw 2 pt 9 dt 2
 set linetype 10 lc rgb "#ff7f0e" lw 2 pt 10 dt 2
 set linetype 11 lc rgb "#808080" lw 1 pt 0 dt 3
+set linetype 12 lc rgb "#e377c2" lw 3 pt 12 dt 1
+set linetype 13 lc rgb "#000000" lw 1 pt 0 dt 2
 
 set output dir.'/budget.png'
 set title "Hit rate against budget (Zipf alpha = 1.5, 2048-token documents, 128 KiB/token)"

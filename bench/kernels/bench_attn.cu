@@ -10,9 +10,18 @@
  *
  * Measurements:
  *   decode   batch {1,16,64,128} x context {4k,8k,32k} tokens in 5 documents per sequence at
- *            pages permuted over the arena; variants lazy (rotation on), lazy_again (same
- *            kernel timed a second time: the spread), norot (LKV_ATTN_NO_ROTATE). Reports
- *            median us and TB/s of K+V bytes read.
+ *            pages permuted over the arena, through a decode plan (lkv_decode_plan_run, plans
+ *            built outside the timing); variants lazy (rotation on), lazy_again (same kernel
+ *            timed a second time: the spread), norot (LKV_ATTN_NO_ROTATE), lazy_graph (the one
+ *            launch captured in a CUDA graph, replays timed), and at batch 1 contig_pages (the
+ *            same sequence on consecutive pages: a diagnostic of the page scatter's cost).
+ *            Reports median us and TB/s of K+V bytes read. LKV_BENCH_DECODE_SPLITS forces the
+ *            plans' split factor.
+ *   decode32 batch 1, {4k,8k,32k}: the 32 layers of one decode step of a 32-layer model (real
+ *            2 MiB pages holding every layer of a block, scattered) captured in ONE graph;
+ *            variants lazy_graph32, norot_graph32, lazy_graph32_again, lazy_graph32_pdl (the
+ *            plan's programmatic dependent launch on: a layer's prologue overlaps the previous
+ *            layer's tail); the median replay / 32 is the per-layer time.
  *   prefill  n_new {64,512,2048} new tokens against {8k,32k} cached tokens in 5 documents;
  *            variants lazy, norot, block_attn (materialise a re-rotated copy of every document
  *            then the same prefill kernel over the copy, one document at start 0). Reports
@@ -179,6 +188,53 @@ static void seq_refs(std::vector<uint64_t> &refs, const std::vector<uint32_t> &p
     }
 }
 
+static void emit_decode(int batch, int ctx, const char *variant, double us, double kv_bytes,
+                        int splits)
+{
+    fprintf(jout,
+            "{\"op\":\"decode\",\"batch\":%d,\"ctx\":%d,\"variant\":\"%s\","
+            "\"median_us\":%.2f,\"kv_bytes\":%.0f,\"tbps\":%.4f,\"splits\":%d}\n",
+            batch, ctx, variant, us, kv_bytes, kv_bytes / (us * 1e-6) / 1e12, splits);
+    fflush(jout);
+}
+
+static lkv_decode_plan *make_plan(const lkv_kv_shape &s, const lkv_posenc &pe, int batch,
+                                  int max_refs, unsigned flags, int pdl = 0)
+{
+    lkv_decode_plan_cfg c;
+    memset(&c, 0, sizeof c);
+    c.shape = s;
+    c.pe = &pe;
+    c.batch = batch;
+    c.max_refs_per_seq = max_refs;
+    c.sm_scale = 1.0f / sqrtf((float)D);
+    c.flags = flags;
+    const char *e = getenv("LKV_BENCH_DECODE_SPLITS");
+    c.splits = e != NULL ? atoi(e) : 0;
+    c.pdl = pdl;
+    lkv_decode_plan *p = NULL;
+    CKL(lkv_decode_plan_create(&c, &p));
+    return p;
+}
+
+/* Captures n runs of plan (args ra[0..n-1]) on a capture stream into an instantiated graph. */
+static cudaGraphExec_t capture(lkv_decode_plan *plan, const lkv_decode_run_args *ra, int n)
+{
+    cudaStream_t st;
+    CK(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking));
+    cudaGraph_t g;
+    cudaGraphExec_t ge;
+    CK(cudaStreamBeginCapture(st, cudaStreamCaptureModeThreadLocal));
+    for (int i = 0; i < n; i++) {
+        CKL(lkv_decode_plan_run(plan, &ra[i], st));
+    }
+    CK(cudaStreamEndCapture(st, &g));
+    CK(cudaGraphInstantiate(&ge, g, 0));
+    CK(cudaGraphDestroy(g));
+    CK(cudaStreamDestroy(st));
+    return ge;
+}
+
 int main(int argc, char **argv)
 {
     const char *path = argc > 1 ? argv[1] : "bench_attn.jsonl";
@@ -255,36 +311,52 @@ int main(int argc, char **argv)
                 CK(cudaMemcpy(off_d, off.data(), off.size() * 4, cudaMemcpyHostToDevice));
                 CK(cudaMemcpy(qpos_d, qpos.data(), qpos.size() * 8, cudaMemcpyHostToDevice));
                 const int max_refs = ctx / BT;
-                lkv_decode_args a;
-                memset(&a, 0, sizeof a);
-                a.shape = s;
-                a.pe = &pe;
-                a.layer = 0;
-                a.batch = batch;
-                a.q = q;
-                a.q_pos = (const int64_t *)qpos_d;
-                a.arena = arena;
-                a.page_bytes = page_bytes;
-                a.refs = (const uint64_t *)refs_d;
-                a.ref_offset = (const int32_t *)off_d;
-                a.sm_scale = scale;
-                a.out = out;
+                lkv_decode_run_args ra = {0,
+                                          q,
+                                          (const int64_t *)qpos_d,
+                                          arena,
+                                          page_bytes,
+                                          (const uint64_t *)refs_d,
+                                          (const int32_t *)off_d,
+                                          out,
+                                          NULL};
                 const double kv_bytes = (double)batch * ctx * HKV * D * 2 * 2;
                 const int reps = reps_env(kv_bytes > 4e9 ? 15 : 40);
-                const char *names[] = {"lazy", "norot", "lazy_again"};
-                const unsigned flags[] = {0, LKV_ATTN_NO_ROTATE, 0};
-                for (int v = 0; v < 3; v++) {
-                    a.flags = flags[v];
-                    double us = time_us(
-                        [&] { CKL(lkv_attn_decode_cuda(&a, max_refs, NULL, 0, NULL)); }, reps);
+                const char *names[] = {"lazy", "norot", "lazy_again", "lazy_graph"};
+                const unsigned flags[] = {0, LKV_ATTN_NO_ROTATE, 0, 0};
+                for (int v = 0; v < 4; v++) {
+                    lkv_decode_plan *plan = make_plan(s, pe, batch, max_refs, flags[v]);
+                    double us;
+                    if (v == 3) {
+                        cudaGraphExec_t ge = capture(plan, &ra, 1);
+                        us = time_us([&] { CK(cudaGraphLaunch(ge, 0)); }, reps);
+                        CK(cudaGraphExecDestroy(ge));
+                    } else {
+                        us = time_us([&] { CKL(lkv_decode_plan_run(plan, &ra, NULL)); }, reps);
+                    }
                     double tbps = kv_bytes / (us * 1e-6) / 1e12;
-                    printf("decode b=%3d ctx=%5d %-10s %9.1f us %6.2f TB/s\n", batch, ctx, names[v],
-                           us, tbps);
-                    fprintf(jout,
-                            "{\"op\":\"decode\",\"batch\":%d,\"ctx\":%d,\"variant\":\"%s\","
-                            "\"median_us\":%.2f,\"kv_bytes\":%.0f,\"tbps\":%.4f}\n",
-                            batch, ctx, names[v], us, kv_bytes, tbps);
-                    fflush(jout);
+                    printf("decode b=%3d ctx=%5d %-12s %9.1f us %6.2f TB/s (splits %d)\n", batch,
+                           ctx, names[v], us, tbps, lkv_decode_plan_splits(plan));
+                    emit_decode(batch, ctx, names[v], us, kv_bytes, lkv_decode_plan_splits(plan));
+                    lkv_decode_plan_destroy(plan);
+                }
+                if (batch == 1) {
+                    /* Diagnostic: the same sequence on consecutive pages (few TLB entries). */
+                    std::vector<uint64_t> crefs;
+                    for (size_t i = 0; i < refs.size(); i++) {
+                        const uint64_t r = refs[i];
+                        crefs.push_back(lkv_ref_pack((uint32_t)(n_pages - refs.size() + i),
+                                                     lkv_ref_start(r), lkv_ref_block(r),
+                                                     lkv_ref_valid(r)));
+                    }
+                    CK(cudaMemcpy(refs_d, crefs.data(), crefs.size() * 8, cudaMemcpyHostToDevice));
+                    lkv_decode_plan *plan = make_plan(s, pe, batch, max_refs, 0);
+                    double us = time_us([&] { CKL(lkv_decode_plan_run(plan, &ra, NULL)); }, reps);
+                    printf("decode b=%3d ctx=%5d %-12s %9.1f us %6.2f TB/s\n", batch, ctx,
+                           "contig_pages", us, kv_bytes / (us * 1e-6) / 1e12);
+                    emit_decode(batch, ctx, "contig_pages", us, kv_bytes,
+                                lkv_decode_plan_splits(plan));
+                    lkv_decode_plan_destroy(plan);
                 }
             }
         }
@@ -293,6 +365,86 @@ int main(int argc, char **argv)
         CK(cudaFree(qpos_d));
         CK(cudaFree(refs_d));
         CK(cudaFree(off_d));
+    }
+
+    /* Decode of one step of a 32-layer model at batch 1 in one CUDA graph: real pages (all 32
+     * layers of a block in one page, 2 MiB), scattered over an arena of twice the pages needed,
+     * one query and output per layer; the replay's median over 32 is the per-layer time. */
+    {
+        lkv_kv_shape s32 = {32, HQ, HKV, D, LKV_DTYPE_BF16, BT};
+        const uint64_t pb32 = lkv_block_bytes(&s32);
+        const size_t np32 = 2 * (size_t)(max_ctx / BT);
+        void *ar32 = NULL, *q32, *o32, *qpos_d, *refs_d, *off_d;
+        bool any = false;
+        for (int ci = 0; ci < 3; ci++) {
+            any = any || want("decode32", 1, (int[]){4096, 8192, 32768}[ci]);
+        }
+        if (any) {
+            CK(cudaMalloc(&ar32, np32 * pb32));
+            fill(ar32, np32 * pb32, 21);
+            CK(cudaMalloc(&q32, (size_t)32 * HQ * D * 2));
+            CK(cudaMalloc(&o32, (size_t)32 * HQ * D * 2));
+            CK(cudaMalloc(&qpos_d, sizeof(int64_t)));
+            CK(cudaMalloc(&refs_d, (max_ctx / BT) * sizeof(uint64_t)));
+            CK(cudaMalloc(&off_d, 2 * sizeof(int32_t)));
+            fill(q32, (size_t)32 * HQ * D * 2, 22);
+            std::vector<uint32_t> perm32(np32);
+            for (size_t i = 0; i < np32; i++) {
+                perm32[i] = (uint32_t)i;
+            }
+            for (size_t i = np32 - 1; i > 0; i--) {
+                rs = rs * 6364136223846793005ull + 1442695040888963407ull;
+                std::swap(perm32[i], perm32[(rs >> 33) % (i + 1)]);
+            }
+            for (int ci = 0; ci < 3; ci++) {
+                const int ctx = (int[]){4096, 8192, 32768}[ci];
+                if (!want("decode32", 1, ctx)) {
+                    continue;
+                }
+                std::vector<uint64_t> refs;
+                seq_refs(refs, perm32, 0, ctx, 5, false);
+                const int32_t off[2] = {0, (int32_t)refs.size()};
+                const int64_t qp = ctx;
+                CK(cudaMemcpy(refs_d, refs.data(), refs.size() * 8, cudaMemcpyHostToDevice));
+                CK(cudaMemcpy(off_d, off, sizeof off, cudaMemcpyHostToDevice));
+                CK(cudaMemcpy(qpos_d, &qp, sizeof qp, cudaMemcpyHostToDevice));
+                const double kv_bytes = (double)ctx * HKV * D * 2 * 2;
+                const char *names[] = {"lazy_graph32", "norot_graph32", "lazy_graph32_again",
+                                       "lazy_graph32_pdl"};
+                const unsigned flags[] = {0, LKV_ATTN_NO_ROTATE, 0, 0};
+                for (int v = 0; v < 4; v++) {
+                    lkv_decode_plan *plan = make_plan(s32, pe, 1, ctx / BT, flags[v], v == 3);
+                    lkv_decode_run_args ra[32];
+                    for (int l = 0; l < 32; l++) {
+                        lkv_decode_run_args r = {l,
+                                                 (const uint16_t *)q32 + (size_t)l * HQ * D,
+                                                 (const int64_t *)qpos_d,
+                                                 ar32,
+                                                 pb32,
+                                                 (const uint64_t *)refs_d,
+                                                 (const int32_t *)off_d,
+                                                 (uint16_t *)o32 + (size_t)l * HQ * D,
+                                                 NULL};
+                        ra[l] = r;
+                    }
+                    cudaGraphExec_t ge = capture(plan, ra, 32);
+                    double us = time_us([&] { CK(cudaGraphLaunch(ge, 0)); }, reps_env(20)) / 32;
+                    printf("decode b=  1 ctx=%5d %-12s %9.1f us/layer %6.2f TB/s (32 layers in "
+                           "one graph, splits %d)\n",
+                           ctx, names[v], us, kv_bytes / (us * 1e-6) / 1e12,
+                           lkv_decode_plan_splits(plan));
+                    emit_decode(1, ctx, names[v], us, kv_bytes, lkv_decode_plan_splits(plan));
+                    CK(cudaGraphExecDestroy(ge));
+                    lkv_decode_plan_destroy(plan);
+                }
+            }
+            CK(cudaFree(ar32));
+            CK(cudaFree(q32));
+            CK(cudaFree(o32));
+            CK(cudaFree(qpos_d));
+            CK(cudaFree(refs_d));
+            CK(cudaFree(off_d));
+        }
     }
 
     /* Prefill. */

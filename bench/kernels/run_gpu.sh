@@ -1,38 +1,94 @@
 #!/usr/bin/env bash
-# run_gpu.sh: on the GPU machine, from the repository root: build the kernels (kernels-only
-# CMake build), run the GPU check, time our kernels (bench_attn) and the PyTorch baselines
-# (sdpa_bench.py) in the same run, and merge everything into one table and one JSON.
-# Output folder: $OUT (the device tool's) or bench/out. QUICK=1 skips the large batches.
+# run_gpu.sh: on the GPU machine, from the repository root, in ONE device call: build the kernels
+# (kernels-only CMake build), run the GPU check, time our kernels (bench_attn) and the PyTorch
+# baselines (sdpa_bench.py: every SDPA backend, plain and in CUDA graphs) in the same run, merge
+# everything into one table and one JSON, and optionally profile chosen launches with Nsight
+# Compute. At most 8 files land in $OUT (the device tool brings back no more):
+#   build.log check.log bench.log ours.jsonl sdpa.jsonl kernels_bench.json table.md ncu.txt
+# Knobs (environment):
+#   STEPS        words among: check bench sdpa merge ncu dev (default: check bench sdpa merge);
+#                dev builds and runs the kernels/dev workshop programs (output in bench.log)
+#   QUICK=1      skip batches above 16 (bench and sdpa)
+#   BENCH_ONLY   LKV_BENCH_ONLY for bench_attn (e.g. "decode:1:4096,copy")
+#   NCU          space-separated "kernel-regex|LKV_BENCH_ONLY[|set]" items (set: a ncu --set name,
+#                default the sections listed below)
+#   LKV_GPU_CHECK_CASES  scales the random cases of the GPU check (default 2)
 # Usage: bash bench/kernels/run_gpu.sh
 set -uo pipefail
 OUT=${OUT:-bench/out}
 mkdir -p "$OUT"
 BUILD=${BUILD:-build-gpu}
+STEPS=${STEPS:-check bench sdpa merge}
+has() { case " $STEPS " in *" $1 "*) return 0 ;; esac; return 1; }
 log() { echo "== $* ($(date -u +%H:%M:%S))"; }
+rc_all=0
 
 log "configure + build ($BUILD)"
+DEV=OFF; TARGETS="test_attn_gpu bench_attn"
+if has dev; then DEV=ON; TARGETS="$TARGETS dev_decode_v1 dev_decode_v4 dev_decode_current"; fi
 if ! { cmake -S . -B "$BUILD" -G Ninja -DLAZYKV_KERNELS_ONLY=ON -DCMAKE_BUILD_TYPE=Release \
-         -DCMAKE_CUDA_ARCHITECTURES=90 >"$OUT/build.log" 2>&1 &&
-       cmake --build "$BUILD" -j "$(nproc)" --target test_attn_gpu bench_attn >>"$OUT/build.log" 2>&1; }; then
+         -DCMAKE_CUDA_ARCHITECTURES=90 -DLKV_KERNELS_DEV=$DEV >"$OUT/build.log" 2>&1 &&
+       cmake --build "$BUILD" -j "$(nproc)" --target $TARGETS >>"$OUT/build.log" 2>&1; }; then
   tail -30 "$OUT/build.log"; echo "BUILD FAILED"; exit 1
 fi
-nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv,noheader || true
+nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm,clocks.mem,power.draw --format=csv,noheader || true
 
-log "GPU check"
-LKV_GPU_CHECK_CASES=${LKV_GPU_CHECK_CASES:-2} "$BUILD/bin/test_attn_gpu" >"$OUT/gpu_check.log" 2>&1
-check_rc=$?
-grep -E "FAIL|test_attn_gpu" "$OUT/gpu_check.log" | tail -20
-echo "gpu_check rc=$check_rc"
+if has check; then
+  log "GPU check"
+  LKV_GPU_CHECK_CASES=${LKV_GPU_CHECK_CASES:-2} "$BUILD/bin/test_attn_gpu" tests/data/models \
+    >"$OUT/check.log" 2>&1
+  check_rc=$?
+  grep -E "FAIL|graph|test_attn_gpu" "$OUT/check.log" | tail -20
+  echo "gpu_check rc=$check_rc"
+  [ $check_rc -eq 0 ] || rc_all=1
+fi
 
-log "bench_attn (our kernels)"
+if has dev; then
+  log "kernels/dev workshop"
+  for v in decode_v1 decode_v4 decode_current; do
+    "$BUILD/bin/dev_$v" 2>&1 | tee -a "$OUT/bench.log"
+  done
+fi
+
 Q=${QUICK:+quick}
-if [ -n "$Q" ]; then export LKV_BENCH_QUICK=1; fi
-"$BUILD/bin/bench_attn" "$OUT/ours.jsonl" 2>&1 | tee "$OUT/bench_ours.log" | tail -5
+if has bench; then
+  log "bench_attn (our kernels)"
+  if [ -n "$Q" ]; then export LKV_BENCH_QUICK=1; fi
+  LKV_BENCH_ONLY=${BENCH_ONLY:-} "$BUILD/bin/bench_attn" "$OUT/ours.jsonl" 2>&1 | tee -a "$OUT/bench.log" | tail -60
+fi
 
-log "PyTorch baselines"
-PYTHONUNBUFFERED=1 python3 bench/kernels/sdpa_bench.py "$OUT/sdpa.jsonl" $Q 2>&1 | tee "$OUT/bench_sdpa.log" | tail -3
+if has sdpa; then
+  log "PyTorch baselines"
+  PYTHONUNBUFFERED=1 python3 bench/kernels/sdpa_bench.py "$OUT/sdpa.jsonl" $Q 2>&1 | tee -a "$OUT/bench.log" | tail -80
+fi
 
-log "merge"
-python3 bench/kernels/merge.py "$OUT/ours.jsonl" "$OUT/sdpa.jsonl" "$OUT/kernels_bench.json" \
-  | tee "$OUT/kernels_table.md"
-exit $check_rc
+if has merge && [ -f "$OUT/ours.jsonl" ] && [ -f "$OUT/sdpa.jsonl" ]; then
+  log "merge"
+  python3 bench/kernels/merge.py "$OUT/ours.jsonl" "$OUT/sdpa.jsonl" "$OUT/kernels_bench.json" \
+    >"$OUT/table.md"
+fi
+
+if has ncu && [ -n "${NCU:-}" ]; then
+  command -v ncu >/dev/null || { echo "ncu not found"; }
+  : >"$OUT/ncu.txt"
+  i=0
+  for item in $NCU; do
+    k=${item%%|*}; rest=${item#*|}; only=${rest%%|*}; set_=""
+    [ "$rest" != "$only" ] && set_=${rest#*|}
+    i=$((i + 1))
+    if [ -n "$set_" ]; then secs=(--set "$set_"); else
+      secs=(--section SpeedOfLight --section Occupancy --section LaunchStats --section WarpStateStats
+            --section SchedulerStats --section MemoryWorkloadAnalysis); fi
+    log "ncu $i: $k at $only ${set_}"
+    echo "######## ncu $i: kernel $k, case $only, set ${set_:-default}" >>"$OUT/ncu.txt"
+    LKV_BENCH_ONLY=$only LKV_BENCH_REPS=1 timeout 240 ncu --clock-control none -k "regex:$k" \
+      --launch-skip 2 --launch-count 1 "${secs[@]}" "$BUILD/bin/bench_attn" /tmp/ncu.jsonl \
+      >>"$OUT/ncu.txt" 2>&1
+    echo "ncu rc=$?"
+    tail -n +1 "$OUT/ncu.txt" | awk -v n="######## ncu $i:" 'index($0,n)==1{p=1} p' |
+      grep -E "Duration|DRAM Throughput|Memory Throughput|Achieved Occupancy|Registers Per|Grid Size|Block Size|Warp Cycles Per Issued|Issued Ipc|L2 Hit|Eligible Warps|No Eligible|Theoretical Occ|Waves Per|Dynamic Shared" | head -24
+  done
+fi
+
+if [ -f "$OUT/table.md" ]; then cat "$OUT/table.md"; fi
+exit $rc_all

@@ -28,10 +28,7 @@ extern "C" void *lkv__cuda_ws_get(size_t bytes)
             ws_bytes = 0;
         }
         size_t want = bytes + bytes / 4;
-        cudaError_t ce = cudaMalloc(&ws_ptr, want);
-        if (ce != cudaSuccess) {
-            LKV_LOGE("cudaMalloc(%zu) for the attention workspace: %s", want,
-                     cudaGetErrorString(ce));
+        if (LKV__CUDA_RC(cudaMalloc(&ws_ptr, want)) != 0) {
             ws_ptr = NULL;
         } else {
             ws_bytes = want;

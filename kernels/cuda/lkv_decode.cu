@@ -1,14 +1,21 @@
 /*
  * lkv_decode.cu: LazyAttention decode on CUDA (one query token per sequence, paged KV).
  *
- * Work split. One CTA of DEC_WARPS warps per (split, kv head x head chunk, sequence). A head
- * chunk is up to G query heads of one GQA group (so each K/V slab is read once per chunk and
- * shared by its heads; bigger groups, e.g. MQA with 32 heads, take several chunks). A split is
- * a contiguous range of the sequence's block references; inside a CTA, warp w takes
- * references w, w + W, ... of that range. When the grid of (kv heads x chunks x sequences) is
- * too small to fill the GPU (batch 1, long context), the references are split over several
- * CTAs (about one wave of two CTAs per SM) and the fp32 partials merged by log-sum-exp in a
- * second kernel (lkv__merge_launch).
+ * Plan, then run (lkv_attn_cuda.h). lkv_decode_plan_create fixes everything that depends only
+ * on the batch composition: kernel, grid, split factor (from the SM count and the kernel's
+ * occupancy), tables, workspace; lkv_decode_plan_run fills the per-layer pointers and launches
+ * one kernel, nothing else, so a model's decode step can be captured in a CUDA graph.
+ *
+ * Work split. One CTA of W warps (4) per (split, kv head x head chunk, sequence). A head chunk
+ * is up to G query heads of one GQA group (so each K/V slab is read once per chunk and shared
+ * by its heads; bigger groups, e.g. MQA with 32 heads, take several chunks). A split is a
+ * contiguous range of the sequence's block references; inside a CTA, warp w takes references
+ * w, w + W, ... of that range (dec_walk, the one reference walk of both kernels). When the grid
+ * of (kv heads x chunks x sequences) is too small to fill the GPU (batch 1, long context), the
+ * references are split over several CTAs (about one wave of two CTAs per SM, at least
+ * DEC_MIN_REFS references per warp) and merged in the same launch: every CTA writes its fp32
+ * partial and counts its arrival on the (sequence, chunk) counter; the last one merges the
+ * partials by log-sum-exp and resets the counter (dec_merge_last).
  *
  * Memory pipeline. Each warp streams its steps (up to 16 tokens of one block for the
  * tensor-core path, U * 32/L for the generic one) through its own ring of DEC_NST cp.async
@@ -30,13 +37,21 @@
  * Lazy RoPE (option B of DESIGN.md 10.2): keys are stored rotated at document-local positions,
  * so only the query is rotated, by q_pos - start, whenever the warp's walk enters a reference
  * with a new document start (the tensor-core path computes one sincos per pair per warp and
- * shares it through shared memory). Angles use the exact integer offset (hi/lo turns,
- * sincospif) and fp32 math; the softmax scale and log2(e) are folded in. The raw query is kept
- * in shared memory as fp32 so rotations never compound. ALiBi adds
- * slope * ((start + block * B + t) - q_pos), exact integers converted once.
+ * shares it through shared memory; the first document's while the first steps are in flight;
+ * full-width half-split and interleaved RoPE take branch-free fast paths). Angles use the exact
+ * integer offset (hi/lo turns, sincospif) and fp32 math; the softmax scale and log2(e) are folded
+ * in. The raw query is kept in shared memory as fp32 so rotations never compound. ALiBi adds slope
+ * * ((start + block * B + t) - q_pos), exact integers converted once.
  *
  * Softmax: log2 domain, online per step; the running max is uniform over the lanes that share
  * a head, so partial sums are on one scale and are reduced once at the end.
+ *
+ * Batch-1 latency (ncu on the H200, kernels/dev/README.md round 3): the query is staged with one
+ * 16-byte load per thread (a scalar loop was 29% of the stall samples); the kernels declare no
+ * static shared memory (it moved the swizzled ring off 128-byte alignment and doubled the L2
+ * sector requests of every cp.async); the merge's arrival is one acq_rel atomic per CTA after a
+ * barrier, not a fence per thread. Optional programmatic dependent launch (plan option) lets a
+ * run's metadata loads overlap the previous kernel.
  */
 #include <stdlib.h>
 
@@ -46,8 +61,15 @@ extern "C" {
 #include "lkv_attn_cuda.h"
 }
 
-#define DEC_WARPS 4
-#define DEC_NST   3 /* cp.async stages per warp (2 in flight while one is computed) */
+#define GEN_WARPS      4  /* Warps per CTA of the generic kernel. */
+#define MMA_WARPS      4  /* Warps per CTA of the tensor-core kernel. */
+#define DEC_NST        3  /* cp.async stages per warp (2 in flight while one is computed) */
+#define MERGE_INFLIGHT 16 /* partial loads in flight per thread in the folded merge */
+/* At least this many references per warp in a split. 2 gave 32 splits at batch 1 over 4k; 4
+ * gives 16, measured faster on the H200 (2026-12-01: 16.3 against 19.0 us single launch, 12.7
+ * against 15.8 us per layer in a 32-layer graph), the same at 32k (51.3 us, 32 splits). */
+#define DEC_MIN_REFS   4
+#define DEC_MAX_SPLITS 1024 /* Splits per sequence at most (the merge weights live in smem). */
 
 struct decode_params {
     const void *q;
@@ -60,6 +82,7 @@ struct decode_params {
     float *lse;
     float *part_o;   /* [batch * n_q][n_splits][d] when n_splits > 1. */
     float *part_lse; /* [batch * n_q][n_splits], log2 domain. */
+    int *counters;   /* [batch][n_kv * head_chunks] arrivals (n_splits > 1), zero between runs. */
     int n_q, n_kv, group, head_chunks, d, L, B, layer;
     uint64_t slab_bytes;
     int n_splits, refs_per_split;
@@ -70,31 +93,102 @@ template <int G> struct dec_unroll {
     static const int U = G >= 8 ? 4 : 8; /* Loads of K (and V) per lane per step. */
 };
 
-/* Epilogue shared by both decode kernels (call after __syncthreads): merges the DEC_WARPS
- * warps' partial softmax states (mw: running max, lw: sum, accw: output, log2 domain) of the
- * nh heads of this CTA and writes the result: out (+ lse) when the CTA owns the whole sequence,
- * else this split's partial output and log2 sum for the merge kernel. */
-template <typename T, int G>
-static __device__ __forceinline__ void dec_store(const decode_params &p, const float *mw,
-                                                 const float *lw, const float *accw, int nh, int d,
-                                                 int b, int h0, int split)
-{
-    for (int i = threadIdx.x; i < nh * d; i += blockDim.x) {
-        const int h = i / d, dim = i - h * d;
-        float M = -INFINITY;
-#pragma unroll
-        for (int w = 0; w < DEC_WARPS; w++) {
-            M = fmaxf(M, mw[w * G + h]);
+/* The reference walk of one warp, shared by both decode kernels: warp w of a CTA takes the
+ * references r_first, r_first + W, ... below r_end, each in steps of `step` tokens (the last
+ * step of a partial block is masked by the consumer). Each reference is loaded from global
+ * memory exactly once, one reference ahead of its use (the load is off the critical path), and
+ * travels with its step through the cp.async ring (dec_queue): the consumer never reloads it. */
+struct dec_walk {
+    const uint64_t *refs;
+    int r, r1, stride, t0;
+    uint64_t cur, nxt;
+    __device__ __forceinline__ void init(const uint64_t *rf, int first, int end, int w)
+    {
+        refs = rf;
+        r = first;
+        r1 = end;
+        stride = w;
+        t0 = 0;
+        cur = r < r1 ? __ldg(refs + r) : 0;
+        nxt = r + w < r1 ? __ldg(refs + r + w) : 0;
+    }
+    /* Takes the next step: returns its first token and sets *ref, or returns -1 at the end. */
+    __device__ __forceinline__ int take(int step, int B, uint64_t *ref)
+    {
+        if (r >= r1) {
+            return -1;
         }
-        float ls = 0.0f, o = 0.0f;
-        if (M != -INFINITY) {
-#pragma unroll
-            for (int w = 0; w < DEC_WARPS; w++) {
-                const float sc = exp2f(mw[w * G + h] - M);
-                ls += lw[w * G + h] * sc;
-                o += accw[(w * G + h) * d + dim] * sc;
+        const int tt = t0;
+        *ref = cur;
+        t0 += step;
+        if (t0 >= min((int)lkv_ref_valid(cur), B)) {
+            t0 = 0;
+            r += stride;
+            cur = nxt;
+            if (r + stride < r1) {
+                nxt = __ldg(refs + r + stride);
             }
         }
+        return tt;
+    }
+};
+
+/* The steps in flight in a warp's ring, oldest first (NST - 1 of them between the
+ * producer's issue and the consumer's wait): reference and first token (-1: no step). Plain
+ * registers shifted at each step, so no run-time indexed array. */
+template <int NST> struct dec_queue {
+    uint64_t ref[NST - 1];
+    int t0[NST - 1];
+    __device__ __forceinline__ void push_pop(uint64_t r_in, int t_in, uint64_t *r_out, int *t_out)
+    {
+        *r_out = ref[0];
+        *t_out = t0[0];
+#pragma unroll
+        for (int i = 0; i + 1 < NST - 1; i++) {
+            ref[i] = ref[i + 1];
+            t0[i] = t0[i + 1];
+        }
+        ref[NST - 2] = r_in;
+        t0[NST - 2] = t_in;
+    }
+};
+
+/* Epilogue shared by both decode kernels (call after __syncthreads): merges the W warps'
+ * partial softmax states (mw: running max, lw: sum, accw: output, log2 domain) of the nh heads
+ * of this CTA and writes the result: out (+ lse) when the CTA owns the whole sequence, else
+ * this split's partial output and log2 sum (dec_merge_last merges them). */
+template <typename T, int G, int W>
+static __device__ __forceinline__ void dec_store(const decode_params &p, const float *mw,
+                                                 const float *lw, const float *accw, float *scr,
+                                                 int nh, int d, int b, int h0, int split)
+{
+    /* Per head: the common max, each warp's scale and the total sum, once (scr: [W][G] scales,
+     * then [G][2] max and sum; shared memory not otherwise in use here). */
+    for (int h = threadIdx.x; h < nh; h += blockDim.x) {
+        float M = -INFINITY;
+#pragma unroll
+        for (int w = 0; w < W; w++) {
+            M = fmaxf(M, mw[w * G + h]);
+        }
+        float ls = 0.0f;
+#pragma unroll
+        for (int w = 0; w < W; w++) {
+            const float sc = M == -INFINITY ? 0.0f : exp2f(mw[w * G + h] - M);
+            scr[w * G + h] = sc;
+            ls += lw[w * G + h] * sc;
+        }
+        scr[W * G + 2 * h] = M;
+        scr[W * G + 2 * h + 1] = ls;
+    }
+    __syncthreads();
+    for (int i = threadIdx.x; i < nh * d; i += blockDim.x) {
+        const int h = i / d, dim = i - h * d;
+        float o = 0.0f;
+#pragma unroll
+        for (int w = 0; w < W; w++) {
+            o = fmaf(accw[(w * G + h) * d + dim], scr[w * G + h], o);
+        }
+        const float M = scr[W * G + 2 * h], ls = scr[W * G + 2 * h + 1];
         const size_t row = (size_t)b * p.n_q + h0 + h;
         const float res = ls > 0.0f ? o / ls : 0.0f;
         const float lse2 = ls > 0.0f ? M + log2f(ls) : -INFINITY;
@@ -112,12 +206,186 @@ static __device__ __forceinline__ void dec_store(const decode_params &p, const f
     }
 }
 
+/* Stages the chunk's query rows (n valid elements, 16-byte aligned, n % 8 == 0) into q_raw as
+ * fp32, zero up to n_all: one 16-byte load per 8 elements, all in flight at once (a scalar loop
+ * here was the longest wait of the batch-1 kernel: ncu, 29% of the stall samples). */
+template <typename T>
+static __device__ __forceinline__ void dec_stage_q(const T *q, float *q_raw, int n, int n_all)
+{
+    for (int i = 8 * (int)threadIdx.x; i < n_all; i += 8 * (int)blockDim.x) {
+        float f[8];
+        if (i < n) {
+            const uint4 u = __ldg((const uint4 *)(q + i));
+            const uint32_t w[4] = {u.x, u.y, u.z, u.w};
+#pragma unroll
+            for (int k = 0; k < 4; k++) {
+                const float2 x = lkv__elem<T>::to_f2(w[k]);
+                f[2 * k] = x.x;
+                f[2 * k + 1] = x.y;
+            }
+        } else {
+#pragma unroll
+            for (int k = 0; k < 8; k++) {
+                f[k] = 0.0f;
+            }
+        }
+        *(float4 *)(q_raw + i) = make_float4(f[0], f[1], f[2], f[3]);
+        *(float4 *)(q_raw + i + 4) = make_float4(f[4], f[5], f[6], f[7]);
+    }
+}
+
+/* Split-KV merge folded into the decode launch. Every CTA of a split sequence has written its
+ * partial (dec_store); each then counts its arrival on the (sequence, kv head chunk) counter,
+ * and the last to arrive merges the n_splits partials of its nh rows by log-sum-exp, writes
+ * out (+ lse) and resets the counter to 0 for the next launch. The partials are read through
+ * L2 (ld.global.cg): they were written by other SMs in this launch. sm: the CTA's dynamic
+ * shared memory, free again (the caller synchronised after its last use), at least
+ * (4 + G * n_splits + 2 * G + 4 * NT) floats (the plan checks it). */
+template <typename T, int G, int NT>
+static __device__ __forceinline__ void dec_merge_last(const decode_params &p, float *sm, int nh,
+                                                      int d, int b, int h0)
+{
+    /* No static __shared__ here: it would shift the dynamic shared memory off its 128-byte
+     * alignment, and the swizzled cp.async ring then split every 32-byte sector into two L2
+     * requests (ncu: L2 hit rate 50%, 2x sectors, -15% bandwidth). The flag lives at sm[0]. */
+    int &is_last = *(int *)sm;
+    /* The barrier orders every thread's partial stores before thread 0's arrival, whose
+     * acq_rel atomic releases them device-wide (cumulativity, as CUTLASS's semaphore) and, in
+     * the last CTA, acquires the other CTAs' partials; the second barrier passes that on. */
+    __syncthreads();
+    int *ctr = p.counters + (size_t)b * gridDim.y + blockIdx.y;
+    if (threadIdx.x == 0) {
+        int prev;
+        asm volatile("atom.acq_rel.gpu.global.add.s32 %0, [%1], 1;\n"
+                     : "=r"(prev)
+                     : "l"(ctr)
+                     : "memory");
+        is_last = prev == p.n_splits - 1;
+    }
+    __syncthreads();
+    if (!is_last) {
+        return;
+    }
+    const int S = p.n_splits;
+    const size_t row0 = (size_t)b * p.n_q + h0;
+    float *w = sm + 4;                                        /* [nh][S] weights */
+    float *stat = w + G * S;                                  /* [G][2]: max, sum */
+    float4 *red = (float4 *)(w + ((G * S + 2 * G + 3) & ~3)); /* [NT] group sums */
+    for (int i = threadIdx.x; i < nh * S; i += NT) {
+        w[i] = __ldcg(p.part_lse + row0 * S + i);
+    }
+    __syncthreads();
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    for (int h = warp; h < nh; h += NT / 32) {
+        float m = -INFINITY;
+        for (int s = lane; s < S; s += 32) {
+            m = fmaxf(m, w[h * S + s]);
+        }
+#pragma unroll
+        for (int off = 16; off > 0; off >>= 1) {
+            m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, off));
+        }
+        float sum = 0.0f;
+        if (m != -INFINITY) {
+            for (int s = lane; s < S; s += 32) {
+                sum += exp2f(w[h * S + s] - m);
+            }
+        }
+#pragma unroll
+        for (int off = 16; off > 0; off >>= 1) {
+            sum += __shfl_xor_sync(0xffffffffu, sum, off);
+        }
+        const float inv = sum > 0.0f ? 1.0f / sum : 0.0f;
+        __syncwarp();
+        for (int s = lane; s < S; s += 32) {
+            w[h * S + s] = m == -INFINITY ? 0.0f : exp2f(w[h * S + s] - m) * inv;
+        }
+        if (lane == 0) {
+            stat[2 * h] = m;
+            stat[2 * h + 1] = sum;
+        }
+    }
+    __syncthreads();
+    /* Items are (head, float4 of dims); when there are fewer items than threads, ng groups of
+     * threads take interleaved splits of each item and their sums are added through smem. */
+    const int q4 = d / 4, items = nh * q4;
+    const int ng = items < NT ? NT / items : 1;
+    for (int t = threadIdx.x; t < items * ng; t += NT) {
+        const int it = t % items, g = t / items;
+        const int h = it / q4, c = it - h * q4;
+        const float4 *po = (const float4 *)(p.part_o + (row0 + h) * S * d) + c;
+        const float *wh = w + h * S;
+        float4 a0 = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+        for (int s0 = g; s0 < S; s0 += MERGE_INFLIGHT * ng) {
+            float4 v[MERGE_INFLIGHT]; /* independent L2 loads in flight */
+            float ws[MERGE_INFLIGHT];
+#pragma unroll
+            for (int u = 0; u < MERGE_INFLIGHT; u++) {
+                const int s = s0 + u * ng;
+                v[u] = s < S ? __ldcg(po + (size_t)s * q4) : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+                ws[u] = s < S ? wh[s] : 0.0f;
+            }
+#pragma unroll
+            for (int u = 0; u < MERGE_INFLIGHT; u++) {
+                a0.x = fmaf(ws[u], v[u].x, a0.x);
+                a0.y = fmaf(ws[u], v[u].y, a0.y);
+                a0.z = fmaf(ws[u], v[u].z, a0.z);
+                a0.w = fmaf(ws[u], v[u].w, a0.w);
+            }
+        }
+        if (ng == 1) {
+            uint2 o2 = make_uint2(lkv__elem<T>::pack2(a0.x, a0.y), lkv__elem<T>::pack2(a0.z, a0.w));
+            *(uint2 *)((T *)p.out + (row0 + h) * d + 4 * c) = o2;
+        } else {
+            red[t] = a0;
+        }
+    }
+    if (ng > 1) {
+        __syncthreads();
+        for (int it = threadIdx.x; it < items; it += NT) {
+            const int h = it / q4, c = it - h * q4;
+            float4 a = red[it];
+            for (int g = 1; g < ng; g++) {
+                const float4 v = red[g * items + it];
+                a = make_float4(a.x + v.x, a.y + v.y, a.z + v.z, a.w + v.w);
+            }
+            uint2 o2 = make_uint2(lkv__elem<T>::pack2(a.x, a.y), lkv__elem<T>::pack2(a.z, a.w));
+            *(uint2 *)((T *)p.out + (row0 + h) * d + 4 * c) = o2;
+        }
+    }
+    if (p.lse != NULL && (int)threadIdx.x < nh) {
+        const float m = stat[2 * threadIdx.x], sum = stat[2 * threadIdx.x + 1];
+        p.lse[row0 + threadIdx.x] =
+            (m == -INFINITY || !(sum > 0.0f)) ? -INFINITY : (m + log2f(sum)) * LKV__LN2;
+    }
+    if (threadIdx.x == 0) {
+        *ctr = 0; /* Ready for the next launch (kernel boundaries order it). */
+    }
+}
+
+/* Common tail of both kernels: store (out or partial), then the folded merge when split. */
+template <typename T, int G, int W>
+static __device__ __forceinline__ void
+dec_finish(const decode_params &p, float *smem, const float *mw, const float *lw, const float *accw,
+           float *scr, int nh, int d, int b, int h0, int split)
+{
+    dec_store<T, G, W>(p, mw, lw, accw, scr, nh, d, b, h0, split);
+    if (p.n_splits > 1) {
+        dec_merge_last<T, G, W * 32>(p, smem, nh, d, b, h0);
+    }
+}
+
 template <typename T, int G, int LT>
-__global__ void __launch_bounds__(DEC_WARPS * 32)
+__global__ void __launch_bounds__(GEN_WARPS * 32)
     decode_kernel(const decode_params p, const lkv__dev_pe pe, const lkv__dev_slopes sl)
 {
+    constexpr int W = GEN_WARPS;
+    /* Programmatic dependent launch (plan option): let the next kernel of the stream start its
+     * prologue now; wait for the previous one before reading anything it may have written. */
+    lkv__pdl_trigger();
+    lkv__pdl_wait();
     constexpr int U = dec_unroll<G>::U;
-    extern __shared__ __align__(16) float smem[];
+    extern __shared__ __align__(128) float smem[];
     const int L = LT ? LT : p.L;
     const int TPI = 32 / L;
     const int d = p.d;
@@ -128,17 +396,14 @@ __global__ void __launch_bounds__(DEC_WARPS * 32)
     const int h0 = kvh * p.group + hchunk * G;
     const int nh = min(G, p.group - hchunk * G);
 
-    float *q_raw = smem;              /* [G][d] */
-    float *fhi = q_raw + G * d;       /* [128] */
-    float *flo = fhi + 128;           /* [128] */
-    float *mw = flo + 128;            /* [W][G] */
-    float *lw = mw + DEC_WARPS * G;   /* [W][G] */
-    float *accw = lw + DEC_WARPS * G; /* [W][G][d] */
+    float *q_raw = smem;        /* [G][d] */
+    float *fhi = q_raw + G * d; /* [128] */
+    float *flo = fhi + 128;     /* [128] */
+    float *mw = flo + 128;      /* [W][G] */
+    float *lw = mw + W * G;     /* [W][G] */
+    float *accw = lw + W * G;   /* [W][G][d] */
 
-    const T *q = (const T *)p.q + ((size_t)b * p.n_q + h0) * d;
-    for (int i = threadIdx.x; i < G * d; i += blockDim.x) {
-        q_raw[i] = i < nh * d ? lkv__elem<T>::to_f(q[i]) : 0.0f;
-    }
+    dec_stage_q<T>((const T *)p.q + ((size_t)b * p.n_q + h0) * d, q_raw, nh * d, G * d);
     for (int j = threadIdx.x; j < pe.n_pairs; j += blockDim.x) {
         fhi[j] = pe.freq_hi[j];
         flo[j] = pe.freq_lo[j];
@@ -173,16 +438,18 @@ __global__ void __launch_bounds__(DEC_WARPS * 32)
     }
     /* Per-warp cp.async ring: stage s holds, per lane, U chunks of K then U chunks of V
      * (16 bytes each, [U][32 lanes]). Every lane writes and reads only its own slots. */
-    uint4 *ring = (uint4 *)(accw + DEC_WARPS * G * d) + (size_t)warp * DEC_NST * 2 * U * 32;
+    uint4 *ring = (uint4 *)(accw + W * G * d) + (size_t)warp * DEC_NST * 2 * U * 32;
     const int step = U * TPI;
 
-    /* Producer: the next step (block pr, first token pt0) to fetch. */
-    int pr = r0 + warp, pt0 = 0;
-    uint64_t pref = pr < r1 ? __ldg(p.refs + pr) : 0;
-    uint64_t pref_next = pr + DEC_WARPS < r1 ? __ldg(p.refs + pr + DEC_WARPS) : 0;
+    /* Producer: the warp's reference walk; each issued step travels through the queue. */
+    dec_walk wk;
+    wk.init(p.refs, r0 + warp, r1, W);
+    dec_queue<DEC_NST> qu;
     int pslot = 0;
-    auto issue = [&]() {
-        if (pr < r1) {
+    auto issue = [&](uint64_t *ref_out, int *t_out) {
+        uint64_t pref = 0;
+        const int pt0 = wk.take(step, p.B, &pref);
+        if (pt0 >= 0) {
             const int valid = min((int)lkv_ref_valid(pref), p.B);
             const char *base = p.arena + (size_t)lkv_ref_page(pref) * p.page_bytes;
             uint4 *st = ring + (size_t)pslot * 2 * U * 32;
@@ -194,28 +461,27 @@ __global__ void __launch_bounds__(DEC_WARPS * 32)
                 lkv__cp_async16(st + u * 32 + lane, base + slab_k + off, ok);
                 lkv__cp_async16(st + (U + u) * 32 + lane, base + slab_v + off, ok);
             }
-            pt0 += step;
-            if (pt0 >= valid) {
-                pt0 = 0;
-                pr += DEC_WARPS;
-                pref = pref_next;
-                if (pr + DEC_WARPS < r1) {
-                    pref_next = __ldg(p.refs + pr + DEC_WARPS);
-                }
-            }
         }
         lkv__cp_async_commit();
         pslot = pslot + 1 == DEC_NST ? 0 : pslot + 1;
+        *ref_out = pref;
+        *t_out = pt0;
     };
 #pragma unroll
     for (int s = 0; s < DEC_NST - 1; s++) {
-        issue();
+        issue(&qu.ref[s], &qu.t0[s]);
     }
 
     int64_t cur_start = -1;
     int cslot = 0;
-    for (int r = r0 + warp; r < r1; r += DEC_WARPS) {
-        const uint64_t ref = __ldg(p.refs + r);
+    for (;;) {
+        uint64_t nref, ref;
+        int nt0, t0;
+        issue(&nref, &nt0);
+        qu.push_pop(nref, nt0, &ref, &t0);
+        if (t0 < 0) {
+            break;
+        }
         const int64_t start = lkv_ref_start(ref);
         const int blk = (int)lkv_ref_block(ref);
         const int valid = min((int)lkv_ref_valid(ref), p.B);
@@ -241,8 +507,7 @@ __global__ void __launch_bounds__(DEC_WARPS * 32)
             }
         }
         const float kbias = alibi ? (float)(start + (int64_t)blk * p.B - pos) : 0.0f;
-        for (int t0 = 0; t0 < valid; t0 += step) {
-            issue();
+        {
             lkv__cp_async_wait<DEC_NST - 1>();
             const uint4 *st = ring + (size_t)cslot * 2 * U * 32;
             cslot = cslot + 1 == DEC_NST ? 0 : cslot + 1;
@@ -370,7 +635,7 @@ __global__ void __launch_bounds__(DEC_WARPS * 32)
         }
     }
     __syncthreads();
-    dec_store<T, G>(p, mw, lw, accw, nh, d, b, h0, split);
+    dec_finish<T, G, W>(p, smem, mw, lw, accw, q_raw, nh, d, b, h0, split);
 }
 
 /* ------------------------------------------------------------------------------------------
@@ -388,13 +653,16 @@ template <int D> static __device__ __forceinline__ int dswz(int row, int col)
     return row * D + ((((col >> 3) ^ (row & 7))) << 3) + (col & 7);
 }
 
-template <typename T, int D>
-__global__ void __launch_bounds__(DEC_WARPS * 32)
+template <typename T, int D, int NST>
+__global__ void __launch_bounds__(MMA_WARPS * 32)
     decode_mma_kernel(const decode_params p, const lkv__dev_pe pe, const lkv__dev_slopes sl)
 {
+    constexpr int W = MMA_WARPS;
+    static_assert(8 * D <= 8 * W * 32, "one 16-byte query load per thread");
+    lkv__pdl_trigger(); /* The next kernel of the stream may start its prologue (plan option). */
     constexpr int G = 8;
     constexpr int STAGE = 2 * 16 * D; /* elements of K then V rows of one step */
-    extern __shared__ __align__(16) float smem[];
+    extern __shared__ __align__(128) float smem[];
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     const int gq = lane >> 2, tq = lane & 3; /* mma fragment coordinates */
     const int split = blockIdx.x, b = blockIdx.z;
@@ -402,15 +670,15 @@ __global__ void __launch_bounds__(DEC_WARPS * 32)
     const int h0 = kvh * p.group + hchunk * G;
     const int nh = min(G, p.group - hchunk * G);
 
-    float *q_raw = smem;                                  /* [G][D] */
-    float *fhi = q_raw + G * D;                           /* [128] */
-    float *flo = fhi + 128;                               /* [128] */
-    float *mw = flo + 128;                                /* [W][G] */
-    float *lw = mw + DEC_WARPS * G;                       /* [W][G] */
-    float *csw = lw + DEC_WARPS * G + (size_t)warp * D;   /* [W][D/2][2] cos, sin per pair */
-    T *ring0 = (T *)(lw + DEC_WARPS * G + DEC_WARPS * D); /* [W][NST][STAGE] */
-    float *accw = (float *)ring0; /* [W][G][D], reuses the ring after the loop */
-    T *ring = ring0 + (size_t)warp * DEC_NST * STAGE;
+    float *q_raw = smem;                        /* [G][D] */
+    float *fhi = q_raw + G * D;                 /* [128] */
+    float *flo = fhi + 128;                     /* [128] */
+    float *mw = flo + 128;                      /* [W][G] */
+    float *lw = mw + W * G;                     /* [W][G] */
+    float *csw = lw + W * G + (size_t)warp * D; /* [W][D/2][2] cos, sin per pair */
+    T *ring0 = (T *)(lw + W * G + W * D);       /* [W][NST][STAGE] */
+    float *accw = (float *)ring0;               /* [W][G][D], reuses the ring after the loop */
+    T *ring = ring0 + (size_t)warp * NST * STAGE;
 
     /* Latency chain at small batch: ref_offset -> refs -> the first K/V loads. The first
      * steps are issued before the query is staged, so the query loads overlap them. */
@@ -422,12 +690,16 @@ __global__ void __launch_bounds__(DEC_WARPS * 32)
     const size_t slab_v = ((size_t)(p.layer * 2 + 1) * p.n_kv + kvh) * p.slab_bytes;
     const bool alibi = pe.kind == LKV_POSENC_ALIBI;
 
-    /* Producer: cp.async of step (block pr, tokens pt0 .. pt0 + 15) into the ring. */
-    int pr = r0 + warp, pt0 = 0, pslot = 0;
-    uint64_t pref = pr < r1 ? __ldg(p.refs + pr) : 0;
-    uint64_t pref_next = pr + DEC_WARPS < r1 ? __ldg(p.refs + pr + DEC_WARPS) : 0;
-    auto issue = [&]() {
-        if (pr < r1) {
+    /* Producer: the warp's reference walk; cp.async of step (reference, tokens pt0 .. pt0 +
+     * 15) into the ring; each issued step travels through the queue to the consumer. */
+    dec_walk wk;
+    wk.init(p.refs, r0 + warp, r1, W);
+    dec_queue<NST> qu;
+    int pslot = 0;
+    auto issue = [&](uint64_t *ref_out, int *t_out) {
+        uint64_t pref = 0;
+        const int pt0 = wk.take(16, p.B, &pref);
+        if (pt0 >= 0) {
             const int valid = min((int)lkv_ref_valid(pref), p.B);
             const char *base = p.arena + (size_t)lkv_ref_page(pref) * p.page_bytes;
             T *st = ring + (size_t)pslot * STAGE;
@@ -441,33 +713,46 @@ __global__ void __launch_bounds__(DEC_WARPS * 32)
                 lkv__cp_async16(st + dswz<D>(row, c * 8), base + slab_k + off, ok);
                 lkv__cp_async16(st + 16 * D + dswz<D>(row, c * 8), base + slab_v + off, ok);
             }
-            pt0 += 16;
-            if (pt0 >= valid) {
-                pt0 = 0;
-                pr += DEC_WARPS;
-                pref = pref_next;
-                if (pr + DEC_WARPS < r1) {
-                    pref_next = __ldg(p.refs + pr + DEC_WARPS);
-                }
-            }
         }
         lkv__cp_async_commit();
-        pslot = pslot + 1 == DEC_NST ? 0 : pslot + 1;
+        pslot = pslot + 1 == NST ? 0 : pslot + 1;
+        *ref_out = pref;
+        *t_out = pt0;
     };
+    /* Under programmatic dependent launch the metadata loads above (q_pos, ref_offset, the
+     * first references) overlap the previous kernel's tail; everything below (K/V, q, the
+     * workspace, out) waits for it to complete. Without the launch attribute: a no-op. */
+    const int64_t first_start = wk.r < wk.r1 ? (int64_t)lkv_ref_start(wk.cur) : -1;
+    lkv__pdl_wait();
 #pragma unroll
-    for (int s = 0; s < DEC_NST - 1; s++) {
-        issue();
+    for (int s = 0; s < NST - 1; s++) {
+        issue(&qu.ref[s], &qu.t0[s]);
     }
 
-    const T *q = (const T *)p.q + ((size_t)b * p.n_q + h0) * D;
-    for (int i = threadIdx.x; i < G * D; i += blockDim.x) {
-        q_raw[i] = i < nh * D ? lkv__elem<T>::to_f(q[i]) : 0.0f;
+    /* This lane's raw query values, straight from global memory into registers: head gq of
+     * the chunk, the pairs of dims kk*16 + 2tq (+8) of every block kk, exactly the B-fragment
+     * elements it rotates and, for full-width RoPE, their partners. No shared staging, so no
+     * barrier before the loop (the staging barrier waited on these loads for every warp). */
+    const T *qg = (const T *)p.q + ((size_t)b * p.n_q + h0 + (gq < nh ? gq : 0)) * D;
+    uint32_t qraw[D / 16][2];
+#pragma unroll
+    for (int kk = 0; kk < D / 16; kk++) {
+#pragma unroll
+        for (int e2 = 0; e2 < 2; e2++) {
+            qraw[kk][e2] =
+                gq < nh ? __ldg((const unsigned int *)(qg + kk * 16 + 2 * tq + e2 * 8)) : 0u;
+        }
     }
-    for (int j = threadIdx.x; j < pe.n_pairs; j += blockDim.x) {
-        fhi[j] = pe.freq_hi[j];
-        flo[j] = pe.freq_lo[j];
+    /* The angles of the warp's first document while its first steps are in flight, not
+     * after they land (frequencies straight from the kernel parameters). */
+    int64_t cs_start = first_start;
+    if (cs_start >= 0) {
+        const float delta = (float)(pos - cs_start);
+        for (int j = lane; j < pe.n_pairs; j += 32) {
+            lkv__turn_sincos_fast(delta, pe.freq_hi[j], pe.freq_lo[j], &csw[2 * j + 1],
+                                  &csw[2 * j]);
+        }
     }
-    __syncthreads(); /* q_raw, fhi, flo */
     /* This lane's two head columns of S^T / O^T. */
     float slope[2];
 #pragma unroll
@@ -486,48 +771,107 @@ __global__ void __launch_bounds__(DEC_WARPS * 32)
     float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};
     int64_t cur_start = -1;
     int cslot = 0;
-    for (int r = r0 + warp; r < r1; r += DEC_WARPS) {
-        const uint64_t ref = __ldg(p.refs + r);
+    for (;;) {
+        uint64_t nref, ref;
+        int nt0, t0;
+        issue(&nref, &nt0);
+        qu.push_pop(nref, nt0, &ref, &t0);
+        if (t0 < 0) {
+            break;
+        }
         const int64_t start = lkv_ref_start(ref);
         const int blk = (int)lkv_ref_block(ref);
         const int valid = min((int)lkv_ref_valid(ref), p.B);
         if (start != cur_start) {
             cur_start = start;
-            const float delta = (float)(pos - start);
-            const float *xq = q_raw + gq * D;
-            /* The warp's lanes share the pairs' angles: one sincos per pair, via smem. */
-            for (int j = lane; j < pe.n_pairs; j += 32) {
-                lkv__turn_sincos(delta, fhi[j], flo[j], &csw[2 * j + 1], &csw[2 * j]);
+            /* The warp's lanes share the pairs' angles: one sincos per pair, via smem (the
+             * first document's were computed in the prologue). */
+            if (start != cs_start) {
+                cs_start = start;
+                const float delta = (float)(pos - start);
+                for (int j = lane; j < pe.n_pairs; j += 32) {
+                    lkv__turn_sincos_fast(delta, pe.freq_hi[j], pe.freq_lo[j], &csw[2 * j + 1],
+                                          &csw[2 * j]);
+                }
             }
             __syncwarp();
+            const float sc = p.scale_log2;
+            if (pe.n_pairs == D / 2 && pe.pairing == LKV_ROPE_HALF) {
+                /* Fast path, half-split pairs over the whole head: dims i < D/2 pair with
+                 * i + D/2, so the fragments of blocks kk and kk + D/32 rotate together. */
 #pragma unroll
-            for (int kk = 0; kk < D / 16; kk++) {
-                float v[4];
+                for (int kk = 0; kk < D / 32; kk++) {
 #pragma unroll
-                for (int e = 0; e < 4; e++) {
-                    const int i = kk * 16 + 2 * tq + (e & 1) + (e >> 1) * 8;
-                    int pair = 0, partner = i;
-                    const int role = lkv__pair_of(i, pe.pairing, pe.n_pairs, &pair, &partner);
-                    float sn = 0.0f, cs = 1.0f;
-                    if (role != 0) {
-                        cs = csw[2 * pair];
-                        sn = csw[2 * pair + 1];
+                    for (int e2 = 0; e2 < 2; e2++) {
+                        const int i = kk * 16 + 2 * tq + e2 * 8;
+                        const float2 x = lkv__elem<T>::to_f2(qraw[kk][e2]);
+                        const float2 xp = lkv__elem<T>::to_f2(qraw[kk + D / 32][e2]);
+                        const float4 cs = *(const float4 *)(csw + 2 * i); /* c0 s0 c1 s1 */
+                        qb[kk][e2] = lkv__elem<T>::pack2(fmaf(-xp.x, cs.y, x.x * cs.x) * sc,
+                                                         fmaf(-xp.y, cs.w, x.y * cs.z) * sc);
+                        qb[kk + D / 32][e2] = lkv__elem<T>::pack2(
+                            fmaf(x.x, cs.y, xp.x * cs.x) * sc, fmaf(x.y, cs.w, xp.y * cs.z) * sc);
                     }
-                    const float xp = role != 0 ? xq[partner] : 0.0f;
-                    v[e] = fmaf(xp, role > 0 ? -sn : sn, xq[i] * cs) * p.scale_log2;
                 }
-                qb[kk][0] = lkv__elem<T>::pack2(v[0], v[1]);
-                qb[kk][1] = lkv__elem<T>::pack2(v[2], v[3]);
+            } else if (pe.n_pairs == D / 2 && pe.pairing == LKV_ROPE_INTERLEAVED) {
+                /* Fast path, interleaved pairs over the whole head: a lane's two adjacent
+                 * dims (2tq, 2tq + 1) of a fragment are one pair. */
+#pragma unroll
+                for (int kk = 0; kk < D / 16; kk++) {
+#pragma unroll
+                    for (int e2 = 0; e2 < 2; e2++) {
+                        const int i = kk * 16 + 2 * tq + e2 * 8;
+                        const float2 x = lkv__elem<T>::to_f2(qraw[kk][e2]);
+                        const float2 cs = *(const float2 *)(csw + i); /* pair i / 2: c, s */
+                        qb[kk][e2] = lkv__elem<T>::pack2(fmaf(-x.y, cs.y, x.x * cs.x) * sc,
+                                                         fmaf(x.x, cs.y, x.y * cs.x) * sc);
+                    }
+                }
+            } else if (pe.n_pairs == 0) {
+#pragma unroll
+                for (int kk = 0; kk < D / 16; kk++) {
+#pragma unroll
+                    for (int e2 = 0; e2 < 2; e2++) {
+                        const float2 x = lkv__elem<T>::to_f2(qraw[kk][e2]);
+                        qb[kk][e2] = lkv__elem<T>::pack2(x.x * sc, x.y * sc);
+                    }
+                }
+            } else {
+                /* Partial rotary: a partner may sit outside this lane's values; read it from
+                 * the query in global memory (L1/L2 resident; rare configurations). */
+#pragma unroll
+                for (int kk = 0; kk < D / 16; kk++) {
+#pragma unroll
+                    for (int e2 = 0; e2 < 2; e2++) {
+                        const float2 x = lkv__elem<T>::to_f2(qraw[kk][e2]);
+                        float v[2];
+#pragma unroll
+                        for (int e1 = 0; e1 < 2; e1++) {
+                            const int i = kk * 16 + 2 * tq + e2 * 8 + e1;
+                            int pair = 0, partner = i;
+                            const int role =
+                                lkv__pair_of(i, pe.pairing, pe.n_pairs, &pair, &partner);
+                            float sn = 0.0f, cs = 1.0f, xp = 0.0f;
+                            if (role != 0) {
+                                cs = csw[2 * pair];
+                                sn = csw[2 * pair + 1];
+                                xp = gq < nh ? lkv__elem<T>::to_f(qg[partner]) : 0.0f;
+                            }
+                            const float xi = e1 ? x.y : x.x;
+                            v[e1] = fmaf(xp, role > 0 ? -sn : sn, xi * cs) * sc;
+                        }
+                        qb[kk][e2] = lkv__elem<T>::pack2(v[0], v[1]);
+                    }
+                }
             }
             __syncwarp(); /* csw is rewritten at the next document. */
         }
         const float kbias = alibi ? (float)(start + (int64_t)blk * p.B - pos) : 0.0f;
-        for (int t0 = 0; t0 < valid; t0 += 16) {
-            issue();
-            lkv__cp_async_wait<DEC_NST - 1>();
+        {
+            lkv__cp_async_wait<NST - 1>();
             __syncwarp();
             const T *st = ring + (size_t)cslot * STAGE;
-            cslot = cslot + 1 == DEC_NST ? 0 : cslot + 1;
+            cslot = cslot + 1 == NST ? 0 : cslot + 1;
             /* S^T = K Q^T. */
             float sacc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
 #pragma unroll
@@ -607,13 +951,73 @@ __global__ void __launch_bounds__(DEC_WARPS * 32)
         aw[(2 * tq + 1) * D + mt * 16 + gq + 8] = o[mt][3];
     }
     __syncthreads();
-    dec_store<T, G>(p, mw, lw, accw, nh, D, b, h0, split);
+    dec_finish<T, G, W>(p, smem, mw, lw, accw, q_raw, nh, D, b, h0, split);
 }
 
-/* Launch plan shared by the workspace query and the launcher. */
-struct decode_plan {
-    int mma; /* Tensor-core kernel (head_dim 64 or 128). */
-    int G, head_chunks, L, n_splits, refs_per_split;
+/* ------------------------------------------------------------------------------------------
+ * Host side: the plan (kernel choice, grid, split factor, tables, workspace layout) and the
+ * launchers. plan_fill does all host work and no CUDA call except device queries and the
+ * kernel attributes; lkv_decode_plan_run only fills the per-run pointers and launches.
+ * ---------------------------------------------------------------------------------------- */
+
+typedef void (*dec_launch_fn)(dim3 grid, size_t smem, cudaStream_t st, int pdl,
+                              const decode_params &p, const lkv__dev_pe &pe,
+                              const lkv__dev_slopes &sl);
+
+/* Launches kernel k, with the programmatic-stream-serialization attribute when pdl (errors
+ * surface through cudaGetLastError, as for <<< >>>). */
+template <typename K>
+static void launch_ex(K k, dim3 grid, int threads, size_t smem, cudaStream_t st, int pdl,
+                      const decode_params &p, const lkv__dev_pe &pe, const lkv__dev_slopes &sl)
+{
+    if (!pdl) {
+        k<<<grid, threads, smem, st>>>(p, pe, sl);
+        return;
+    }
+    cudaLaunchConfig_t c = {};
+    c.gridDim = grid;
+    c.blockDim = dim3(threads);
+    c.dynamicSmemBytes = smem;
+    c.stream = st;
+    cudaLaunchAttribute at[1];
+    at[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    at[0].val.programmaticStreamSerializationAllowed = 1;
+    c.attrs = at;
+    c.numAttrs = 1;
+    (void)cudaLaunchKernelEx(&c, k, p, pe, sl);
+}
+
+template <typename T, int G, int LT>
+static void launch_gen(dim3 grid, size_t smem, cudaStream_t st, int pdl, const decode_params &p,
+                       const lkv__dev_pe &pe, const lkv__dev_slopes &sl)
+{
+    launch_ex(decode_kernel<T, G, LT>, grid, GEN_WARPS * 32, smem, st, pdl, p, pe, sl);
+}
+
+template <typename T, int D, int NST>
+static void launch_mma(dim3 grid, size_t smem, cudaStream_t st, int pdl, const decode_params &p,
+                       const lkv__dev_pe &pe, const lkv__dev_slopes &sl)
+{
+    launch_ex(decode_mma_kernel<T, D, NST>, grid, MMA_WARPS * 32, smem, st, pdl, p, pe, sl);
+}
+
+struct lkv_decode_plan {
+    lkv_kv_shape shape;
+    int batch, max_refs;
+    int mma, G, head_chunks, L, n_splits, refs_per_split, threads;
+    int nst;                 /* cp.async stages per warp of the tensor-core kernel (DEC_NST). */
+    int pdl;                 /* Launch with programmatic dependent launch (cfg->pdl). */
+    size_t smem;             /* Dynamic shared memory per CTA. */
+    size_t off_lse, off_ctr; /* Workspace layout: part_o at 0, part_lse, counters. */
+    size_t ws_need;          /* Workspace bytes (0 when n_splits == 1). */
+    size_t n_ctr;            /* Counters: batch * n_kv * head_chunks. */
+    const void *kernel;      /* The kernel function (attributes, occupancy). */
+    dec_launch_fn launch;
+    decode_params base; /* Everything but the per-run pointers. */
+    lkv__dev_pe pe;
+    lkv__dev_slopes sl;
+    void *ws;     /* Workspace (device). */
+    int ws_owned; /* The plan allocated ws. */
 };
 
 static int pow2_at_least(int x)
@@ -625,47 +1029,6 @@ static int pow2_at_least(int x)
     return p;
 }
 
-static void plan_decode(const lkv_kv_shape *s, int batch, int max_refs, decode_plan *pl)
-{
-    const int group = s->n_q_heads / s->n_kv_heads;
-    pl->mma = s->head_dim == 64 || s->head_dim == 128;
-    pl->G = (group >= 8 || pl->mma) ? 8 : pow2_at_least(group);
-    pl->head_chunks = (group + pl->G - 1) / pl->G;
-    pl->L = pow2_at_least(s->head_dim / 8);
-    if (max_refs < 1) {
-        max_refs = 1;
-    }
-    const long base = (long)batch * s->n_kv_heads * pl->head_chunks;
-    /* Two resident CTAs per SM: aim at one whole wave (two waves were slower at batch 1 and
-     * 16: more partials to merge, a ragged second wave; kernels/dev/README.md). */
-    const long target = 2L * lkv__cuda_sm_count();
-    /* At least 2 references per warp per split, so a split is worth its merge. */
-    const int min_refs = 2 * DEC_WARPS;
-    long splits = target / base;
-    long cap = (max_refs + min_refs - 1) / min_refs;
-    if (splits > cap) {
-        splits = cap;
-    }
-    /* Test and benchmark knob: LKV_ATTN_DECODE_SPLITS=n forces n splits (at most one
-     * reference per warp per split). */
-    const char *e = getenv("LKV_ATTN_DECODE_SPLITS");
-    const int forced = e != NULL ? atoi(e) : 0;
-    if (forced > 0) {
-        const long cap1 = (max_refs + DEC_WARPS - 1) / DEC_WARPS;
-        splits = forced < cap1 ? forced : cap1;
-    }
-    if (splits < 1) {
-        splits = 1;
-    }
-    int rps = (int)((max_refs + splits - 1) / splits);
-    rps = (rps + DEC_WARPS - 1) / DEC_WARPS * DEC_WARPS;
-    pl->refs_per_split = rps;
-    pl->n_splits = (max_refs + rps - 1) / rps;
-    if (pl->n_splits < 1) {
-        pl->n_splits = 1;
-    }
-}
-
 static int shape_ok(const lkv_kv_shape *s)
 {
     return s->n_layers >= 1 && s->n_q_heads >= 1 && s->n_q_heads <= LKV_MAX_Q_HEADS &&
@@ -674,119 +1037,266 @@ static int shape_ok(const lkv_kv_shape *s)
            s->block_tokens <= LKV_MAX_BLOCK_TOKENS;
 }
 
-extern "C" size_t lkv_attn_decode_cuda_workspace(const lkv_kv_shape *shape, int batch,
-                                                 int max_refs_per_seq)
+template <typename T, int NST> static void pick_mma(lkv_decode_plan *pl)
 {
-    if (shape == NULL || !shape_ok(shape) || batch < 1) {
-        return 0;
+    if (pl->shape.head_dim == 128) {
+        pl->kernel = (const void *)decode_mma_kernel<T, 128, NST>;
+        pl->launch = launch_mma<T, 128, NST>;
+    } else {
+        pl->kernel = (const void *)decode_mma_kernel<T, 64, NST>;
+        pl->launch = launch_mma<T, 64, NST>;
     }
-    decode_plan pl;
-    plan_decode(shape, batch, max_refs_per_seq, &pl);
-    if (pl.n_splits == 1) {
-        return 0;
-    }
-    size_t rows = (size_t)batch * shape->n_q_heads;
-    return rows * pl.n_splits * ((size_t)shape->head_dim + 1) * sizeof(float) + 256;
 }
 
-template <typename T, int G, int LT>
-static void launch_one(dim3 grid, size_t smem, cudaStream_t st, const decode_params &p,
-                       const lkv__dev_pe &pe, const lkv__dev_slopes &sl)
+template <typename T> static void pick_kernel(lkv_decode_plan *pl)
 {
-    smem += (size_t)DEC_WARPS * DEC_NST * 2 * dec_unroll<G>::U * 32 * 16;
-    static bool attr_set; /* One per instantiation; setting it twice is harmless. */
-    if (!attr_set) {
-        if (cudaFuncSetAttribute(
-                decode_kernel<T, G, LT>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                (int)(48 * 1024 + DEC_WARPS * DEC_NST * 2 * 8 * 32 * 16 + 32768)) != cudaSuccess) {
-            return; /* The launch below reports the error. */
-        }
-        attr_set = true;
-    }
-    decode_kernel<T, G, LT><<<grid, DEC_WARPS * 32, smem, st>>>(p, pe, sl);
-}
-
-template <typename T, int D>
-static void launch_mma(dim3 grid, cudaStream_t st, const decode_params &p, const lkv__dev_pe &pe,
-                       const lkv__dev_slopes &sl)
-{
-    const size_t smem = (size_t)(8 * D + 256 + 2 * DEC_WARPS * 8 + DEC_WARPS * D) * sizeof(float) +
-                        (size_t)DEC_WARPS * DEC_NST * 2 * 16 * D * sizeof(T);
-    static bool attr_set; /* One per instantiation; setting it twice is harmless. */
-    if (!attr_set) {
-        if (cudaFuncSetAttribute(decode_mma_kernel<T, D>,
-                                 cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                 (int)smem) != cudaSuccess) {
-            return; /* The launch below reports the error. */
-        }
-        attr_set = true;
-    }
-    decode_mma_kernel<T, D><<<grid, DEC_WARPS * 32, smem, st>>>(p, pe, sl);
-}
-
-template <typename T>
-static void launch_typed(const decode_plan &pl, dim3 grid, size_t smem, cudaStream_t st,
-                         const decode_params &p, const lkv__dev_pe &pe, const lkv__dev_slopes &sl)
-{
-    if (pl.mma) {
-        p.d == 128 ? launch_mma<T, 128>(grid, st, p, pe, sl)
-                   : launch_mma<T, 64>(grid, st, p, pe, sl);
+    if (pl->mma) {
+        pick_mma<T, DEC_NST>(pl);
         return;
     }
-    switch (pl.G) {
+    switch (pl->G) {
     case 1:
-        launch_one<T, 1, 0>(grid, smem, st, p, pe, sl);
+        pl->kernel = (const void *)decode_kernel<T, 1, 0>;
+        pl->launch = launch_gen<T, 1, 0>;
         break;
     case 2:
-        launch_one<T, 2, 0>(grid, smem, st, p, pe, sl);
+        pl->kernel = (const void *)decode_kernel<T, 2, 0>;
+        pl->launch = launch_gen<T, 2, 0>;
         break;
     case 4:
-        launch_one<T, 4, 0>(grid, smem, st, p, pe, sl);
+        pl->kernel = (const void *)decode_kernel<T, 4, 0>;
+        pl->launch = launch_gen<T, 4, 0>;
         break;
     default:
-        launch_one<T, 8, 0>(grid, smem, st, p, pe, sl);
+        pl->kernel = (const void *)decode_kernel<T, 8, 0>;
+        pl->launch = launch_gen<T, 8, 0>;
         break;
     }
 }
 
-extern "C" int lkv_attn_decode_cuda(const lkv_decode_args *a, int max_refs_per_seq, void *workspace,
-                                    size_t workspace_bytes, void *stream)
+/* Fills *pl from cfg: validation, kernel choice and attributes, occupancy, split factor and
+ * workspace layout. No allocation. */
+static int plan_fill(const lkv_decode_plan_cfg *cfg, lkv_decode_plan *pl)
 {
-    if (a == NULL || !shape_ok(&a->shape) || a->layer < 0 || a->layer >= a->shape.n_layers ||
-        a->batch < 0 || (a->flags & ~LKV_ATTN_NO_ROTATE) || !isfinite(a->sm_scale) ||
-        a->page_bytes < lkv_block_bytes(&a->shape) || a->page_bytes % 16 != 0 ||
-        max_refs_per_seq < 0) {
+    if (cfg == NULL || !shape_ok(&cfg->shape) || cfg->batch < 1 || cfg->batch > 65535 ||
+        cfg->max_refs_per_seq < 0 || (cfg->flags & ~LKV_ATTN_NO_ROTATE) ||
+        !isfinite(cfg->sm_scale) || cfg->splits < 0) {
         return LKV_EINVAL;
     }
-    if (a->shape.dtype != LKV_DTYPE_BF16 && a->shape.dtype != LKV_DTYPE_F16) {
+    const lkv_kv_shape *s = &cfg->shape;
+    if (s->dtype != LKV_DTYPE_BF16 && s->dtype != LKV_DTYPE_F16) {
         return LKV_ENOTSUP;
     }
-    if (a->batch == 0) {
-        return 0;
-    }
-    if (a->q == NULL || a->q_pos == NULL || a->out == NULL || a->ref_offset == NULL ||
-        (max_refs_per_seq > 0 && (a->refs == NULL || a->arena == NULL))) {
-        return LKV_EINVAL;
-    }
-    lkv__dev_pe pe;
-    int rc = lkv__dev_pe_fill(&pe, a->pe, a->shape.head_dim, a->flags);
+    memset(pl, 0, sizeof *pl);
+    pl->shape = *s;
+    pl->batch = cfg->batch;
+    pl->max_refs = cfg->max_refs_per_seq > 0 ? cfg->max_refs_per_seq : 1;
+    int rc = lkv__dev_pe_fill(&pl->pe, cfg->pe, s->head_dim, cfg->flags);
     if (rc != 0) {
         return rc;
     }
-    lkv__dev_slopes sl;
-    memset(&sl, 0, sizeof sl);
-    if (pe.kind == LKV_POSENC_ALIBI) {
-        if (a->pe->n_q_heads < a->shape.n_q_heads) {
+    if (pl->pe.kind == LKV_POSENC_ALIBI) {
+        if (cfg->pe->n_q_heads < s->n_q_heads) {
             return LKV_EINVAL;
         }
-        for (int h = 0; h < a->shape.n_q_heads; h++) {
-            sl.s[h] = a->pe->alibi_slope[h];
+        for (int h = 0; h < s->n_q_heads; h++) {
+            pl->sl.s[h] = cfg->pe->alibi_slope[h];
         }
     }
-    decode_plan pl;
-    plan_decode(&a->shape, a->batch, max_refs_per_seq, &pl);
-    decode_params p;
-    memset(&p, 0, sizeof p);
+    const int group = s->n_q_heads / s->n_kv_heads;
+    const int d = s->head_dim;
+    pl->mma = d == 64 || d == 128;
+    pl->G = (group >= 8 || pl->mma) ? 8 : pow2_at_least(group);
+    pl->head_chunks = (group + pl->G - 1) / pl->G;
+    pl->L = pow2_at_least(d / 8);
+    const int W = pl->mma ? MMA_WARPS : GEN_WARPS;
+    pl->threads = W * 32;
+    /* The ring depth is a template parameter of the tensor-core kernel; a 6-stage ring at one
+     * CTA per SM lost to 3 stages at two CTAs per SM at every batch (kernels/dev/README.md). */
+    pl->nst = DEC_NST;
+    pl->pdl = cfg->pdl != 0;
+    if (pl->mma) {
+        pl->smem = (size_t)(8 * d + 256 + 2 * W * 8 + W * d) * sizeof(float) +
+                   (size_t)W * pl->nst * 2 * 16 * d * 2;
+    } else {
+        const int U = pl->G >= 8 ? dec_unroll<8>::U : dec_unroll<1>::U;
+        pl->smem =
+            ((size_t)pl->G * d + 256 + 2 * W * pl->G + (size_t)W * pl->G * d) * sizeof(float) +
+            (size_t)W * DEC_NST * 2 * U * 32 * 16;
+    }
+    if (s->dtype == LKV_DTYPE_BF16) {
+        pick_kernel<__nv_bfloat16>(pl);
+    } else {
+        pick_kernel<__half>(pl);
+    }
+
+    /* Split factor: the grid of (kv heads x chunks x sequences) CTAs, times splits, aims at one
+     * full wave of resident CTAs (two waves were slower: more partials, a ragged second wave;
+     * kernels/dev/README.md), with at least DEC_MIN_REFS references per warp per split. */
+    const long base = (long)cfg->batch * s->n_kv_heads * pl->head_chunks;
+    const int max_refs = pl->max_refs;
+    long splits;
+    if (cfg->splits > 0) {
+        const long cap1 = (max_refs + W - 1) / W; /* at most one reference per warp per split */
+        splits = cfg->splits < cap1 ? cfg->splits : cap1;
+    } else {
+        int dev = 0, sms = 1, per_sm = 1;
+        LKV__CUDA_CHECK(cudaGetDevice(&dev));
+        LKV__CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
+        LKV__CUDA_CHECK(cudaFuncSetAttribute(
+            pl->kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)pl->smem));
+        LKV__CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, pl->kernel,
+                                                                      pl->threads, pl->smem));
+        if (per_sm < 1) {
+            per_sm = 1;
+        }
+        const long target = (long)per_sm * sms;
+        splits = target / base;
+        const long cap = (max_refs + DEC_MIN_REFS * W - 1) / (DEC_MIN_REFS * W);
+        if (splits > cap) {
+            splits = cap;
+        }
+    }
+    if (splits > DEC_MAX_SPLITS) {
+        splits = DEC_MAX_SPLITS;
+    }
+    if (splits < 1) {
+        splits = 1;
+    }
+    int rps = (int)((max_refs + splits - 1) / splits);
+    rps = (rps + W - 1) / W * W;
+    pl->refs_per_split = rps;
+    pl->n_splits = (max_refs + rps - 1) / rps;
+    if (pl->n_splits < 1) {
+        pl->n_splits = 1;
+    }
+    /* The folded merge reuses the CTA's shared memory. */
+    const size_t merge_smem =
+        (4 + (size_t)((pl->G * pl->n_splits + 2 * pl->G + 3) & ~3) + 4 * (size_t)pl->threads) *
+        sizeof(float);
+    if (pl->n_splits > 1 && merge_smem > pl->smem) {
+        pl->smem = merge_smem;
+    }
+    LKV__CUDA_CHECK(cudaFuncSetAttribute(pl->kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                         (int)pl->smem));
+    const size_t rows = (size_t)cfg->batch * s->n_q_heads;
+    pl->n_ctr = (size_t)base;
+    if (pl->n_splits > 1) {
+        pl->off_lse = rows * pl->n_splits * d * sizeof(float);
+        pl->off_ctr = (pl->off_lse + rows * pl->n_splits * sizeof(float) + 255) & ~(size_t)255;
+        pl->ws_need = pl->off_ctr + pl->n_ctr * sizeof(int);
+    }
+
+    decode_params *p = &pl->base;
+    p->n_q = s->n_q_heads;
+    p->n_kv = s->n_kv_heads;
+    p->group = group;
+    p->head_chunks = pl->head_chunks;
+    p->d = d;
+    p->L = pl->L;
+    p->B = s->block_tokens;
+    p->slab_bytes = lkv_slab_bytes(s);
+    p->n_splits = pl->n_splits;
+    p->refs_per_split = pl->refs_per_split;
+    p->scale_log2 = cfg->sm_scale * LKV__LOG2E;
+    return 0;
+}
+
+/* Points the plan's parameters at workspace ws (ws_need bytes at least). */
+static void plan_bind(lkv_decode_plan *pl, void *ws)
+{
+    pl->ws = ws;
+    if (pl->n_splits > 1) {
+        pl->base.part_o = (float *)ws;
+        pl->base.part_lse = (float *)((char *)ws + pl->off_lse);
+        pl->base.counters = (int *)((char *)ws + pl->off_ctr);
+    }
+}
+
+extern "C" size_t lkv_decode_plan_workspace_bytes(const lkv_decode_plan_cfg *cfg)
+{
+    lkv_decode_plan pl;
+    return plan_fill(cfg, &pl) == 0 ? pl.ws_need : 0;
+}
+
+extern "C" int lkv_decode_plan_create(const lkv_decode_plan_cfg *cfg, lkv_decode_plan **out)
+{
+    if (out == NULL) {
+        return LKV_EINVAL;
+    }
+    *out = NULL;
+    lkv_decode_plan *pl = (lkv_decode_plan *)malloc(sizeof *pl);
+    if (pl == NULL) {
+        return LKV_ENOMEM;
+    }
+    int rc = plan_fill(cfg, pl);
+    if (rc != 0) {
+        free(pl);
+        return rc;
+    }
+    void *ws = cfg->workspace;
+    if (pl->ws_need > 0) {
+        if (ws == NULL) {
+            rc = LKV__CUDA_RC(cudaMalloc(&ws, pl->ws_need));
+            if (rc != 0) {
+                goto fail;
+            }
+            pl->ws_owned = 1;
+        } else if (cfg->workspace_bytes < pl->ws_need) {
+            rc = LKV_EINVAL;
+            goto fail;
+        }
+        rc = LKV__CUDA_RC(cudaMemset((char *)ws + pl->off_ctr, 0, pl->n_ctr * sizeof(int)));
+        if (rc == 0) {
+            rc = LKV__CUDA_RC(cudaDeviceSynchronize());
+        }
+        if (rc != 0) {
+            goto fail;
+        }
+    }
+    plan_bind(pl, ws);
+    *out = pl;
+    return 0;
+fail:
+    if (pl->ws_owned) {
+        cudaFree(ws);
+    }
+    free(pl);
+    return rc;
+}
+
+extern "C" void lkv_decode_plan_destroy(lkv_decode_plan *plan)
+{
+    if (plan == NULL) {
+        return;
+    }
+    if (plan->ws_owned) {
+        cudaFree(plan->ws);
+    }
+    free(plan);
+}
+
+extern "C" int lkv_decode_plan_splits(const lkv_decode_plan *plan)
+{
+    return plan != NULL ? plan->n_splits : 0;
+}
+
+extern "C" int lkv_decode_plan_ctas(const lkv_decode_plan *plan)
+{
+    return plan != NULL ? (int)(plan->n_ctr * (size_t)plan->n_splits) : 0;
+}
+
+extern "C" int lkv_decode_plan_run(const lkv_decode_plan *plan, const lkv_decode_run_args *a,
+                                   void *stream)
+{
+    if (plan == NULL || a == NULL || a->layer < 0 || a->layer >= plan->shape.n_layers ||
+        a->page_bytes % 16 != 0 || a->page_bytes < lkv_block_bytes(&plan->shape) || a->q == NULL ||
+        a->q_pos == NULL || a->out == NULL || a->ref_offset == NULL ||
+        ((uintptr_t)a->q & 15) != 0 || ((uintptr_t)a->out & 15) != 0 ||
+        ((uintptr_t)a->arena & 15) != 0) {
+        return LKV_EINVAL;
+    }
+    decode_params p = plan->base;
     p.q = a->q;
     p.q_pos = a->q_pos;
     p.arena = (const char *)a->arena;
@@ -795,49 +1305,86 @@ extern "C" int lkv_attn_decode_cuda(const lkv_decode_args *a, int max_refs_per_s
     p.ref_offset = a->ref_offset;
     p.out = a->out;
     p.lse = a->lse;
-    p.n_q = a->shape.n_q_heads;
-    p.n_kv = a->shape.n_kv_heads;
-    p.group = p.n_q / p.n_kv;
-    p.head_chunks = pl.head_chunks;
-    p.d = a->shape.head_dim;
-    p.L = pl.L;
-    p.B = a->shape.block_tokens;
     p.layer = a->layer;
-    p.slab_bytes = lkv_slab_bytes(&a->shape);
-    p.n_splits = pl.n_splits;
-    p.refs_per_split = pl.refs_per_split;
-    p.scale_log2 = a->sm_scale * LKV__LOG2E;
+    const dim3 grid(plan->n_splits, plan->shape.n_kv_heads * plan->head_chunks, plan->batch);
+    plan->launch(grid, plan->smem, (cudaStream_t)stream, plan->pdl, p, plan->pe, plan->sl);
+    LKV__CUDA_CHECK_LAUNCH();
+    return 0;
+}
+
+/* ---------------------------------------------------------------- one-shot launcher */
+
+extern "C" size_t lkv_attn_decode_cuda_workspace(const lkv_kv_shape *shape, int batch,
+                                                 int max_refs_per_seq)
+{
+    if (shape == NULL) {
+        return 0;
+    }
+    lkv_posenc pe; /* The split factor does not depend on the encoding. */
+    memset(&pe, 0, sizeof pe);
+    pe.kind = LKV_POSENC_NONE;
+    pe.head_dim = shape->head_dim;
+    lkv_decode_plan_cfg c;
+    memset(&c, 0, sizeof c);
+    c.shape = *shape;
+    c.pe = &pe;
+    c.batch = batch;
+    c.max_refs_per_seq = max_refs_per_seq;
+    c.sm_scale = 1.0f;
+    return lkv_decode_plan_workspace_bytes(&c);
+}
+
+extern "C" int lkv_attn_decode_cuda(const lkv_decode_args *a, int max_refs_per_seq, void *workspace,
+                                    size_t workspace_bytes, void *stream)
+{
+    if (a == NULL || a->batch < 0 || max_refs_per_seq < 0) {
+        return LKV_EINVAL;
+    }
+    if (a->batch == 0) {
+        return shape_ok(&a->shape) ? 0 : LKV_EINVAL;
+    }
+    lkv_decode_plan_cfg c;
+    memset(&c, 0, sizeof c);
+    c.shape = a->shape;
+    c.pe = a->pe;
+    c.batch = a->batch;
+    c.max_refs_per_seq = max_refs_per_seq;
+    c.sm_scale = a->sm_scale;
+    c.flags = a->flags;
+    lkv_decode_plan pl;
+    int rc = plan_fill(&c, &pl);
+    if (rc != 0) {
+        return rc;
+    }
+    if (a->layer < 0 || a->layer >= a->shape.n_layers ||
+        a->page_bytes < lkv_block_bytes(&a->shape) || a->page_bytes % 16 != 0 || a->q == NULL ||
+        a->q_pos == NULL || a->out == NULL || a->ref_offset == NULL ||
+        (max_refs_per_seq > 0 && (a->refs == NULL || a->arena == NULL))) {
+        return LKV_EINVAL;
+    }
     cudaStream_t st = (cudaStream_t)stream;
-    if (pl.n_splits > 1) {
-        size_t need = lkv_attn_decode_cuda_workspace(&a->shape, a->batch, max_refs_per_seq);
+    if (pl.ws_need > 0) {
         if (workspace == NULL) {
-            workspace = lkv__cuda_ws_get(need);
+            workspace = lkv__cuda_ws_get(pl.ws_need);
             if (workspace == NULL) {
                 return LKV_ECUDA;
             }
-        } else if (workspace_bytes < need) {
+        } else if (workspace_bytes < pl.ws_need) {
             return LKV_EINVAL;
         }
-        size_t rows = (size_t)a->batch * p.n_q;
-        p.part_o = (float *)workspace;
-        p.part_lse = p.part_o + rows * pl.n_splits * p.d;
+        LKV__CUDA_CHECK(
+            cudaMemsetAsync((char *)workspace + pl.off_ctr, 0, pl.n_ctr * sizeof(int), st));
     }
-    if (a->batch > 65535 || pl.n_splits > (1 << 30)) {
-        return LKV_EINVAL;
-    }
-    dim3 grid(pl.n_splits, p.n_kv * pl.head_chunks, a->batch);
-    size_t smem =
-        ((size_t)pl.G * p.d + 256 + 2 * DEC_WARPS * pl.G + (size_t)DEC_WARPS * pl.G * p.d) *
-        sizeof(float);
-    if (a->shape.dtype == LKV_DTYPE_BF16) {
-        launch_typed<__nv_bfloat16>(pl, grid, smem, st, p, pe, sl);
-    } else {
-        launch_typed<__half>(pl, grid, smem, st, p, pe, sl);
-    }
-    LKV__CUDA_CHECK_LAUNCH();
-    if (pl.n_splits > 1) {
-        return lkv__merge_launch(a->shape.dtype, p.part_o, p.part_lse, a->batch * p.n_q,
-                                 pl.n_splits, p.d, a->out, a->lse, st);
-    }
-    return 0;
+    plan_bind(&pl, workspace);
+    lkv_decode_run_args r;
+    r.layer = a->layer;
+    r.q = a->q;
+    r.q_pos = a->q_pos;
+    r.arena = a->arena;
+    r.page_bytes = a->page_bytes;
+    r.refs = a->refs;
+    r.ref_offset = a->ref_offset;
+    r.out = a->out;
+    r.lse = a->lse;
+    return lkv_decode_plan_run(&pl, &r, stream);
 }

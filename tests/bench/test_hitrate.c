@@ -7,7 +7,16 @@
  *      cache is the exact one with its offsets merged);
  *   3. the paper's analytic capacity ratio matches a static top-C simulation within 1%;
  *   4. hand-made traces give the hits worked out by hand for every model;
- *   5. trace files parse as the README documents and bad lines are refused.
+ *   5. trace files parse as the README documents and bad lines are refused;
+ *   6. Belady (the size-aware heuristic) gives the hits worked out by hand on hand-made traces,
+ *      ranks by time to next use x size / cost, and with equal sizes and one document a
+ *      request (classic paging with bypass, where farthest-next-use is optimal) never hits
+ *      less than any policy;
+ *   7. the drift generators are seeded and do what README.md says (shift replaces the hot
+ *      set, a burst puts a cold document on top, sessions reuse documents, "zipf" is the
+ *      stationary trace itself);
+ *   8. residency directives in trace files parse and replay: a hold keeps a document, class
+ *      eviction and TTL remove it, a low priority goes first.
  * Seed printed; LKV_TEST_SEED overrides.
  */
 #include <stdint.h>
@@ -145,7 +154,7 @@ static void test_hand_made(void)
     static const uint32_t docs[] = {0, 1, 2, 0, 1, 2, 2, 1, 0};
     lkv_sim_trace t;
     hand_trace(&t, docs, 3);
-    static const int want[LKV_SIM__COUNT] = {3, 4, 6, 6, 9};
+    static const int want[LKV_SIM__COUNT] = {3, 4, 6, 6, 9, 6}; /* belady: no limit, as agnostic. */
     for (int m = 0; m < LKV_SIM__COUNT; m++) {
         double dr;
         double br = hit_rate(&t, m, LKV_POLICY_LRU, UINT64_MAX, &dr);
@@ -213,6 +222,334 @@ static void test_trace_file(void)
     ASSERT_ERR(lkv_sim_trace_load(path, 2048, &t, err, sizeof(err)), LKV_EIO);
 }
 
+/* A trace of one document a request: uses[i] is request i's document; tokens[d] its length. */
+static void seq_trace(lkv_sim_trace *t, const uint32_t *tokens, uint32_t ndocs,
+                      const uint32_t *uses, uint64_t n)
+{
+    memset(t, 0, sizeof(*t));
+    t->ndocs = ndocs;
+    t->doc_tokens = lkv_xmalloc(ndocs * sizeof(uint32_t));
+    memcpy(t->doc_tokens, tokens, ndocs * sizeof(uint32_t));
+    t->nreq = n;
+    t->req_off = lkv_xmalloc((n + 1) * sizeof(uint64_t));
+    t->docs = lkv_xmalloc(n * sizeof(uint32_t));
+    for (uint64_t q = 0; q <= n; q++) {
+        t->req_off[q] = q;
+    }
+    memcpy(t->docs, uses, n * sizeof(uint32_t));
+}
+
+static void run_cfg(const lkv_sim_trace *t, int model, int policy, uint64_t budget, int cost_bytes,
+                    lkv_sim_result *r)
+{
+    lkv_sim_cfg c;
+    lkv_sim_cfg_default(&c);
+    c.model = model;
+    c.policy = policy;
+    c.budget = budget;
+    c.cost_bytes = cost_bytes;
+    ASSERT_OK(lkv_sim_run(t, &c, r));
+}
+
+#define DOC_MIB (4ull << 20) /* A 32-token document at 128 KiB a token. */
+
+static void test_belady_hand_made(void)
+{
+    /* A B C A B C A B C, room for 2: LRU never hits. Belady caches A and B, and on every C
+     * sees that C's next use is farther than both (bypass): A and B hit twice -> 4 of 9. */
+    static const uint32_t tok3[] = {32, 32, 32};
+    static const uint32_t cyc[] = {0, 1, 2, 0, 1, 2, 0, 1, 2};
+    lkv_sim_trace t;
+    seq_trace(&t, tok3, 3, cyc, 9);
+    lkv_sim_result r;
+    run_cfg(&t, LKV_SIM_BELADY, LKV_POLICY_LRU, 2 * DOC_MIB, 0, &r);
+    ASSERT_EQ(r.doc_hits, 4);
+    ASSERT_EQ(r.evictions, 0);
+    run_cfg(&t, LKV_SIM_AGNOSTIC, LKV_POLICY_LRU, 2 * DOC_MIB, 0, &r);
+    ASSERT_EQ(r.doc_hits, 0);
+    run_cfg(&t, LKV_SIM_BELADY, LKV_POLICY_LRU, 1 * DOC_MIB, 0, &r); /* Keeps A: hits 2. */
+    ASSERT_EQ(r.doc_hits, 2);
+    lkv_sim_trace_free(&t);
+
+    /* Sizes: B = 64 tokens (8 MiB), s1, s2 = 32 tokens; room for 12 MiB. Uses B s1 s2 s2 B s1.
+     * At s2 (use 2) the cache is full with B (next use 4) and s1 (next use 5):
+     *   cost = 1 (documents): scores 2 x 8 MiB > 3 x 4 MiB, so B goes; then s2 hits, B
+     *     misses and is bypassed (never used again), s1 hits: 2 hits, 64 of 256 tokens;
+     *   cost = bytes: scores 2 < 3, so s1 goes; s2 hits, B hits, s1 misses: 2 hits, 96 of
+     *     256 tokens. Each metric's Belady wins its own metric. */
+    static const uint32_t tokb[] = {64, 32, 32};
+    static const uint32_t uses[] = {0, 1, 2, 2, 0, 1};
+    seq_trace(&t, tokb, 3, uses, 6);
+    run_cfg(&t, LKV_SIM_BELADY, LKV_POLICY_LRU, 3 * DOC_MIB, 0, &r);
+    ASSERT_EQ(r.doc_hits, 2);
+    ASSERT_EQ(r.tokens, 256);
+    ASSERT_EQ(r.hit_tokens, 64);
+    ASSERT_EQ(r.evictions, 1);
+    run_cfg(&t, LKV_SIM_BELADY, LKV_POLICY_LRU, 3 * DOC_MIB, 1, &r);
+    ASSERT_EQ(r.doc_hits, 2);
+    ASSERT_EQ(r.hit_tokens, 96);
+    /* A document larger than the budget is never cached. */
+    run_cfg(&t, LKV_SIM_BELADY, LKV_POLICY_LRU, DOC_MIB, 0, &r);
+    ASSERT_EQ(r.hit_tokens, 32); /* Only s2's reuse. */
+    lkv_sim_trace_free(&t);
+}
+
+static void test_belady_bounds_policies(void)
+{
+    for (int a = 0; a < 3; a++) {
+        lkv_sim_gen g;
+        lkv_sim_gen_default(&g);
+        g.ndocs = 200;
+        g.k = 1;
+        g.nreq = 3000;
+        g.alpha = 0.6 + 0.4 * a;
+        g.seed = g_seed + 100 + (uint64_t)a;
+        if (a == 2) {
+            (void)lkv_sim_workload("mix", &g);
+        }
+        lkv_sim_trace t;
+        ASSERT_OK(lkv_sim_trace_generate(&g, &t));
+        for (uint64_t docs = 1; docs <= 64; docs *= 4) {
+            uint64_t budget = docs * 256ull * (1 << 20); /* 2048 tokens = 256 MiB. */
+            lkv_sim_result b, r;
+            run_cfg(&t, LKV_SIM_BELADY, LKV_POLICY_LRU, budget, 0, &b);
+            for (int k = 0; k < LKV_POLICY__COUNT; k++) {
+                run_cfg(&t, LKV_SIM_AGNOSTIC, k, budget, 0, &r);
+                if (r.doc_hits > b.doc_hits) {
+                    LKV_FAIL("alpha %.1f, %llu docs: %s hits %llu > belady %llu", g.alpha,
+                             (unsigned long long)docs, lkv_policy_name(k),
+                             (unsigned long long)r.doc_hits, (unsigned long long)b.doc_hits);
+                }
+            }
+        }
+        lkv_sim_trace_free(&t);
+    }
+}
+
+static int same_trace(const lkv_sim_trace *a, const lkv_sim_trace *b)
+{
+    return a->nreq == b->nreq && a->ndocs == b->ndocs &&
+           memcmp(a->docs, b->docs, a->req_off[a->nreq] * sizeof(uint32_t)) == 0 &&
+           memcmp(a->doc_tokens, b->doc_tokens, a->ndocs * sizeof(uint32_t)) == 0;
+}
+
+/* Number of documents among the `top` most used of requests [from, to) of t that are also
+ * among the `top` most used of [from2, to2). */
+static int top_overlap(const lkv_sim_trace *t, uint64_t from, uint64_t to, uint64_t from2,
+                       uint64_t to2, int top)
+{
+    uint32_t *c1 = lkv_xcalloc(t->ndocs, sizeof(uint32_t));
+    uint32_t *c2 = lkv_xcalloc(t->ndocs, sizeof(uint32_t));
+    for (uint64_t i = t->req_off[from]; i < t->req_off[to]; i++) {
+        c1[t->docs[i]]++;
+    }
+    for (uint64_t i = t->req_off[from2]; i < t->req_off[to2]; i++) {
+        c2[t->docs[i]]++;
+    }
+    int n = 0;
+    for (int k = 0; k < top; k++) { /* Take the max of c1 top times, check it in c2's top. */
+        uint32_t d1 = 0;
+        for (uint32_t d = 0; d < t->ndocs; d++) {
+            d1 = c1[d] > c1[d1] ? d : d1;
+        }
+        uint32_t rank = 0;
+        for (uint32_t d = 0; d < t->ndocs; d++) {
+            rank += c2[d] > c2[d1];
+        }
+        n += rank < (uint32_t)top;
+        c1[d1] = 0;
+    }
+    free(c1);
+    free(c2);
+    return n;
+}
+
+static void test_drift_generators(void)
+{
+    lkv_sim_gen g0;
+    lkv_sim_gen_default(&g0);
+    g0.nreq = 20000;
+    g0.alpha = 1.1;
+    lkv_sim_trace base, t, u;
+    ASSERT_OK(lkv_sim_trace_generate(&g0, &base));
+    lkv_sim_gen g = g0;
+    ASSERT_OK(lkv_sim_workload("zipf", &g)); /* Stationary: the very same trace. */
+    ASSERT_OK(lkv_sim_trace_generate(&g, &t));
+    ASSERT_TRUE(same_trace(&base, &t));
+    lkv_sim_trace_free(&t);
+    ASSERT_ERR(lkv_sim_workload("weekly", &g), LKV_EINVAL);
+    static const char *const names[] = {"shift", "burst", "session", "mix"};
+    for (int i = 0; i < 4; i++) { /* Seeded: same seed, same trace; another seed differs. */
+        g = g0;
+        ASSERT_OK(lkv_sim_workload(names[i], &g));
+        ASSERT_OK(lkv_sim_trace_generate(&g, &t));
+        ASSERT_OK(lkv_sim_trace_generate(&g, &u));
+        ASSERT_TRUE(same_trace(&t, &u));
+        ASSERT_TRUE(!same_trace(&t, &base));
+        lkv_sim_trace_free(&u);
+        g.seed++;
+        ASSERT_OK(lkv_sim_trace_generate(&g, &u));
+        ASSERT_TRUE(!same_trace(&t, &u));
+        for (uint64_t q = 0; q < t.nreq; q++) { /* Still k distinct documents a request. */
+            ASSERT_EQ(t.req_off[q + 1] - t.req_off[q], g.k);
+            for (uint64_t a = t.req_off[q]; a < t.req_off[q + 1]; a++) {
+                for (uint64_t b = a + 1; b < t.req_off[q + 1]; b++) {
+                    ASSERT_TRUE(t.docs[a] != t.docs[b]);
+                }
+            }
+        }
+        lkv_sim_trace_free(&u);
+        lkv_sim_trace_free(&t);
+    }
+    /* Shift: the top 20 of the first 1,000 requests mostly left the top 20 by requests
+     * 15,000-16,000 (15 shifts of a quarter of the hot 100); stationary keeps most. */
+    g = g0;
+    ASSERT_OK(lkv_sim_workload("shift", &g));
+    ASSERT_OK(lkv_sim_trace_generate(&g, &t));
+    int ov_shift = top_overlap(&t, 0, 1000, 15000, 16000, 20);
+    int ov_base = top_overlap(&base, 0, 1000, 15000, 16000, 20);
+    ASSERT_TRUE(ov_base >= 15);
+    ASSERT_TRUE(ov_shift <= 8);
+    lkv_sim_trace_free(&t);
+    /* Burst: during the first 250 requests a document outside the top 100 (identity ranking
+     * at the start) is the most used, with about rank 1's share; after it, document 0. */
+    g = g0;
+    ASSERT_OK(lkv_sim_workload("burst", &g));
+    ASSERT_OK(lkv_sim_trace_generate(&g, &t));
+    uint32_t *c = lkv_xcalloc(t.ndocs, sizeof(uint32_t));
+    for (uint64_t i = t.req_off[0]; i < t.req_off[250]; i++) {
+        c[t.docs[i]]++;
+    }
+    uint32_t top = 0;
+    for (uint32_t d = 0; d < t.ndocs; d++) {
+        top = c[d] > c[top] ? d : top;
+    }
+    ASSERT_TRUE(top >= 100);
+    ASSERT_TRUE(c[top] > 100); /* Rank 1 of Zipf(1.1) over 10,000: ~0.15 a draw, 5 draws. */
+    memset(c, 0, t.ndocs * sizeof(uint32_t));
+    for (uint64_t i = t.req_off[250]; i < t.req_off[500]; i++) {
+        c[t.docs[i]]++;
+    }
+    ASSERT_TRUE(c[top] < 10);
+    free(c);
+    lkv_sim_trace_free(&t);
+    /* Sessions over a uniform pool: a request shares documents with one of the previous 64
+     * requests far more often than chance (~0.04%). */
+    for (int sess = 0; sess < 2; sess++) {
+        g = g0;
+        g.alpha = 0;
+        if (sess) {
+            ASSERT_OK(lkv_sim_workload("session", &g));
+        }
+        ASSERT_OK(lkv_sim_trace_generate(&g, &t));
+        uint64_t shared = 0;
+        for (uint64_t q = 64; q < t.nreq; q++) {
+            int any = 0;
+            for (uint64_t a = t.req_off[q]; a < t.req_off[q + 1] && !any; a++) {
+                for (uint64_t b = t.req_off[q - 64]; b < t.req_off[q] && !any; b++) {
+                    any = t.docs[a] == t.docs[b];
+                }
+            }
+            shared += (uint64_t)any;
+        }
+        double frac = (double)shared / (double)(t.nreq - 64);
+        ASSERT_TRUE(sess ? frac > 0.4 : frac < 0.2);
+        lkv_sim_trace_free(&t);
+    }
+    lkv_sim_trace_free(&base);
+}
+
+static double replay(const char *text, int policy, uint64_t budget, lkv_sim_result *r)
+{
+    char path[] = "/tmp/lkv_trace_XXXXXX";
+    int fd = mkstemp(path);
+    ASSERT_TRUE(fd >= 0);
+    FILE *f = fdopen(fd, "w");
+    fputs(text, f);
+    fclose(f);
+    lkv_sim_trace t;
+    char err[256];
+    ASSERT_OK(lkv_sim_trace_load(path, 32, &t, err, sizeof(err)));
+    unlink(path);
+    run_cfg(&t, LKV_SIM_AGNOSTIC, policy, budget, 0, r);
+    lkv_sim_trace_free(&t);
+    return (double)r->doc_hits;
+}
+
+static void test_residency_trace(void)
+{
+    /* Parsing: events keep their position and arguments; bad directives name their line. */
+    char path[] = "/tmp/lkv_trace_XXXXXX";
+    int fd = mkstemp(path);
+    ASSERT_TRUE(fd >= 0);
+    FILE *f = fdopen(fd, "w");
+    fprintf(f, "!hold sys  # before request 0\n"
+               "sys q1\n"
+               "!class q1 7\n"
+               "!prio q2 -1\n"
+               "  !ttl q1 3\n"
+               "q1 q2\n"
+               "!evict-class 7\n");
+    fclose(f);
+    lkv_sim_trace t;
+    char err[256];
+    ASSERT_OK(lkv_sim_trace_load(path, 32, &t, err, sizeof(err)));
+    ASSERT_EQ(t.nreq, 2);
+    ASSERT_EQ(t.nev, 5);
+    ASSERT_EQ(t.ev[0].op, LKV_SIM_EV_HOLD);
+    ASSERT_EQ(t.ev[0].before, 0);
+    ASSERT_EQ(t.ev[0].doc, t.docs[0]);
+    ASSERT_EQ(t.ev[1].op, LKV_SIM_EV_CLASS);
+    ASSERT_EQ(t.ev[1].before, 1);
+    ASSERT_EQ(t.ev[1].doc, t.docs[1]);
+    ASSERT_EQ(t.ev[1].arg, 7);
+    ASSERT_EQ(t.ev[2].op, LKV_SIM_EV_PRIO);
+    ASSERT_EQ(t.ev[2].arg, -1);
+    ASSERT_EQ(t.ev[2].doc, t.docs[3]);
+    ASSERT_EQ(t.ev[3].op, LKV_SIM_EV_TTL);
+    ASSERT_EQ(t.ev[4].op, LKV_SIM_EV_EVICT_CLASS);
+    ASSERT_EQ(t.ev[4].before, 2);
+    lkv_sim_trace_free(&t);
+    static const char *const bad[] = {"a\n!hold\n",    "a\n!prio a 2\n",  "a\n!pin a\n",
+                                      "a\n!ttl a 0\n", "a\n!class a x\n", "a\n!hold a b\n"};
+    for (int i = 0; i < 6; i++) {
+        f = fopen(path, "w");
+        fputs(bad[i], f);
+        fclose(f);
+        ASSERT_ERR(lkv_sim_trace_load(path, 32, &t, err, sizeof(err)), LKV_EINVAL);
+        ASSERT_TRUE(strstr(err, ":2:") != NULL);
+    }
+    unlink(path);
+
+    /* Replay, budget one 32-token document (4 MiB), one document a request. */
+    lkv_sim_result r;
+    for (int k = 0; k < LKV_POLICY__COUNT; k++) {
+        int filter =
+            k == LKV_POLICY_TINYLFU || k == LKV_POLICY_TLFU_GDSF || k == LKV_POLICY_ADAPTIVE;
+        /* Without a hold A is displaced by B (filters refuse B, as warm as A: A hits twice);
+         * with it, B can never get room and A hits both times under every kind. */
+        ASSERT_EQ(replay("A\nB\nA\nB\nA\n", k, DOC_MIB, &r), filter ? 2 : 0);
+        ASSERT_EQ(replay("!hold A\nA\nB\nA\nB\nA\n", k, DOC_MIB, &r), 2);
+        /* Released before the second B: it gets room at once (B then hits) unless a filter
+         * still finds it no warmer than A (B recorded 2 times, A 2: refused). */
+        ASSERT_EQ(replay("!hold A\nA\nB\nA\n!release A\nB\nB\n", k, DOC_MIB, &r), filter ? 1 : 2);
+        /* Class eviction drops A between its uses; TTL 1 expires it before the next request. */
+        ASSERT_EQ(replay("!class A 5\nA\n!evict-class 5\nA\n", k, 2 * DOC_MIB, &r), 0);
+        ASSERT_EQ(r.bulk, 1);
+        ASSERT_EQ(replay("!ttl A 1\nA\nA\nA\n", k, 2 * DOC_MIB, &r), 0);
+        ASSERT_EQ(r.bulk, 2);
+        ASSERT_EQ(replay("!ttl A 2\nA\nA\nA\n", k, 2 * DOC_MIB, &r), 1);
+        /* Hold a class: the held document survives everything; evict-class skips it. */
+        ASSERT_EQ(replay("!hold-class 3\n!class A 3\nA\nB\nC\n!evict-class 3\nA\n", k, DOC_MIB, &r),
+                  1);
+        ASSERT_EQ(r.bulk, 0);
+        /* Priority: room for 2; A low, B normal: C takes A's room (every kind, filters
+         * included: a low entry gives room unopposed), so B hits and A misses. */
+        ASSERT_EQ(replay("!prio A -1\nA\nB\nC\nB\nA\n", k, 2 * DOC_MIB, &r), 1);
+        ASSERT_EQ(replay("A\nB\nC\nB\nA\n", k, 2 * DOC_MIB, &r), filter ? 2 : 1);
+    }
+}
+
 static void test_bad_config(void)
 {
     lkv_sim_gen g;
@@ -240,5 +577,9 @@ int main(void)
     LKV_RUN(test_hand_made);
     LKV_RUN(test_trace_file);
     LKV_RUN(test_bad_config);
+    LKV_RUN(test_belady_hand_made);
+    LKV_RUN(test_belady_bounds_policies);
+    LKV_RUN(test_drift_generators);
+    LKV_RUN(test_residency_trace);
     return 0;
 }

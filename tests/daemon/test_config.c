@@ -50,7 +50,7 @@ static void test_defaults(void)
     ASSERT_EQ(c.hot_bytes, 1ull << 30);
     ASSERT_EQ(c.hot_backend, LKV_HOT_AUTO);
     ASSERT_EQ(c.durability, LKV_DURABILITY_WRITE_BACK);
-    ASSERT_EQ(c.policy_kind, LKV_POLICY_LRU);
+    ASSERT_EQ(c.policy_kind, LKV_POLICY_ADAPTIVE);
     ASSERT_EQ(c.max_message_bytes, 64ull << 20);
     ASSERT_EQ(c.threads, 2);
     ASSERT_EQ(c.pool_threads, 4);
@@ -199,6 +199,20 @@ static void test_overrides(void)
     ASSERT_EQ(lkv_config_profile(&c, "stories260k")->vocab_size, 1000);
     ASSERT_TRUE(strcmp(c.listen, "127.0.0.1:0") == 0);
 
+    /* model_id is part of the fingerprint: a fine-tune of the same shape gets other keys. */
+    static lkv_config ft;
+    const char *args_ft[] = {"--set", "profile.stories260k.model_id=stories260k-ft@r2", NULL};
+    if (from_args(&ft, &action, args_ft) != 0) {
+        LKV_FAIL("%s", err);
+    }
+    static lkv_config base;
+    ASSERT_OK(from_args(&base, &action, (const char *[]){NULL}));
+    const lkv_profile *pb = lkv_config_profile(&base, "stories260k");
+    const lkv_profile *pf = lkv_config_profile(&ft, "stories260k");
+    ASSERT_TRUE(strncmp(pb->model_id, "blake2b:", 8) == 0);
+    ASSERT_TRUE(strcmp(pf->model_id, "stories260k-ft@r2") == 0);
+    ASSERT_TRUE(memcmp(pb->fingerprint, pf->fingerprint, 32) != 0);
+
     /* The command line wins over the file, whatever the argument order. */
     const char *args2[] = {"--threads", "7", "--config", LKV_SOURCE_DIR "/daemon/lazykvd.conf",
                            NULL};
@@ -300,6 +314,7 @@ static void test_bad_values_name_the_option(void)
     bad_text("[profile p]\nn_layers = 2\n", "profile 'p'", "n_q_heads");
     bad_text("[profile p]\nwidth = 2\n", "'width'", "profile 'p'");
     bad_text("[profile stories260k]\ndtype = f64\n", "'dtype'", "bf16");
+    bad_text("[profile stories260k]\nmodel_id = blake2b:abc\n", "'model_id'", "64 lowercase hex");
     bad_text("[profile stories260k]\nrope_theta = fast\n", "'rope_theta'", "stories260k");
     bad_text("[profile stories260k]\nn_kv_heads = 3\n", "n_kv_heads", "stories260k");
     /* Cross-option checks. */

@@ -286,10 +286,79 @@ static void test_cannot_make_hot(void)
     su_rmdir(dir);
 }
 
+/* ATTACH_MODE_PRESENT (lkv_lease_attach_present): pins what is present, reports the rest (not
+ * cached: LKV_ENOTFOUND; no hot room: LKV_ENOSPC), makes no lease when nothing is present, and
+ * still refuses what is not about presence (limits, an unknown lease). */
+static void test_attach_present(void)
+{
+    char *dir = su_tmpdir();
+    lkv_store *s = su_open(dir, 9, 0, WB); /* 9 pages */
+    lkv_lease_limits lim = {.max_leases = 4, .max_docs = 4, .max_ttl_ms = 60000};
+    lkv_lease_table *t;
+    ASSERT_OK(lkv_lease_table_create(s, &lim, &t));
+    lkv_dockey a, b, cold, gone, absent;
+    ASSERT_OK(su_put(s, 1, 10, &a)); /* 3 pages each */
+    ASSERT_OK(su_put(s, 2, 10, &b));
+    ASSERT_OK(su_put(s, 3, 10, &cold));
+    ASSERT_OK(su_put(s, 4, 10, &gone));
+    ASSERT_OK(lkv_store_flush(s));
+    ASSERT_OK(lkv_store_demote(s, &cold));
+    ASSERT_OK(lkv_store_delete(s, &gone)); /* evicted/deleted between Lookup and Attach */
+    su_key(s, 99, 10, &absent);
+    uint8_t id[LKV_LEASE_ID_BYTES], id2[LKV_LEASE_ID_BYTES];
+    uint32_t nd = 0;
+    int st[5], bad = 0;
+    lkv_lease_doc d[5];
+    lkv_dockey req[4] = {a, gone, b, absent};
+    ASSERT_OK(lkv_lease_attach_present(t, 0, NULL, 5000, req, 4, id, NULL, &nd, d, st, &bad));
+    ASSERT_EQ(nd, 2);
+    ASSERT_TRUE(st[0] == 0 && st[1] == LKV_ENOTFOUND && st[2] == 0 && st[3] == LKV_ENOTFOUND);
+    ASSERT_TRUE(d[0].pages != NULL && d[1].pages == NULL && d[3].pages == NULL);
+    ASSERT_EQ(d[2].info.n_blocks, 3);
+    ASSERT_EQ(pins_of(s, &a), 1);
+    ASSERT_EQ(pins_of(s, &b), 1);
+    free_docs(d, 4);
+    /* The cold one cannot be made hot now (6 of 9 pages pinned, 3 needed, the rest held by
+     * pinned a and b): reported, not an error; renewing with it keeps the lease as it was. */
+    lkv_dockey rq2[2] = {cold, a};
+    ASSERT_OK(lkv_lease_attach_present(t, 0, id, 5000, rq2, 2, id2, NULL, &nd, d, st, &bad));
+    ASSERT_TRUE(memcmp(id, id2, sizeof id) == 0);
+    ASSERT_TRUE(st[1] == 0 && (st[0] == 0 || st[0] == LKV_ENOSPC));
+    ASSERT_EQ(nd, st[0] == 0 ? 3 : 2);
+    ASSERT_EQ(pins_of(s, &a), 1); /* already in the lease: pinned once */
+    free_docs(d, 2);
+    /* Nothing present and no lease id: no lease is made. */
+    lkv_lease_stats before = lstats(t);
+    lkv_dockey none[2] = {absent, gone};
+    memset(id2, 0xAA, sizeof id2);
+    ASSERT_OK(lkv_lease_attach_present(t, 0, NULL, 5000, none, 2, id2, NULL, &nd, d, st, &bad));
+    ASSERT_EQ(nd, 0);
+    static const uint8_t zero[LKV_LEASE_ID_BYTES];
+    ASSERT_TRUE(memcmp(id2, zero, sizeof zero) == 0);
+    ASSERT_EQ(lstats(t).live, before.live);
+    ASSERT_EQ(lstats(t).attaches, before.attaches);
+    /* Not about presence: still refused. */
+    ASSERT_ERR(lkv_lease_attach_present(t, 0, zero, 5000, &a, 1, id2, NULL, &nd, d, st, &bad),
+               LKV_ENOTFOUND);
+    lkv_dockey five[5] = {a, b, cold, gone, absent};
+    ASSERT_ERR(lkv_lease_attach_present(t, 0, NULL, 5000, five, 5, id2, NULL, &nd, d, st, &bad),
+               LKV_EINVAL);
+    ASSERT_ERR(lkv_lease_attach_present(t, 0, NULL, 5000, &a, 1, id2, NULL, &nd, d, NULL, &bad),
+               LKV_EINVAL);
+    uint32_t rel = 0;
+    ASSERT_OK(lkv_lease_release(t, 0, id, &rel));
+    ASSERT_TRUE(rel == 2 || rel == 3);
+    ASSERT_EQ(pins_of(s, &a), 0);
+    lkv_lease_table_destroy(t);
+    ASSERT_OK(lkv_store_close(s));
+    su_rmdir(dir);
+}
+
 int main(void)
 {
     LKV_RUN(test_attach_renew_release);
     LKV_RUN(test_expiry);
     LKV_RUN(test_cannot_make_hot);
+    LKV_RUN(test_attach_present);
     return 0;
 }

@@ -13,9 +13,10 @@
  * block references are sometimes shuffled (softmax is order-free; the query must be re-rotated
  * at each change of start).
  *
- * The fp64 reference materialises every key at its absolute position (stored key, widened
- * exactly, rotated by its document start with long double angles), rotates the query to its
- * absolute position, adds ALiBi biases, and runs a plain two-pass softmax.
+ * The fp64 reference (kt_ref_attend, tests/kernels/kt_ref.h: the one reference of the kernels)
+ * places every key at its absolute position (stored key, widened exactly, rotated by its
+ * document start with long double angles), rotates the query to its absolute position, adds
+ * ALiBi biases, and runs a plain two-pass softmax.
  *
  * Checked per world: lazy decode and prefill == reference; materialise-then-attend (starts 0)
  * == reference; lazy == materialised; split-KV decode merged with lkv_attn_merge_cpu == whole
@@ -301,33 +302,34 @@ static void materialise(const world *w, const place *pl, int n_pl, uint8_t *dst,
     }
 }
 
-/* The fp64 reference: n_tok query tokens at pos0 + t over the placed documents, plus (n_new >
- * 0) new tokens at pos0 .. (k_new rotated at local positions, causal). out [n_tok][Hq][D].
- * Placement i's blocks are pages page0[i] .. of arena; keys_absolute: they were materialised
- * (already rotated to their absolute positions), else they are stored at local positions. */
+/* The fp64 reference (kt_ref_attend in kt_ref.h) of n_tok query tokens at pos0 + t over the
+ * placed documents, plus (n_new > 0) new tokens at pos0 .. (k_new rotated at local positions,
+ * causal). out [n_tok][Hq][D]. This function only gathers the keys: placement i's blocks are
+ * pages page0[i] .. of arena, each key widened exactly from the arena dtype; keys_absolute:
+ * they were materialised (already rotated to their absolute positions), else they are stored at
+ * local positions and kt_ref_attend rotates them by their document start. */
 static void reference(const world *w, const place *pl, int n_pl, const uint8_t *arena,
                       const uint32_t *page0, int keys_absolute, const float *q, int n_tok,
                       int64_t pos0, const float *k_new, const float *v_new, int n_new, double *out,
                       double *lse)
 {
-    const int D = w->s.head_dim, Hq = w->s.n_q_heads, Hkv = w->s.n_kv_heads, B = w->s.block_tokens;
-    const int g = Hq / Hkv;
+    const int D = w->s.head_dim, Hkv = w->s.n_kv_heads, B = w->s.block_tokens;
     int n_keys = n_new;
     for (int i = 0; i < n_pl; i++) {
         n_keys += w->docs[pl[i].doc].len;
     }
-    /* Absolute keys and values, per kv head: [Hkv][n_keys][D], positions [n_keys]. */
-    double *K = lkv_xmalloc((size_t)Hkv * n_keys * D * sizeof(double));
-    double *V = lkv_xmalloc((size_t)Hkv * n_keys * D * sizeof(double));
-    int64_t *P = lkv_xmalloc((size_t)n_keys * sizeof(int64_t));
-    double cs[LKV_MAX_HEAD_DIM];
+    double *K = lkv_xmalloc(((size_t)Hkv * n_keys * D + 1) * sizeof(double));
+    double *V = lkv_xmalloc(((size_t)Hkv * n_keys * D + 1) * sizeof(double));
+    int64_t *P = lkv_xmalloc(((size_t)n_keys + 1) * sizeof(int64_t));
+    int64_t *R = lkv_xmalloc(((size_t)n_keys + 1) * sizeof(int64_t));
+    int64_t *qp = lkv_xmalloc(((size_t)n_tok + 1) * sizeof(int64_t));
     int k = 0;
     for (int i = 0; i <= n_pl; i++) {
         int len = i < n_pl ? w->docs[pl[i].doc].len : n_new;
         int64_t start = i < n_pl ? pl[i].start : pos0;
-        kt_ref_table(&w->cfg, D, keys_absolute && i < n_pl ? 0 : start, cs);
         for (int j = 0; j < len; j++, k++) {
             P[k] = start + j;
+            R[k] = keys_absolute && i < n_pl ? 0 : start;
             for (int h = 0; h < Hkv; h++) {
                 double *kk = K + ((size_t)h * n_keys + k) * D,
                        *vv = V + ((size_t)h * n_keys + k) * D;
@@ -345,61 +347,20 @@ static void reference(const world *w, const place *pl, int n_pl, const uint8_t *
                         vv[e] = v_new[((size_t)j * Hkv + h) * D + e];
                     }
                 }
-                kt_ref_rotate(&w->cfg, D, cs, kk);
             }
         }
     }
-    double *sc = lkv_xmalloc((size_t)n_keys * sizeof(double));
-    double qr[LKV_MAX_HEAD_DIM];
     for (int t = 0; t < n_tok; t++) {
-        int64_t p = pos0 + t;
-        kt_ref_table(&w->cfg, D, p, cs);
-        for (int h = 0; h < Hq; h++) {
-            int kvh = h / g;
-            for (int e = 0; e < D; e++) {
-                qr[e] = q[((size_t)t * Hq + h) * D + e];
-            }
-            kt_ref_rotate(&w->cfg, D, cs, qr);
-            double slope = w->cfg.kind == LKV_POSENC_ALIBI ? kt_ref_slope(Hq, h) : 0.0;
-            double mx = -INFINITY;
-            for (int j = 0; j < n_keys; j++) {
-                sc[j] = -INFINITY;
-                if (P[j] > p) {
-                    continue;
-                }
-                const double *kk = K + ((size_t)kvh * n_keys + j) * D;
-                double s = 0;
-                for (int e = 0; e < D; e++) {
-                    s += qr[e] * kk[e];
-                }
-                sc[j] = s * w->sm_scale + slope * (double)(P[j] - p);
-                mx = sc[j] > mx ? sc[j] : mx;
-            }
-            double sum = 0, *o = out + ((size_t)t * Hq + h) * D;
-            memset(o, 0, (size_t)D * sizeof(double));
-            for (int j = 0; j < n_keys; j++) {
-                if (sc[j] == -INFINITY) {
-                    continue;
-                }
-                double wgt = exp(sc[j] - mx);
-                sum += wgt;
-                const double *vv = V + ((size_t)kvh * n_keys + j) * D;
-                for (int e = 0; e < D; e++) {
-                    o[e] += wgt * vv[e];
-                }
-            }
-            for (int e = 0; e < D; e++) {
-                o[e] = sum > 0 ? o[e] / sum : 0.0;
-            }
-            if (lse != NULL) {
-                lse[(size_t)t * Hq + h] = sum > 0 ? mx + log(sum) : -INFINITY;
-            }
-        }
+        qp[t] = pos0 + t;
     }
+    kt_ref_problem pr = {&w->cfg, w->s.n_q_heads, Hkv, D, w->sm_scale, n_keys, K, V, P,
+                         R,       n_tok,          q,   qp};
+    kt_ref_attend(&pr, out, lse);
     free(K);
     free(V);
     free(P);
-    free(sc);
+    free(R);
+    free(qp);
 }
 
 static double max_err_f(const float *a, const double *b, size_t n)

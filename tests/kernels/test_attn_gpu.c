@@ -274,6 +274,7 @@ static void *dev_copy(const void *h, size_t n)
 
 typedef struct dec_cfg {
     int dt, d, hq, hkv, pe, B, batch, n_docs, max_len, near_max, flags, empty_seq;
+    int splits; /* Forced split factor of the plan path (0: the planner's). */
 } dec_cfg;
 
 static void run_decode(int idx, const dec_cfg *c)
@@ -356,31 +357,78 @@ static void run_decode(int idx, const dec_cfg *c)
     g.ref_offset = d_off;
     g.out = d_out;
     g.lse = d_lse;
-    /* Odd cases use a caller workspace, the others the cached one. */
+    /* Three launch paths by case: 0 the one-shot launcher with the cached workspace, 1 the
+     * one-shot launcher with a caller workspace, 2 a plan (own workspace, forced splits where
+     * the case asks) run twice into re-poisoned outputs: the second run checks that the folded
+     * merge left its counters ready for the next launch. */
+    const int path = c->splits > 0 ? 2 : idx % 3;
     size_t ws_bytes = lkv_attn_decode_cuda_workspace(&s, c->batch, max_refs);
     void *ws = NULL;
-    if ((idx & 1) && ws_bytes > 0) {
+    lkv_decode_plan *plan = NULL;
+    int splits = 0, runs = 1;
+    if (path == 1 && ws_bytes > 0) {
         CK(cudaMalloc(&ws, ws_bytes));
     }
-    rc = lkv_attn_decode_cuda(&g, max_refs, ws, ws_bytes, NULL);
-    if (rc != 0) {
-        fprintf(stderr, "cuda decode: %s\n", lkv_err_name(rc));
-        exit(1);
+    if (path == 2) {
+        lkv_decode_plan_cfg pc;
+        memset(&pc, 0, sizeof pc);
+        pc.shape = s;
+        pc.pe = &pe;
+        pc.batch = c->batch;
+        pc.max_refs_per_seq = max_refs;
+        pc.sm_scale = a.sm_scale;
+        pc.flags = a.flags;
+        pc.splits = c->splits;
+        pc.pdl = (idx / 9) % 2; /* And programmatic dependent launch on and off. */
+        ws_bytes = lkv_decode_plan_workspace_bytes(&pc);
+        rc = lkv_decode_plan_create(&pc, &plan);
+        if (rc != 0) {
+            fprintf(stderr, "decode plan: %s\n", lkv_err_name(rc));
+            exit(1);
+        }
+        splits = lkv_decode_plan_splits(plan);
+        runs = 2;
     }
-    CK(cudaDeviceSynchronize());
     uint16_t *out_gpu = lkv_xmalloc(nq * 2);
     float *lse_gpu = lkv_xmalloc(sizeof(float) * (size_t)c->batch * c->hq);
-    CK(cudaMemcpy(out_gpu, d_out, nq * 2, cudaMemcpyDeviceToHost));
-    CK(cudaMemcpy(lse_gpu, d_lse, sizeof(float) * (size_t)c->batch * c->hq,
-                  cudaMemcpyDeviceToHost));
     printf("decode #%d %s d=%d hq=%d hkv=%d %s B=%d batch=%d docs=%d max_len=%d%s%s%s "
-           "refs=%d ws=%zu\n",
+           "refs=%d ws=%zu %s",
            idx, dtype_name(c->dt), c->d, c->hq, c->hkv, pen, c->B, c->batch, c->n_docs, c->max_len,
            c->near_max ? " near-4M" : "", c->flags ? " NO_ROTATE" : "",
-           c->empty_seq ? " empty-seq" : "", total, ws_bytes);
+           c->empty_seq ? " empty-seq" : "", total, ws_bytes,
+           path == 2   ? "plan"
+           : path == 1 ? "one-shot+ws"
+                       : "one-shot");
+    if (path == 2) {
+        printf(" splits=%d pdl=%d", splits, (idx / 9) % 2);
+    }
+    printf("\n");
     double ta, tr;
     tolerances(c->dt, &ta, &tr);
-    int ok = compare("out", out_gpu, c->dt, out_ref, nq, ta, tr);
+    int ok = 1;
+    for (int run = 0; run < runs; run++) {
+        if (run > 0) {
+            CK(cudaMemset(d_out, 0xff, nq * 2));
+            CK(cudaMemset(d_lse, 0xff, sizeof(float) * (size_t)c->batch * c->hq));
+        }
+        if (path == 2) {
+            lkv_decode_run_args ra = {g.layer, g.q,          g.q_pos, g.arena, g.page_bytes,
+                                      g.refs,  g.ref_offset, g.out,   g.lse};
+            rc = lkv_decode_plan_run(plan, &ra, NULL);
+        } else {
+            rc = lkv_attn_decode_cuda(&g, max_refs, ws, ws_bytes, NULL);
+        }
+        if (rc != 0) {
+            fprintf(stderr, "cuda decode: %s\n", lkv_err_name(rc));
+            exit(1);
+        }
+        CK(cudaDeviceSynchronize());
+        CK(cudaMemcpy(out_gpu, d_out, nq * 2, cudaMemcpyDeviceToHost));
+        CK(cudaMemcpy(lse_gpu, d_lse, sizeof(float) * (size_t)c->batch * c->hq,
+                      cudaMemcpyDeviceToHost));
+        ok = compare(run == 0 ? "out" : "out(2nd)", out_gpu, c->dt, out_ref, nq, ta, tr) && ok;
+    }
+    lkv_decode_plan_destroy(plan);
     /* lse: natural log, compare absolutely (both -inf for an empty sequence). */
     double lmax = 0.0;
     int lok = 1;
@@ -419,6 +467,277 @@ static void run_decode(int idx, const dec_cfg *c)
     free(off);
     free(qpos);
     arena_free(&ar);
+}
+
+/* ---------------------------------------------------------------- decode in a CUDA graph */
+
+/* The 32 layers of one decode step captured in a CUDA graph (one plan, one stream) and replayed
+ * over several steps; between replays the host rewrites the device buffers (positions move,
+ * sequences grow by references, new queries). Each replay's output (NaN-poisoned first) must be
+ * bitwise equal to uncaptured launches of the same plan, and three layers per step are checked
+ * against the CPU reference. */
+static void run_graph(int dt, int d, int hq, int hkv, int pe_which, int B, int pdl)
+{
+    enum { LAYERS = 32, BATCH = 2, STEPS = 4, DOCS = 3 };
+    lkv_kv_shape s = {LAYERS, hq, hkv, d, dt, B};
+    lkv_posenc pe;
+    const char *pen;
+    make_pe(&pe, pe_which, d, hq, &pen);
+    const int max_len = 300;
+    arena ar;
+    arena_init(&ar, &s, BATCH * DOCS * ((max_len + B - 1) / B) + 1);
+    docset ds[BATCH];
+    int max_refs = 0;
+    for (int b = 0; b < BATCH; b++) {
+        ds[b] = make_docs(&ar, DOCS, max_len, rnd(0, 3000));
+        max_refs = ds[b].n_refs > max_refs ? ds[b].n_refs : max_refs;
+    }
+    lkv_decode_plan_cfg pc;
+    memset(&pc, 0, sizeof pc);
+    pc.shape = s;
+    pc.pe = &pe;
+    pc.batch = BATCH;
+    pc.max_refs_per_seq = max_refs;
+    pc.sm_scale = 1.0f / sqrtf((float)d);
+    pc.pdl = pdl;
+    lkv_decode_plan *plan = NULL;
+    int rc = lkv_decode_plan_create(&pc, &plan);
+    if (rc != 0) {
+        fprintf(stderr, "graph: plan: %s\n", lkv_err_name(rc));
+        exit(1);
+    }
+    size_t abytes = (size_t)ar.page_bytes * (size_t)ar.n_pages;
+    void *d_arena = dev_copy(ar.host, abytes);
+    const size_t per_layer = (size_t)BATCH * hq * d;
+    const size_t nq = per_layer * LAYERS;
+    void *d_q, *d_out, *d_lse, *d_refs, *d_off, *d_pos;
+    CK(cudaMalloc(&d_q, nq * 2));
+    CK(cudaMalloc(&d_out, nq * 2));
+    CK(cudaMalloc(&d_lse, sizeof(float) * LAYERS * BATCH * hq));
+    CK(cudaMalloc(&d_refs, sizeof(uint64_t) * (size_t)(BATCH * max_refs)));
+    CK(cudaMalloc(&d_off, sizeof(int32_t) * (BATCH + 1)));
+    CK(cudaMalloc(&d_pos, sizeof(int64_t) * BATCH));
+    cudaStream_t st;
+    CK(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking));
+    lkv_decode_run_args ra[LAYERS];
+    for (int l = 0; l < LAYERS; l++) {
+        lkv_decode_run_args r = {l,
+                                 (const uint16_t *)d_q + (size_t)l * per_layer,
+                                 (const int64_t *)d_pos,
+                                 d_arena,
+                                 ar.page_bytes,
+                                 (const uint64_t *)d_refs,
+                                 (const int32_t *)d_off,
+                                 (uint16_t *)d_out + (size_t)l * per_layer,
+                                 (float *)d_lse + (size_t)l * BATCH * hq};
+        ra[l] = r;
+    }
+    cudaGraph_t graph;
+    cudaGraphExec_t exec;
+    CK(cudaStreamBeginCapture(st, cudaStreamCaptureModeThreadLocal));
+    for (int l = 0; l < LAYERS; l++) {
+        rc = lkv_decode_plan_run(plan, &ra[l], st);
+        if (rc != 0) {
+            fprintf(stderr, "graph: run during capture: %s\n", lkv_err_name(rc));
+            exit(1);
+        }
+    }
+    CK(cudaStreamEndCapture(st, &graph));
+    CK(cudaGraphInstantiate(&exec, graph, 0));
+    float *qf = lkv_xmalloc(nq * sizeof(float));
+    uint16_t *qh = lkv_xmalloc(nq * 2);
+    uint16_t *og = lkv_xmalloc(nq * 2), *oe = lkv_xmalloc(nq * 2);
+    float *ref_out = lkv_xmalloc(per_layer * sizeof(float));
+    uint64_t *refs = lkv_xmalloc(sizeof(uint64_t) * (size_t)(BATCH * max_refs));
+    int ok = 1;
+    double ta, tr;
+    tolerances(dt, &ta, &tr);
+    for (int step = 0; step < STEPS; step++) {
+        /* Sequence b attends to a growing prefix of its references; positions move on. */
+        int32_t off[BATCH + 1];
+        int64_t qpos[BATCH];
+        off[0] = 0;
+        for (int b = 0; b < BATCH; b++) {
+            int n = ds[b].n_refs - (STEPS - 1 - step) * (ds[b].n_refs / 5);
+            n = n < 1 ? 1 : n;
+            memcpy(refs + off[b], ds[b].refs, sizeof(uint64_t) * (size_t)n);
+            off[b + 1] = off[b] + n;
+            qpos[b] = ds[b].last_pos + 1 + step * 13 + rnd(0, 5);
+        }
+        rand_tensor(nq, dt, 1.5f, qf, qh);
+        CK(cudaMemcpy(d_refs, refs, sizeof(uint64_t) * (size_t)off[BATCH], cudaMemcpyHostToDevice));
+        CK(cudaMemcpy(d_off, off, sizeof off, cudaMemcpyHostToDevice));
+        CK(cudaMemcpy(d_pos, qpos, sizeof qpos, cudaMemcpyHostToDevice));
+        CK(cudaMemcpy(d_q, qh, nq * 2, cudaMemcpyHostToDevice));
+        CK(cudaMemset(d_out, 0xff, nq * 2));
+        CK(cudaGraphLaunch(exec, st));
+        CK(cudaStreamSynchronize(st));
+        CK(cudaMemcpy(og, d_out, nq * 2, cudaMemcpyDeviceToHost));
+        CK(cudaMemset(d_out, 0xff, nq * 2));
+        for (int l = 0; l < LAYERS; l++) {
+            rc = lkv_decode_plan_run(plan, &ra[l], st);
+            if (rc != 0) {
+                fprintf(stderr, "graph: eager run: %s\n", lkv_err_name(rc));
+                exit(1);
+            }
+        }
+        CK(cudaStreamSynchronize(st));
+        CK(cudaMemcpy(oe, d_out, nq * 2, cudaMemcpyDeviceToHost));
+        size_t diff = 0;
+        for (size_t i = 0; i < nq; i++) {
+            diff += og[i] != oe[i];
+        }
+        printf("graph %s d=%d hq=%d hkv=%d %s B=%d layers=%d batch=%d pdl %d step %d "
+               "splits=%d "
+               "refs=%d/%d: replay vs eager %zu differing elements %s\n",
+               dtype_name(dt), d, hq, hkv, pen, B, LAYERS, BATCH, pdl, step,
+               lkv_decode_plan_splits(plan), off[1], off[2] - off[1], diff,
+               diff == 0 ? "PASS" : "FAIL");
+        ok = ok && diff == 0;
+        const int check_layers[] = {0, 17, LAYERS - 1};
+        for (int k = 0; k < 3; k++) {
+            const int l = check_layers[k];
+            lkv_decode_args a;
+            memset(&a, 0, sizeof a);
+            a.shape = s;
+            a.pe = &pe;
+            a.layer = l;
+            a.batch = BATCH;
+            a.q = qf + (size_t)l * per_layer;
+            a.q_pos = qpos;
+            a.arena = ar.host;
+            a.page_bytes = ar.page_bytes;
+            a.refs = refs;
+            a.ref_offset = off;
+            a.sm_scale = pc.sm_scale;
+            a.out = ref_out;
+            rc = lkv_attn_decode_cpu(&a);
+            if (rc != 0) {
+                fprintf(stderr, "graph: cpu decode: %s\n", lkv_err_name(rc));
+                exit(1);
+            }
+            char what[32];
+            snprintf(what, sizeof what, "layer %d", l);
+            ok = compare(what, og + (size_t)l * per_layer, dt, ref_out, per_layer, ta, tr) && ok;
+        }
+    }
+    ok ? n_pass++ : n_fail++;
+    CK(cudaGraphExecDestroy(exec));
+    CK(cudaGraphDestroy(graph));
+    CK(cudaStreamDestroy(st));
+    lkv_decode_plan_destroy(plan);
+    cudaFree(d_arena);
+    cudaFree(d_q);
+    cudaFree(d_out);
+    cudaFree(d_lse);
+    cudaFree(d_refs);
+    cudaFree(d_off);
+    cudaFree(d_pos);
+    for (int b = 0; b < BATCH; b++) {
+        free(ds[b].refs);
+    }
+    free(qf);
+    free(qh);
+    free(og);
+    free(oe);
+    free(ref_out);
+    free(refs);
+    arena_free(&ar);
+}
+
+/* ---------------------------------------------------------------- plan argument checks */
+
+/* The plan API refuses what it must: bad configurations at create, bad run arguments (NULL
+ * pointers, misaligned q/out, layer out of range, short pages) with LKV_EINVAL, f32 with
+ * LKV_ENOTSUP, a too small borrowed workspace; and a valid run still launches afterwards. */
+static void run_plan_checks(void)
+{
+    lkv_kv_shape s = {2, 32, 8, 128, LKV_DTYPE_BF16, 16};
+    lkv_posenc pe;
+    const char *pen;
+    make_pe(&pe, 0, 128, 32, &pen);
+    lkv_decode_plan_cfg c;
+    memset(&c, 0, sizeof c);
+    c.shape = s;
+    c.pe = &pe;
+    c.batch = 1;
+    c.max_refs_per_seq = 256;
+    c.sm_scale = 0.088f;
+    lkv_decode_plan *pl = NULL;
+    int ok = 1;
+    lkv_decode_plan_cfg bad = c;
+    bad.batch = 0;
+    ok = ok && lkv_decode_plan_create(&bad, &pl) == LKV_EINVAL && pl == NULL;
+    bad = c;
+    bad.shape.dtype = LKV_DTYPE_F32;
+    ok = ok && lkv_decode_plan_create(&bad, &pl) == LKV_ENOTSUP;
+    bad = c;
+    bad.flags = 0x80;
+    ok = ok && lkv_decode_plan_create(&bad, &pl) == LKV_EINVAL;
+    bad = c;
+    bad.sm_scale = NAN;
+    ok = ok && lkv_decode_plan_create(&bad, &pl) == LKV_EINVAL;
+    bad = c;
+    bad.shape.n_q_heads = 12; /* not a multiple of 8 kv heads */
+    ok = ok && lkv_decode_plan_create(&bad, &pl) == LKV_EINVAL;
+    const size_t need = lkv_decode_plan_workspace_bytes(&c);
+    void *ws = NULL;
+    CK(cudaMalloc(&ws, need + 16));
+    bad = c;
+    bad.workspace = ws;
+    bad.workspace_bytes = need - 1;
+    ok = ok && need > 0 && lkv_decode_plan_create(&bad, &pl) == LKV_EINVAL;
+    bad.workspace_bytes = need;
+    ok = ok && lkv_decode_plan_create(&bad, &pl) == 0 && lkv_decode_plan_splits(pl) > 1;
+    void *q, *out, *refs, *off, *pos, *ar;
+    const uint64_t pb = lkv_block_bytes(&s);
+    CK(cudaMalloc(&q, 32 * 128 * 2 + 16));
+    CK(cudaMalloc(&out, 32 * 128 * 2 + 16));
+    CK(cudaMalloc(&ar, pb));
+    CK(cudaMemset(ar, 0, pb));
+    uint64_t ref = lkv_ref_pack(0, 0, 0, 16);
+    int32_t offs[2] = {0, 1};
+    int64_t qp = 20;
+    refs = dev_copy(&ref, sizeof ref);
+    off = dev_copy(offs, sizeof offs);
+    pos = dev_copy(&qp, sizeof qp);
+    CK(cudaMemset(q, 0, 32 * 128 * 2 + 16));
+    lkv_decode_run_args r = {1, q, pos, ar, pb, refs, off, out, NULL};
+    lkv_decode_run_args b = r;
+    b.q = (const char *)q + 2;
+    ok = ok && lkv_decode_plan_run(pl, &b, NULL) == LKV_EINVAL;
+    b = r;
+    b.out = (char *)out + 8;
+    ok = ok && lkv_decode_plan_run(pl, &b, NULL) == LKV_EINVAL;
+    b = r;
+    b.layer = 2;
+    ok = ok && lkv_decode_plan_run(pl, &b, NULL) == LKV_EINVAL;
+    b = r;
+    b.page_bytes = pb - 16;
+    ok = ok && lkv_decode_plan_run(pl, &b, NULL) == LKV_EINVAL;
+    b = r;
+    b.q_pos = NULL;
+    ok = ok && lkv_decode_plan_run(pl, &b, NULL) == LKV_EINVAL;
+    ok = ok && lkv_decode_plan_run(NULL, &r, NULL) == LKV_EINVAL;
+    CK(cudaMemset(out, 0xff, 32 * 128 * 2)); /* NaN: every element must be written */
+    ok = ok && lkv_decode_plan_run(pl, &r, NULL) == 0;
+    CK(cudaDeviceSynchronize());
+    uint16_t o[32 * 128];
+    CK(cudaMemcpy(o, out, sizeof o, cudaMemcpyDeviceToHost));
+    for (int i = 0; i < 32 * 128; i++) {
+        ok = ok && o[i] == 0; /* zero keys and values: out 0, every element written */
+    }
+    printf("plan checks (invalid configs, runs, workspace) %s\n", ok ? "PASS" : "FAIL");
+    ok ? n_pass++ : n_fail++;
+    lkv_decode_plan_destroy(pl);
+    lkv_decode_plan_destroy(NULL);
+    cudaFree(ws);
+    cudaFree(q);
+    cudaFree(out);
+    cudaFree(ar);
+    cudaFree(refs);
+    cudaFree(off);
+    cudaFree(pos);
 }
 
 /* ---------------------------------------------------------------- prefill */
@@ -821,12 +1140,12 @@ int main(int argc, char **argv)
     int idx = 0;
     /* Fixed cases first: the Llama-3.1-8B head shape and the tiny-model shape. */
     const dec_cfg fixed_dec[] = {
-        {LKV_DTYPE_BF16, 128, 32, 8, 3, 16, 1, 5, 900, 0, 0, 0},
-        {LKV_DTYPE_BF16, 128, 32, 8, 3, 16, 4, 3, 300, 1, 0, 1},
-        {LKV_DTYPE_F16, 128, 32, 8, 0, 16, 2, 2, 500, 0, LKV_ATTN_NO_ROTATE, 0},
-        {LKV_DTYPE_F16, 64, 8, 8, 1, 16, 3, 4, 200, 1, 0, 0},
-        {LKV_DTYPE_BF16, 8, 8, 4, 1, 16, 2, 3, 100, 0, 0, 0},
-        {LKV_DTYPE_BF16, 128, 32, 1, 5, 64, 2, 3, 200, 0, 0, 0},
+        {LKV_DTYPE_BF16, 128, 32, 8, 3, 16, 1, 5, 900, 0, 0, 0, 0},
+        {LKV_DTYPE_BF16, 128, 32, 8, 3, 16, 4, 3, 300, 1, 0, 1, 0},
+        {LKV_DTYPE_F16, 128, 32, 8, 0, 16, 2, 2, 500, 0, LKV_ATTN_NO_ROTATE, 0, 0},
+        {LKV_DTYPE_F16, 64, 8, 8, 1, 16, 3, 4, 200, 1, 0, 0, 0},
+        {LKV_DTYPE_BF16, 8, 8, 4, 1, 16, 2, 3, 100, 0, 0, 0, 0},
+        {LKV_DTYPE_BF16, 128, 32, 1, 5, 64, 2, 3, 200, 0, 0, 0, 0},
     };
     for (size_t i = 0; i < sizeof fixed_dec / sizeof fixed_dec[0]; i++) {
         run_decode(idx++, &fixed_dec[i]);
@@ -844,16 +1163,25 @@ int main(int argc, char **argv)
                      rnd(1, 300),
                      rnd(0, 3) == 0,
                      rnd(0, 9) == 0 ? (int)LKV_ATTN_NO_ROTATE : 0,
-                     rnd(0, 5) == 0};
+                     rnd(0, 5) == 0,
+                     rnd(0, 3) == 0 ? rnd(1, 40) : 0};
         run_decode(idx++, &c);
     }
-    /* As many splits as the decode launcher allows (one reference per warp per split): many
-     * partials per row through the merge. */
-    setenv("LKV_ATTN_DECODE_SPLITS", "100000", 1);
-    run_decode(idx++, &fixed_dec[0]);
-    run_decode(idx++, &fixed_dec[1]);
-    run_decode(idx++, &fixed_dec[4]);
-    unsetenv("LKV_ATTN_DECODE_SPLITS");
+    /* As many splits as a plan allows (one reference per warp per split): many partials per
+     * row through the folded merge; and a few split factors between. */
+    const int forced[] = {100000, 100000, 100000, 3, 7};
+    const int forced_case[] = {0, 1, 4, 0, 5};
+    for (int i = 0; i < 5; i++) {
+        dec_cfg c = fixed_dec[forced_case[i]];
+        c.splits = forced[i];
+        run_decode(idx++, &c);
+    }
+    run_plan_checks();
+    run_graph(LKV_DTYPE_BF16, 128, 32, 8, 3, 16, 0);
+    run_graph(LKV_DTYPE_BF16, 128, 32, 8, 3, 16, 1);
+    run_graph(LKV_DTYPE_BF16, 128, 32, 8, 1, 16, 1);
+    run_graph(LKV_DTYPE_F16, 64, 16, 2, 5, 5, 1);
+    run_graph(LKV_DTYPE_BF16, 8, 8, 4, 1, 16, 0);
     idx = 0;
     const pf_cfg fixed_pf[] = {
         {LKV_DTYPE_BF16, 128, 32, 8, 3, 16, 64, 5, 400, 0},

@@ -46,7 +46,7 @@ static void test_names(void)
     char buf[128];
     int need = lkv_policy_names(buf, sizeof(buf));
     ASSERT_EQ(need, (int)strlen(buf));
-    ASSERT_TRUE(strcmp(buf, "lru, gdsf, lfuda, tinylfu, tlfu-gdsf") == 0);
+    ASSERT_TRUE(strcmp(buf, "lru, gdsf, lfuda, tinylfu, tlfu-gdsf, adaptive") == 0);
     char small[8];
     ASSERT_EQ(lkv_policy_names(small, sizeof(small)), need);
     ASSERT_EQ((int)strlen(small), 7);

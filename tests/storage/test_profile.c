@@ -227,6 +227,43 @@ static void m_maxdoc(lkv_profile *p)
     p->max_doc_tokens = 4096 * 4 + 1;
 }
 
+/* The weights identity: undeclared keeps the old fingerprint (golden above); declared, it is
+ * hashed (golden computed with Python hashlib.blake2b over the 85-byte encoding, then the
+ * little-endian uint32 length and the bytes), so a fine-tune never shares KV with its base. */
+#define LLAMA31_INSTRUCT_FP "bbf0546899b212c72aff17bde7ef3f917418ef015bb3ec3a58092384492ff269"
+
+static void test_model_id(void)
+{
+    char hex[65], err[256];
+    lkv_profile base = llama31(), ft = llama31(), ft2 = llama31();
+    ASSERT_OK(lkv_profile_finish(&base, NULL, 0));
+    snprintf(ft.model_id, sizeof ft.model_id, "meta-llama/Llama-3.1-8B-Instruct@0e9e39f");
+    ASSERT_OK(lkv_profile_finish(&ft, NULL, 0));
+    lkv_profile_fp_hex(&ft, hex);
+    if (strcmp(hex, LLAMA31_INSTRUCT_FP) != 0) {
+        LKV_FAIL("model_id fingerprint %s, golden %s", hex, LLAMA31_INSTRUCT_FP);
+    }
+    ASSERT_TRUE(memcmp(base.fingerprint, ft.fingerprint, 32) != 0);
+    snprintf(ft2.model_id, sizeof ft2.model_id, "meta-llama/Llama-3.1-8B-Instruct@0e9e39g");
+    ASSERT_OK(lkv_profile_finish(&ft2, NULL, 0));
+    ASSERT_TRUE(memcmp(ft2.fingerprint, ft.fingerprint, 32) != 0);
+    /* The checkpoint-hash form is checked. */
+    lkv_profile h = llama31();
+    snprintf(h.model_id, sizeof h.model_id, "blake2b:%064d", 7);
+    ASSERT_OK(lkv_profile_finish(&h, NULL, 0));
+    snprintf(h.model_id, sizeof h.model_id, "blake2b:%063d", 7);
+    ASSERT_ERR(lkv_profile_finish(&h, err, sizeof err), LKV_EINVAL);
+    ASSERT_TRUE(strstr(err, "model_id") != NULL && strstr(err, "64") != NULL);
+    snprintf(h.model_id, sizeof h.model_id, "blake2b:%064dAB", 7);
+    ASSERT_ERR(lkv_profile_finish(&h, err, sizeof err), LKV_EINVAL);
+    snprintf(h.model_id, sizeof h.model_id, "has space");
+    ASSERT_ERR(lkv_profile_finish(&h, err, sizeof err), LKV_EINVAL);
+    ASSERT_TRUE(strstr(err, "model_id") != NULL && strstr(err, "' '") != NULL);
+    memset(h.model_id, 'a', sizeof h.model_id); /* no NUL inside the field */
+    ASSERT_ERR(lkv_profile_finish(&h, err, sizeof err), LKV_EINVAL);
+    ASSERT_TRUE(strstr(err, "longer") != NULL);
+}
+
 static void test_validation(void)
 {
     expect_bad(m_name_empty, "name");
@@ -279,6 +316,7 @@ int main(void)
 {
     LKV_RUN(test_golden);
     LKV_RUN(test_fp_invariants);
+    LKV_RUN(test_model_id);
     LKV_RUN(test_validation);
     LKV_RUN(test_find);
     return 0;

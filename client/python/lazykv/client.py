@@ -88,6 +88,7 @@ class DocStatus:
     key: bytes  # The 32-byte key (also for absent documents).
     miss_cause: object  # None when present, else "unknown", "evicted", "deleted", ...
     profile: str
+    model_id: str = ""  # The profile's weights identity ("blake2b:<hex>" or a revision; "" none).
 
 
 @dataclasses.dataclass(frozen=True)
@@ -291,7 +292,7 @@ class Client:
         return [DocStatus(present=s.present, tier=_TIER.get(s.tier, str(s.tier)),
                           n_tokens=s.n_tokens, n_blocks=s.n_blocks, key=bytes(s.key),
                           miss_cause=_MISS.get(s.miss_cause, str(s.miss_cause)),
-                          profile=s.profile) for s in r.docs]
+                          profile=s.profile, model_id=s.model_id) for s in r.docs]
 
     def get(self, key=None, *, profile=None, tokens=None, timeout=None):
         """Fetches a document's blocks; returns a Document. NotFound if it is not cached."""

@@ -146,6 +146,8 @@ class AnonymousTest(unittest.TestCase):
         self.assertFalse(st.present)
         self.assertEqual(st.tier, "absent")
         self.assertEqual(len(st.key), 32)
+        # The profile's weights identity: the BLAKE2b-256 of the shipped checkpoint.
+        self.assertTrue(st.model_id.startswith("blake2b:3e77c0b7"), st.model_id)
 
         r = kv.put(PROFILE, tokens, blocks)
         self.assertEqual(len(r.key), 32)

@@ -1,0 +1,65 @@
+/*
+ * lkv_runner.h: the decode worker's model runner: one forward pass of a Llama-architecture
+ * model (llama2.c checkpoint, client/lkv_model.h) over paged, position-free KV, with every
+ * numeric operation behind a backend (lkv_backend.h). The CPU backend runs it today; a CUDA
+ * backend runs the same code path.
+ *
+ * Forward pass (llama2.c run.c semantics, batched over the new tokens of one call):
+ *   x = tok_emb[token]
+ *   per layer: xb = rmsnorm(x) * rms_att; q, k, v = Wq xb, Wk xb, Wv xb; K rotated at its
+ *   segment-local position and written to the segment's block; att = LazyAttention(q, ...);
+ *   x += Wo att; xb = rmsnorm(x) * rms_ffn; x += W2 (silu(W1 xb) * W3 xb)
+ *   logits = Wcls (rmsnorm(x) * rms_final)
+ * One new token appended to a non-empty segment takes the decode path (the token's K/V are
+ * written to its block first, then lkv_attn_decode reads every key from the arena); anything
+ * else is one prefill (keys of the new tokens passed in, rotated local to the first of them).
+ *
+ * KV: an lkv_model_kv (pages in the lkv_layout.h layout) and segments (lkv_model_seg): see
+ * lkv_model.h. The runner takes new pages from the arena's bump allocator (kv->n_used) and
+ * zeroes them before use, so a reused page holds no stale tokens in its unused slots.
+ *
+ * Thread safety: a runner is used by one thread at a time; several runners may share a model
+ * and a backend.
+ */
+#ifndef LKV_RUNNER_H
+#define LKV_RUNNER_H
+
+#include "lkv_backend.h"
+#include "lkv_model.h"
+
+/* A runner: the model's weights made backend-resident and scratch buffers. Initialise with
+ * lkv_runner_init, free with lkv_runner_free. */
+typedef struct lkv_runner {
+    const lkv_model *m;    /* Borrowed: must outlive the runner. */
+    const lkv_backend *be; /* Borrowed: must outlive the runner. */
+    const float *w;        /* Backend copy of m->data (map_weights). */
+    const float *tok_emb, *rms_att, *wq, *wk, *wv, *wo, *rms_ffn, *w1, *w2, *w3, *rms_final;
+    const float *wcls;  /* Classifier (tok_emb when shared). */
+    int cap;            /* Tokens the scratch buffers hold. */
+    float *x, *xb, *q;  /* [cap][dim] backend scratch. */
+    float *k, *ks, *v;  /* [cap][n_kv_heads * head_dim]. */
+    float *att, *tmp;   /* [cap][dim]. */
+    float *h1, *h3;     /* [cap][hidden_dim]. */
+    float *logits;      /* [cap][vocab] backend logits. */
+    uint64_t n_forward; /* Calls made (statistics). */
+} lkv_runner;
+
+/* Prepares r for model m (borrowed) on backend be (borrowed). Returns 0 or LKV_EINVAL. */
+int lkv_runner_init(lkv_runner *r, const lkv_model *m, const lkv_backend *be);
+
+/* Frees r's backend memory. Safe on a zeroed struct. */
+void lkv_runner_free(lkv_runner *r);
+
+/* Runs n tokens (ids borrowed, host) appended to seg, exactly as lkv_model_forward documents:
+ * token i sits at absolute position seg->start + seg->n_tokens + i and its key is stored rotated
+ * at segment-local position seg->n_tokens + i; attention sees the n_ctx context segments (each
+ * at its start, all ending before seg's new tokens) and, causally, seg. logits (optional, host,
+ * caller-owned) receives [n][vocab_size]; trace (optional) the per-layer attention tensors.
+ * Returns 0, LKV_ENOSPC (arena or segment full), or LKV_EINVAL (a token id out of range, n < 1,
+ * positions past LKV_MAX_POSITION or overlapping). On error seg and kv may hold partial
+ * writes. */
+int lkv_runner_forward(lkv_runner *r, lkv_model_kv *kv, const lkv_model_seg *ctx, int n_ctx,
+                       lkv_model_seg *seg, const int *tokens, int n, float *logits,
+                       lkv_model_trace *trace);
+
+#endif

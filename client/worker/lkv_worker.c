@@ -1,0 +1,903 @@
+/*
+ * lkv_worker.c: the decode worker (see lkv_worker.h).
+ *
+ * Per request, everything lives in one req_state (segments, references, the lease), freed at the
+ * end whatever happened. Worker pages are reused across requests: the page space's bump
+ * allocator restarts at the first worker page for each request (lkv_pagespace_view).
+ *
+ * Segments: one per document (a hit points at the daemon's pages, a miss at worker pages), one
+ * for the question and the generated tokens. A document repeated in one prompt (the same key) is
+ * computed once and placed twice. In materialise mode every document segment is replaced by a
+ * re-rotated copy in worker pages, placed at start 0 (lkv_attn.h, materialise).
+ *
+ * Deadline: opts.deadline_ms covers the daemon calls before the first token (from the start of
+ * the call: Lookup, Attach), and again those after the last one (Put, Release); each call gets
+ * what is left of its window, so none can hang past it. A lease renewal gets a full window. A
+ * generation itself is not bounded by it (its length is max_tokens).
+ */
+#include "lkv_worker.h"
+
+#include <inttypes.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <sodium.h>
+
+#include "lkv_backend_cpu.h"
+#include "lkv_err.h"
+#include "lkv_log.h"
+#include "lkv_pagespace.h"
+#include "lkv_runner.h"
+
+#define DEFAULT_PROFILE     "stories260k"
+#define DEFAULT_DEADLINE_MS 10000
+#define DEFAULT_TTL_MS      30000u
+#define DEFAULT_LOCAL_PAGES 2048u
+#define DEFAULT_RETRY_MS    2000
+#define RETRY_STEP_MS       100
+
+struct lkv_worker {
+    lkv_worker_opts o;     /* Options (defaults filled in; strings point at the copies). */
+    char *target;          /* Daemon address (owned), NULL in local mode. */
+    char *profile;         /* Profile name (owned). */
+    char *model_path;      /* Checkpoint path (owned). */
+    char *model_id;        /* Revision to confirm (owned), or NULL. */
+    char *token;           /* Bearer token (owned), or NULL. */
+    lkv_model *m;          /* The model (owned). */
+    lkv_tokenizer tok;     /* The tokenizer, when have_tok. */
+    int have_tok;          /* 1 if a tokenizer was loaded. */
+    lkv_runner run;        /* The model on the backend. */
+    const lkv_backend *be; /* Borrowed. */
+    lkv_client_t *cl;      /* NULL in local mode. */
+    lkv_pagespace ps;      /* Daemon arena + worker pages. */
+    lkv_kv_shape shape;    /* The profile's layout for this model. */
+    char hash[80];         /* "blake2b:<hex>" of the checkpoint. */
+    lkv_worker_stats st;   /* Totals (arena_maps read from ps). */
+};
+
+static double now_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec / 1e6;
+}
+
+static char *dup_or_null(const char *s)
+{
+    return s != NULL && s[0] != '\0' ? lkv_xstrdup(s) : NULL;
+}
+
+static int errf(char *err, size_t len, int rc, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+
+static int errf(char *err, size_t len, int rc, const char *fmt, ...)
+{
+    if (err != NULL && len > 0) {
+        va_list ap;
+        va_start(ap, fmt);
+        vsnprintf(err, len, fmt, ap);
+        va_end(ap);
+    }
+    return rc;
+}
+
+int lkv_worker_hash_file(const char *path, char *out, size_t len)
+{
+    FILE *f = fopen(path, "rb");
+    if (f == NULL || len < 8 + 2 * crypto_generichash_BYTES + 1 || sodium_init() < 0) {
+        if (f != NULL) {
+            fclose(f);
+        }
+        return LKV_EIO;
+    }
+    crypto_generichash_state st;
+    crypto_generichash_init(&st, NULL, 0, crypto_generichash_BYTES);
+    uint8_t buf[1 << 16];
+    size_t n;
+    while ((n = fread(buf, 1, sizeof(buf), f)) > 0) {
+        crypto_generichash_update(&st, buf, n);
+    }
+    int bad = ferror(f);
+    fclose(f);
+    if (bad) {
+        return LKV_EIO;
+    }
+    uint8_t h[crypto_generichash_BYTES];
+    crypto_generichash_final(&st, h, sizeof(h));
+    memcpy(out, "blake2b:", 8);
+    sodium_bin2hex(out + 8, len - 8, h, sizeof(h));
+    return 0;
+}
+
+int lkv_worker_create(const lkv_worker_opts *o, lkv_worker **out, char *err, size_t errlen)
+{
+    *out = NULL;
+    if (o == NULL || o->model_path == NULL) {
+        return errf(err, errlen, LKV_EINVAL, "worker: a model checkpoint path is required");
+    }
+    lkv_worker *w = lkv_xcalloc(1, sizeof(*w));
+    w->o = *o;
+    w->target = dup_or_null(o->target);
+    w->profile = lkv_xstrdup(o->profile != NULL && o->profile[0] ? o->profile : DEFAULT_PROFILE);
+    w->model_path = lkv_xstrdup(o->model_path);
+    w->model_id = dup_or_null(o->model_id);
+    w->token = dup_or_null(o->bearer_token);
+    w->o.target = w->target; /* The copies, not the caller's strings. */
+    w->o.profile = w->profile;
+    w->o.model_path = w->model_path;
+    w->o.model_id = w->model_id;
+    w->o.bearer_token = w->token;
+    w->o.tokenizer_path = NULL;
+    w->o.deadline_ms = o->deadline_ms > 0 ? o->deadline_ms : DEFAULT_DEADLINE_MS;
+    w->o.lease_ttl_ms = o->lease_ttl_ms > 0 ? o->lease_ttl_ms : DEFAULT_TTL_MS;
+    w->o.local_pages = o->local_pages > 0 ? o->local_pages : DEFAULT_LOCAL_PAGES;
+    w->o.retry_ms = o->retry_ms > 0 ? o->retry_ms : o->retry_ms < 0 ? 0 : DEFAULT_RETRY_MS;
+    w->be = o->backend != NULL ? o->backend : lkv_backend_cpu();
+    int rc = lkv_model_load(w->model_path, &w->m);
+    if (rc != 0) {
+        errf(err, errlen, rc, "worker: cannot load the checkpoint %s: %s", w->model_path,
+             lkv_strerror(rc));
+        goto fail;
+    }
+    rc = lkv_worker_hash_file(w->model_path, w->hash, sizeof(w->hash));
+    if (rc != 0) {
+        errf(err, errlen, rc, "worker: cannot hash %s", w->model_path);
+        goto fail;
+    }
+    if (o->tokenizer_path != NULL) {
+        rc = lkv_tokenizer_load(&w->tok, o->tokenizer_path, w->m->cfg.vocab_size);
+        if (rc != 0) {
+            errf(err, errlen, rc, "worker: cannot load the tokenizer %s: %s", o->tokenizer_path,
+                 lkv_strerror(rc));
+            goto fail;
+        }
+        w->have_tok = 1;
+    }
+    const lkv_model_cfg *c = &w->m->cfg;
+    w->shape = (lkv_kv_shape){.n_layers = c->n_layers,
+                              .n_q_heads = c->n_heads,
+                              .n_kv_heads = c->n_kv_heads,
+                              .head_dim = c->head_dim,
+                              .dtype = o->dtype,
+                              .block_tokens = o->block_tokens > 0 ? o->block_tokens : 16};
+    if (w->shape.block_tokens > LKV_MAX_BLOCK_TOKENS || lkv_dtype_size(w->shape.dtype) == 0) {
+        rc = errf(err, errlen, LKV_EINVAL, "worker: bad block_tokens %d or dtype %d",
+                  w->shape.block_tokens, w->shape.dtype);
+        goto fail;
+    }
+    if (w->o.max_position <= 0 || w->o.max_position > c->seq_len) {
+        w->o.max_position = c->seq_len;
+    }
+    rc = lkv_runner_init(&w->run, w->m, w->be);
+    if (rc != 0) {
+        errf(err, errlen, rc, "worker: runner: %s", lkv_strerror(rc));
+        goto fail;
+    }
+    if (o->threads > 0) {
+        lkv_attn_cpu_set_threads(o->threads);
+    }
+    lkv_pagespace_init(&w->ps, w->o.local_pages);
+    if (w->target != NULL) {
+        lkv_client_options co = {.default_deadline_ms = w->o.deadline_ms, .bearer_token = w->token};
+        rc = lkv_client_create(w->target, &co, &w->cl);
+        if (rc != 0) {
+            errf(err, errlen, rc, "worker: client for %s: %s", w->target, lkv_client_last_error());
+            goto fail;
+        }
+    }
+    *out = w;
+    return 0;
+fail:
+    lkv_worker_destroy(w);
+    return rc;
+}
+
+void lkv_worker_destroy(lkv_worker *w)
+{
+    if (w == NULL) {
+        return;
+    }
+    lkv_client_destroy(w->cl);
+    lkv_pagespace_free(&w->ps);
+    lkv_runner_free(&w->run);
+    if (w->have_tok) {
+        lkv_tokenizer_free(&w->tok);
+    }
+    lkv_model_destroy(w->m);
+    free(w->target);
+    free(w->profile);
+    free(w->model_path);
+    free(w->model_id);
+    free(w->token);
+    free(w);
+}
+
+const lkv_tokenizer *lkv_worker_tokenizer(const lkv_worker *w)
+{
+    return w->have_tok ? &w->tok : NULL;
+}
+
+const lkv_model *lkv_worker_model(const lkv_worker *w)
+{
+    return w->m;
+}
+
+const char *lkv_worker_model_hash(const lkv_worker *w)
+{
+    return w->hash;
+}
+
+void lkv_worker_stats_get(const lkv_worker *w, lkv_worker_stats *st)
+{
+    *st = w->st;
+    st->arena_maps = w->ps.n_maps;
+}
+
+void lkv_rag_result_free(lkv_rag_result *res)
+{
+    free(res->tokens);
+    free(res->text);
+    free(res->logits);
+    free(res->docs);
+    memset(res, 0, sizeof(*res));
+}
+
+/* ---- One request ------------------------------------------------------------------------ */
+
+typedef struct req_state {
+    lkv_worker *w;
+    const lkv_rag_request *req;
+    lkv_rag_result *res;
+    double t0;              /* Start of the call (ms, monotonic). */
+    double t_phase;         /* Start of the current deadline window: the call (Lookup, Attach),
+                               then the end of generation (Put, Release). */
+    int use_daemon;         /* 1: talk to lazykvd for this request. */
+    lkv_doc_status *status; /* [n_docs] Lookup replies. */
+    lkv_lease lease;        /* The request's lease (live when lease.live). */
+    double lease_t;         /* When the lease was made or last renewed. */
+    lkv_model_kv kv;        /* View of the page space for this request. */
+    lkv_model_seg *segs;    /* [n_docs + 1]: documents, then the question. */
+    int *miss_src;          /* [n_docs]: -1 computed here, else the earlier doc reused. */
+} req_state;
+
+static void note(lkv_rag_result *res, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+static void note(lkv_rag_result *res, const char *fmt, ...)
+{
+    size_t n = strlen(res->note);
+    if (n + 3 >= sizeof(res->note)) {
+        return;
+    }
+    if (n > 0) {
+        memcpy(res->note + n, "; ", 3);
+        n += 2;
+    }
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(res->note + n, sizeof(res->note) - n, fmt, ap);
+    va_end(ap);
+}
+
+/* Milliseconds left of the current phase's deadline (at least 1 while not passed), or 0. */
+static int left_ms(const req_state *s)
+{
+    double left = (double)s->w->o.deadline_ms - (now_ms() - s->t_phase);
+    return left >= 1.0 ? (int)left : 0;
+}
+
+/* 1 if rc from a daemon call means the daemon is unreachable, restarting or too slow. */
+static int daemon_down(int rc)
+{
+    return rc == LKV_EUNAVAIL || rc == LKV_ETIMEDOUT || rc == LKV_ECANCELLED || rc == LKV_ESHUTDOWN;
+}
+
+/* Handles a failed daemon call of step what: with local_fallback and a down daemon, switches
+ * the request to local mode and returns 0; else fills res->error and returns rc. */
+static int daemon_failed(req_state *s, const char *what, int rc)
+{
+    const char *msg = lkv_client_last_error();
+    if (daemon_down(rc) && s->w->o.local_fallback) {
+        note(s->res,
+             "lazykvd at %s unavailable during %s (%s: %s): computed every document "
+             "locally (local fallback)",
+             s->w->target, what, lkv_err_name(rc), msg);
+        s->use_daemon = 0;
+        s->res->local_only = 1;
+        return 0;
+    }
+    if (daemon_down(rc)) {
+        return errf(s->res->error, sizeof(s->res->error), rc,
+                    "lazykvd at %s is unavailable during %s (%s: %s); the request was not "
+                    "served (start the daemon, or run with --local-fallback to compute locally)",
+                    s->w->target, what, lkv_err_name(rc), msg);
+    }
+    return errf(s->res->error, sizeof(s->res->error), rc, "%s refused by lazykvd at %s: %s (%s)",
+                what, s->w->target, msg[0] ? msg : lkv_strerror(rc), lkv_err_name(rc));
+}
+
+/* Checks the profile's declared weights identity against the loaded checkpoint. */
+static int check_model_id(req_state *s, const char *declared)
+{
+    lkv_worker *w = s->w;
+    if (declared[0] == '\0') {
+        note(s->res, "profile '%s' declares no model_id: the weights are not verified", w->profile);
+        return 0;
+    }
+    if (strncmp(declared, "blake2b:", 8) == 0) {
+        if (strcmp(declared, w->hash) == 0) {
+            return 0;
+        }
+        return errf(s->res->error, sizeof(s->res->error), LKV_EPROFILE,
+                    "model identity mismatch: profile '%s' on lazykvd declares model_id %s, but "
+                    "the loaded checkpoint %s is %s; KV of another model is never used (load "
+                    "the right checkpoint, or give this model its own profile)",
+                    w->profile, declared, w->model_path, w->hash);
+    }
+    if (w->model_id == NULL) {
+        return errf(s->res->error, sizeof(s->res->error), LKV_EPROFILE,
+                    "model identity not confirmed: profile '%s' declares the revision '%s'; run "
+                    "the worker with --model-id '%s' if %s is that model",
+                    w->profile, declared, declared, w->model_path);
+    }
+    if (strcmp(declared, w->model_id) != 0) {
+        return errf(s->res->error, sizeof(s->res->error), LKV_EPROFILE,
+                    "model identity mismatch: profile '%s' declares model_id '%s', the worker "
+                    "runs '%s'; KV of another model is never used",
+                    w->profile, declared, w->model_id);
+    }
+    return 0;
+}
+
+/* The request's token docrefs (ids copied to uint32). *ids owned by the caller. */
+static lkv_docref *make_refs(const req_state *s, uint32_t **ids)
+{
+    const lkv_rag_request *q = s->req;
+    size_t total = 0;
+    for (int i = 0; i < q->n_docs; i++) {
+        total += (size_t)q->docs[i].n_tokens;
+    }
+    *ids = lkv_xmalloc((total ? total : 1) * sizeof(uint32_t));
+    lkv_docref *refs = lkv_xcalloc((size_t)(q->n_docs ? q->n_docs : 1), sizeof(*refs));
+    size_t off = 0;
+    for (int i = 0; i < q->n_docs; i++) {
+        for (int t = 0; t < q->docs[i].n_tokens; t++) {
+            (*ids)[off + (size_t)t] = (uint32_t)q->docs[i].tokens[t];
+        }
+        refs[i].profile = s->w->profile;
+        refs[i].tokens = *ids + off;
+        refs[i].n_tokens = (size_t)q->docs[i].n_tokens;
+        off += (size_t)q->docs[i].n_tokens;
+    }
+    return refs;
+}
+
+static int layout_matches(const lkv_worker *w, const lkv_attached_doc *d, char *why, size_t len)
+{
+    const lkv_kv_shape *s = &w->shape;
+    static const char *const dt[] = {"f32", "f16", "bf16"};
+    if (d->n_layers != (uint32_t)s->n_layers || d->n_kv_heads != (uint32_t)s->n_kv_heads ||
+        d->head_dim != (uint32_t)s->head_dim || d->block_tokens != (uint32_t)s->block_tokens ||
+        strcmp(d->dtype, dt[s->dtype]) != 0 || d->block_bytes != lkv_block_bytes(s)) {
+        snprintf(why, len,
+                 "profile '%s' stores %u layers x %u kv heads x %u dims, %s, %u-token blocks; "
+                 "the worker's model needs %d x %d x %d, %s, %d-token blocks",
+                 w->profile, d->n_layers, d->n_kv_heads, d->head_dim, d->dtype, d->block_tokens,
+                 s->n_layers, s->n_kv_heads, s->head_dim, dt[s->dtype], s->block_tokens);
+        return 0;
+    }
+    return 1;
+}
+
+/* Replaces the client by a fresh one (a new channel, connecting at once). */
+static int reconnect(lkv_worker *w)
+{
+    lkv_client_t *c;
+    lkv_client_options co = {.default_deadline_ms = w->o.deadline_ms, .bearer_token = w->token};
+    int rc = lkv_client_create(w->target, &co, &c);
+    if (rc == 0) {
+        lkv_client_destroy(w->cl);
+        w->cl = c;
+        w->st.reconnects++;
+    }
+    return rc;
+}
+
+/* Steps 1-2: Lookup, identity check, Attach (present mode), arena mapping. */
+static int step_cache(req_state *s, const lkv_docref *refs)
+{
+    lkv_worker *w = s->w;
+    const lkv_rag_request *q = s->req;
+    lkv_rag_result *res = s->res;
+    double t = now_ms();
+    int dl = left_ms(s);
+    int rc =
+        dl > 0 ? lkv_client_lookup(w->cl, refs, (size_t)q->n_docs, dl, s->status) : LKV_ETIMEDOUT;
+    /* A daemon restarting answers UNAVAILABLE at once: retry for up to retry_ms of the
+     * deadline before giving up, each time on a fresh channel (an old one may sit in gRPC's
+     * reconnect backoff, up to minutes, long after the daemon is back). */
+    while (rc == LKV_EUNAVAIL && now_ms() - t < (double)w->o.retry_ms && left_ms(s) > 100) {
+        usleep(RETRY_STEP_MS * 1000);
+        if (reconnect(w) != 0) {
+            break;
+        }
+        dl = left_ms(s);
+        rc = dl > 0 ? lkv_client_lookup(w->cl, refs, (size_t)q->n_docs, dl, s->status)
+                    : LKV_ETIMEDOUT;
+    }
+    res->lookup_ms = now_ms() - t;
+    if (rc != 0) {
+        if (rc == LKV_EPROFILE || rc == LKV_EINVAL) {
+            return errf(res->error, sizeof(res->error), rc == LKV_EINVAL ? LKV_EPROFILE : rc,
+                        "Lookup refused by lazykvd at %s: %s", w->target, lkv_client_last_error());
+        }
+        return daemon_failed(s, "Lookup", rc);
+    }
+    rc = check_model_id(s, s->status[0].model_id);
+    if (rc != 0) {
+        return rc;
+    }
+    for (int i = 0; i < q->n_docs; i++) {
+        res->docs[i].tier = s->status[i].tier;
+        lkv_key_to_hex(s->status[i].key, res->docs[i].key_hex);
+    }
+    if (w->o.after_lookup != NULL) {
+        w->o.after_lookup(w->o.hook_arg);
+    }
+    /* Attach the present ones under one lease. */
+    lkv_docref *present = lkv_xcalloc((size_t)q->n_docs, sizeof(*present));
+    int *idx = lkv_xcalloc((size_t)q->n_docs, sizeof(*idx));
+    int np = 0;
+    for (int i = 0; i < q->n_docs; i++) {
+        if (s->status[i].present) {
+            present[np] = refs[i];
+            idx[np++] = i;
+        }
+    }
+    if (np > 0) {
+        t = now_ms();
+        dl = left_ms(s);
+        rc = dl > 0 ? lkv_client_attach_present(w->cl, present, (size_t)np, NULL, w->o.lease_ttl_ms,
+                                                dl, &s->lease)
+                    : LKV_ETIMEDOUT;
+        res->attach_ms = now_ms() - t;
+        s->lease_t = now_ms();
+        if (rc != 0) {
+            rc = daemon_failed(s, "Attach", rc);
+            goto out;
+        }
+        if (s->lease.live) {
+            w->st.leases++;
+            rc = lkv_pagespace_map(&w->ps, &s->lease.arena);
+            if (rc != 0) {
+                rc = errf(res->error, sizeof(res->error), rc,
+                          "cannot map the arena of lazykvd at %s: %s", w->target, w->ps.err);
+                goto out;
+            }
+        }
+        for (int j = 0; j < np; j++) {
+            const lkv_attached_doc *d = &s->lease.docs[j];
+            int i = idx[j];
+            if (!d->attached) {
+                continue; /* Evicted (or no hot room) since the Lookup: a miss. */
+            }
+            char why[256];
+            if (!layout_matches(w, d, why, sizeof(why))) {
+                rc = errf(res->error, sizeof(res->error), LKV_EPROFILE, "%s", why);
+                goto out;
+            }
+            if (d->n_tokens != (uint64_t)q->docs[i].n_tokens ||
+                d->n_pages != lkv_blocks_for_tokens(&w->shape, d->n_tokens) ||
+                d->n_pages > LKV_MODEL_SEG_MAX_BLOCKS) {
+                rc = errf(res->error, sizeof(res->error), LKV_EPROTO,
+                          "Attach reply for document %d: %" PRIu64 " tokens in %u pages, "
+                          "expected %d tokens",
+                          i, d->n_tokens, d->n_pages, q->docs[i].n_tokens);
+                goto out;
+            }
+            lkv_model_seg *g = &s->segs[i];
+            for (uint32_t b = 0; b < d->n_pages; b++) {
+                if (d->pages[b] >= w->ps.n_daemon) {
+                    rc = errf(res->error, sizeof(res->error), LKV_EPROTO,
+                              "Attach reply: page %u outside the arena of %u pages", d->pages[b],
+                              w->ps.n_daemon);
+                    goto out;
+                }
+                g->pages[b] = d->pages[b]; /* The daemon's page: read in place. */
+            }
+            g->n_blocks = (int32_t)d->n_pages;
+            g->n_tokens = (int32_t)d->n_tokens;
+            res->docs[i].hit = 1;
+            res->zero_copy_blocks += d->n_pages;
+        }
+    }
+out:
+    free(present);
+    free(idx);
+    return rc;
+}
+
+/* Releases the lease (if any): errors are notes, the lease expires by itself anyway. */
+static void release_lease(req_state *s)
+{
+    if (!s->lease.live) {
+        lkv_lease_free(&s->lease);
+        return;
+    }
+    int dl = left_ms(s);
+    int rc = lkv_client_release(s->w->cl, s->lease.id, dl > 0 ? dl : 1000, NULL);
+    if (rc != 0) {
+        note(s->res, "Release failed (%s: %s): the lease expires by itself within %u ms",
+             lkv_err_name(rc), lkv_client_last_error(), s->lease.ttl_ms);
+    }
+    lkv_lease_free(&s->lease);
+}
+
+/* Renews the lease when half its TTL has passed (long generations). */
+static int renew_lease(req_state *s)
+{
+    if (!s->lease.live || now_ms() - s->lease_t < (double)s->lease.ttl_ms / 2) {
+        return 0;
+    }
+    lkv_lease r;
+    int rc = lkv_client_attach_present(s->w->cl, NULL, 0, s->lease.id, s->w->o.lease_ttl_ms,
+                                       s->w->o.deadline_ms, &r);
+    if (rc != 0) {
+        /* The pages may be reused once the lease ends: stop reading them. */
+        return errf(s->res->error, sizeof(s->res->error), rc,
+                    "the lease could not be renewed (%s: %s); generation stopped so no page "
+                    "is read after it ends",
+                    lkv_err_name(rc), lkv_client_last_error());
+    }
+    lkv_lease_free(&r);
+    s->lease_t = now_ms();
+    s->w->st.renewals++;
+    return 0;
+}
+
+/* Step 3: each miss alone from position 0 into worker pages (a repeat reuses the first). */
+static int step_misses(req_state *s)
+{
+    const lkv_rag_request *q = s->req;
+    lkv_rag_result *res = s->res;
+    double t = now_ms();
+    for (int i = 0; i < q->n_docs; i++) {
+        s->miss_src[i] = -1;
+        if (res->docs[i].hit) {
+            continue;
+        }
+        for (int j = 0; j < i && s->use_daemon; j++) {
+            if (!res->docs[j].hit && strcmp(res->docs[j].key_hex, res->docs[i].key_hex) == 0) {
+                s->miss_src[i] = j;
+            }
+        }
+        if (!s->use_daemon) {
+            for (int j = 0; j < i && s->miss_src[i] < 0; j++) {
+                if (q->docs[j].n_tokens == q->docs[i].n_tokens &&
+                    memcmp(q->docs[j].tokens, q->docs[i].tokens,
+                           (size_t)q->docs[i].n_tokens * sizeof(int)) == 0) {
+                    s->miss_src[i] = j;
+                }
+            }
+        }
+        lkv_model_seg *g = &s->segs[i];
+        if (s->miss_src[i] >= 0) {
+            *g = s->segs[s->miss_src[i]];
+            continue;
+        }
+        memset(g, 0, sizeof(*g));
+        int rc = lkv_runner_forward(&s->w->run, &s->kv, NULL, 0, g, q->docs[i].tokens,
+                                    q->docs[i].n_tokens, NULL, NULL);
+        if (rc != 0) {
+            res->miss_ms = now_ms() - t;
+            return errf(res->error, sizeof(res->error), rc,
+                        "computing document %d (%d tokens): %s%s", i, q->docs[i].n_tokens,
+                        lkv_strerror(rc),
+                        rc == LKV_ENOSPC ? " (worker pages exhausted: raise --local-pages)" : "");
+        }
+    }
+    res->miss_ms = now_ms() - t;
+    return 0;
+}
+
+/* Step 5: Put each computed miss (blocks gathered from its worker pages). */
+static void step_put(req_state *s, const lkv_docref *refs)
+{
+    const lkv_rag_request *q = s->req;
+    lkv_rag_result *res = s->res;
+    const size_t bb = lkv_block_bytes(&s->w->shape);
+    double t = now_ms();
+    uint8_t *buf = NULL;
+    size_t cap = 0;
+    for (int i = 0; i < q->n_docs && s->use_daemon; i++) {
+        if (res->docs[i].hit || s->miss_src[i] >= 0) {
+            continue;
+        }
+        const lkv_model_seg *g = &s->segs[i];
+        size_t need = (size_t)g->n_blocks * bb;
+        if (need > cap) {
+            buf = lkv_xrealloc(buf, need);
+            cap = need;
+        }
+        for (int b = 0; b < g->n_blocks; b++) {
+            /* Worker pages are backend memory: copied out through the backend. */
+            s->w->be->to_host(s->w->be->ctx, buf + (size_t)b * bb,
+                              s->kv.base + (uint64_t)g->pages[b] * s->kv.page_bytes, bb);
+        }
+        int dl = left_ms(s);
+        int rc = dl > 0 ? lkv_client_put(s->w->cl, s->w->profile, refs[i].tokens, refs[i].n_tokens,
+                                         buf, (uint32_t)g->n_blocks, bb, dl, NULL)
+                        : LKV_ETIMEDOUT;
+        res->docs[i].stored = rc == 0 ? 1 : rc;
+        if (rc != 0) {
+            note(res, "Put of document %d failed (%s: %s): it stays a miss", i, lkv_err_name(rc),
+                 lkv_client_last_error());
+            if (daemon_down(rc)) {
+                break;
+            }
+        }
+    }
+    free(buf);
+    res->put_ms = now_ms() - t;
+}
+
+/* Materialise mode: replace every document segment by a re-rotated copy placed at 0. */
+static int step_materialise(req_state *s)
+{
+    const lkv_rag_request *q = s->req;
+    const lkv_backend *be = s->w->be;
+    for (int i = 0; i < q->n_docs; i++) {
+        lkv_model_seg *g = &s->segs[i];
+        if ((uint32_t)g->n_blocks > s->kv.n_pages - s->kv.n_used) {
+            return errf(s->res->error, sizeof(s->res->error), LKV_ENOSPC,
+                        "materialise: worker pages exhausted (raise --local-pages)");
+        }
+        uint32_t dst[LKV_MODEL_SEG_MAX_BLOCKS];
+        for (int b = 0; b < g->n_blocks; b++) {
+            dst[b] = s->kv.n_used++;
+        }
+        lkv_materialise_args a = {.shape = s->kv.shape,
+                                  .pe = &s->w->m->pe,
+                                  .src_arena = s->kv.base,
+                                  .dst_arena = s->kv.base,
+                                  .page_bytes = s->kv.page_bytes,
+                                  .src_pages = g->pages,
+                                  .dst_pages = dst,
+                                  .n_blocks = g->n_blocks,
+                                  .delta = g->start};
+        int rc = be->materialise(be->ctx, &a);
+        if (rc != 0) {
+            return errf(s->res->error, sizeof(s->res->error), rc, "materialise: %s",
+                        lkv_strerror(rc));
+        }
+        memcpy(g->pages, dst, (size_t)g->n_blocks * sizeof(uint32_t));
+        g->start = 0; /* Keys now sit at their absolute positions. */
+    }
+    return 0;
+}
+
+static int check_request(const lkv_worker *w, const lkv_rag_request *q, lkv_rag_result *res)
+{
+    const int V = w->m->cfg.vocab_size;
+    if (q->n_docs < 0 || (q->n_docs > 0 && q->docs == NULL)) {
+        return errf(res->error, sizeof(res->error), LKV_EINVAL, "bad document list");
+    }
+    int64_t total = 0;
+    for (int i = 0; i < q->n_docs; i++) {
+        if (q->docs[i].n_tokens < 1 || q->docs[i].tokens == NULL) {
+            return errf(res->error, sizeof(res->error), LKV_EINVAL,
+                        "document %d is empty (a document needs at least one token)", i);
+        }
+        if (q->docs[i].n_tokens > LKV_MODEL_SEG_MAX_BLOCKS * w->shape.block_tokens) {
+            return errf(res->error, sizeof(res->error), LKV_EINVAL,
+                        "document %d has %d tokens, more than a segment holds (%d)", i,
+                        q->docs[i].n_tokens, LKV_MODEL_SEG_MAX_BLOCKS * w->shape.block_tokens);
+        }
+        for (int t = 0; t < q->docs[i].n_tokens; t++) {
+            if (q->docs[i].tokens[t] < 0 || q->docs[i].tokens[t] >= V) {
+                return errf(res->error, sizeof(res->error), LKV_EINVAL,
+                            "document %d token %d is %d, outside the vocabulary 0..%d", i, t,
+                            q->docs[i].tokens[t], V - 1);
+            }
+        }
+        total += q->docs[i].n_tokens;
+    }
+    if (q->n_question < 1 || q->question == NULL) {
+        return errf(res->error, sizeof(res->error), LKV_EINVAL,
+                    "the question is empty (it needs at least one token)");
+    }
+    for (int t = 0; t < q->n_question; t++) {
+        if (q->question[t] < 0 || q->question[t] >= V) {
+            return errf(res->error, sizeof(res->error), LKV_EINVAL,
+                        "question token %d is %d, outside the vocabulary 0..%d", t, q->question[t],
+                        V - 1);
+        }
+    }
+    if (q->max_tokens < 1) {
+        return errf(res->error, sizeof(res->error), LKV_EINVAL, "max_tokens must be >= 1 (got %d)",
+                    q->max_tokens);
+    }
+    total += q->n_question;
+    if (total + q->max_tokens > w->o.max_position) {
+        return errf(
+            res->error, sizeof(res->error), LKV_EINVAL,
+            "the prompt (%" PRId64 " tokens: %d documents and the question) plus "
+            "max_tokens %d reaches position %" PRId64 ", past the model's maximum position %d",
+            total, q->n_docs, q->max_tokens, total + q->max_tokens - 1, w->o.max_position - 1);
+    }
+    if (q->mode != LKV_RAG_LAZY && q->mode != LKV_RAG_MATERIALISE) {
+        return errf(res->error, sizeof(res->error), LKV_EINVAL, "unknown mode %d", q->mode);
+    }
+    return 0;
+}
+
+/* Step 4: question prefill, then decode. */
+static int step_generate(req_state *s)
+{
+    lkv_worker *w = s->w;
+    const lkv_rag_request *q = s->req;
+    lkv_rag_result *res = s->res;
+    const int V = w->m->cfg.vocab_size, nd = q->n_docs;
+    lkv_model_seg *qs = &s->segs[nd];
+    memset(qs, 0, sizeof(*qs));
+    qs->start = res->n_prompt - q->n_question;
+    float *logits = lkv_xmalloc((size_t)q->n_question * V * sizeof(float));
+    res->tokens = lkv_xmalloc((size_t)q->max_tokens * sizeof(int));
+    res->vocab = V;
+    if (q->keep_logits) {
+        res->logits = lkv_xmalloc((size_t)q->max_tokens * V * sizeof(float));
+    }
+    size_t tcap = 256, tlen = 0;
+    res->text = lkv_xmalloc(tcap);
+    res->text[0] = '\0';
+    uint64_t rng = lkv_sampling_seed(q->sampling.seed);
+    int rc = lkv_runner_forward(&w->run, &s->kv, s->segs, nd, qs, q->question, q->n_question,
+                                logits, NULL);
+    const float *row = logits + (size_t)(q->n_question - 1) * V;
+    int prev = q->question[q->n_question - 1];
+    double t_first = 0;
+    while (rc == 0) {
+        int tok;
+        rc = w->be->sample(w->be->ctx, row, V, &q->sampling, &rng, &tok);
+        if (rc != 0) {
+            errf(res->error, sizeof(res->error), rc, "sampling failed (non-finite logits)");
+            break;
+        }
+        if (res->n_out == 0) {
+            t_first = now_ms();
+            res->ttft_ms = t_first - s->t0;
+        }
+        if (q->stop_at_eos && (tok == LKV_TOK_EOS || tok == LKV_TOK_BOS)) {
+            res->stop_eos = 1;
+            break;
+        }
+        if (q->keep_logits) {
+            memcpy(res->logits + (size_t)res->n_out * V, row, (size_t)V * sizeof(float));
+        }
+        res->tokens[res->n_out++] = tok;
+        if (w->have_tok) {
+            const char *piece = lkv_tokenizer_decode(&w->tok, prev, tok);
+            size_t pl = strlen(piece);
+            if (tlen + pl + 1 > tcap) {
+                tcap = (tlen + pl + 1) * 2;
+                res->text = lkv_xrealloc(res->text, tcap);
+            }
+            memcpy(res->text + tlen, piece, pl + 1);
+            tlen += pl;
+        }
+        prev = tok;
+        if (res->n_out == q->max_tokens) {
+            break;
+        }
+        rc = renew_lease(s);
+        if (rc == 0) {
+            rc = lkv_runner_forward(&w->run, &s->kv, s->segs, nd, qs, &tok, 1, logits, NULL);
+            row = logits;
+            if (rc != 0) {
+                errf(res->error, sizeof(res->error), rc, "decode step %d: %s", res->n_out,
+                     lkv_strerror(rc));
+            }
+        }
+    }
+    if (rc != 0 && res->error[0] == '\0') {
+        errf(res->error, sizeof(res->error), rc, "question prefill: %s%s", lkv_strerror(rc),
+             rc == LKV_ENOSPC ? " (worker pages exhausted: raise --local-pages)" : "");
+    }
+    if (res->n_out > 1) {
+        res->tpot_ms = (now_ms() - t_first) / (res->n_out - 1);
+    }
+    free(logits);
+    return rc;
+}
+
+int lkv_worker_run(lkv_worker *w, const lkv_rag_request *q, lkv_rag_result *res)
+{
+    memset(res, 0, sizeof(*res));
+    req_state s = {.w = w, .req = q, .res = res, .t0 = now_ms()};
+    s.t_phase = s.t0;
+    w->st.requests++;
+    int rc = check_request(w, q, res);
+    if (rc != 0) {
+        w->st.failed++;
+        return rc;
+    }
+    const int nd = q->n_docs;
+    res->n_docs = nd;
+    res->docs = lkv_xcalloc((size_t)(nd ? nd : 1), sizeof(*res->docs));
+    s.segs = lkv_xcalloc((size_t)nd + 1, sizeof(*s.segs));
+    s.miss_src = lkv_xcalloc((size_t)(nd ? nd : 1), sizeof(int));
+    s.status = lkv_xcalloc((size_t)(nd ? nd : 1), sizeof(*s.status));
+    s.use_daemon = w->cl != NULL && !q->no_cache && nd > 0;
+    res->local_only = !s.use_daemon;
+    uint32_t *ids = NULL;
+    lkv_docref *refs = make_refs(&s, &ids);
+    int64_t pos = 0;
+    for (int i = 0; i < nd; i++) {
+        res->docs[i].n_tokens = q->docs[i].n_tokens;
+        res->docs[i].start = pos;
+        res->docs[i].n_blocks = lkv_blocks_for_tokens(&w->shape, (uint64_t)q->docs[i].n_tokens);
+        pos += q->docs[i].n_tokens;
+    }
+    res->n_prompt = (int)pos + q->n_question;
+    if (s.use_daemon) {
+        rc = step_cache(&s, refs);
+        if (rc != 0) {
+            goto out;
+        }
+    }
+    if (w->ps.base == NULL) {
+        rc = lkv_pagespace_map_local(&w->ps, lkv_block_bytes(&w->shape));
+        if (rc != 0) {
+            errf(res->error, sizeof(res->error), rc, "worker pages: %s", w->ps.err);
+            goto out;
+        }
+    }
+    lkv_pagespace_view(&w->ps, &w->shape, &s.kv);
+    rc = step_misses(&s);
+    if (rc != 0) {
+        goto out;
+    }
+    for (int i = 0; i < nd; i++) {
+        s.segs[i].start = res->docs[i].start;
+        if (res->docs[i].hit) {
+            res->hit_docs++;
+            res->hit_tokens += (uint64_t)q->docs[i].n_tokens;
+        } else {
+            res->miss_docs++;
+            res->miss_tokens += (uint64_t)q->docs[i].n_tokens;
+        }
+    }
+    if (q->mode == LKV_RAG_MATERIALISE) {
+        rc = step_materialise(&s);
+        if (rc != 0) {
+            goto out;
+        }
+    }
+    rc = step_generate(&s);
+    if (rc != 0) {
+        goto out;
+    }
+    s.t_phase = now_ms(); /* Put and Release get a deadline of their own after generation. */
+    if (s.use_daemon) {
+        step_put(&s, refs);
+    }
+out:
+    release_lease(&s);
+    w->st.hit_docs += (uint64_t)res->hit_docs;
+    w->st.miss_docs += (uint64_t)res->miss_docs;
+    w->st.hit_tokens += res->hit_tokens;
+    w->st.miss_tokens += res->miss_tokens;
+    if (rc != 0) {
+        w->st.failed++;
+    }
+    res->total_ms = now_ms() - s.t0;
+    free(ids);
+    free(refs);
+    free(s.segs);
+    free(s.miss_src);
+    free(s.status);
+    return rc;
+}

@@ -1,0 +1,183 @@
+/*
+ * lkv_worker.h: the co-located decode worker (DESIGN.md section 7): RAG requests end to end
+ * against a real lazykvd, reading cached documents in place from the daemon's arena.
+ *
+ * One request (lkv_worker_run):
+ *   1. Lookup every document (by profile + token ids) in one call. The replies carry the
+ *      profile's weights identity (model_id), checked against the checkpoint the worker loaded
+ *      (its BLAKE2b-256, or the revision given in the options): a mismatch refuses the request,
+ *      so KV of one model is never served to (or stored by) another.
+ *   2. Attach the present documents under one lease in ATTACH_MODE_PRESENT: what is present is
+ *      pinned, the rest is reported, so an eviction between Lookup and Attach costs a miss, not a
+ *      failed request. The arena is mapped once (lkv_pagespace.h) and each hit's blocks are
+ *      referenced where the daemon keeps them: no document KV is copied on a hit.
+ *   3. Each miss is computed alone from position 0 into worker pages (the position-free form the
+ *      cache stores) and read from there by this request.
+ *   4. The question is prefilled against every segment at its position in this prompt (block
+ *      references: document start, block index), then tokens are decoded (greedy, or temperature
+ *      and top-p with a seed) until max_tokens or an end token.
+ *   5. The misses are stored with Put (after the last token: off the latency path), then the
+ *      lease is released. A lease is renewed while a long generation runs.
+ * Timing: TTFT is from the call to the first sampled token (lookup, attach, misses and prefill
+ * included); TPOT is the mean time per later token.
+ *
+ * Failure model: every daemon call has the request's remaining deadline. An UNAVAILABLE Lookup
+ * is retried every 100 ms for up to retry_ms (a restarting daemon). A daemon that stays
+ * unreachable, or hangs, fails the request with a message naming the daemon, or (option
+ * local_fallback) computes every document locally and says so in the result. Bad input (empty
+ * document or question, a token id outside the vocabulary, a prompt past the model's maximum
+ * position) is refused before anything is sent.
+ *
+ * Modes: LKV_RAG_LAZY is the product (LazyAttention over position-free pages).
+ * LKV_RAG_MATERIALISE is the Block-Attention baseline: each document's pages are copied and
+ * re-rotated to their position (lkv_materialise) before the question attends to them; it exists
+ * to be compared with, in tests and benchmarks.
+ *
+ * Thread safety: a worker serves one request at a time (one thread).
+ */
+#ifndef LKV_WORKER_H
+#define LKV_WORKER_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "lkv_backend.h"
+#include "lkv_client.h"
+#include "lkv_model.h"
+#include "lkv_tokenizer.h"
+
+typedef struct lkv_worker lkv_worker; /* Opaque. */
+
+/* Options of lkv_worker_create. Zero-initialise, then set what you need. Strings are copied. */
+typedef struct lkv_worker_opts {
+    const char *target;         /* lazykvd "host:port"; NULL or "": local only (no cache). */
+    const char *profile;        /* Profile name; NULL: "stories260k". */
+    const char *model_path;     /* llama2.c checkpoint (required). */
+    const char *tokenizer_path; /* llama2.c tokenizer; NULL: token requests only. */
+    const char *model_id;       /* Expected revision when the profile's model_id is not a
+                                   "blake2b:" hash; NULL: such profiles are refused. */
+    const char *bearer_token;   /* Sent to the daemon; NULL: none. */
+    int block_tokens;           /* Profile layout: tokens per block; 0: 16. */
+    int dtype;                  /* Profile layout: enum lkv_dtype of stored KV (default f32). */
+    int deadline_ms;            /* Deadline of the daemon calls before the first token, and
+                                   again of those after the last, ms; 0: 10000. */
+    int retry_ms;               /* Retry an UNAVAILABLE Lookup (a restarting daemon) this long,
+                                   within the deadline; 0: 2000; < 0: never. */
+    uint32_t lease_ttl_ms;      /* Lease TTL, ms; 0: 30000 (renewed at half-life). */
+    int local_fallback;         /* 1: daemon unavailable -> compute locally, say so. */
+    uint32_t local_pages;       /* Worker pages (misses, question, copies); 0: 2048. */
+    int max_position;           /* Largest prompt + output length; 0: the model's seq_len. */
+    int threads;                /* Attention threads (lkv_attn_cpu_set_threads); 0: all. */
+    const lkv_backend *backend; /* NULL: the CPU backend. Borrowed. */
+    /* Fault injection (tests): called between a request's Lookup and its Attach, e.g. to evict
+     * a document there. NULL: none. */
+    void (*after_lookup)(void *arg);
+    void *hook_arg; /* Passed to after_lookup; borrowed. */
+} lkv_worker_opts;
+
+/* One document of a request: token ids (borrowed). */
+typedef struct lkv_rag_doc {
+    const int *tokens; /* n_tokens ids. */
+    int n_tokens;      /* >= 1. */
+} lkv_rag_doc;
+
+enum lkv_rag_mode {
+    LKV_RAG_LAZY = 0,        /* LazyAttention over the cached pages (the product). */
+    LKV_RAG_MATERIALISE = 1, /* Block-Attention baseline: re-rotated copies per prompt. */
+};
+
+/* A RAG request. Pointers are borrowed for the call. */
+typedef struct lkv_rag_request {
+    int n_docs;              /* Documents, in prompt order (0 allowed). */
+    const lkv_rag_doc *docs; /* [n_docs]. */
+    const int *question;     /* The question's token ids (after the documents). */
+    int n_question;          /* >= 1. */
+    int max_tokens;          /* Tokens to generate, >= 1. */
+    lkv_sampling sampling;   /* Greedy when temperature is 0. */
+    int stop_at_eos;         /* 1: stop at BOS/EOS (not included in the output). */
+    int mode;                /* enum lkv_rag_mode. */
+    int keep_logits;         /* 1: the result keeps the logits of every output token. */
+    int no_cache;            /* 1: do not use the daemon for this request (all local). */
+} lkv_rag_request;
+
+/* What happened to one document. */
+typedef struct lkv_rag_doc_result {
+    int hit;           /* 1: attached and read in place from the daemon's arena. */
+    int tier;          /* enum lkv_wire_tier at Lookup (HOT, COLD, ABSENT; 0 local). */
+    int n_tokens;      /* Tokens. */
+    int64_t start;     /* Position of its first token in this prompt. */
+    uint32_t n_blocks; /* Blocks. */
+    int stored;        /* Miss: 1 stored by Put, 0 not tried, < 0 the Put's error. */
+    char key_hex[65];  /* Document key (wire form) as hex, "" in local mode. */
+} lkv_rag_doc_result;
+
+/* Result of lkv_worker_run. Free with lkv_rag_result_free. */
+typedef struct lkv_rag_result {
+    int n_out;                   /* Generated tokens. */
+    int *tokens;                 /* [n_out]. Owned. */
+    char *text;                  /* Their text (needs a tokenizer; else ""). Owned. */
+    float *logits;               /* keep_logits: [n_out][vocab], the logits that chose token i. */
+    int vocab;                   /* Logit row length. */
+    int n_prompt;                /* Documents + question tokens. */
+    int stop_eos;                /* 1: stopped at an end token; 0: max_tokens. */
+    double ttft_ms, tpot_ms;     /* Time to first token; mean time per later token. */
+    double total_ms;             /* Whole call, Put and Release included. */
+    double lookup_ms, attach_ms; /* Daemon calls. */
+    double miss_ms, put_ms;      /* Computing the misses; storing them. */
+    int n_docs;                  /* Entries of docs. */
+    lkv_rag_doc_result *docs;    /* [n_docs] in request order. Owned. */
+    int hit_docs, miss_docs;     /* Documents served from the cache / computed. */
+    uint64_t hit_tokens, miss_tokens;
+    uint64_t zero_copy_blocks; /* Blocks read in place from the daemon's arena. */
+    int local_only;            /* 1: the daemon was not used (local mode or fallback). */
+    char note[512];            /* Warnings (fallback reason, Put failures, ...), or "". */
+    char error[512];           /* Why the call failed, or "". */
+} lkv_rag_result;
+
+/* Worker statistics. */
+typedef struct lkv_worker_stats {
+    uint64_t requests, failed;    /* Requests run / failed. */
+    uint64_t hit_docs, miss_docs; /* Over all requests. */
+    uint64_t hit_tokens, miss_tokens;
+    uint64_t arena_maps;       /* Times the daemon's arena was mapped (once per arena). */
+    uint64_t leases, renewals; /* Leases made, renewed. */
+    uint64_t reconnects;       /* Fresh channels made after UNAVAILABLE. */
+} lkv_worker_stats;
+
+/* Creates a worker: loads and hashes the checkpoint, loads the tokenizer, connects (lazily) to
+ * the daemon. On error writes a message to err (errlen bytes) and returns LKV_EINVAL (options),
+ * LKV_EIO / LKV_ECORRUPT / LKV_ENOTSUP (model or tokenizer file). *out is owned by the caller
+ * (lkv_worker_destroy). */
+int lkv_worker_create(const lkv_worker_opts *o, lkv_worker **out, char *err, size_t errlen);
+
+/* Destroys w (unmaps the arena; no lease is held between requests). NULL is fine. */
+void lkv_worker_destroy(lkv_worker *w);
+
+/* Runs one request. On 0, *res is filled (free with lkv_rag_result_free). On error res->error
+ * says why and the code is: LKV_EINVAL (bad request), LKV_EPROFILE (unknown profile or model
+ * identity mismatch), LKV_EUNAVAIL / LKV_ETIMEDOUT (daemon unreachable or the deadline passed,
+ * without local_fallback), LKV_ENOSPC (worker pages), or a daemon error. res must be freed in
+ * both cases. Nothing stays pinned after the call returns (the lease is released, or expires by
+ * itself if the daemon cannot be reached). */
+int lkv_worker_run(lkv_worker *w, const lkv_rag_request *req, lkv_rag_result *res);
+
+/* Frees what res owns and zeroes it. */
+void lkv_rag_result_free(lkv_rag_result *res);
+
+/* The tokenizer (NULL if none was loaded); borrowed until lkv_worker_destroy. */
+const lkv_tokenizer *lkv_worker_tokenizer(const lkv_worker *w);
+
+/* The model (borrowed until lkv_worker_destroy). */
+const lkv_model *lkv_worker_model(const lkv_worker *w);
+
+/* "blake2b:<64 hex>" of the loaded checkpoint (borrowed until lkv_worker_destroy). */
+const char *lkv_worker_model_hash(const lkv_worker *w);
+
+/* Fills *st. */
+void lkv_worker_stats_get(const lkv_worker *w, lkv_worker_stats *st);
+
+/* Writes "blake2b:" and the BLAKE2b-256 of the file at path as hex into out (at least 73
+ * bytes). Returns 0 or LKV_EIO. */
+int lkv_worker_hash_file(const char *path, char *out, size_t len);
+
+#endif
