@@ -10,7 +10,10 @@ cd "$(dirname "$0")/../.."
 build=${1:?usage: tests/fuzz/run.sh BUILD_DIR [SECONDS] [PARALLEL]}
 secs=${2:-30}
 par=${3:-1}
-targets=(fuzz_requests fuzz_config fuzz_kvfile fuzz_trace)
+targets=()
+for t in fuzz_requests fuzz_config fuzz_kvfile fuzz_trace fuzz_worker_request; do
+    [ -x "$build/bin/$t" ] && targets+=("$t")
+done
 out="$build/fuzz-out"
 rm -rf "$out"
 mkdir -p "$out"
