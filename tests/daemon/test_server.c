@@ -410,14 +410,15 @@ static lkv_server *srv;
 static char addr[64];
 
 /* Waits up to 2 s (20 s under sanitizers) for *v to reach want (cleanups run on server threads). */
+#ifdef LKV_SANITIZED
+#define WAIT_TRIES 2000 /* 20 s of 10 ms polls: ThreadSanitizer slows the engine 5-15x. */
+#else
+#define WAIT_TRIES 200
+#endif
+
 static int wait_for(atomic_int *v, int want)
 {
-#ifdef LKV_SANITIZED
-    const int tries = 2000; /* 20 s: ThreadSanitizer slows the engine 5-15x. */
-#else
-    const int tries = 200;
-#endif
-    for (int i = 0; i < tries && atomic_load(v) != want; i++) {
+    for (int i = 0; i < WAIT_TRIES && atomic_load(v) != want; i++) {
         sleep_ms(10);
     }
     return atomic_load(v);
@@ -932,8 +933,8 @@ static void test_park_many(void)
     ASSERT_EQ(entered, N);
 #endif
     ASSERT_EQ(wait_for(&n_park_cleanup, cl + entered), cl + entered);
-    for (int i = 0;
-         i < 200 && atomic_load(&n_park_cont) - cont + atomic_load(&n_stale) - stale0 < entered;
+    for (int i = 0; i < WAIT_TRIES &&
+                    atomic_load(&n_park_cont) - cont + atomic_load(&n_stale) - stale0 < entered;
          i++) {
         sleep_ms(10);
     }
@@ -943,7 +944,7 @@ static void test_park_many(void)
            atomic_load(&n_park_cont) - cont, atomic_load(&n_stale) - stale0);
     sleep_ms(50);
     ASSERT_EQ(atomic_load(&n_park_cleanup), cl + entered);
-    for (int i = 0; i < 200 && lkv_server_calls_in_flight(srv) != 0; i++) {
+    for (int i = 0; i < WAIT_TRIES && lkv_server_calls_in_flight(srv) != 0; i++) {
         sleep_ms(10);
     }
     ASSERT_EQ(lkv_server_calls_in_flight(srv), 0);
@@ -1193,7 +1194,7 @@ int main(void)
     ASSERT_TRUE(atomic_load(&n_admit) > 0);
     const char *path;
     uint64_t calls, errors, usec;
-    for (int i = 0; i < 200; i++) { /* Counted when a call's last batch completes. */
+    for (int i = 0; i < WAIT_TRIES; i++) { /* Counted when a call's last batch completes. */
         ASSERT_OK(lkv_server_method_stats(srv, 3, &path, &calls, &errors, &usec));
         if (calls == 3 + 8 * 20) {
             break;
@@ -1203,7 +1204,7 @@ int main(void)
     ASSERT_TRUE(strcmp(path, "/lazykv.v1.Cache/Get") == 0);
     ASSERT_EQ(calls, 3 + 8 * 20);
     ASSERT_EQ(errors, 2);
-    for (int i = 0; i < 200 && lkv_server_calls_in_flight(srv) != 0; i++) {
+    for (int i = 0; i < WAIT_TRIES && lkv_server_calls_in_flight(srv) != 0; i++) {
         sleep_ms(10); /* A call is counted out when its last batch completes. */
     }
     ASSERT_EQ(lkv_server_calls_in_flight(srv), 0);
