@@ -250,6 +250,7 @@ struct lkv_server {
 
     lkv_stats *registry;         /* opts.stats (borrowed), or NULL. */
     lkv_stat_group *stats_group; /* The per-method counters there, or NULL. */
+    lkv_stat_group *conn_group;  /* The accept loop's counters there, or NULL. */
 
     /* The accept loop (plaintext; NULL with opts.grpc_listener). See "Connections". */
     lkv_listener *listener;
@@ -1278,6 +1279,51 @@ static void method_stats_read(void *ctx, double *vals, int n)
     }
 }
 
+/* Section "connections" of Admin Stats: the accept loop's counters (lkv_listener_stats). */
+#define CONN_STATS 7
+
+static void conn_stats_read(void *ctx, double *vals, int n)
+{
+    lkv_server *s = ctx;
+    lkv_listener_stats st;
+    lkv_listener_stats_get(s->listener, &st);
+    double v[CONN_STATS] = {(double)st.open,          (double)st.accepted,
+                            (double)st.refused_total, (double)st.refused_peer,
+                            (double)st.fd_exhausted,  (double)st.shed_exhausted,
+                            (double)st.backoffs};
+    for (int i = 0; i < n && i < CONN_STATS; i++) {
+        vals[i] = v[i];
+    }
+}
+
+static int conn_stats_register(lkv_server *s, lkv_stats *r)
+{
+    static const lkv_stat_desc d[CONN_STATS] = {
+        {"conn_open", "", LKV_STAT_GAUGE, "connections",
+         "Connections open now (as of the "
+         "accept loop's last sweep).",
+         "connections", "open"},
+        {"conn_accepted", "", LKV_STAT_COUNTER, "connections", "Connections handed to gRPC.",
+         "connections", "accepted"},
+        {"conn_refused", "cap=total", LKV_STAT_COUNTER, "connections",
+         "Connections closed at once: max_connections reached.", "connections",
+         "refused_total_cap"},
+        {"conn_refused", "cap=peer", LKV_STAT_COUNTER, "connections",
+         "Connections closed at once: max_connections_per_peer reached.", "connections",
+         "refused_peer_cap"},
+        {"conn_fd_exhausted", "", LKV_STAT_COUNTER, "events",
+         "Accepts that failed for lack of descriptors (EMFILE, ENFILE).", "connections",
+         "fd_exhausted"},
+        {"conn_shed", "", LKV_STAT_COUNTER, "connections",
+         "Waiting connections closed while out of descriptors.", "connections", "shed"},
+        {"conn_backoffs", "", LKV_STAT_COUNTER, "events",
+         "Back-off sleeps of the accept loop (EMFILE, ENFILE, ENOBUFS, ENOMEM).", "connections",
+         "backoffs"},
+    };
+    s->registry = r;
+    return lkv_stats_register(r, d, CONN_STATS, conn_stats_read, s, &s->conn_group);
+}
+
 static int method_stats_register(lkv_server *s, lkv_stats *r)
 {
     static const char *const names[4] = {"rpc_calls", "rpc_errors", "rpc_usec_per_call",
@@ -1499,6 +1545,9 @@ int lkv_server_create(const lkv_server_opts *opts, const lkv_method *methods, in
     }
     if (opts->stats != NULL) {
         int rc = method_stats_register(s, opts->stats);
+        if (rc == 0 && s->listener != NULL) {
+            rc = conn_stats_register(s, opts->stats);
+        }
         if (rc != 0) {
             snprintf(err, errlen, "cannot register the per-method stats: %s", lkv_strerror(rc));
             lkv_server_destroy(s);
@@ -1675,6 +1724,7 @@ void lkv_server_destroy(lkv_server *s)
         return;
     }
     lkv_stats_unregister(s->registry, s->stats_group); /* No method_stats_read after this. */
+    lkv_stats_unregister(s->registry, s->conn_group);  /* Nor conn_stats_read. */
     lkv_server_shutdown(s, 0);
     grpc_server_destroy(s->server);
     lkv_listener_destroy(s->listener);

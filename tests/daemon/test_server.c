@@ -1115,6 +1115,23 @@ static void test_shutdown_parked(void)
     }
 }
 
+/* The accept loop's counters (section "connections") as the registry shows them. */
+typedef struct conn_seen {
+    int n;
+    double accepted;
+} conn_seen;
+
+static int conn_visit(void *ctx, const lkv_stat_desc *d, double v)
+{
+    conn_seen *c = ctx;
+    ASSERT_TRUE(strcmp(d->section, "connections") == 0);
+    c->n++;
+    if (strcmp(d->key, "accepted") == 0) {
+        c->accepted = v;
+    }
+    return 0;
+}
+
 /* The per-method counters as the registry shows them. */
 typedef struct get_stats {
     double calls, errors, usec_per_call, usec;
@@ -1208,9 +1225,14 @@ int main(void)
         sleep_ms(10); /* A call is counted out when its last batch completes. */
     }
     ASSERT_EQ(lkv_server_calls_in_flight(srv), 0);
-    /* The same counters through the registry (4 stats per method, 3 of them in INFO). */
+    /* The same counters through the registry (4 stats per method, 3 of them in INFO; and the
+     * accept loop's 7 in section "connections"). */
     int n_methods = (int)(sizeof(methods) / sizeof(methods[0]));
-    ASSERT_EQ(lkv_stats_count(reg), 4 * n_methods);
+    ASSERT_EQ(lkv_stats_count(reg), 4 * n_methods + 7);
+    conn_seen cs = {0};
+    ASSERT_OK(lkv_stats_foreach(reg, "connections", conn_visit, &cs));
+    ASSERT_EQ(cs.n, 7);
+    ASSERT_TRUE(cs.accepted >= 3); /* This test's clients, each with its own handle. */
     get_stats g = {0};
     ASSERT_OK(lkv_stats_foreach(reg, NULL, get_visit, &g));
     ASSERT_EQ(g.seen, 4);

@@ -179,7 +179,18 @@ def main():
         for s in socks:
             s.close()
         h.check(health_ok_within(d, h.timeout(10)) is not None, "Health after the per-peer cap")
-        print("  per-peer cap 5: 12 connections, 7 closed at once; Health fine after")
+        # Admin Stats, section "connections", counts them.
+        from harness import admin_pb2, admin_pb2_grpc
+        ch = d.channel()
+        r = admin_pb2_grpc.AdminStub(ch).Stats(admin_pb2.StatsRequest(sections=["connections"]),
+                                               timeout=h.timeout(10))
+        ch.close()
+        conn = {e.key: e.value for e in r.entries if e.section == "connections"}
+        h.check(conn.get("refused_peer_cap") == 7 and conn.get("accepted", 0) >= 6,
+                "Stats connections: %s (info: %s)" % (conn, r.info))
+        h.check("# Connections" in r.info or "connections" in r.info.lower(), r.info)
+        print("  per-peer cap 5: 12 connections, 7 closed at once; Health fine after; Stats: %s"
+              % {k: int(v) for k, v in sorted(conn.items())})
     with h.Daemon(h.ITEST_ARGS + ["--set", "max_connections=4"]) as d:
         d.start()
         socks = [dial(d.addr) for _ in range(6)]
