@@ -2,7 +2,8 @@
  * lazykv_cli.c: the `lazykv` command-line tool. It talks to one lazykvd through the public RPCs
  * only (client/lkv_client.h: lazykv.v1.Cache, lazykv.v1.Admin, grpc.health.v1), like redis-cli.
  *
- *     lazykv [--addr HOST:PORT] [--timeout MS] [--token T] COMMAND [ARGS]
+ *     lazykv [--addr HOST:PORT] [--timeout MS] [--token T] [--tls-ca F [--tls-cert F --tls-key F]]
+ *            COMMAND [ARGS]
  *
  * Commands: ping, put, get, lookup, rm, ls, evict, stats, attach, release, help; every command
  * takes --help. Global options may also follow the command word. Exit codes (the contract
@@ -79,6 +80,7 @@ static const char *main_help =
     "  stats [SECTION]           daemon statistics (admin; --json, --raw, --watch S)\n"
     "  attach DOC...             pin documents under a lease, print its pages (worker)\n"
     "  release LEASE             end a lease (worker)\n"
+    "  cluster                   members, their state, tiers and share of the key space\n"
     "\n"
     "DOC is a 64-hex-digit key, or --profile NAME --tokens LIST (LIST: comma-separated\n"
     "token ids, or @FILE with ids separated by commas or white space).\n"
@@ -87,11 +89,19 @@ static const char *main_help =
     "  --addr HOST:PORT          daemon address (default $LAZYKV_ADDR, else " DEFAULT_ADDR ")\n"
     "  --timeout MS              deadline of each call (default 30000)\n"
     "  --token TOKEN             bearer token (default $LAZYKV_TOKEN)\n"
+    "  --tls-ca FILE             use TLS; verify the daemon against this CA (PEM)\n"
+    "                            (default $LAZYKV_TLS_CA)\n"
+    "  --tls-cert FILE           client certificate (PEM) for a daemon that requires one\n"
+    "                            (default $LAZYKV_TLS_CERT)\n"
+    "  --tls-key FILE            its private key (PEM) (default $LAZYKV_TLS_KEY)\n"
+    "  --tls-server-name NAME    name to check the daemon's certificate against instead of\n"
+    "                            the host of --addr (default $LAZYKV_TLS_SERVER_NAME)\n"
     "\n";
 
 typedef struct cli {
-    lkv_client_t *c; /* Connected handle. */
-    int timeout_ms;  /* Per-call deadline. */
+    lkv_client_t *c;   /* Connected handle. */
+    int timeout_ms;    /* Per-call deadline. */
+    const char *token; /* --token / $LAZYKV_TOKEN (for other members), or NULL. */
 } cli;
 
 /* A document named on the command line. */
@@ -858,11 +868,66 @@ static int parse_count(const char *v, long max, long *out)
     return 0;
 }
 
+static int member_addr(cli *x, const char *want, char *addr, size_t len);
+static lkv_client_t *member_client(const cli *x, const char *addr);
+
+/* stats --member / --cluster: one sample from one member, or from each in turn. */
+static int stats_members(cli *x, const char *member, char **sections, int n_sections, int json,
+                         int raw)
+{
+    char addrs[64][128], ids[64][160];
+    int n = 0;
+    if (member != NULL) {
+        int ex = member_addr(x, member, addrs[0], sizeof(addrs[0]));
+        if (ex != EXIT_OK) {
+            return ex;
+        }
+        snprintf(ids[0], sizeof(ids[0]), "%s", member);
+        n = 1;
+    } else {
+        lkv_cluster_info ci;
+        int rc = lkv_client_cluster(x->c, x->timeout_ms, &ci);
+        if (rc != 0) {
+            return rpc_fail("stats --cluster", rc);
+        }
+        for (size_t i = 0; i < ci.n_members && n < 64; i++) {
+            snprintf(addrs[n], sizeof(addrs[n]), "%s", ci.members[i].addr);
+            snprintf(ids[n], sizeof(ids[n]), "%s (%s)", ci.members[i].id, ci.members[i].state);
+            n++;
+        }
+        lkv_cluster_info_free(&ci);
+    }
+    int worst = EXIT_OK;
+    lkv_client_t *home = x->c;
+    for (int i = 0; i < n; i++) {
+        lkv_client_t *c = member_client(x, addrs[i]);
+        if (c == NULL) {
+            worst = EXIT_UNAVAIL;
+            continue;
+        }
+        if (!json) {
+            printf("%s# member %s at %s\n", i ? "\n" : "", ids[i], addrs[i]);
+        }
+        x->c = c;
+        lkv_stat_entry *e = NULL;
+        size_t ne = 0;
+        int ex = stats_once(x, sections, n_sections, json, raw, &e, &ne);
+        free(e);
+        x->c = home;
+        lkv_client_destroy(c);
+        if (ex != EXIT_OK) {
+            worst = ex;
+        }
+    }
+    return worst;
+}
+
 static int cmd_stats(cli *x, int argc, char **argv)
 {
     if (want_help(argc, argv)) {
         printf(
-            "usage: lazykv stats [--json | --raw] [--watch SECONDS [--count N]] [SECTION...]\n\n"
+            "usage: lazykv stats [--json | --raw] [--watch SECONDS [--count N]]\n"
+            "                    [--member ID|ADDR | --cluster] [SECTION...]\n\n"
             "Prints the daemon's statistics (lazykv.v1.Admin/Stats; admin role), all sections\n"
             "or the ones named (server, hot, cold, lookups, movement, puts, persistence, leases,\n"
             "tenants, calls). By default for people: sizes in KiB/MiB/GiB with their share of the "
@@ -873,11 +938,15 @@ static int cmd_stats(cli *x, int argc, char **argv)
             "--watch repeats every SECONDS (N times with --count, else until interrupted); from\n"
             "the second sample on, the human view ends with a Rates section (lookups per\n"
             "second with the interval's hit rate, calls per second per RPC method). A failed\n"
-            "sample ends the watch with its exit code.\n\n%s",
+            "sample ends the watch with its exit code.\n"
+            "In a cluster, --member ID|ADDR shows that member's statistics (found through\n"
+            "Cluster at --addr) and --cluster every member's, one after the other, each headed\n"
+            "\"# member ID (ADDR)\".\n\n%s",
             exit_codes_help);
         return EXIT_OK;
     }
-    int json = 0, raw = 0;
+    int json = 0, raw = 0, all_members = 0;
+    const char *member = NULL;
     double every = 0;
     long count = 1;
     int counted = 0;
@@ -892,6 +961,10 @@ static int cmd_stats(cli *x, int argc, char **argv)
             json = 1;
         } else if (strcmp(a, "--raw") == 0) {
             raw = 1;
+        } else if (strcmp(a, "--member") == 0 && i + 1 < argc) {
+            member = argv[++i];
+        } else if (strcmp(a, "--cluster") == 0) {
+            all_members = 1;
         } else if (strcmp(a, "--watch") == 0 || strcmp(a, "--count") == 0) {
             if (i + 1 >= argc) {
                 ex = usage_err("stats", "%s needs a value", a);
@@ -929,6 +1002,10 @@ static int cmd_stats(cli *x, int argc, char **argv)
     }
     if (every > 0 && !counted) {
         count = -1; /* Until interrupted. */
+    }
+    if (member != NULL || all_members) {
+        ex = stats_members(x, member, sections, n_sections, json, raw);
+        goto out;
     }
     for (long k = 0; count < 0 || k < count; k++) {
         if (k > 0) {
@@ -1445,6 +1522,147 @@ static int cmd_release(cli *x, int argc, char **argv)
     return EXIT_OK;
 }
 
+/* ---- cluster ---- */
+
+/* A handle to member addr with the CLI's options (caller destroys), or NULL. */
+static lkv_client_t *member_client(const cli *x, const char *addr)
+{
+    lkv_client_options o = {0};
+    o.default_deadline_ms = x->timeout_ms;
+    o.bearer_token = x->token;
+    lkv_client_t *c = NULL;
+    return lkv_client_create(addr, &o, &c) == 0 ? c : NULL;
+}
+
+static int cmd_cluster(cli *x, int argc, char **argv)
+{
+    if (want_help(argc, argv)) {
+        printf("usage: lazykv cluster [--json]\n\n"
+               "Shows the cluster as the daemon at --addr sees it (lazykv.v1.Cache/Cluster; data\n"
+               "role): every member with its state (up, down, joining), version, hot and cold\n"
+               "bytes and documents (asked of each up member itself) and its expected share of\n"
+               "the key space; then the membership mode, the view's epoch and, with etcd, whether\n"
+               "the answering member's etcd session is up. A member that cannot be asked shows\n"
+               "'?' for its tiers.\n\n%s",
+               exit_codes_help);
+        return EXIT_OK;
+    }
+    int json = 0;
+    for (int i = 0; i < argc; i++) {
+        if (strcmp(argv[i], "--json") == 0) {
+            json = 1;
+        } else {
+            return usage_err("cluster", "unknown argument %s", argv[i]);
+        }
+    }
+    lkv_cluster_info ci;
+    int rc = lkv_client_cluster(x->c, x->timeout_ms, &ci);
+    if (rc != 0) {
+        return rpc_fail("cluster", rc);
+    }
+    /* Each up member reports its own tiers. */
+    int *known = lkv_xcalloc(ci.n_members + 1, sizeof(*known));
+    for (size_t i = 0; i < ci.n_members; i++) {
+        lkv_cluster_member *m = &ci.members[i];
+        if (m->self) {
+            known[i] = 1;
+            continue;
+        }
+        if (strcmp(m->state, "up") != 0) {
+            continue;
+        }
+        lkv_client_t *c = member_client(x, m->addr);
+        lkv_cluster_info mi;
+        if (c != NULL && lkv_client_cluster(c, x->timeout_ms, &mi) == 0) {
+            for (size_t j = 0; j < mi.n_members; j++) {
+                if (mi.members[j].self) {
+                    m->hot_used_bytes = mi.members[j].hot_used_bytes;
+                    m->cold_used_bytes = mi.members[j].cold_used_bytes;
+                    m->hot_docs = mi.members[j].hot_docs;
+                    m->cold_docs = mi.members[j].cold_docs;
+                    known[i] = 1;
+                }
+            }
+            lkv_cluster_info_free(&mi);
+        }
+        lkv_client_destroy(c);
+    }
+    if (json) {
+        printf("{\"mode\": \"%s\", \"epoch\": %" PRIu64 ", \"etcd_up\": %s, \"members\": [",
+               ci.mode, ci.epoch, ci.etcd_up ? "true" : "false");
+        for (size_t i = 0; i < ci.n_members; i++) {
+            const lkv_cluster_member *m = &ci.members[i];
+            printf("%s{\"id\": ", i ? ", " : "");
+            json_str(m->id);
+            printf(", \"addr\": ");
+            json_str(m->addr);
+            printf(", \"state\": \"%s\", \"version\": ", m->state);
+            json_str(m->version);
+            printf(", \"self\": %s, \"hot_bytes\": %" PRIu64 ", \"share\": %.6f",
+                   m->self ? "true" : "false", m->hot_bytes, m->share);
+            if (known[i]) {
+                printf(", \"hot_used_bytes\": %" PRIu64 ", \"cold_used_bytes\": %" PRIu64
+                       ", \"hot_docs\": %" PRIu64 ", \"cold_docs\": %" PRIu64,
+                       m->hot_used_bytes, m->cold_used_bytes, m->hot_docs, m->cold_docs);
+            }
+            printf("}");
+        }
+        printf("]}\n");
+    } else {
+        printf("%-20s %-22s %-7s %-8s %10s %10s %10s %8s %8s %6s\n", "ID", "ADDR", "STATE",
+               "VERSION", "HOT CAP", "HOT USED", "COLD", "HOT DOC", "COLD DOC", "SHARE");
+        for (size_t i = 0; i < ci.n_members; i++) {
+            const lkv_cluster_member *m = &ci.members[i];
+            char cap[32], hu[32], cu[32], hd[24], cd[24];
+            human_bytes((double)m->hot_bytes, cap, sizeof(cap));
+            if (known[i]) {
+                human_bytes((double)m->hot_used_bytes, hu, sizeof(hu));
+                human_bytes((double)m->cold_used_bytes, cu, sizeof(cu));
+                snprintf(hd, sizeof(hd), "%" PRIu64, m->hot_docs);
+                snprintf(cd, sizeof(cd), "%" PRIu64, m->cold_docs);
+            } else {
+                snprintf(hu, sizeof(hu), "?");
+                snprintf(cu, sizeof(cu), "?");
+                snprintf(hd, sizeof(hd), "?");
+                snprintf(cd, sizeof(cd), "?");
+            }
+            printf("%-20s %-22s %-7s %-8s %10s %10s %10s %8s %8s %5.1f%%%s\n", m->id, m->addr,
+                   m->state, m->version[0] ? m->version : "?", cap, hu, cu, hd, cd,
+                   100.0 * m->share, m->self ? "  (answered)" : "");
+        }
+        printf("mode %s, view %" PRIu64 "%s\n", ci.mode, ci.epoch,
+               strcmp(ci.mode, "etcd") == 0
+                   ? (ci.etcd_up ? ", etcd session up" : ", etcd session DOWN")
+                   : "");
+    }
+    free(known);
+    lkv_cluster_info_free(&ci);
+    return EXIT_OK;
+}
+
+/* stats --member ID|ADDR: the address of that member (id or address), from Cluster at --addr. */
+static int member_addr(cli *x, const char *want, char *addr, size_t len)
+{
+    lkv_cluster_info ci;
+    int rc = lkv_client_cluster(x->c, x->timeout_ms, &ci);
+    if (rc != 0) {
+        return rpc_fail("stats --member", rc);
+    }
+    int found = 0;
+    for (size_t i = 0; i < ci.n_members && !found; i++) {
+        if (strcmp(ci.members[i].id, want) == 0 || strcmp(ci.members[i].addr, want) == 0) {
+            snprintf(addr, len, "%s", ci.members[i].addr);
+            found = 1;
+        }
+    }
+    lkv_cluster_info_free(&ci);
+    if (!found) {
+        fprintf(stderr, "lazykv stats: no member %s in the cluster (see lazykv cluster)\n", want);
+        return EXIT_MISS;
+    }
+    return EXIT_OK;
+}
+
 /* ---- main ---- */
 
 typedef struct command {
@@ -1453,9 +1671,10 @@ typedef struct command {
 } command;
 
 static const command commands[] = {
-    {"ping", cmd_ping},     {"put", cmd_put},         {"get", cmd_get},     {"lookup", cmd_lookup},
-    {"rm", cmd_rm},         {"ls", cmd_ls},           {"evict", cmd_evict}, {"stats", cmd_stats},
-    {"attach", cmd_attach}, {"release", cmd_release},
+    {"ping", cmd_ping},       {"put", cmd_put},         {"get", cmd_get},
+    {"lookup", cmd_lookup},   {"rm", cmd_rm},           {"ls", cmd_ls},
+    {"evict", cmd_evict},     {"stats", cmd_stats},     {"attach", cmd_attach},
+    {"release", cmd_release}, {"cluster", cmd_cluster},
 };
 
 static const command *find_command(const char *name)
@@ -1470,9 +1689,10 @@ static const command *find_command(const char *name)
 
 /* Global options seen on the command line. */
 typedef struct globals {
-    const char *addr;  /* --addr, or NULL. */
-    const char *token; /* --token, or NULL. */
-    int timeout_ms;    /* --timeout, or 0. */
+    const char *addr;   /* --addr, or NULL. */
+    const char *token;  /* --token, or NULL. */
+    int timeout_ms;     /* --timeout, or 0. */
+    const char *tls[4]; /* --tls-ca, --tls-cert, --tls-key, --tls-server-name, or NULL. */
 } globals;
 
 /* If argv[*i] is a global option (--addr/--token/--timeout, with "=VALUE" or the next word),
@@ -1481,10 +1701,11 @@ typedef struct globals {
 static int take_global(int argc, char **argv, int *i, globals *g)
 {
     const char *a = argv[*i];
-    static const char *names[] = {"--addr", "--token", "--timeout"};
+    static const char *names[] = {"--addr",     "--token",   "--timeout",        "--tls-ca",
+                                  "--tls-cert", "--tls-key", "--tls-server-name"};
     size_t klen = strcspn(a, "=");
     int which = -1;
-    for (int k = 0; k < 3; k++) {
+    for (int k = 0; k < 7; k++) {
         if (strlen(names[k]) == klen && strncmp(a, names[k], klen) == 0) {
             which = k;
         }
@@ -1509,6 +1730,8 @@ static int take_global(int argc, char **argv, int *i, globals *g)
         g->addr = v;
     } else if (which == 1) {
         g->token = v;
+    } else if (which >= 3) {
+        g->tls[which - 3] = v;
     } else {
         long t = 0;
         if (parse_count(v, 86400000L, &t) != 0) {
@@ -1522,7 +1745,7 @@ static int take_global(int argc, char **argv, int *i, globals *g)
 
 int main(int argc, char **argv)
 {
-    globals g = {NULL, NULL, 0};
+    globals g = {NULL, NULL, 0, {NULL, NULL, NULL, NULL}};
     int i = 1;
     for (; i < argc && argv[i][0] == '-'; i++) {
         if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0) {
@@ -1585,11 +1808,22 @@ int main(int argc, char **argv)
     }
     int timeout_ms = g.timeout_ms > 0 ? g.timeout_ms : LKV_CLIENT_DEFAULT_DEADLINE_MS;
     int ex = EXIT_OK;
-    cli x = {NULL, timeout_ms};
+    cli x = {NULL, timeout_ms, token};
     if (!want_help(nargs, args)) {
         lkv_client_options o = {0};
         o.default_deadline_ms = timeout_ms;
         o.bearer_token = token;
+        static const char *const tls_env[4] = {"LAZYKV_TLS_CA", "LAZYKV_TLS_CERT", "LAZYKV_TLS_KEY",
+                                               "LAZYKV_TLS_SERVER_NAME"};
+        const char *tv[4];
+        for (int k = 0; k < 4; k++) {
+            tv[k] = g.tls[k] != NULL ? g.tls[k] : getenv(tls_env[k]);
+            tv[k] = tv[k] != NULL && tv[k][0] != '\0' ? tv[k] : NULL;
+        }
+        o.tls_ca_file = tv[0];
+        o.tls_cert_file = tv[1];
+        o.tls_key_file = tv[2];
+        o.tls_server_name = tv[3];
         if (lkv_client_create(addr, &o, &x.c) != 0) {
             fprintf(stderr, "lazykv: %s\n", lkv_client_last_error());
             free(args);

@@ -27,6 +27,7 @@
 #include "lkv_client.h"
 
 #include <assert.h>
+#include <errno.h>
 #include <limits.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -90,12 +91,14 @@ struct lkv_put {
 static _Thread_local struct {
     int status;
     char msg[ERR_MAX];
-} tl_err;
+    int64_t retry_after_ms; /* "retry-after-ms" of the last failure, or -1. */
+} tl_err = {0, "", -1};
 
 static void err_clear(void)
 {
     tl_err.status = 0;
     tl_err.msg[0] = '\0';
+    tl_err.retry_after_ms = -1;
 }
 
 static int err_local(int rc, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
@@ -108,6 +111,7 @@ static int err_local(int rc, const char *fmt, ...)
     vsnprintf(tl_err.msg, sizeof(tl_err.msg), fmt, ap);
     va_end(ap);
     tl_err.status = -1;
+    tl_err.retry_after_ms = -1;
     return rc;
 }
 
@@ -121,7 +125,34 @@ int lkv_client_last_status(void)
     return tl_err.status;
 }
 
+int64_t lkv_client_last_retry_after_ms(void)
+{
+    return tl_err.retry_after_ms;
+}
+
 /* ---- handle ---- */
+
+/* Reads a whole file as a NUL-terminated string (malloc'ed), or NULL with errno set. */
+static char *read_file(const char *path)
+{
+    FILE *f = fopen(path, "rb");
+    if (f == NULL) {
+        return NULL;
+    }
+    size_t cap = 8192, n = 0;
+    char *buf = lkv_xmalloc(cap);
+    for (;;) {
+        n += fread(buf + n, 1, cap - n - 1, f);
+        if (n < cap - 1 || cap >= (16u << 20)) {
+            break;
+        }
+        cap *= 2;
+        buf = lkv_xrealloc(buf, cap);
+    }
+    fclose(f);
+    buf[n] = '\0';
+    return buf;
+}
 
 int lkv_client_create(const char *target, const lkv_client_options *opt, lkv_client_t **out)
 {
@@ -150,24 +181,74 @@ int lkv_client_create(const char *target, const lkv_client_options *opt, lkv_cli
     if (o.bearer_token != NULL && strpbrk(o.bearer_token, "\r\n") != NULL) {
         return err_local(LKV_EINVAL, "bearer token contains a line break");
     }
+    int tls = o.tls_ca_file != NULL && o.tls_ca_file[0] != '\0';
+    int have_cert = o.tls_cert_file != NULL && o.tls_cert_file[0] != '\0';
+    int have_key = o.tls_key_file != NULL && o.tls_key_file[0] != '\0';
+    if (have_cert != have_key) {
+        return err_local(LKV_EINVAL, "TLS: a client certificate needs both tls_cert_file and "
+                                     "tls_key_file");
+    }
+    if (have_cert && !tls) {
+        return err_local(LKV_EINVAL, "TLS: a client certificate needs tls_ca_file (the CA of "
+                                     "the daemon's certificate)");
+    }
+    char *pem[3] = {NULL, NULL, NULL};
+    if (tls) {
+        const char *paths[3] = {o.tls_ca_file, o.tls_cert_file, o.tls_key_file};
+        for (int i = 0; i < (have_cert ? 3 : 1); i++) {
+            pem[i] = read_file(paths[i]);
+            if (pem[i] == NULL) {
+                int e = errno;
+                for (int k = 0; k < i; k++) {
+                    free(pem[k]);
+                }
+                return err_local(LKV_EINVAL, "TLS: cannot read %s: %s", paths[i], strerror(e));
+            }
+        }
+    }
     grpc_init();
     lkv_client_t *c = lkv_xcalloc(1, sizeof(*c));
     c->max_msg = o.max_message_bytes;
     c->deadline_ms = o.default_deadline_ms;
     grpc_arg args[3];
+    memset(args, 0, sizeof(args));
     args[0].type = GRPC_ARG_INTEGER;
     args[0].key = GRPC_ARG_MAX_RECEIVE_MESSAGE_LENGTH;
     args[0].value.integer = (int)c->max_msg;
     args[1].type = GRPC_ARG_INTEGER;
     args[1].key = GRPC_ARG_MAX_SEND_MESSAGE_LENGTH;
     args[1].value.integer = (int)c->max_msg;
-    args[2].type = GRPC_ARG_INTEGER;
-    args[2].key = GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL; /* own_connection: no shared subchannel. */
-    args[2].value.integer = 1;
-    grpc_channel_args cargs = {o.own_connection ? 3u : 2u, args};
-    grpc_channel_credentials *creds = grpc_insecure_credentials_create();
+    grpc_arg args4[4];
+    memcpy(args4, args, sizeof(args));
+    size_t nargs = 2;
+    if (tls && o.tls_server_name != NULL && o.tls_server_name[0] != '\0') {
+        args4[2].type = GRPC_ARG_STRING;
+        args4[2].key = GRPC_SSL_TARGET_NAME_OVERRIDE_ARG;
+        args4[2].value.string = (char *)o.tls_server_name;
+        nargs = 3;
+    }
+    if (o.own_connection) {
+        args4[nargs].type = GRPC_ARG_INTEGER;
+        args4[nargs].key = GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL; /* No shared subchannel. */
+        args4[nargs].value.integer = 1;
+        nargs++;
+    }
+    grpc_channel_args cargs = {nargs, args4};
+    grpc_channel_credentials *creds;
+    if (tls) {
+        grpc_ssl_pem_key_cert_pair pair = {.private_key = pem[2], .cert_chain = pem[1]};
+        creds = grpc_ssl_credentials_create(pem[0], have_cert ? &pair : NULL, NULL, NULL);
+    } else {
+        creds = grpc_insecure_credentials_create();
+    }
     c->channel = grpc_channel_create(target, creds, &cargs);
     grpc_channel_credentials_release(creds);
+    for (int i = 0; i < 3; i++) {
+        if (pem[i] != NULL) {
+            explicit_bzero(pem[i], strlen(pem[i]));
+            free(pem[i]);
+        }
+    }
     if (o.bearer_token != NULL && o.bearer_token[0] != '\0') {
         size_t n = strlen(o.bearer_token) + 8;
         char *v = lkv_xmalloc(n);
@@ -316,12 +397,21 @@ static int call_status_rc(call *cl)
     tl_err.status = (int)cl->status;
     const char *code = NULL;
     size_t code_len = 0;
+    tl_err.retry_after_ms = -1;
     for (size_t i = 0; i < cl->trail_md.count; i++) {
         const grpc_metadata *md = &cl->trail_md.metadata[i];
-        if (grpc_slice_str_cmp(md->key, LKV_STATUS_MD_KEY) == 0) {
+        if (code == NULL && grpc_slice_str_cmp(md->key, LKV_STATUS_MD_KEY) == 0) {
             code = (const char *)GRPC_SLICE_START_PTR(md->value);
             code_len = GRPC_SLICE_LENGTH(md->value);
-            break;
+        } else if (grpc_slice_str_cmp(md->key, "retry-after-ms") == 0) {
+            const char *v = (const char *)GRPC_SLICE_START_PTR(md->value);
+            size_t len = GRPC_SLICE_LENGTH(md->value);
+            int64_t ms = 0;
+            size_t k = 0;
+            for (; k < len && k < 12 && v[k] >= '0' && v[k] <= '9'; k++) {
+                ms = ms * 10 + (v[k] - '0');
+            }
+            tl_err.retry_after_ms = k == len && len > 0 ? ms : -1;
         }
     }
     return lkv_status_to_err((int)cl->status, code, code_len);
@@ -1390,6 +1480,64 @@ int lkv_client_release(lkv_client_t *c, const uint8_t *lease_id, int deadline_ms
 }
 
 /* ---- keys ---- */
+
+/* ---- cluster ---- */
+
+void lkv_cluster_info_free(lkv_cluster_info *i)
+{
+    if (i == NULL) {
+        return;
+    }
+    free(i->members);
+    free(i->profiles);
+    memset(i, 0, sizeof(*i));
+}
+
+int lkv_client_cluster(lkv_client_t *c, int deadline_ms, lkv_cluster_info *out)
+{
+    err_clear();
+    memset(out, 0, sizeof(*out));
+    Lazykv__V1__ClusterRequest req = LAZYKV__V1__CLUSTER_REQUEST__INIT;
+    ProtobufCMessage *m = NULL;
+    int rc = unary(c, "/lazykv.v1.Cache/Cluster", &req.base,
+                   &lazykv__v1__cluster_response__descriptor, deadline_ms, &m);
+    if (rc != 0) {
+        return rc;
+    }
+    const Lazykv__V1__ClusterResponse *r = (const Lazykv__V1__ClusterResponse *)m;
+    copy_name(out->mode, sizeof(out->mode), r->mode);
+    out->epoch = r->epoch;
+    out->etcd_up = r->etcd_up;
+    out->n_members = r->n_members;
+    out->members = lkv_xcalloc(r->n_members + 1, sizeof(*out->members));
+    for (size_t i = 0; i < r->n_members; i++) {
+        const Lazykv__V1__ClusterMember *s = r->members[i];
+        lkv_cluster_member *o = &out->members[i];
+        copy_name(o->id, sizeof(o->id), s->id);
+        copy_name(o->addr, sizeof(o->addr), s->addr);
+        copy_name(o->version, sizeof(o->version), s->version);
+        copy_name(o->state, sizeof(o->state), s->state);
+        o->hot_bytes = s->hot_bytes;
+        o->self = s->self;
+        o->share = s->share;
+        o->hot_used_bytes = s->hot_used_bytes;
+        o->cold_used_bytes = s->cold_used_bytes;
+        o->hot_docs = s->hot_docs;
+        o->cold_docs = s->cold_docs;
+    }
+    out->profiles = lkv_xcalloc(r->n_profiles + 1, sizeof(*out->profiles));
+    for (size_t i = 0; i < r->n_profiles; i++) {
+        const Lazykv__V1__ClusterProfile *s = r->profiles[i];
+        if (s->fingerprint.len != 32) {
+            continue;
+        }
+        lkv_cluster_profile *o = &out->profiles[out->n_profiles++];
+        copy_name(o->name, sizeof(o->name), s->name);
+        memcpy(o->fingerprint, s->fingerprint.data, 32);
+    }
+    lkv_pb_free(m);
+    return 0;
+}
 
 void lkv_key_to_hex(const uint8_t *key, char *out)
 {

@@ -49,6 +49,16 @@ typedef struct lkv_client_options {
     int own_connection;       /* 1: this handle opens its own connection; 0: handles of one
                                * process with the same target and options share one (gRPC's
                                * global subchannel pool). */
+    /* TLS (all paths borrowed during create; the files are read there). tls_ca_file set: the
+     * channel uses TLS and verifies the daemon's certificate against it. tls_cert_file and
+     * tls_key_file (both or neither, only with tls_ca_file): the client certificate presented
+     * to a daemon that requires one (tls_client_ca_file). tls_server_name: the name checked
+     * against the daemon's certificate instead of the target's host (e.g. when connecting by
+     * IP to a certificate issued for a DNS name); NULL: the target's host. */
+    const char *tls_ca_file;
+    const char *tls_cert_file;
+    const char *tls_key_file;
+    const char *tls_server_name;
 } lkv_client_options;
 
 /* Names a document: by key (key != NULL, 32 bytes) or by content (key == NULL: profile and
@@ -127,6 +137,11 @@ const char *lkv_client_last_error(void);
 /* gRPC status code of this thread's last failed call, 0 after a success, -1 if the call failed
  * before reaching gRPC (bad arguments). */
 int lkv_client_last_status(void);
+
+/* The delay the daemon asked for with this thread's last failed call (trailing metadata
+ * "retry-after-ms": a tenant over its rate_calls or rate_bytes, lkv-code LKV_ERATE), in ms;
+ * -1 if it asked for none. */
+int64_t lkv_client_last_retry_after_ms(void);
 
 /* grpc.health.v1.Health/Check for service ("" for the whole daemon; NULL means ""). Returns 0
  * if SERVING, LKV_EUNAVAIL if NOT_SERVING or unreachable, LKV_ENOTFOUND for an unknown
@@ -316,6 +331,43 @@ void lkv_lease_free(lkv_lease *l);
  * NULL) receives the number of documents unpinned. LKV_ENOTFOUND if unknown or expired. */
 int lkv_client_release(lkv_client_t *c, const uint8_t *lease_id, int deadline_ms,
                        uint32_t *released);
+
+/* ---- Cluster (lazykv.v1.Cache/Cluster) ---- */
+
+/* One member as the answering daemon sees it (the proto's ClusterMember). */
+typedef struct lkv_cluster_member {
+    char id[128];
+    char addr[128];
+    char version[32];
+    char state[16];     /* "up", "down", "joining". */
+    uint64_t hot_bytes; /* Rendezvous weight. */
+    int self;           /* 1 for the member that answered. */
+    double share;       /* Expected share of the key space. */
+    uint64_t hot_used_bytes, cold_used_bytes, hot_docs, cold_docs; /* Self only. */
+} lkv_cluster_member;
+
+typedef struct lkv_cluster_profile {
+    char name[64];
+    uint8_t fingerprint[32];
+} lkv_cluster_profile;
+
+/* The proto's ClusterResponse. Free with lkv_cluster_info_free. */
+typedef struct lkv_cluster_info {
+    char mode[16]; /* "none", "etcd", "static", "dns". */
+    uint64_t epoch;
+    int etcd_up;
+    size_t n_members;
+    lkv_cluster_member *members; /* Owned. */
+    size_t n_profiles;
+    lkv_cluster_profile *profiles; /* Owned. */
+} lkv_cluster_info;
+
+/* lazykv.v1.Cache/Cluster (data role): on 0, *out is filled (caller frees with
+ * lkv_cluster_info_free); on error it is zeroed. */
+int lkv_client_cluster(lkv_client_t *c, int deadline_ms, lkv_cluster_info *out);
+
+/* Frees what *i owns and zeroes it. NULL allowed. */
+void lkv_cluster_info_free(lkv_cluster_info *i);
 
 /* Formats a 32-byte key as 64 lowercase hex characters plus NUL into out (65 bytes). */
 void lkv_key_to_hex(const uint8_t *key, char *out);

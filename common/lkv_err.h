@@ -32,7 +32,10 @@
     X(EPROTO, -1020, "malformed message")                                                          \
     X(ESHUTDOWN, -1021, "shutting down")                                                           \
     X(ENOTSUP, -1022, "not supported")                                                             \
-    X(EINTERNAL, -1023, "internal error")
+    X(EINTERNAL, -1023, "internal error")                                                          \
+    X(ENOTOWNER, -1040, "not the owner: route the call to the document's owner")                   \
+    X(ERATE, -1024, "rate limit exceeded: retry later")                                            \
+    X(EQUOTA, -1025, "tenant quota exceeded")
 
 enum lkv_err {
     LKV_OK = 0,

@@ -2,16 +2,17 @@
 #define _POSIX_C_SOURCE 200809L
 #include "lkv_log.h"
 
+#include <stdatomic.h>
 #include <stdio.h>
 #include <string.h>
 #include <time.h>
 #include <unistd.h>
 
-static int min_level = LKV_LOG_INFO;
+static atomic_int min_level = LKV_LOG_INFO; /* Atomic: SIGHUP changes it while threads log. */
 
 void lkv_log_set_level(int level)
 {
-    min_level = level;
+    atomic_store_explicit(&min_level, level, memory_order_relaxed);
 }
 
 int lkv_log_parse_level(const char *s, int *out)
@@ -58,7 +59,7 @@ static void vlog(int level, const char *file, int line, const char *fmt, va_list
 
 void lkv_log_line(int level, const char *file, int line, const char *fmt, ...)
 {
-    if (level < min_level) {
+    if (level < atomic_load_explicit(&min_level, memory_order_relaxed)) {
         return;
     }
     va_list ap;

@@ -2,7 +2,8 @@
  * lkv_log.h: one-line logging and the check/panic macros every folder shares.
  *
  * Log lines go to stderr as "2026-11-30T10:00:00.123Z LEVEL file:line message". The level is
- * set once at start-up (lkv_log_set_level); lines below it cost one comparison. Logging is
+ * set at start-up (lkv_log_set_level; a SIGHUP reload may change it while threads log, so it
+ * is a relaxed atomic); lines below it cost one comparison. Logging is
  * thread-safe: each line is formatted into a local buffer and written with one write(2).
  *
  * lkv_panic() logs file:line and aborts: for broken invariants and host out-of-memory only,

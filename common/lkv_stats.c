@@ -19,6 +19,13 @@
 #include "lkv_err.h"
 #include "lkv_log.h"
 
+struct lkv_stat_hist {
+    int nb;                 /* Finite bounds. */
+    const uint64_t *bounds; /* The group's nb bounds. */
+    lkv_stat_cell *cells;   /* nb + 1 bucket counts (not cumulative; last: above every bound),
+                             * then the sum: nb + 2 cells of the group's array. */
+};
+
 struct lkv_stat_group {
     struct lkv_stat_group *prev, *next; /* Registry list links. */
     int n;                              /* Stats. */
@@ -26,6 +33,8 @@ struct lkv_stat_group {
     char **strs;                        /* n owned string blocks. */
     lkv_stat_cell *cells;               /* n owned cells (aligned_alloc), or NULL with read. */
     lkv_stats_read_fn read;             /* Or NULL. */
+    lkv_stat_hist *hists;               /* n histograms (their cells in `cells`), or NULL. */
+    uint64_t *bounds;                   /* Their shared bounds (owned), or NULL. */
     void *ctx;                          /* Passed to read (borrowed). */
 };
 
@@ -51,6 +60,8 @@ static void group_free(lkv_stat_group *g)
     free(g->strs);
     free(g->descs);
     free(g->cells);
+    free(g->hists);
+    free(g->bounds);
     free(g);
 }
 
@@ -128,8 +139,8 @@ static int text_ok(const char *s)
     return strlen(s) <= LKV_STAT_TEXT_MAX;
 }
 
-/* Checks one descriptor alone; writes why into *why. */
-static int desc_ok(const lkv_stat_desc *d, const char **why)
+/* Checks one descriptor alone (hist: 1 for a histogram group); writes why into *why. */
+static int desc_ok(const lkv_stat_desc *d, int hist, const char **why)
 {
     if (d->name == NULL || !name_ok(d->name, strlen(d->name))) {
         *why = "the name is not [a-z_][a-z0-9_]* of at most 63 bytes";
@@ -139,8 +150,10 @@ static int desc_ok(const lkv_stat_desc *d, const char **why)
         *why = "the labels are not k=v[,k=v...] with name keys and plain values";
         return 0;
     }
-    if (d->kind != LKV_STAT_COUNTER && d->kind != LKV_STAT_GAUGE) {
-        *why = "the kind is neither counter nor gauge";
+    if (hist ? d->kind != LKV_STAT_HISTOGRAM
+             : (d->kind != LKV_STAT_COUNTER && d->kind != LKV_STAT_GAUGE)) {
+        *why = hist ? "a histogram group holds histograms only"
+                    : "the kind is neither counter nor gauge";
         return 0;
     }
     if (!text_ok(nz(d->unit)) || !text_ok(nz(d->help)) || !text_ok(nz(d->section)) ||
@@ -210,9 +223,11 @@ static char *desc_copy(const lkv_stat_desc *d, lkv_stat_desc *out)
     return blk;
 }
 
-int lkv_stats_register(lkv_stats *r, const lkv_stat_desc *descs, int n, lkv_stats_read_fn read,
-                       void *ctx, lkv_stat_group **out)
+/* Registers a group: read fn / owned cells (bounds NULL) or histograms (bounds, nb). */
+static int group_register(lkv_stats *r, const lkv_stat_desc *descs, int n, lkv_stats_read_fn read,
+                          void *ctx, const uint64_t *bounds, int nb, lkv_stat_group **out)
 {
+    int hist = bounds != NULL;
     const char *why = NULL;
     int rc = 0, bad = -1;
     if (out != NULL) {
@@ -222,7 +237,7 @@ int lkv_stats_register(lkv_stats *r, const lkv_stat_desc *descs, int n, lkv_stat
         return LKV_EINVAL;
     }
     for (int i = 0; i < n && rc == 0; i++) {
-        if (!desc_ok(&descs[i], &why)) {
+        if (!desc_ok(&descs[i], hist, &why)) {
             rc = LKV_EINVAL;
             bad = i;
         }
@@ -258,12 +273,23 @@ int lkv_stats_register(lkv_stats *r, const lkv_stat_desc *descs, int n, lkv_stat
     g->read = read;
     g->ctx = ctx;
     if (read == NULL) {
-        g->cells = aligned_alloc(_Alignof(lkv_stat_cell), sizeof(lkv_stat_cell) * (size_t)n);
+        size_t nc = hist ? (size_t)n * (size_t)(nb + 2) : (size_t)n;
+        g->cells = aligned_alloc(_Alignof(lkv_stat_cell), sizeof(lkv_stat_cell) * nc);
         if (g->cells == NULL) {
             lkv_panic("out of memory (stat cells)");
         }
-        for (int i = 0; i < n; i++) {
+        for (size_t i = 0; i < nc; i++) {
             atomic_init(&g->cells[i].v, 0);
+        }
+    }
+    if (hist) {
+        g->bounds = lkv_xcalloc((size_t)nb, sizeof(*g->bounds));
+        memcpy(g->bounds, bounds, sizeof(*bounds) * (size_t)nb);
+        g->hists = lkv_xcalloc((size_t)n, sizeof(*g->hists));
+        for (int i = 0; i < n; i++) {
+            g->hists[i].nb = nb;
+            g->hists[i].bounds = g->bounds;
+            g->hists[i].cells = &g->cells[(size_t)i * (size_t)(nb + 2)];
         }
     }
     g->prev = r->tail;
@@ -279,6 +305,72 @@ int lkv_stats_register(lkv_stats *r, const lkv_stat_desc *descs, int n, lkv_stat
         *out = g;
     }
     return 0;
+}
+
+int lkv_stats_register(lkv_stats *r, const lkv_stat_desc *descs, int n, lkv_stats_read_fn read,
+                       void *ctx, lkv_stat_group **out)
+{
+    return group_register(r, descs, n, read, ctx, NULL, 0, out);
+}
+
+int lkv_stats_register_hist(lkv_stats *r, const lkv_stat_desc *descs, int n, const uint64_t *bounds,
+                            int nb, lkv_stat_group **out)
+{
+    if (out != NULL) {
+        *out = NULL;
+    }
+    if (bounds == NULL || nb < 1 || nb > LKV_STAT_HIST_MAX_BUCKETS) {
+        LKV_LOGE("stats: cannot register histogram %s: %d bounds (1..%d needed)",
+                 descs != NULL && n > 0 && descs[0].name != NULL ? descs[0].name : "(null)", nb,
+                 LKV_STAT_HIST_MAX_BUCKETS);
+        return LKV_EINVAL;
+    }
+    for (int i = 1; i < nb; i++) {
+        if (bounds[i] <= bounds[i - 1]) {
+            LKV_LOGE("stats: cannot register histogram %s: bounds not strictly increasing",
+                     descs != NULL && n > 0 && descs[0].name != NULL ? descs[0].name : "(null)");
+            return LKV_EINVAL;
+        }
+    }
+    return group_register(r, descs, n, NULL, NULL, bounds, nb, out);
+}
+
+lkv_stat_hist *lkv_stat_group_hist(lkv_stat_group *g, int i)
+{
+    if (g == NULL || g->hists == NULL || i < 0 || i >= g->n) {
+        return NULL;
+    }
+    return &g->hists[i];
+}
+
+void lkv_stat_hist_observe(lkv_stat_hist *h, uint64_t v)
+{
+    int b = 0;
+    while (b < h->nb && v > h->bounds[b]) {
+        b++;
+    }
+    lkv_stat_add(&h->cells[b], 1);
+    lkv_stat_add(&h->cells[h->nb + 1], v);
+}
+
+int lkv_stats_foreach_hist(lkv_stats *r, lkv_stats_hist_visit_fn fn, void *ctx)
+{
+    int rc = 0;
+    uint64_t cum[LKV_STAT_HIST_MAX_BUCKETS + 1];
+    pthread_mutex_lock(&r->mu);
+    for (lkv_stat_group *g = r->head; g != NULL && rc == 0; g = g->next) {
+        for (int i = 0; g->hists != NULL && i < g->n && rc == 0; i++) {
+            const lkv_stat_hist *h = &g->hists[i];
+            uint64_t run = 0;
+            for (int b = 0; b <= h->nb; b++) {
+                run += lkv_stat_load(&h->cells[b]);
+                cum[b] = run;
+            }
+            rc = fn(ctx, &g->descs[i], h->bounds, cum, h->nb, lkv_stat_load(&h->cells[h->nb + 1]));
+        }
+    }
+    pthread_mutex_unlock(&r->mu);
+    return rc;
 }
 
 void lkv_stats_unregister(lkv_stats *r, lkv_stat_group *g)
@@ -304,7 +396,7 @@ void lkv_stats_unregister(lkv_stats *r, lkv_stat_group *g)
 
 lkv_stat_cell *lkv_stat_group_cell(lkv_stat_group *g, int i)
 {
-    if (g == NULL || g->cells == NULL || i < 0 || i >= g->n) {
+    if (g == NULL || g->cells == NULL || g->hists != NULL || i < 0 || i >= g->n) {
         return NULL;
     }
     return &g->cells[i];
@@ -317,6 +409,9 @@ int lkv_stats_foreach(lkv_stats *r, const char *section, lkv_stats_visit_fn fn, 
     int cap = 0;
     pthread_mutex_lock(&r->mu);
     for (lkv_stat_group *g = r->head; g != NULL && rc == 0; g = g->next) {
+        if (g->hists != NULL) {
+            continue; /* Histograms: lkv_stats_foreach_hist. */
+        }
         int any = section == NULL;
         for (int i = 0; i < g->n && !any; i++) {
             any = g->descs[i].section != NULL && strcmp(g->descs[i].section, section) == 0;

@@ -22,6 +22,13 @@
  * several (tests open several stores in one process, each with its own registry); one daemon
  * shares one between its modules, and a name+labels pair may be registered once per registry.
  *
+ * Histograms (lkv_stats_register_hist): a group of n histograms sharing one list of bucket
+ * upper bounds (in the desc's unit, e.g. "us"), each observed on the hot path with
+ * lkv_stat_hist_observe (one relaxed atomic add into its bucket and one into its sum, no lock).
+ * They are read with lkv_stats_foreach_hist, which hands out cumulative counts (Prometheus
+ * convention: count[i] = observations <= bounds[i], the last entry +Inf = the total), so the
+ * total always equals the +Inf bucket. lkv_stats_foreach (Admin Stats' INFO) skips them.
+ *
  * Thread safety: every function is thread-safe. Registration, unregistration and iteration
  * take the registry's mutex; read fns and visit callbacks run under it, so they must not call
  * the registry, and a module must not register or unregister while holding a lock that its
@@ -38,9 +45,13 @@ typedef struct lkv_stats lkv_stats;           /* Opaque registry. */
 typedef struct lkv_stat_group lkv_stat_group; /* Opaque: one registration. */
 
 enum lkv_stat_kind {
-    LKV_STAT_COUNTER = 0, /* Monotonic total (Prometheus counter). */
-    LKV_STAT_GAUGE = 1,   /* Current level or ratio (Prometheus gauge). */
+    LKV_STAT_COUNTER = 0,   /* Monotonic total (Prometheus counter). */
+    LKV_STAT_GAUGE = 1,     /* Current level or ratio (Prometheus gauge). */
+    LKV_STAT_HISTOGRAM = 2, /* Bucketed observations (lkv_stats_register_hist only). */
 };
+
+/* Most buckets of one histogram (finite bounds; +Inf is implicit). */
+#define LKV_STAT_HIST_MAX_BUCKETS 32
 
 /* Longest name, label string, unit, section or key accepted (bytes, without the NUL). */
 #define LKV_STAT_NAME_MAX 63
@@ -111,15 +122,42 @@ static inline uint64_t lkv_stat_load(const lkv_stat_cell *c)
     return atomic_load_explicit(&((lkv_stat_cell *)c)->v, memory_order_relaxed);
 }
 
-/* Calls fn(ctx, desc, value) for every registered stat in registration order (groups in the
- * order they were registered, stats in their group's order) whose section is section (NULL:
+/* Calls fn(ctx, desc, value) for every registered counter and gauge in registration order (groups
+ * in the order they were registered, stats in their group's order) whose section is section (NULL:
  * every stat, with or without a section). desc is the registry's copy, borrowed for the call.
  * Each group's read fn runs once per call (only if one of its stats is visited). Stops and
  * returns fn's value when it returns non-zero; else returns 0. */
 typedef int (*lkv_stats_visit_fn)(void *ctx, const lkv_stat_desc *desc, double value);
 int lkv_stats_foreach(lkv_stats *r, const char *section, lkv_stats_visit_fn fn, void *ctx);
 
-/* Number of stats registered now. */
+/* ---- Histograms ---------------------------------------------------------------------- */
+
+typedef struct lkv_stat_hist lkv_stat_hist; /* Opaque: one histogram of a group. */
+
+/* Registers descs[0..n) (kind LKV_STAT_HISTOGRAM; borrowed, copied) as one group of n
+ * histograms over the same nb (1..LKV_STAT_HIST_MAX_BUCKETS) strictly increasing finite upper
+ * bounds (borrowed, copied; in the descs' unit). Refuses as lkv_stats_register (a histogram
+ * name may not also be a counter or gauge); also LKV_EINVAL for bad bounds. *out (may be NULL)
+ * is owned by the registry: release it with lkv_stats_unregister. */
+int lkv_stats_register_hist(lkv_stats *r, const lkv_stat_desc *descs, int n, const uint64_t *bounds,
+                            int nb, lkv_stat_group **out);
+
+/* Histogram i (0..n-1) of a group registered with lkv_stats_register_hist (NULL otherwise, or
+ * for a bad i). Borrowed: valid until the group is unregistered. */
+lkv_stat_hist *lkv_stat_group_hist(lkv_stat_group *g, int i);
+
+/* Hot path: records one observation v (in the desc's unit). Lock-free, thread-safe. */
+void lkv_stat_hist_observe(lkv_stat_hist *h, uint64_t v);
+
+/* Calls fn for every registered histogram in registration order: desc (borrowed), the nb
+ * bounds, nb + 1 cumulative counts (the last is +Inf, the total), and the sum of the
+ * observations (desc's unit). Arrays are borrowed for the call. Stops and returns fn's value
+ * when it returns non-zero; else returns 0. */
+typedef int (*lkv_stats_hist_visit_fn)(void *ctx, const lkv_stat_desc *desc, const uint64_t *bounds,
+                                       const uint64_t *cumulative, int nb, uint64_t sum);
+int lkv_stats_foreach_hist(lkv_stats *r, lkv_stats_hist_visit_fn fn, void *ctx);
+
+/* Number of stats registered now (a histogram counts once). */
 int lkv_stats_count(lkv_stats *r);
 
 #endif

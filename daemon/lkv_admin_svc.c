@@ -273,7 +273,8 @@ static int stats(void *arg, lkv_rpc *rpc, const ProtobufCMessage *m)
 
     if (a->isolate && me == 0 && a->tenant_names != NULL && a->tenant_lookups != NULL) {
         section(&b, "tenants", "Tenants");
-        for (int i = 0; i < a->n_tenants; i++) {
+        int named = a->n_named != NULL ? a->n_named(a->index_ctx) : a->n_tenants;
+        for (int i = 0; i < named && i < a->n_tenants; i++) {
             if (a->tenant_names[i] == NULL) {
                 continue;
             }

@@ -40,6 +40,9 @@ typedef struct lkv_admin_svc {
     const void *index_ctx;
     const char *const *tenant_names;          /* NULL entries are skipped. */
     const lkv_tenant_lookups *tenant_lookups; /* Counters by tenant index. */
+    /* Optional: the entries of tenant_names that are published now (index_ctx; thread-safe),
+     * when tenants are added while the daemon runs (lkv_tenancy_named); NULL: n_tenants. */
+    int (*n_named)(const void *ctx);
 } lkv_admin_svc;
 
 /* Initialises *a (caller-owned); store is borrowed. Call lkv_admin_svc_set_server once the

@@ -14,6 +14,9 @@
 
 #include <arpa/inet.h>
 #include <assert.h>
+#include <errno.h>
+#include <stddef.h>
+#include <stdlib.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
@@ -362,6 +365,7 @@ uint32_t lkv_auth_method_roles(const char *method, size_t len)
         {"/lazykv.v1.Cache/Put", LKV_ROLE_DATA},      {"/lazykv.v1.Cache/Lookup", LKV_ROLE_DATA},
         {"/lazykv.v1.Cache/Get", LKV_ROLE_DATA},      {"/lazykv.v1.Cache/Delete", LKV_ROLE_DATA},
         {"/lazykv.v1.Cache/Attach", LKV_ROLE_WORKER}, {"/lazykv.v1.Cache/Release", LKV_ROLE_WORKER},
+        {"/lazykv.v1.Cache/Cluster", LKV_ROLE_DATA},
     };
     static const char health[] = "/grpc.health.v1.Health/";
     static const char admin[] = "/lazykv.v1.Admin/";
@@ -402,6 +406,42 @@ int lkv_tenant_init(lkv_tenant *t, const char *name, char *err, int errlen)
     snprintf(t->name, sizeof(t->name), "%s", name);
     lkv_auth_tenant_salt(name, t->salt);
     return 0;
+}
+
+/* A limit: digits with an optional binary suffix, or "unlimited"/"none" (0). 0 or -1. */
+static int parse_limit(const char *s, uint64_t *out)
+{
+    if (strcmp(s, "unlimited") == 0 || strcmp(s, "none") == 0) {
+        *out = 0;
+        return 0;
+    }
+    if (*s < '0' || *s > '9') {
+        return -1;
+    }
+    errno = 0;
+    char *end;
+    unsigned long long v = strtoull(s, &end, 10);
+    if (errno != 0) {
+        return -1;
+    }
+    while (*end == ' ') {
+        end++;
+    }
+    static const struct {
+        const char *suf;
+        int shift;
+    } units[] = {{"", 0},   {"k", 10},   {"kib", 10}, {"m", 20},  {"mib", 20},
+                 {"g", 30}, {"gib", 30}, {"t", 40},   {"tib", 40}};
+    for (size_t i = 0; i < sizeof(units) / sizeof(units[0]); i++) {
+        if (strcasecmp(end, units[i].suf) == 0) {
+            if (units[i].shift > 0 && v > (UINT64_MAX >> units[i].shift)) {
+                return -1;
+            }
+            *out = (uint64_t)v << units[i].shift;
+            return 0;
+        }
+    }
+    return -1;
 }
 
 int lkv_tenant_set(lkv_tenant *t, const char *key, const char *value, char *err, int errlen)
@@ -467,7 +507,31 @@ int lkv_tenant_set(lkv_tenant *t, const char *key, const char *value, char *err,
         }
         return 0;
     }
-    seterr(err, errlen, "tenant \"%s\": unknown field \"%.40s\" (fields: token_hash, roles, salt)",
+    static const struct {
+        const char *name;
+        size_t off;
+    } limits[] = {{"max_hot_bytes", offsetof(lkv_tenant, max_hot_bytes)},
+                  {"max_cold_bytes", offsetof(lkv_tenant, max_cold_bytes)},
+                  {"max_docs", offsetof(lkv_tenant, max_docs)},
+                  {"rate_calls", offsetof(lkv_tenant, rate_calls)},
+                  {"rate_bytes", offsetof(lkv_tenant, rate_bytes)}};
+    for (size_t i = 0; i < sizeof(limits) / sizeof(limits[0]); i++) {
+        if (strcmp(key, limits[i].name) == 0) {
+            uint64_t v;
+            if (parse_limit(value, &v) != 0) {
+                seterr(err, errlen,
+                       "tenant \"%s\": %s: expected a number with an optional K/KiB, M/MiB, "
+                       "G/GiB or T/TiB suffix, or unlimited; got \"%.40s\"",
+                       t->name, key, value);
+                return LKV_ECONFIG;
+            }
+            memcpy((char *)t + limits[i].off, &v, sizeof(v));
+            return 0;
+        }
+    }
+    seterr(err, errlen,
+           "tenant \"%s\": unknown field \"%.40s\" (fields: token_hash, roles, salt, "
+           "max_hot_bytes, max_cold_bytes, max_docs, rate_calls, rate_bytes)",
            t->name, key);
     return LKV_ECONFIG;
 }

@@ -37,6 +37,8 @@
  *     token_hash = blake2b:<64 hex digits>   # python3 -m lazykv.tenant new alice (required)
  *     roles      = data,worker               # comma list of data, worker, admin (required)
  *     salt       = <64 hex digits>           # optional; default lkv_auth_tenant_salt(name)
+ *     max_hot_bytes = 1GiB   max_cold_bytes = 10GiB   max_docs = 10000   # optional quotas
+ *     rate_calls = 500       rate_bytes = 256MiB                        # optional, per second
  *
  * A configured salt lets a tenant be renamed without losing its documents, or lets two tenants
  * share a cache on purpose (same salt). Derived salts are deterministic, so documents survive
@@ -93,8 +95,15 @@ typedef struct lkv_tenant {
     uint32_t roles;                          /* Mask of enum lkv_role. */
     uint8_t token_hash[LKV_AUTH_HASH_BYTES]; /* lkv_auth_hash_token of the bearer token. */
     uint8_t salt[LKV_AUTH_SALT_BYTES];       /* Document-key salt of this tenant. */
-    uint8_t t_have_hash;                     /* 1 once token_hash was set (parsing state). */
-    uint8_t t_have_roles;                    /* 1 once roles was set (parsing state). */
+    /* Quotas and rates (0 = unlimited; daemon/lkv_tenancy.h enforces them). */
+    uint64_t max_hot_bytes;  /* Hot-tier bytes the tenant's documents may hold. */
+    uint64_t max_cold_bytes; /* Cold-tier bytes the tenant's documents may hold. */
+    uint64_t max_docs;       /* Documents (hot or cold) the tenant may hold. */
+    uint64_t rate_calls;     /* Calls per second (token bucket, burst: one second's worth). */
+    uint64_t rate_bytes;     /* Put payload bytes per second (same bucket rule). */
+    int t_slot;              /* The daemon's stable per-tenant slot (lkv_tenancy), 0 = none. */
+    uint8_t t_have_hash;     /* 1 once token_hash was set (parsing state). */
+    uint8_t t_have_roles;    /* 1 once roles was set (parsing state). */
 } lkv_tenant;
 
 typedef struct lkv_auth lkv_auth; /* Opaque tenant table. */
@@ -107,7 +116,9 @@ typedef struct lkv_auth lkv_auth; /* Opaque tenant table. */
 int lkv_tenant_init(lkv_tenant *t, const char *name, char *err, int errlen);
 
 /* Applies one "key = value" line of the tenant's section (key and value already trimmed, both
- * borrowed). Keys: token_hash, roles, salt. Returns 0, or LKV_ECONFIG with a message that
+ * borrowed). Keys: token_hash, roles, salt, max_hot_bytes, max_cold_bytes, max_docs (sizes
+ * take K/KiB/M/MiB/G/GiB/T/TiB suffixes; 0 or "unlimited" = no limit), rate_calls, rate_bytes
+ * (per second). Returns 0, or LKV_ECONFIG with a message that
  * names the tenant and the field ("tenant \"alice\": token_hash: ...") in err. */
 int lkv_tenant_set(lkv_tenant *t, const char *key, const char *value, char *err, int errlen);
 

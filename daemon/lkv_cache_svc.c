@@ -221,6 +221,13 @@ static int put_header(lkv_cache_svc *svc, lkv_rpc *rpc, const Lazykv__V1__PutHea
     if (rc != 0) {
         return rc;
     }
+    if (svc->check_put != NULL) {
+        rc =
+            svc->check_put(svc->quota_ctx, rpc, h->profile, h->token_ids, (uint32_t)h->n_token_ids);
+        if (rc != 0) {
+            return rc;
+        }
+    }
     put_state *st = lkv_xcalloc(1, sizeof(*st));
     lkv_rpc_set_state(rpc, st);
     rc = lkv_store_put_begin(svc->store, call_salt(svc, rpc), h->profile, h->token_ids,
@@ -243,6 +250,12 @@ static int put_header(lkv_cache_svc *svc, lkv_rpc *rpc, const Lazykv__V1__PutHea
     return 0;
 }
 
+/* The cluster's say on where a call is served (lkv_cache_svc.route): 0 = here. */
+static int routed(const lkv_cache_svc *svc, lkv_rpc *rpc, const ProtobufCMessage *req)
+{
+    return svc->route != NULL ? svc->route(svc->route_ctx, rpc, req) : 0;
+}
+
 static int put_on_message(void *arg, lkv_rpc *rpc, const ProtobufCMessage *m)
 {
     lkv_cache_svc *svc = arg;
@@ -255,6 +268,10 @@ static int put_on_message(void *arg, lkv_rpc *rpc, const ProtobufCMessage *m)
                                   "the first Put message must carry the header "
                                   "(profile, token_ids)");
         }
+        rc = routed(svc, rpc, m);
+        if (rc != 0) {
+            return rc;
+        }
         rc = put_header(svc, rpc, req->header);
         if (rc != 0) {
             return rc;
@@ -264,6 +281,16 @@ static int put_on_message(void *arg, lkv_rpc *rpc, const ProtobufCMessage *m)
         return lkv_rpc_errorf(rpc, LKV_EINVAL,
                               "Put header sent twice (only the first message "
                               "carries it)");
+    }
+    if (svc->charge_bytes != NULL) {
+        uint64_t bytes = 0;
+        for (size_t i = 0; i < req->n_blocks; i++) {
+            bytes += req->blocks[i]->data.len;
+        }
+        rc = svc->charge_bytes(svc->quota_ctx, rpc, bytes);
+        if (rc != 0) {
+            return rc;
+        }
     }
     for (size_t i = 0; i < req->n_blocks; i++) {
         const Lazykv__V1__Block *b = req->blocks[i];
@@ -389,6 +416,10 @@ static int lookup(void *arg, lkv_rpc *rpc, const ProtobufCMessage *m)
 {
     lkv_cache_svc *svc = arg;
     const Lazykv__V1__LookupRequest *req = (const Lazykv__V1__LookupRequest *)m;
+    int rrc = routed(svc, rpc, m);
+    if (rrc != 0) {
+        return rrc;
+    }
     size_t n = req->n_docs;
     if (n == 0) {
         return lkv_rpc_errorf(rpc, LKV_EINVAL, "Lookup: docs is empty");
@@ -547,7 +578,11 @@ static int get_start(void *arg, lkv_rpc *rpc, const ProtobufCMessage *m)
     lkv_cache_svc *svc = arg;
     const Lazykv__V1__GetRequest *req = (const Lazykv__V1__GetRequest *)m;
     lkv_dockey key;
-    int rc = resolve_ref(svc, rpc, "Get doc", req->doc, &key, NULL);
+    int rc = routed(svc, rpc, m);
+    if (rc != 0) {
+        return rc;
+    }
+    rc = resolve_ref(svc, rpc, "Get doc", req->doc, &key, NULL);
     if (rc != 0) {
         return rc;
     }
@@ -715,7 +750,11 @@ static int delete_doc(void *arg, lkv_rpc *rpc, const ProtobufCMessage *m)
     lkv_cache_svc *svc = arg;
     const Lazykv__V1__DeleteRequest *req = (const Lazykv__V1__DeleteRequest *)m;
     lkv_dockey key;
-    int rc = resolve_ref(svc, rpc, "Delete doc", req->doc, &key, NULL);
+    int rc = routed(svc, rpc, m);
+    if (rc != 0) {
+        return rc;
+    }
+    rc = resolve_ref(svc, rpc, "Delete doc", req->doc, &key, NULL);
     if (rc == 0) {
         rc = lkv_rpc_check_deadline(rpc);
     }
@@ -864,6 +903,10 @@ static int attach(void *arg, lkv_rpc *rpc, const ProtobufCMessage *m)
     const Lazykv__V1__AttachRequest *req = (const Lazykv__V1__AttachRequest *)m;
     if (svc->leases == NULL) {
         return lkv_rpc_errorf(rpc, LKV_ENOTSUP, "leases are not enabled on this daemon");
+    }
+    int rrc = routed(svc, rpc, m); /* Cluster: local replicas of remote documents. */
+    if (rrc != 0) {
+        return rrc;
     }
     const lkv_lease_limits *lim = lkv_lease_limits_get(svc->leases);
     int rc = check_lease_id(rpc, "Attach", &req->lease_id, 1);

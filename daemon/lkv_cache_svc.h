@@ -55,6 +55,21 @@ typedef struct lkv_cache_svc {
     int n_tenants;               /* Entries of wire and lookups (>= 1 when either is set). */
     const lkv_wirekey *wire;     /* n_tenants permutations (borrowed); NULL: identity for all. */
     lkv_tenant_lookups *lookups; /* n_tenants per-tenant counters (borrowed), or NULL. */
+    /* Optional (NULL: every call is served here): where a Put, Lookup, Get, Delete or Attach
+     * is served, asked with its request (the Put's first message) before the store is touched:
+     * 0 here, LKV_EAGAIN the hook parked the call and finishes it (forwarded), < 0 refused
+     * with that code (the hook set the message). daemon/cluster/lkv_cluster.h. */
+    int (*route)(void *ctx, lkv_rpc *rpc, const ProtobufCMessage *req);
+    void *route_ctx;
+    /* Optional tenant limits (daemon/lkv_tenancy.h), ctx quota_ctx. check_put runs once per Put
+     * before the store sees its header (so nothing is reserved or evicted for a put the quota
+     * refuses), with the header's profile and tokens (borrowed for the call); charge_bytes once
+     * per Put message with its block payload bytes. Either returns 0, or a negative code after
+     * lkv_rpc_errorf (the Put then fails with it and stores nothing). */
+    int (*check_put)(void *ctx, lkv_rpc *rpc, const char *profile, const uint32_t *tokens,
+                     uint32_t n_tokens);
+    int (*charge_bytes)(void *ctx, lkv_rpc *rpc, uint64_t n);
+    void *quota_ctx;
 } lkv_cache_svc;
 
 /* Initialises *svc (caller-owned) for store (borrowed) and durability. */

@@ -164,6 +164,7 @@ char *lkv_format_bytes(uint64_t n, char *buf, size_t len)
 
 enum opt_kind {
     OPT_STRING,   /* char array, size in `size`. */
+    OPT_OPTSTR,   /* char array that may be unset: "", "none" or "off" store "". */
     OPT_SIZE,     /* uint64_t bytes. */
     OPT_INT,      /* int in [min, max]. */
     OPT_U32,      /* uint32_t in [min, max]. */
@@ -183,7 +184,7 @@ typedef struct opt {
     int kind;         /* enum opt_kind. */
     size_t off;       /* Offset in lkv_config. */
     size_t size;      /* OPT_STRING: array size. */
-    uint64_t min;     /* Numeric bounds (inclusive). */
+    uint64_t min;     /* Numeric bounds (inclusive); OPT_STRING: 1 = may be empty. */
     uint64_t max;
     const char *def;  /* Default, as text (what lkv_config_defaults sets). */
     const char *help; /* One line, with the unit. */
@@ -240,12 +241,57 @@ static const opt opts[] = {
      "serve a non-loopback listen address even without [tenant NAME] sections"},
     {"auth_key", OPT_AUTHKEY, OFF(auth_key), 0, 0, 0, "none",
      "64 hex digits keying the tenants' token hashes, or none"},
+    {"metrics_listen", OPT_OPTSTR, OFF(metrics_listen), sizeof(((lkv_config *)0)->metrics_listen),
+     0, 0, "none",
+     "Prometheus metrics endpoint host:port (GET /metrics; port 0 picks one), or none"},
+    {"tls_cert_file", OPT_OPTSTR, OFF(tls_cert_file), sizeof(((lkv_config *)0)->tls_cert_file), 0,
+     0, "none", "server certificate chain (PEM) for gRPC TLS, or none (plaintext)"},
+    {"tls_key_file", OPT_OPTSTR, OFF(tls_key_file), sizeof(((lkv_config *)0)->tls_key_file), 0, 0,
+     "none", "private key (PEM) of tls_cert_file"},
+    {"tls_client_ca_file", OPT_OPTSTR, OFF(tls_client_ca_file),
+     sizeof(((lkv_config *)0)->tls_client_ca_file), 0, 0, "none",
+     "CA bundle (PEM): when set, clients must present a certificate it signed"},
+    {"allow_plaintext_tokens", OPT_BOOL, OFF(allow_plaintext_tokens), 0, 0, 0, "false",
+     "accept bearer tokens on plaintext calls from non-loopback peers"},
     {"max_leases", OPT_U32, OFF(max_leases), 0, 1, 1u << 20, "1024",
      "zero-copy leases (Attach) live at once, all tenants"},
     {"max_lease_docs", OPT_U32, OFF(max_lease_docs), 0, 1, 1u << 20, "1024",
      "documents one lease may pin"},
     {"max_lease_ttl", OPT_DURATION, OFF(max_lease_ttl_ms), 0, 1, 86400000, "60s",
      "longest lease an Attach may ask for (renew by attaching again), ms"},
+    /* Cluster (daemon/cluster/lkv_cluster.h). */
+    {"cluster_mode", OPT_STRING, OFF(cluster_mode), sizeof(((lkv_config *)0)->cluster_mode), 0, 0,
+     "none", "cluster membership: none, etcd, static (cluster_members) or dns (cluster_dns)"},
+    {"cluster_id", OPT_STRING, OFF(cluster_id), sizeof(((lkv_config *)0)->cluster_id), 1, 0, "",
+     "this member's unique id (empty: its advertised address)"},
+    {"cluster_advertise", OPT_STRING, OFF(cluster_advertise),
+     sizeof(((lkv_config *)0)->cluster_advertise), 1, 0, "",
+     "host:port other members and clients reach this daemon at (empty: the bound address)"},
+    {"cluster_etcd", OPT_STRING, OFF(cluster_etcd), sizeof(((lkv_config *)0)->cluster_etcd), 1, 0,
+     "", "etcd v3 gRPC endpoints, host:port[,host:port] (cluster_mode etcd)"},
+    {"cluster_prefix", OPT_STRING, OFF(cluster_prefix), sizeof(((lkv_config *)0)->cluster_prefix),
+     0, 0, "/lazykv/members/", "etcd key prefix of the member records (ends with /)"},
+    {"cluster_lease_ttl", OPT_DURATION, OFF(cluster_lease_ttl_ms), 0, 2000, 3600000, "10s",
+     "etcd lease TTL of this member's record (a dead member leaves after it), ms"},
+    {"cluster_members", OPT_STRING, OFF(cluster_members),
+     sizeof(((lkv_config *)0)->cluster_members), 1, 0, "",
+     "static member list host:port[=hot_bytes],... (cluster_mode static)"},
+    {"cluster_dns", OPT_STRING, OFF(cluster_dns), sizeof(((lkv_config *)0)->cluster_dns), 1, 0, "",
+     "name:port resolved to the members, e.g. a headless Service (cluster_mode dns)"},
+    {"cluster_dns_refresh", OPT_DURATION, OFF(cluster_dns_refresh_ms), 0, 100, 3600000, "5s",
+     "how often cluster_dns is resolved again, ms"},
+    {"cluster_health_interval", OPT_DURATION, OFF(cluster_health_interval_ms), 0, 10, 600000,
+     "500ms", "period of the grpc.health.v1 probe of every other member, ms"},
+    {"cluster_down_after", OPT_DURATION, OFF(cluster_down_after_ms), 0, 20, 3600000, "2s",
+     "a member that has not answered for this long is marked down (its share moves), ms"},
+    {"cluster_token_file", OPT_STRING, OFF(cluster_token_file),
+     sizeof(((lkv_config *)0)->cluster_token_file), 1, 0, "",
+     "file with the bearer token of cluster-internal calls (same on every member; required)"},
+    {"wirekey_secret_file", OPT_STRING, OFF(wirekey_secret_file),
+     sizeof(((lkv_config *)0)->wirekey_secret_file), 1, 0, "",
+     "shared wire-key secret (64 hex digits) used instead of DATA_DIR/wirekey.secret"},
+    {"cluster_replica_ttl", OPT_DURATION, OFF(cluster_replica_ttl_ms), 0, 0, 86400000, "60s",
+     "an Attach of a document another member owns keeps a local replica this long (0: none)"},
 };
 #define N_OPTS ((int)(sizeof(opts) / sizeof(opts[0])))
 
@@ -318,8 +364,14 @@ static int set_opt(lkv_config *c, const opt *o, const char *value, char *err, si
     void *field = (char *)c + o->off;
     uint64_t u;
     switch (o->kind) {
+    case OPT_OPTSTR:
+        if (value[0] == '\0' || strcmp(value, "none") == 0 || strcmp(value, "off") == 0) {
+            *(char *)field = '\0';
+            return 0;
+        }
+        /* Fall through. */
     case OPT_STRING:
-        if (value[0] == '\0') {
+        if (value[0] == '\0' && o->min == 0) { /* min 1: the option may be empty. */
             return fail(err, errlen, "option '%s': must not be empty", o->name);
         }
         if (strlen(value) >= o->size) {
@@ -954,8 +1006,49 @@ int lkv_config_load_file(lkv_config *c, const char *path, char *err, size_t errl
     return rc;
 }
 
+/* The cluster_* options: a known mode and what that mode needs. */
+static int validate_cluster(const lkv_config *c, char *err, size_t errlen)
+{
+    static const char *const modes[] = {"none", "etcd", "static", "dns", NULL};
+    int mode = parse_name(c->cluster_mode, modes);
+    if (mode < 0) {
+        return enum_fail("cluster_mode", c->cluster_mode, modes, err, errlen);
+    }
+    if (mode == 0) {
+        return 0;
+    }
+    if (mode == 1 && c->cluster_etcd[0] == '\0') {
+        return fail(err, errlen, "option 'cluster_etcd': required with cluster_mode = etcd");
+    }
+    if (mode == 2 && c->cluster_members[0] == '\0') {
+        return fail(err, errlen, "option 'cluster_members': required with cluster_mode = static");
+    }
+    if (mode == 3 && strchr(c->cluster_dns, ':') == NULL) {
+        return fail(err, errlen,
+                    "option 'cluster_dns': name:port required with cluster_mode = dns");
+    }
+    if (c->cluster_token_file[0] == '\0') {
+        return fail(err, errlen,
+                    "option 'cluster_token_file': required in a cluster (the credential of "
+                    "forwarded and other member-to-member calls)");
+    }
+    size_t pl = strlen(c->cluster_prefix);
+    if (pl < 2 || c->cluster_prefix[pl - 1] != '/') {
+        return fail(err, errlen, "option 'cluster_prefix': '%s' must end with '/'",
+                    c->cluster_prefix);
+    }
+    if (c->cluster_advertise[0] != '\0' && strrchr(c->cluster_advertise, ':') == NULL) {
+        return fail(err, errlen, "option 'cluster_advertise': '%s' is not host:port",
+                    c->cluster_advertise);
+    }
+    return 0;
+}
+
 int lkv_config_validate(lkv_config *c, char *err, size_t errlen)
 {
+    if (validate_cluster(c, err, errlen) != 0) {
+        return LKV_ECONFIG;
+    }
     /* listen: host:port, port 0..65535; IPv6 hosts in brackets. */
     const char *colon = strrchr(c->listen, ':');
     uint64_t port;
@@ -982,6 +1075,31 @@ int lkv_config_validate(lkv_config *c, char *err, size_t errlen)
     if (lkv_auth_check_bind(c->listen, c->n_tenants > 0, c->allow_insecure_bind, msg,
                             (int)sizeof(msg)) != 0) {
         return fail(err, errlen, "option 'listen': %s", msg);
+    }
+    if ((c->tls_cert_file[0] != '\0') != (c->tls_key_file[0] != '\0')) {
+        return fail(err, errlen, "option '%s': TLS needs both tls_cert_file and tls_key_file",
+                    c->tls_cert_file[0] != '\0' ? "tls_key_file" : "tls_cert_file");
+    }
+    if (c->tls_client_ca_file[0] != '\0' && c->tls_cert_file[0] == '\0') {
+        return fail(err, errlen,
+                    "option 'tls_client_ca_file': client certificates need TLS "
+                    "(tls_cert_file and tls_key_file)");
+    }
+    if (c->metrics_listen[0] != '\0') {
+        const char *mc = strrchr(c->metrics_listen, ':');
+        if (mc == NULL || mc == c->metrics_listen || parse_u64(mc + 1, &port) != 0 ||
+            port > 65535) {
+            return fail(err, errlen,
+                        "option 'metrics_listen': '%s' is not host:port (e.g. 127.0.0.1:9464)",
+                        c->metrics_listen);
+        }
+        if (!lkv_auth_addr_is_loopback(c->metrics_listen) && !c->allow_insecure_bind) {
+            return fail(err, errlen,
+                        "option 'metrics_listen': %s is not loopback; the metrics name tenants "
+                        "and carry no authentication: bind loopback (and scrape through a "
+                        "proxy) or set allow_insecure_bind = true",
+                        c->metrics_listen);
+        }
     }
     uint64_t max_block = 0;
     for (int i = 0; i < c->n_profiles; i++) {
@@ -1150,7 +1268,12 @@ void lkv_config_summary(const lkv_config *c, char *buf, size_t len)
     if (n < len) {
         char roles[64];
         lkv_auth_roles_format(c->loopback_roles, roles, sizeof(roles));
-        snprintf(buf + n, len - n, " tenants=%d loopback_roles=%s", c->n_tenants, roles);
+        snprintf(buf + n, len - n, " tenants=%d loopback_roles=%s tls=%s metrics=%s", c->n_tenants,
+                 roles,
+                 c->tls_cert_file[0] == '\0'        ? "off"
+                 : c->tls_client_ca_file[0] != '\0' ? "on+client-certs"
+                                                    : "on",
+                 c->metrics_listen[0] != '\0' ? c->metrics_listen : "off");
     }
 }
 

@@ -75,10 +75,32 @@ typedef struct lkv_config {
     uint8_t auth_key[LKV_AUTH_KEY_BYTES];       /* Key of the token hashes. */
     int n_tenants;                              /* Configured tenants ([tenant NAME] sections). */
     lkv_tenant tenants[LKV_CONFIG_MAX_TENANTS]; /* Finished by lkv_config_validate. */
+    /* Operation and transport security (issue 13). Empty strings mean "off". */
+    char metrics_listen[256];      /* Prometheus endpoint host:port (lkv_metrics.h), or "". */
+    char tls_cert_file[1024];      /* Server certificate chain (PEM), or "": plaintext. */
+    char tls_key_file[1024];       /* Its private key (PEM). */
+    char tls_client_ca_file[1024]; /* CA bundle verifying client certificates: when set, every
+                                    * client must present one it signed; "" = none asked. */
+    int allow_plaintext_tokens;    /* Accept bearer tokens over non-TLS non-loopback calls. */
     /* Zero-copy leases (daemon/lkv_lease.h). */
     uint32_t max_leases;       /* Live leases at once. */
     uint32_t max_lease_docs;   /* Documents per lease. */
     uint64_t max_lease_ttl_ms; /* Longest TTL an Attach may ask for, ms. */
+    /* Cluster (daemon/cluster/lkv_cluster.h; "cluster_*" options, checked by validate). */
+    char cluster_mode[16];               /* none, etcd, static, dns. */
+    char cluster_id[128];                /* Member id ("": the advertised address). */
+    char cluster_advertise[128];         /* host:port peers and clients use ("": listen's). */
+    char cluster_etcd[512];              /* etcd endpoints host:port[,host:port]. */
+    char cluster_prefix[128];            /* etcd key prefix of member records. */
+    uint64_t cluster_lease_ttl_ms;       /* etcd lease TTL, ms (whole seconds). */
+    char cluster_members[4096];          /* static: host:port[=hot_bytes],... */
+    char cluster_dns[256];               /* dns: name:port. */
+    uint64_t cluster_dns_refresh_ms;     /* dns: re-resolve period, ms. */
+    uint64_t cluster_health_interval_ms; /* Peer health probe period, ms. */
+    uint64_t cluster_down_after_ms;      /* Silent this long: marked down, ms. */
+    char cluster_token_file[1024];       /* File holding the cluster-internal bearer token. */
+    char wirekey_secret_file[1024];      /* Shared wire-key secret (else DATA_DIR's own). */
+    uint64_t cluster_replica_ttl_ms;     /* Local replicas for Attach live this long (0: none). */
 } lkv_config;
 
 /* What main should do after lkv_config_from_args. */

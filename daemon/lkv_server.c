@@ -81,6 +81,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <time.h>
 
 #include <arpa/inet.h>
@@ -99,6 +100,7 @@
 #include "lkv_log.h"
 #include "lkv_pb.h"
 #include "lkv_status.h"
+#include "lkv_tls.h"
 
 /* ThreadSanitizer and the completion queue. A tag handed to the core (a batch, a requested
  * call, a wake-up, the shutdown) comes back from grpc_completion_queue_next on a polling thread,
@@ -172,7 +174,9 @@ struct lkv_rpc {
     grpc_byte_buffer *send_buf; /* In-flight SEND_MESSAGE buffer. */
     grpc_byte_buffer *staged;   /* Packed by reply/send, not yet started. */
     grpc_slice status_slice;    /* Final status details (kept until free). */
-    grpc_metadata trail_md;     /* Final "lkv-code" trailing metadata (static slices). */
+    grpc_metadata trail_md[2];  /* Final "lkv-code" (+ "retry-after-ms") trailing metadata. */
+    char retry_ms[24];          /* lkv_rpc_set_retry_after's value ("" = none); its slice
+                                 * points here (the context outlives the final batch). */
     int status_slice_set;       /* status_slice needs an unref. */
     int cancelled;              /* RECV_CLOSE_ON_SERVER out-param. */
     int pending;                /* Batches in flight. */
@@ -210,8 +214,22 @@ typedef struct park_slot {
     struct lkv_rpc *rpc; /* The parked call, NULL when free. */
 } park_slot;
 
+/* TLS certificate state (see lkv_tls_opts): read by the fetcher on gRPC's handshake threads. */
+typedef struct tls_state {
+    pthread_mutex_t mu;                          /* Guards everything below. */
+    char *paths[3];                              /* cert, key, client CA (NULL: none); owned. */
+    struct stat st[3];                           /* What was last loaded (or tried and failed). */
+    grpc_ssl_server_certificate_config *pending; /* Loaded, not yet handed to gRPC. */
+    atomic_ulong generation;                     /* Certificates loaded. */
+    uint64_t failures;                           /* Changed files that could not be used. */
+    time_t not_after;                            /* Expiry of the certificate in service. */
+    lkv_stat_group *group;                       /* Its stats in the registry, or NULL. */
+    char last_why[512]; /* The last problem logged ("" after a good load): logged once. */
+} tls_state;
+
 struct lkv_server {
     grpc_server *server; /* The core server. */
+    tls_state *tls;      /* TLS of the listener, or NULL (plaintext). */
     worker *workers;     /* n_workers workers. */
     int n_workers;
     const lkv_method *methods; /* Borrowed table. */
@@ -258,6 +276,9 @@ struct lkv_server {
     pthread_mutex_t peer_mu;           /* Guards peers. */
     char (*peers)[PEER_MAX];           /* Peer string by descriptor number ("" unknown). */
     size_t n_peers;                    /* Entries of peers. */
+    /* The per-method latency histograms there, or NULL: set once after the threads start
+     * (hence atomic), unregistered only after they stopped. */
+    _Atomic(lkv_stat_group *) hist_group;
 };
 
 static void finish(lkv_rpc *rpc, int rc);
@@ -320,7 +341,12 @@ static void free_rpc(lkv_rpc *rpc)
             if (rpc->status != GRPC_STATUS_OK) {
                 atomic_fetch_add(&ms->errors, 1);
             }
-            atomic_fetch_add(&ms->usec, (unsigned long long)elapsed_us(&rpc->t0));
+            double us = elapsed_us(&rpc->t0);
+            atomic_fetch_add(&ms->usec, (unsigned long long)us);
+            lkv_stat_hist *h = lkv_stat_group_hist(atomic_load(&s->hist_group), rpc->mi);
+            if (h != NULL) {
+                lkv_stat_hist_observe(h, (uint64_t)us);
+            }
         }
         if (atomic_fetch_sub(&s->n_calls, 1) == 1 && atomic_load(&s->draining)) {
             pthread_mutex_lock(&s->mu);
@@ -515,10 +541,17 @@ static void finish(lkv_rpc *rpc, int rc)
     ops[n].op = GRPC_OP_SEND_STATUS_FROM_SERVER;
     if (rc != 0) {
         /* The exact code, so that clients never parse the message (lkv_status.h). */
-        rpc->trail_md.key = grpc_slice_from_static_string(LKV_STATUS_MD_KEY);
-        rpc->trail_md.value = grpc_slice_from_static_string(lkv_status_md_value(rc));
-        ops[n].data.send_status_from_server.trailing_metadata_count = 1;
-        ops[n].data.send_status_from_server.trailing_metadata = &rpc->trail_md;
+        rpc->trail_md[0].key = grpc_slice_from_static_string(LKV_STATUS_MD_KEY);
+        rpc->trail_md[0].value = grpc_slice_from_static_string(lkv_status_md_value(rc));
+        size_t nmd = 1;
+        if (rpc->retry_ms[0] != '\0') {
+            rpc->trail_md[1].key = grpc_slice_from_static_string(LKV_RETRY_AFTER_MD_KEY);
+            rpc->trail_md[1].value =
+                grpc_slice_from_static_buffer(rpc->retry_ms, strlen(rpc->retry_ms));
+            nmd = 2;
+        }
+        ops[n].data.send_status_from_server.trailing_metadata_count = nmd;
+        ops[n].data.send_status_from_server.trailing_metadata = rpc->trail_md;
     } else {
         ops[n].data.send_status_from_server.trailing_metadata_count = 0;
     }
@@ -1007,6 +1040,29 @@ int lkv_rpc_errorf(lkv_rpc *rpc, int rc, const char *fmt, ...)
     return rc;
 }
 
+void lkv_rpc_set_retry_after(lkv_rpc *rpc, uint64_t ms)
+{
+    snprintf(rpc->retry_ms, sizeof(rpc->retry_ms), "%" PRIu64, ms);
+}
+
+int lkv_rpc_transport_secure(const lkv_rpc *rpc)
+{
+    grpc_auth_context *ac = grpc_call_auth_context(rpc->call);
+    if (ac == NULL) {
+        return 0;
+    }
+    int secure = 0;
+    grpc_auth_property_iterator it =
+        grpc_auth_context_find_properties_by_name(ac, GRPC_TRANSPORT_SECURITY_TYPE_PROPERTY_NAME);
+    const grpc_auth_property *p = grpc_auth_property_iterator_next(&it);
+    if (p != NULL && p->value != NULL) {
+        secure = strncmp(p->value, GRPC_SSL_TRANSPORT_SECURITY_TYPE, p->value_length) == 0 &&
+                 p->value_length == strlen(GRPC_SSL_TRANSPORT_SECURITY_TYPE);
+    }
+    grpc_auth_context_release(ac);
+    return secure;
+}
+
 int lkv_rpc_check_deadline(lkv_rpc *rpc)
 {
     if (deadline_passed(rpc)) {
@@ -1014,6 +1070,18 @@ int lkv_rpc_check_deadline(lkv_rpc *rpc)
                               method_path(rpc));
     }
     return 0;
+}
+
+int64_t lkv_rpc_deadline_left_ms(const lkv_rpc *rpc)
+{
+    gpr_timespec dl = rpc->mi < 0 ? rpc->details.deadline : rpc->deadline;
+    dl = gpr_convert_clock_type(dl, GPR_CLOCK_MONOTONIC);
+    if (gpr_time_cmp(dl, gpr_inf_future(GPR_CLOCK_MONOTONIC)) == 0) {
+        return INT64_MAX;
+    }
+    gpr_timespec left = gpr_time_sub(dl, gpr_now(GPR_CLOCK_MONOTONIC));
+    int64_t ms = (int64_t)left.tv_sec * 1000 + left.tv_nsec / 1000000;
+    return ms > 0 ? ms : 0;
 }
 
 const char *lkv_rpc_method(const lkv_rpc *rpc)
@@ -1372,6 +1440,22 @@ static int method_stats_register(lkv_server *s, lkv_stats *r)
     int rc = lkv_stats_register(r, d, 4 * n, method_stats_read, s, &s->stats_group);
     if (rc == 0) {
         s->registry = r;
+        /* Latency histograms, one per method (Prometheus: lazykv_rpc_duration_seconds). */
+        static const uint64_t bounds_us[] = {50,     100,     250,     500,     1000,    2500,
+                                             5000,   10000,   25000,   50000,   100000,  250000,
+                                             500000, 1000000, 2500000, 5000000, 10000000};
+        for (int i = 0; i < n; i++) {
+            d[i] = (lkv_stat_desc){.name = "rpc_duration",
+                                   .labels = tx[i].labels,
+                                   .kind = LKV_STAT_HISTOGRAM,
+                                   .unit = "us",
+                                   .help = "Wall time of finished calls, from arrival to the "
+                                           "final status."};
+        }
+        lkv_stat_group *hg = NULL;
+        rc = lkv_stats_register_hist(r, d, n, bounds_us,
+                                     (int)(sizeof(bounds_us) / sizeof(bounds_us[0])), &hg);
+        atomic_store(&s->hist_group, hg);
     }
     free(tx);
     free(d);
@@ -1416,6 +1500,275 @@ static int on_conn(void *ctx, int fd, const struct sockaddr *peer, socklen_t len
     return 0;
 }
 
+/* ---- TLS listener ---------------------------------------------------------------------- */
+
+/* Reads a whole file as a NUL-terminated string (malloc'ed), or NULL with errno text in why. */
+static char *read_pem(const char *path, char *why, size_t len)
+{
+    FILE *f = fopen(path, "rb");
+    if (f == NULL) {
+        snprintf(why, len, "cannot open %s: %s", path, strerror(errno));
+        return NULL;
+    }
+    size_t cap = 8192, n = 0;
+    char *buf = lkv_xmalloc(cap);
+    for (;;) {
+        size_t got = fread(buf + n, 1, cap - n - 1, f);
+        n += got;
+        if (n < cap - 1) {
+            break;
+        }
+        if (cap >= (16u << 20)) {
+            snprintf(why, len, "%s is larger than 16 MiB", path);
+            fclose(f);
+            free(buf);
+            return NULL;
+        }
+        cap *= 2;
+        buf = lkv_xrealloc(buf, cap);
+    }
+    fclose(f);
+    buf[n] = '\0';
+    if (strstr(buf, "-----BEGIN ") == NULL) {
+        snprintf(why, len, "%s holds no PEM block", path);
+        free(buf);
+        return NULL;
+    }
+    return buf;
+}
+
+static int same_stat(const struct stat *a, const struct stat *b)
+{
+    return a->st_ino == b->st_ino && a->st_dev == b->st_dev && a->st_size == b->st_size &&
+           a->st_mtim.tv_sec == b->st_mtim.tv_sec && a->st_mtim.tv_nsec == b->st_mtim.tv_nsec;
+}
+
+/* Under t->mu: if any file changed since the last attempt (or force), loads all of them into
+ * t->pending. Returns 1 (loaded), 0 (unchanged), LKV_ECONFIG (why; nothing loaded). */
+static int tls_load_locked(tls_state *t, int force, char *why, size_t len)
+{
+    struct stat now[3];
+    int changed = force;
+    memset(now, 0, sizeof(now));
+    for (int i = 0; i < 3; i++) {
+        if (t->paths[i] == NULL) {
+            continue;
+        }
+        if (stat(t->paths[i], &now[i]) != 0) {
+            snprintf(why, len, "cannot stat %s: %s", t->paths[i], strerror(errno));
+            return LKV_ECONFIG;
+        }
+        changed |= !same_stat(&now[i], &t->st[i]);
+    }
+    if (!changed) {
+        return 0;
+    }
+    char *pem[3] = {NULL, NULL, NULL};
+    int rc = 1;
+    for (int i = 0; i < 3 && rc == 1; i++) {
+        if (t->paths[i] != NULL && (pem[i] = read_pem(t->paths[i], why, len)) == NULL) {
+            rc = LKV_ECONFIG;
+        }
+    }
+    char subject[256], bad[256];
+    time_t not_after = 0;
+    if (rc == 1 && lkv_tls_check(pem[0], pem[1], pem[2], subject, sizeof(subject), &not_after, bad,
+                                 sizeof(bad)) != 0) {
+        snprintf(why, len, "%s / %s%s%s: %s", t->paths[0], t->paths[1],
+                 t->paths[2] != NULL ? " / " : "", t->paths[2] != NULL ? t->paths[2] : "", bad);
+        rc = LKV_ECONFIG;
+    }
+    if (rc != 1) {
+        t->failures++;
+    }
+    if (rc == 1) {
+        t->not_after = not_after;
+        char until[32];
+        struct tm tm;
+        gmtime_r(&not_after, &tm);
+        strftime(until, sizeof(until), "%Y-%m-%dT%H:%M:%SZ", &tm);
+        LKV_LOGI("tls: certificate %s valid until %s", subject, until);
+        grpc_ssl_pem_key_cert_pair pair = {.private_key = pem[1], .cert_chain = pem[0]};
+        /* gRPC 1.51 asserts pem_root_certs != NULL for every config a fetcher returns
+         * (ssl_security_connector.cc, try_replace_server_handshaker_factory), also when no
+         * client certificate is requested; the roots are then never consulted, so without a
+         * client CA the server's own chain stands in. */
+        grpc_ssl_server_certificate_config *c =
+            grpc_ssl_server_certificate_config_create(pem[2] != NULL ? pem[2] : pem[0], &pair, 1);
+        if (t->pending != NULL) {
+            grpc_ssl_server_certificate_config_destroy(t->pending);
+        }
+        t->pending = c;
+        atomic_fetch_add(&t->generation, 1);
+    }
+    memcpy(t->st, now, sizeof(now)); /* A file that failed is retried once it changes again. */
+    for (int i = 0; i < 3; i++) {
+        if (pem[i] != NULL) {
+            explicit_bzero(pem[i], strlen(pem[i])); /* The key: do not leave it in the heap. */
+            free(pem[i]);
+        }
+    }
+    return rc;
+}
+
+/* Logs the outcome of a load attempt (t->mu held): a problem once until it changes (not at
+ * every handshake while a file stays bad or missing), unless always. */
+static void tls_report_locked(tls_state *t, int rc, const char *why, int always)
+{
+    if (rc < 0 && (always || strcmp(why, t->last_why) != 0)) {
+        LKV_LOGW("tls: keeping the current certificate: %s", why);
+        snprintf(t->last_why, sizeof(t->last_why), "%s", why);
+    } else if (rc == 1) {
+        LKV_LOGI("tls: loaded certificate %s (generation %lu); new connections use it", t->paths[0],
+                 atomic_load(&t->generation));
+        t->last_why[0] = '\0';
+    }
+}
+
+/* gRPC's certificate fetcher: runs at every handshake (and once when the port is added). */
+static grpc_ssl_certificate_config_reload_status tls_fetch(void *user_data,
+                                                           grpc_ssl_server_certificate_config **c)
+{
+    tls_state *t = user_data;
+    char why[512];
+    pthread_mutex_lock(&t->mu);
+    int rc = tls_load_locked(t, 0, why, sizeof(why));
+    tls_report_locked(t, rc, why, 0);
+    grpc_ssl_certificate_config_reload_status st = GRPC_SSL_CERTIFICATE_CONFIG_RELOAD_UNCHANGED;
+    if (t->pending != NULL) {
+        *c = t->pending; /* gRPC owns it now. */
+        t->pending = NULL;
+        st = GRPC_SSL_CERTIFICATE_CONFIG_RELOAD_NEW;
+    }
+    pthread_mutex_unlock(&t->mu);
+    return st;
+}
+
+static void tls_free(tls_state *t)
+{
+    if (t == NULL) {
+        return;
+    }
+    for (int i = 0; i < 3; i++) {
+        free(t->paths[i]);
+    }
+    if (t->pending != NULL) {
+        grpc_ssl_server_certificate_config_destroy(t->pending);
+    }
+    pthread_mutex_destroy(&t->mu);
+    free(t);
+}
+
+/* Makes the server's TLS credentials over a certificate fetcher (see lkv_tls_opts), once: the
+ * state lives in s->tls until destroy. Returns the credentials (the caller releases them), or
+ * NULL with err set if the files cannot be used. Whoever adds a TLS listener (a port here, or
+ * an accepted descriptor with grpc_server_add_channel_from_fd) uses these. */
+static grpc_server_credentials *tls_credentials(lkv_server *s, const lkv_tls_opts *o, char *err,
+                                                size_t errlen)
+{
+    tls_state *t = lkv_xcalloc(1, sizeof(*t));
+    pthread_mutex_init(&t->mu, NULL);
+    const char *src[3] = {o->cert_file, o->key_file, o->client_ca_file};
+    for (int i = 0; i < 3; i++) {
+        if (src[i] != NULL && src[i][0] != '\0') {
+            t->paths[i] = strdup(src[i]);
+            if (t->paths[i] == NULL) {
+                lkv_panic("out of memory (tls paths)");
+            }
+        }
+    }
+    char why[512];
+    if (t->paths[0] == NULL || t->paths[1] == NULL) {
+        snprintf(err, errlen, "TLS needs a certificate and a key file");
+        tls_free(t);
+        return NULL;
+    }
+    if (tls_load_locked(t, 1, why, sizeof(why)) != 1) {
+        snprintf(err, errlen, "TLS: %s", why);
+        tls_free(t);
+        return NULL;
+    }
+    s->tls = t;
+    grpc_ssl_client_certificate_request_type req =
+        t->paths[2] != NULL ? GRPC_SSL_REQUEST_AND_REQUIRE_CLIENT_CERTIFICATE_AND_VERIFY
+                            : GRPC_SSL_DONT_REQUEST_CLIENT_CERTIFICATE;
+    grpc_ssl_server_credentials_options *so =
+        grpc_ssl_server_credentials_create_options_using_config_fetcher(req, tls_fetch, t);
+    return grpc_ssl_server_credentials_create_with_options(so);
+}
+
+/* Binds listen with the TLS credentials (tls_credentials). Returns the port, 0 if the address
+ * cannot be bound, or LKV_ECONFIG (err) if the files cannot be used. */
+static int add_listener_tls(lkv_server *s, const char *listen, const lkv_tls_opts *o, char *err,
+                            size_t errlen)
+{
+    grpc_server_credentials *creds = tls_credentials(s, o, err, errlen);
+    if (creds == NULL) {
+        return LKV_ECONFIG;
+    }
+    tls_state *t = s->tls;
+    int port = grpc_server_add_http2_port(s->server, listen, creds);
+    grpc_server_credentials_release(creds);
+    if (port == 0 && t->pending != NULL) {
+        snprintf(err, errlen, "TLS: gRPC refused the certificate or key in %s / %s", t->paths[0],
+                 t->paths[1]);
+        return LKV_ECONFIG;
+    }
+    return port;
+}
+
+int lkv_server_tls_check(lkv_server *s)
+{
+    if (s->tls == NULL) {
+        return 0;
+    }
+    char why[512];
+    tls_state *t = s->tls;
+    pthread_mutex_lock(&t->mu);
+    int rc = tls_load_locked(t, 0, why, sizeof(why));
+    tls_report_locked(t, rc, why, 1); /* Asked for (SIGHUP): always say. */
+    pthread_mutex_unlock(&t->mu);
+    return rc;
+}
+
+/* Registry read fn of the TLS stats (ctx: the tls_state). */
+static void tls_stats_read(void *ctx, double *v, int n)
+{
+    tls_state *t = ctx;
+    pthread_mutex_lock(&t->mu);
+    if (n >= 3) {
+        v[0] = (double)t->not_after;
+        v[1] = (double)atomic_load(&t->generation);
+        v[2] = (double)t->failures;
+    }
+    pthread_mutex_unlock(&t->mu);
+}
+
+static void tls_stats_register(lkv_server *s, lkv_stats *r)
+{
+    static const lkv_stat_desc d[3] = {
+        {"tls_cert_not_after_timestamp_seconds", NULL, LKV_STAT_GAUGE, NULL,
+         "Expiry (Unix time) of the TLS certificate in service.", "tls", "cert_not_after"},
+        {"tls_cert_loads", NULL, LKV_STAT_COUNTER, NULL,
+         "TLS certificates loaded (1 at start, +1 per renewal taken).", "tls", "cert_loads"},
+        {"tls_cert_load_failures", NULL, LKV_STAT_COUNTER, NULL,
+         "Changed TLS files that could not be used (the previous certificate stayed).", "tls",
+         "cert_load_failures"},
+    };
+    if (s->tls == NULL) {
+        return;
+    }
+    if (lkv_stats_register(r, d, 3, tls_stats_read, s->tls, &s->tls->group) != 0) {
+        LKV_LOGW("tls: statistics not registered");
+    }
+    s->registry = r;
+}
+
+unsigned long lkv_server_tls_generation(const lkv_server *s)
+{
+    return s->tls != NULL ? atomic_load(&s->tls->generation) : 0;
+}
+
 int lkv_server_create(const lkv_server_opts *opts, const lkv_method *methods, int n,
                       lkv_server **out, char *err, size_t errlen)
 {
@@ -1426,6 +1779,7 @@ int lkv_server_create(const lkv_server_opts *opts, const lkv_method *methods, in
         return LKV_EINVAL;
     }
     grpc_init();
+    int fail_rc = LKV_EIO;
     lkv_server *s = lkv_xcalloc(1, sizeof(*s));
     s->methods = methods;
     s->n_methods = n;
@@ -1485,16 +1839,21 @@ int lkv_server_create(const lkv_server_opts *opts, const lkv_method *methods, in
         s->workers[i].cq = grpc_completion_queue_create_for_next(NULL);
         grpc_server_register_completion_queue(s->server, s->workers[i].cq, NULL);
     }
-    if (opts->grpc_listener) {
-        /* The core's own listener: the seam for TLS (credentials would go here). */
+    if (opts->tls != NULL) {
+        /* TLS: gRPC 1.51 serves it only through its own listener (grpc_server_add_channel_from_fd
+         * takes insecure credentials only), so a TLS port has gRPC's limits, not ours. */
+        s->port = add_listener_tls(s, opts->listen, opts->tls, err, errlen);
+        if (s->port < 0) {
+            int rc = s->port;
+            s->port = 0;
+            fail_rc = rc; /* err says why. */
+            goto fail_cqs;
+        }
+    } else if (opts->grpc_listener) {
+        /* The core's own plaintext listener (diagnosis: no caps, no EMFILE recovery). */
         grpc_server_credentials *creds = grpc_insecure_server_credentials_create();
         s->port = grpc_server_add_http2_port(s->server, opts->listen, creds);
         grpc_server_credentials_release(creds);
-        if (s->port == 0) {
-            snprintf(err, errlen, "option 'listen': cannot bind %s (address in use or invalid)",
-                     opts->listen);
-            goto fail_cqs;
-        }
     } else {
         lkv_listener_opts lo = {.listen = opts->listen,
                                 .max_conns = opts->max_conns,
@@ -1507,6 +1866,11 @@ int lkv_server_create(const lkv_server_opts *opts, const lkv_method *methods, in
         }
         s->port = lkv_listener_port(s->listener);
         s->fd_creds = grpc_insecure_server_credentials_create();
+    }
+    if (s->port == 0) {
+        snprintf(err, errlen, "option 'listen': cannot bind %s (address in use or invalid)",
+                 opts->listen);
+        goto fail_cqs;
     }
     const char *colon = strrchr(opts->listen, ':');
     int hostlen = colon != NULL ? (int)(colon - opts->listen) : (int)strlen(opts->listen);
@@ -1544,6 +1908,7 @@ int lkv_server_create(const lkv_server_opts *opts, const lkv_method *methods, in
         lkv_listener_start(s->listener); /* Calls can be served now: hand connections over. */
     }
     if (opts->stats != NULL) {
+        tls_stats_register(s, opts->stats);
         int rc = method_stats_register(s, opts->stats);
         if (rc == 0 && s->listener != NULL) {
             rc = conn_stats_register(s, opts->stats);
@@ -1595,9 +1960,10 @@ fail_server:
     free(s->workers);
     free(s->handles);
     free(s->stats);
+    tls_free(s->tls);
     free(s);
     grpc_shutdown();
-    return LKV_EIO;
+    return fail_rc;
 }
 
 int lkv_server_method_stats(const lkv_server *s, int i, const char **path, uint64_t *calls,
@@ -1725,7 +2091,12 @@ void lkv_server_destroy(lkv_server *s)
     }
     lkv_stats_unregister(s->registry, s->stats_group); /* No method_stats_read after this. */
     lkv_stats_unregister(s->registry, s->conn_group);  /* Nor conn_stats_read. */
+    if (s->tls != NULL && s->tls->group != NULL) {
+        lkv_stats_unregister(s->registry, s->tls->group);
+        s->tls->group = NULL;
+    }
     lkv_server_shutdown(s, 0);
+    lkv_stats_unregister(s->registry, atomic_load(&s->hist_group)); /* No call ends any more. */
     grpc_server_destroy(s->server);
     lkv_listener_destroy(s->listener);
     if (s->fd_creds != NULL) {
@@ -1747,6 +2118,7 @@ void lkv_server_destroy(lkv_server *s)
     free(s->workers);
     free(s->handles);
     free(s->stats);
+    tls_free(s->tls);
     free(s);
     grpc_shutdown();
 }

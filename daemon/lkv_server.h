@@ -87,6 +87,21 @@ typedef struct lkv_method {
 /* Admission hook (authentication / authorisation), see lkv_server_opts.admit. */
 typedef int (*lkv_admit_fn)(void *ctx, lkv_rpc *rpc);
 
+/* TLS of the listener (lkv_server_opts.tls). Paths are copied at create. The files are read
+ * at create (an unreadable or malformed one fails create with LKV_ECONFIG naming it) and again
+ * whenever one of them changes (mtime, size or inode): gRPC consults the engine at every
+ * handshake (grpc_ssl_server_certificate_config_fetcher), so a renewed certificate written in
+ * place (or renamed over the old one) serves new connections without a restart, and
+ * connections already open keep theirs. A file that cannot be read or parsed at that moment
+ * (half-written) is logged and the previous certificate stays in use. */
+typedef struct lkv_tls_opts {
+    const char *cert_file;      /* Server certificate chain, PEM. */
+    const char *key_file;       /* Its private key, PEM. */
+    const char *client_ca_file; /* CA bundle for client certificates, PEM; NULL or "": clients
+                                 * are not asked for one. Set: every client must present a
+                                 * certificate this CA signed (the handshake fails otherwise). */
+} lkv_tls_opts;
+
 typedef struct lkv_server_opts {
     const char *listen;         /* host:port (borrowed during create); port 0 = any free. */
     int threads;                /* Polling threads, >= 1. */
@@ -112,12 +127,15 @@ typedef struct lkv_server_opts {
      * cap is closed at once. */
     uint32_t max_conns;
     uint32_t max_conns_per_peer;
-    /* 1: use gRPC core's own listener instead (no caps, no EMFILE recovery: gRPC 1.51 may stop
-     * accepting after one). The seam for TLS listeners, which 1.51 serves only through its own
-     * listener (grpc_server_add_channel_from_fd takes insecure credentials only); a TLS port
-     * has then only gRPC's limits (concurrent streams, handshake and idle timeouts) and the
-     * per-call admission hook. */
+    /* 1: a plaintext listener uses gRPC core's own accept loop instead (no caps, no EMFILE
+     * recovery: gRPC 1.51 may stop accepting after one); for diagnosis. */
     int grpc_listener;
+    /* Optional (NULL: plaintext). TLS of the listener, see lkv_tls_opts. gRPC 1.51 serves TLS
+     * only through its own listener (grpc_server_add_channel_from_fd takes insecure
+     * credentials only), so a TLS port has gRPC's limits (concurrent streams, handshake and
+     * idle timeouts) and the per-call admission hook, not max_conns / max_conns_per_peer or
+     * the EMFILE recovery. */
+    const lkv_tls_opts *tls;
 } lkv_server_opts;
 
 /* Creates the server, registers methods[0..n) (the array and what it points to are borrowed
@@ -131,6 +149,15 @@ int lkv_server_create(const lkv_server_opts *opts, const lkv_method *methods, in
 /* The bound address, "host:port" with the real port (borrowed, valid until destroy). */
 const char *lkv_server_address(const lkv_server *s);
 int lkv_server_port(const lkv_server *s);
+
+/* Checks the TLS files now (as a handshake would) and reports: 1 if a new certificate was
+ * loaded, 0 if nothing changed, LKV_ECONFIG (logged) if a file cannot be used (the old
+ * certificate stays). SIGHUP calls it so the log says at once whether a renewal took. 0 for a
+ * plaintext server. Thread-safe. */
+int lkv_server_tls_check(lkv_server *s);
+
+/* Certificates loaded since create (1 after create with TLS; +1 per reload). Thread-safe. */
+unsigned long lkv_server_tls_generation(const lkv_server *s);
 
 /* Per-method counters (Redis commandstats style; also in opts.stats) of method i (0..n-1, the
  * registration order):
@@ -180,9 +207,24 @@ int lkv_rpc_send(lkv_rpc *rpc, const ProtobufCMessage *msg);
 int lkv_rpc_errorf(lkv_rpc *rpc, int rc, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 
+/* Trailing-metadata key of a retry delay (milliseconds, decimal) sent with a refusal. */
+#define LKV_RETRY_AFTER_MD_KEY "retry-after-ms"
+
+/* Asks the client to retry after ms milliseconds: the failure the callback (or admit hook) is
+ * about to return carries "retry-after-ms: ms" in its trailing metadata, next to lkv-code. */
+void lkv_rpc_set_retry_after(lkv_rpc *rpc, uint64_t ms);
+
+/* 1 if the call arrived over TLS (the transport security type of its auth context is "ssl"),
+ * 0 for plaintext. */
+int lkv_rpc_transport_secure(const lkv_rpc *rpc);
+
 /* 0 if the call's deadline has not passed, else LKV_ETIMEDOUT (with a message set). Services
  * call it before each expensive step (RocksDB, copies). */
 int lkv_rpc_check_deadline(lkv_rpc *rpc);
+
+/* Milliseconds left before the call's deadline (0 once it passed; INT64_MAX without one): a
+ * call forwarded to another daemon carries what is left (daemon/cluster/). */
+int64_t lkv_rpc_deadline_left_ms(const lkv_rpc *rpc);
 
 /* The method path (static) and the peer ("ipv4:127.0.0.1:5555"; borrowed, valid for the call). */
 const char *lkv_rpc_method(const lkv_rpc *rpc);

@@ -127,3 +127,50 @@ int lkv_wirekey_secret_load(const char *dir, uint8_t secret[LKV_WIREKEY_SECRET_B
     }
     return 0;
 }
+
+int lkv_wirekey_secret_load_shared(const char *path, const char *dir,
+                                   uint8_t secret[LKV_WIREKEY_SECRET_BYTES])
+{
+    if (sodium_init() < 0) {
+        return LKV_EIO;
+    }
+    FILE *f = fopen(path, "r");
+    char hex[130];
+    size_t n = 0;
+    if (f != NULL) {
+        n = fread(hex, 1, sizeof(hex) - 1, f);
+        fclose(f);
+    }
+    hex[n] = '\0';
+    while (n > 0 && (hex[n - 1] == '\n' || hex[n - 1] == '\r' || hex[n - 1] == ' ')) {
+        hex[--n] = '\0';
+    }
+    size_t got = 0;
+    if (f == NULL || n != 2 * LKV_WIREKEY_SECRET_BYTES ||
+        sodium_hex2bin(secret, LKV_WIREKEY_SECRET_BYTES, hex, n, NULL, &got, NULL) != 0 ||
+        got != LKV_WIREKEY_SECRET_BYTES) {
+        LKV_LOGE("option 'wirekey_secret_file': %s must hold %d hex digits (e.g. "
+                 "python3 -c 'import secrets; print(secrets.token_hex(32))')",
+                 path, 2 * LKV_WIREKEY_SECRET_BYTES);
+        sodium_memzero(hex, sizeof(hex));
+        return LKV_EIO;
+    }
+    sodium_memzero(hex, sizeof(hex));
+    /* A data dir with its own secret: the shared one wins; say what that costs. */
+    char own[1200];
+    snprintf(own, sizeof(own), "%s/wirekey.secret", dir);
+    int fd = open(own, O_RDONLY | O_CLOEXEC);
+    if (fd >= 0) {
+        uint8_t old[LKV_WIREKEY_SECRET_BYTES];
+        ssize_t r = read(fd, old, sizeof(old));
+        close(fd);
+        if (r == (ssize_t)sizeof(old) && sodium_memcmp(old, secret, sizeof(old)) != 0) {
+            LKV_LOGW("%s differs from the shared wire-key secret (%s), which is used: wire keys "
+                     "handed out before no longer name their documents (documents named by "
+                     "tokens are unaffected); the file is kept",
+                     own, path);
+        }
+        sodium_memzero(old, sizeof(old));
+    }
+    return 0;
+}

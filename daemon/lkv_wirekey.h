@@ -42,6 +42,14 @@ typedef struct lkv_wirekey {
  * bytes. */
 int lkv_wirekey_secret_load(const char *dir, uint8_t secret[LKV_WIREKEY_SECRET_BYTES]);
 
+/* Loads a shared secret (a cluster: every member mounts the same file) from path: 64 hex
+ * digits. If dir (the data dir) has its own wirekey.secret that differs, logs a warning: the
+ * shared secret wins, wire keys handed out under the old one no longer decode to their
+ * documents (store keys, and so documents named by tokens, do not depend on it), and the old
+ * file is left alone. Returns 0, or LKV_EIO (logged) for a missing or malformed file. */
+int lkv_wirekey_secret_load_shared(const char *path, const char *dir,
+                                   uint8_t secret[LKV_WIREKEY_SECRET_BYTES]);
+
 /* Initialises *w for a tenant of salt (32 bytes) under secret; identity if identity != 0. */
 void lkv_wirekey_init(lkv_wirekey *w, const uint8_t secret[LKV_WIREKEY_SECRET_BYTES],
                       const uint8_t salt[LKV_SALT_BYTES], int identity);

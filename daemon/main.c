@@ -21,6 +21,12 @@
  * Descriptors: the soft RLIMIT_NOFILE is raised to the hard limit at start (both logged), so
  * the descriptor cap is the one the operator set, not the shell's default of 1024.
  *
+ * Readiness: before the store opens (the cold index loads, which can take long), a starting
+ * server binds the listen address and answers Health NOT_SERVING and every other Cache/Admin
+ * call UNAVAILABLE ("starting"); once the store, tenancy, leases and cluster are ready it is
+ * shut down and the real server binds the same address (a gap of milliseconds in which
+ * connections are refused). Health is SERVING from then on, NOT_SERVING again while draining.
+ *
  * Exit status: 0 clean shutdown (or --help/--version/--check-config), 1 runtime failure (store
  * cannot open, address cannot be bound, flush failed), 2 bad configuration or usage.
  */
@@ -32,74 +38,50 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "lkv_admin_svc.h"
 #include "lkv_auth.h"
 #include "lkv_cache_svc.h"
+#include "lkv_cluster.h"
 #include "lkv_config.h"
 #include "lkv_err.h"
 #include "lkv_health.h"
 #include "lkv_lease.h"
 #include "lkv_log.h"
+#include "lkv_metrics.h"
 #include "lkv_server.h"
 #include "lkv_store.h"
+#include "lkv_tenancy.h"
 #include "lkv_wirekey.h"
 
 #define LAZYKVD_VERSION "0.1.0"
 
-/* 0 while the store opens (the cold index loads), 1 once lazykvd takes calls; read by admit
- * and Health (lkv_health.ready). Written once, by main, with release order. */
-static atomic_int g_ready;
+static lkv_cluster *g_cluster; /* The cluster (daemon/cluster/lkv_cluster.h), set before serving. */
 
-/* Admission (lkv_server_opts.admit): authenticates the bearer token of every call and checks
- * the method's role (daemon/lkv_auth.h), then attaches the caller's tenant as the principal.
- * ctx is the tenant table. */
+/* Admission (lkv_server_opts.admit; ctx is the tenancy): a cluster-internal call (the cluster
+ * token, daemon/cluster/lkv_cluster.h) is admitted as the tenant it names; every other call is
+ * authenticated by the tenancy (lkv_tenancy_admit: bearer token, role, TLS rule, rate). */
 static int admit(void *ctx, lkv_rpc *rpc)
 {
-    const lkv_auth *auth = ctx;
-    /* gRPC's default metadata limit is 8 KiB, so a header that is present always fits and is
-     * never mistaken for an absent one. */
-    char buf[8192 + 1], msg[256];
-    const char *path = lkv_rpc_method(rpc);
-    const lkv_tenant *t = NULL;
-    int count = lkv_rpc_metadata_count(rpc, "authorization");
-    int n = lkv_rpc_metadata(rpc, "authorization", buf, sizeof(buf));
-    if (count > 1 || (count == 1 && n < 0)) {
-        /* Never fall back to anonymous for a header that is present but unusable. */
-        return lkv_rpc_errorf(rpc, LKV_EUNAUTH, "malformed credentials: %s",
-                              count > 1 ? "the authorization header was sent more than once"
-                                        : "the authorization header is too long");
+    /* gRPC's default metadata limit is 8 KiB, so a header that is present always fits. */
+    char buf[8192 + 1];
+    if (g_cluster != NULL && lkv_rpc_metadata_count(rpc, "authorization") == 1 &&
+        lkv_rpc_metadata(rpc, "authorization", buf, sizeof(buf)) >= 0) {
+        const lkv_tenant *t = NULL;
+        int rc = lkv_cluster_admit(g_cluster, rpc, buf, &t);
+        if (rc == 1) {
+            lkv_rpc_set_principal(rpc, t);
+            return 0;
+        }
+        if (rc < 0) {
+            return rc;
+        }
     }
-    int rc = lkv_auth_check(auth, n >= 0 ? buf : NULL, n >= 0 ? (size_t)n : 0,
-                            lkv_auth_peer_is_loopback(lkv_rpc_peer(rpc)),
-                            lkv_auth_method_roles(path, strlen(path)), &t, msg, (int)sizeof(msg));
-    if (rc < 0) {
-        return lkv_rpc_errorf(rpc, rc, "%s", msg);
-    }
-    lkv_rpc_set_principal(rpc, t);
-    /* Readiness: until the store is open only Health is served (it says NOT_SERVING). */
-    if (!atomic_load_explicit(&g_ready, memory_order_acquire) &&
-        strncmp(path, "/grpc.health.v1.Health/", 23) != 0) {
-        return lkv_rpc_errorf(rpc, LKV_EUNAVAIL,
-                              "lazykvd is starting: the cold index is still loading; retry");
-    }
-    return 0;
-}
-
-/* lkv_cache_svc.salt_of: a call's documents are keyed with its tenant's salt. */
-static const uint8_t *tenant_salt(const void *principal)
-{
-    return ((const lkv_tenant *)principal)->salt;
-}
-
-/* lkv_cache_svc.index_of: the tenant's dense index (ctx is the tenant table). */
-static int tenant_index(const void *ctx, const void *principal)
-{
-    return lkv_auth_index(ctx, principal);
+    return lkv_tenancy_admit(ctx, rpc);
 }
 
 /* mkdir -p path (mode 0700 for created components). Returns 0 or -errno. */
@@ -178,6 +160,132 @@ static uint64_t raise_nofile(void)
     return (uint64_t)rl.rlim_cur;
 }
 
+/* ---- The starting server (readiness; see the file comment) ------------------------------ */
+
+static atomic_int g_ready; /* 0 until the real server takes calls (lkv_health.ready). */
+
+static int starting_refuse(lkv_rpc *rpc)
+{
+    return lkv_rpc_errorf(rpc, LKV_EUNAVAIL,
+                          "lazykvd is starting: the cold index is still loading; retry");
+}
+
+static int starting_unary(void *svc, lkv_rpc *rpc, const ProtobufCMessage *req)
+{
+    (void)svc;
+    (void)req;
+    return starting_refuse(rpc);
+}
+
+static int starting_next(void *svc, lkv_rpc *rpc)
+{
+    (void)svc;
+    return starting_refuse(rpc);
+}
+
+/* The starting server's table: Health (NOT_SERVING: g_ready is 0) and every Cache and Admin
+ * method refused with UNAVAILABLE, as the same kinds and request types as the real ones (the
+ * request is read, bounded, and dropped; a Put is refused at its first message). */
+static int starting_methods(lkv_health *health, lkv_method *out)
+{
+    lkv_cache_svc c;
+    lkv_admin_svc a;
+    lkv_cache_svc_init(&c, NULL, 0);
+    lkv_admin_svc_init(&a, NULL, "", 0);
+    int n = lkv_cache_svc_methods(&c, out);
+    n += lkv_admin_svc_methods(&a, out + n);
+    for (int i = 0; i < n; i++) {
+        lkv_method m = {.path = out[i].path,
+                        .kind = out[i].kind,
+                        .req_desc = out[i].req_desc,
+                        .max_request_bytes = 4096};
+        if (m.kind == LKV_RPC_UNARY) {
+            m.unary = starting_unary;
+        } else if (m.kind == LKV_RPC_SERVER_STREAM) {
+            m.start = starting_unary;
+            m.next = starting_next;
+        } else {
+            m.on_message = starting_unary;
+            m.on_end = starting_next;
+        }
+        out[i] = m;
+    }
+    n += lkv_health_methods(health, out + n);
+    return n;
+}
+
+/* SIGHUP: re-reads the config (the same --config file and command-line overrides), applies
+ * what can change live (tenants, tokens, quotas and rates, log level; certificates are re-read
+ * whenever their files change) and logs what cannot. A config that does not parse or validate
+ * changes nothing. */
+static void reload(int argc, char **argv, lkv_config *cur, lkv_tenancy *ten, lkv_server *srv)
+{
+    static lkv_config next; /* Large: off the stack. */
+    char err[LKV_CONFIG_ERR_MAX];
+    int action;
+    LKV_LOGI("received SIGHUP: reloading %s", cur->source[0] ? cur->source : "(no config file)");
+    if (lkv_config_from_args(&next, argc, argv, &action, err, sizeof(err)) != 0) {
+        LKV_LOGE("reload refused, nothing changed: %s", err);
+        lkv_tenancy_reload_refused(ten);
+        return;
+    }
+    if (strcmp(next.tls_cert_file, cur->tls_cert_file) != 0 ||
+        strcmp(next.tls_key_file, cur->tls_key_file) != 0 ||
+        strcmp(next.tls_client_ca_file, cur->tls_client_ca_file) != 0) {
+        LKV_LOGW("reload: TLS file paths cannot change while the daemon runs (restart lazykvd); "
+                 "replace the files in place instead: they are re-read when they change");
+    }
+    if (lkv_tenancy_reload(ten, &next, err, sizeof(err)) != 0) {
+        LKV_LOGE("reload refused, nothing changed: %s", err);
+        return;
+    }
+    if (next.log_level != cur->log_level) {
+        lkv_log_set_level(next.log_level);
+        LKV_LOGI("reload: log_level changed");
+    }
+    int tls = lkv_server_tls_check(srv);
+    LKV_LOGI("reload done%s", tls == 1 ? " (new TLS certificate loaded)" : "");
+    /* Keep what was applied; the rest stays as started (logged by lkv_tenancy_reload). */
+    cur->log_level = next.log_level;
+    cur->allow_plaintext_tokens = next.allow_plaintext_tokens;
+}
+
+/* Per-tier hit ratios from the store's counters (Prometheus: lazykv_store_tier_hit_ratio): hot =
+ * hot hits / lookups; cold = cold hits / lookups that missed the hot tier (what the cold tier
+ * was asked). */
+static void tier_ratio_read(void *ctx, double *v, int n)
+{
+    lkv_store_stats st;
+    lkv_store_stats_get(ctx, &st);
+    double lookups = (double)(st.hits_hot + st.hits_cold + st.misses);
+    double cold_asked = (double)(st.hits_cold + st.misses);
+    if (n >= 4) {
+        v[0] = lookups > 0 ? (double)st.hits_hot / lookups : 0.0;
+        v[1] = cold_asked > 0 ? (double)st.hits_cold / cold_asked : 0.0;
+        v[2] = lookups > 0 ? 1.0 - v[0] : 0.0;
+        v[3] = cold_asked > 0 ? 1.0 - v[1] : 0.0;
+    }
+}
+
+static void register_tier_ratios(lkv_stats *stats, lkv_store *store)
+{
+    static const lkv_stat_desc d[4] = {
+        {"store_tier_hit_ratio", "tier=hot", LKV_STAT_GAUGE, "ratio",
+         "Lookups the tier answered / lookups that reached it, since start.", "lookups",
+         "hit_rate_hot"},
+        {"store_tier_hit_ratio", "tier=cold", LKV_STAT_GAUGE, "ratio",
+         "Lookups the tier answered / lookups that reached it, since start.", "lookups",
+         "hit_rate_cold"},
+        {"store_tier_miss_ratio", "tier=hot", LKV_STAT_GAUGE, "ratio",
+         "Lookups the tier missed / lookups that reached it, since start.", NULL, NULL},
+        {"store_tier_miss_ratio", "tier=cold", LKV_STAT_GAUGE, "ratio",
+         "Lookups the tier missed / lookups that reached it, since start.", NULL, NULL},
+    };
+    if (lkv_stats_register(stats, d, 4, tier_ratio_read, store, NULL) != 0) {
+        LKV_LOGW("stats: per-tier hit ratios not registered");
+    }
+}
+
 int main(int argc, char **argv)
 {
     static lkv_config cfg; /* Large (profiles): keep it off the stack. */
@@ -209,6 +317,7 @@ int main(int argc, char **argv)
     sigemptyset(&sigs);
     sigaddset(&sigs, SIGTERM);
     sigaddset(&sigs, SIGINT);
+    sigaddset(&sigs, SIGHUP);
     pthread_sigmask(SIG_BLOCK, &sigs, NULL);
     signal(SIGPIPE, SIG_IGN);
 
@@ -223,7 +332,8 @@ int main(int argc, char **argv)
         max_conns = m > (1u << 24) ? (1u << 24) : (uint32_t)m;
     }
     LKV_LOGI("connections: at most %u open, %u per peer (%s accept loop)", max_conns,
-             cfg.max_connections_per_peer, cfg.grpc_listener ? "gRPC's" : "lazykvd's");
+             cfg.max_connections_per_peer,
+             cfg.tls_cert_file[0] != '\0' || cfg.grpc_listener ? "gRPC's" : "lazykvd's");
 
     int rc = mkdirs(cfg.data_dir);
     if (rc != 0) {
@@ -234,100 +344,33 @@ int main(int argc, char **argv)
     if (rc != 0) {
         return rc;
     }
-    /* One statistics registry for the process: the store, the lease table and the RPC engine
-     * register in it; Admin Stats reads it. */
-    lkv_stats *stats = NULL;
-    lkv_stats_create(&stats);
-    lkv_auth *auth = NULL;
-    rc = lkv_config_auth(&cfg, &auth, err, sizeof(err));
-    if (rc != 0) {
-        LKV_LOGE("%s", err);
-        return 2;
-    }
-    char roles[64];
-    lkv_auth_roles_format(cfg.loopback_roles, roles, sizeof(roles));
-    LKV_LOGI("auth: %d tenant(s); callers on loopback without a token get roles: %s%s",
-             lkv_auth_count(auth), roles,
-             cfg.allow_insecure_bind && cfg.n_tenants == 0 && !lkv_auth_addr_is_loopback(cfg.listen)
-                 ? " (WARNING: non-loopback listen without tenants: allow_insecure_bind)"
-                 : "");
-
-    /* The services exist before the store: the server starts first and answers Health
-     * NOT_SERVING (every other call UNAVAILABLE, in admit) while the cold index loads. Their
-     * store and lease fields are filled in below, before g_ready is published. */
+    lkv_tls_opts tls = {.cert_file = cfg.tls_cert_file,
+                        .key_file = cfg.tls_key_file,
+                        .client_ca_file = cfg.tls_client_ca_file};
+    /* The starting server (readiness): Health NOT_SERVING while the store opens. */
     static const char *const services[] = {"lazykv.v1.Cache", "lazykv.v1.Admin", NULL};
-    lkv_cache_svc cache;
-    lkv_admin_svc admin;
-    lkv_health health;
-    lkv_cache_svc_init(&cache, NULL, cfg.durability);
-    cache.salt_of = tenant_salt;
-    cache.max_lookup_docs = cfg.max_lookup_docs;
-    cache.max_request_bytes = cfg.max_request_bytes;
-    cache.max_docref_bytes = lkv_config_docref_bytes(&cfg);
-
-    /* Per-tenant state, by lkv_auth_index: wire keys (lkv_wirekey.h), lookup counters, names. */
-    int n_idx = lkv_auth_count(auth) + 1;
-    lkv_wirekey *wire = lkv_xcalloc((size_t)n_idx, sizeof(*wire));
-    lkv_tenant_lookups *t_lookups = lkv_xcalloc((size_t)n_idx, sizeof(*t_lookups));
-    const char **t_names = lkv_xcalloc((size_t)n_idx, sizeof(*t_names));
-    uint8_t secret[LKV_WIREKEY_SECRET_BYTES] = {0};
-    int isolate = lkv_auth_count(auth) > 0;
-    if (isolate && lkv_wirekey_secret_load(cfg.data_dir, secret) != 0) {
-        lkv_auth_destroy(auth);
-        return 1;
-    }
-    for (int i = -1; i < cfg.n_tenants; i++) {
-        const lkv_tenant *t =
-            i < 0 ? lkv_auth_default_tenant(auth) : lkv_auth_find(auth, cfg.tenants[i].name);
-        int idx = t != NULL ? lkv_auth_index(auth, t) : -1;
-        if (idx >= 0 && idx < n_idx) {
-            lkv_wirekey_init(&wire[idx], secret, t->salt, !isolate);
-            t_names[idx] = t->name;
-        }
-    }
-    memset(secret, 0, sizeof(secret));
-    cache.index_of = tenant_index;
-    cache.index_ctx = auth;
-    cache.n_tenants = n_idx;
-    cache.wire = wire;
-    cache.lookups = t_lookups;
-
-    lkv_admin_svc_init(&admin, NULL, lkv_durability_name(cfg.durability), cfg.threads);
-    admin.n_tenants = n_idx;
-    admin.isolate = isolate;
-    admin.index_of = tenant_index;
-    admin.index_ctx = auth;
-    admin.tenant_names = t_names;
-    admin.tenant_lookups = t_lookups;
-    lkv_health_init(&health, services);
-    health.ready = &g_ready;
-    lkv_method methods[LKV_CACHE_SVC_METHODS + LKV_ADMIN_SVC_METHODS + LKV_HEALTH_METHODS];
-    int n = 0;
-    n += lkv_cache_svc_methods(&cache, methods + n);
-    n += lkv_admin_svc_methods(&admin, methods + n);
-    n += lkv_health_methods(&health, methods + n);
-
-    lkv_server_opts so = {.listen = cfg.listen,
-                          .threads = cfg.threads,
-                          .pool_threads = cfg.pool_threads,
-                          .max_conns = max_conns,
-                          .max_conns_per_peer = cfg.max_connections_per_peer,
-                          .grpc_listener = cfg.grpc_listener,
-                          .max_message_bytes = cfg.max_message_bytes,
-                          .admit = admit,
-                          .admit_ctx = auth,
-                          .stats = stats};
-    lkv_server *srv = NULL;
-    rc = lkv_server_create(&so, methods, n, &srv, err, sizeof(err));
+    lkv_health start_health;
+    lkv_health_init(&start_health, services);
+    start_health.ready = &g_ready;
+    lkv_method start_m[LKV_CACHE_SVC_METHODS + LKV_ADMIN_SVC_METHODS + LKV_HEALTH_METHODS];
+    int start_n = starting_methods(&start_health, start_m);
+    lkv_server_opts sso = {.listen = cfg.listen,
+                           .threads = 1,
+                           .max_message_bytes = cfg.max_message_bytes,
+                           .max_conns = max_conns,
+                           .max_conns_per_peer = cfg.max_connections_per_peer,
+                           .grpc_listener = cfg.grpc_listener,
+                           .tls = cfg.tls_cert_file[0] != '\0' ? &tls : NULL};
+    lkv_server *start_srv = NULL;
+    rc = lkv_server_create(&sso, start_m, start_n, &start_srv, err, sizeof(err));
     if (rc != 0) {
         LKV_LOGE("%s", err);
-        lkv_auth_destroy(auth);
-        return 1;
+        return rc == LKV_ECONFIG ? 2 : 1;
     }
-    lkv_admin_svc_set_server(&admin, srv);
+    char listen_addr[sizeof(cfg.listen) + 16];
+    snprintf(listen_addr, sizeof(listen_addr), "%s", lkv_server_address(start_srv));
     LKV_LOGI("health: NOT_SERVING on %s until the store is open (other calls: UNAVAILABLE)",
-             lkv_server_address(srv));
-
+             listen_addr);
     /* Fault injection (tests): a slow cold-index load. */
     const char *delay = getenv("LKV_FAULT_OPEN_DELAY_MS");
     if (delay != NULL && atoi(delay) > 0) {
@@ -336,6 +379,10 @@ int main(int argc, char **argv)
         struct timespec ts = {atoi(delay) / 1000, (long)(atoi(delay) % 1000) * 1000000L};
         nanosleep(&ts, NULL);
     }
+    /* One statistics registry for the process: the store, the lease table and the RPC engine
+     * register in it; Admin Stats reads it. */
+    lkv_stats *stats = NULL;
+    lkv_stats_create(&stats);
     lkv_store_config scfg;
     lkv_config_to_store(&cfg, &scfg);
     scfg.stats = stats;
@@ -344,9 +391,8 @@ int main(int argc, char **argv)
     if (rc != 0) {
         LKV_LOGE("cannot open the store in %s: %s (%s)", cfg.data_dir, lkv_strerror(rc),
                  lkv_err_name(rc));
-        lkv_server_shutdown(srv, 0);
-        lkv_server_destroy(srv);
-        lkv_auth_destroy(auth);
+        lkv_server_destroy(start_srv);
+        lkv_stats_destroy(stats);
         return rc == LKV_ECONFIG ? 2 : 1;
     }
     lkv_store_stats st;
@@ -355,6 +401,38 @@ int main(int argc, char **argv)
     LKV_LOGI("store open: hot %s in %" PRIu64 " pages, %" PRIu64 " cold documents",
              lkv_format_bytes(st.hot_budget, hb, sizeof(hb)), st.hot_pages_total, st.cold_docs);
 
+    lkv_tenancy *ten = NULL;
+    rc = lkv_tenancy_create(&cfg, stats, store, &ten, err, sizeof(err));
+    if (rc != 0) {
+        LKV_LOGE("%s", err);
+        lkv_store_close(store);
+        lkv_stats_destroy(stats);
+        return rc == LKV_ECONFIG ? 2 : 1;
+    }
+    char roles[64];
+    lkv_auth_roles_format(cfg.loopback_roles, roles, sizeof(roles));
+    LKV_LOGI("auth: %d tenant(s); callers on loopback without a token get roles: %s%s",
+             lkv_tenancy_count(ten), roles,
+             cfg.allow_insecure_bind && cfg.n_tenants == 0 && !lkv_auth_addr_is_loopback(cfg.listen)
+                 ? " (WARNING: non-loopback listen without tenants: allow_insecure_bind)"
+                 : "");
+    if (cfg.tls_cert_file[0] == '\0' && !lkv_auth_addr_is_loopback(cfg.listen)) {
+        LKV_LOGW("listen %s is not loopback and TLS is off: traffic is in clear text%s", cfg.listen,
+                 cfg.allow_plaintext_tokens ? " and bearer tokens are accepted over it "
+                                              "(allow_plaintext_tokens)"
+                                            : "; bearer tokens from remote peers are refused");
+    }
+    register_tier_ratios(stats, store);
+
+    lkv_cache_svc cache;
+    lkv_admin_svc admin;
+    lkv_health health;
+    lkv_cache_svc_init(&cache, store, cfg.durability);
+    lkv_tenancy_wire_cache(ten, &cache);
+    cache.max_lookup_docs = cfg.max_lookup_docs;
+    cache.max_request_bytes = cfg.max_request_bytes;
+    cache.max_docref_bytes = lkv_config_docref_bytes(&cfg);
+
     lkv_lease_limits lim = {.max_leases = cfg.max_leases,
                             .max_docs = cfg.max_lease_docs,
                             .max_ttl_ms = (uint32_t)cfg.max_lease_ttl_ms};
@@ -362,34 +440,141 @@ int main(int argc, char **argv)
     rc = lkv_lease_table_create(store, &lim, &leases);
     if (rc != 0) {
         LKV_LOGE("cannot create the lease table: %s", lkv_strerror(rc));
-        lkv_server_shutdown(srv, 0);
-        lkv_server_destroy(srv);
-        lkv_auth_destroy(auth);
+        lkv_tenancy_destroy(ten);
         lkv_store_close(store);
+        lkv_stats_destroy(stats);
         return 1;
     }
-    cache.store = store;
     cache.leases = leases;
-    admin.store = store;
-    /* Publishes the fields above to every polling thread (admit reads g_ready with acquire). */
-    atomic_store_explicit(&g_ready, 1, memory_order_release);
-    LKV_LOGI("listening on %s (%d polling threads, %d pool threads, max message %s): SERVING",
-             lkv_server_address(srv), cfg.threads, cfg.pool_threads,
+
+    lkv_admin_svc_init(&admin, store, lkv_durability_name(cfg.durability), cfg.threads);
+    admin.n_tenants = LKV_TENANCY_SLOTS;
+    admin.isolate = lkv_tenancy_isolated(ten);
+    admin.index_of = lkv_tenancy_index;
+    admin.index_ctx = ten;
+    admin.tenant_names = lkv_tenancy_names(ten);
+    admin.tenant_lookups = lkv_tenancy_lookups(ten);
+    admin.n_named = lkv_tenancy_named;
+    lkv_health_init(&health, services);
+    /* Cluster-internal calls name their tenant in the table of start-up (tables replaced by a
+     * reload stay allocated, and tenant slots are stable across reloads). */
+    rc = lkv_cluster_create(&cfg, store, lkv_tenancy_auth(ten), LAZYKVD_VERSION, &g_cluster, err,
+                            sizeof(err));
+    if (rc != 0) {
+        LKV_LOGE("%s", err);
+        lkv_lease_table_destroy(leases);
+        lkv_tenancy_destroy(ten);
+        lkv_store_close(store);
+        lkv_stats_destroy(stats);
+        return 2;
+    }
+    cache.route = lkv_cluster_route;
+    cache.route_ctx = g_cluster;
+    lkv_method methods[LKV_CACHE_SVC_METHODS + LKV_CLUSTER_METHODS + LKV_ADMIN_SVC_METHODS +
+                       LKV_HEALTH_METHODS];
+    int n = 0;
+    n += lkv_cache_svc_methods(&cache, methods + n);
+    for (int i = 0; i < n; i++) {
+        if (strcmp(methods[i].path, "/lazykv.v1.Cache/Get") == 0) {
+            lkv_cluster_set_get(g_cluster, &methods[i]); /* Moved documents: lkv_transfer.h. */
+        }
+        if (strcmp(methods[i].path, "/lazykv.v1.Cache/Attach") == 0) {
+            lkv_cluster_set_attach(g_cluster, &methods[i]); /* Local replicas. */
+        }
+    }
+    n += lkv_cluster_methods(g_cluster, methods + n);
+    n += lkv_admin_svc_methods(&admin, methods + n);
+    n += lkv_health_methods(&health, methods + n);
+
+    lkv_server_opts so = {.listen = listen_addr, /* The starting server's (real port). */
+                          .threads = cfg.threads,
+                          .pool_threads = cfg.pool_threads,
+                          .max_message_bytes = cfg.max_message_bytes,
+                          .max_conns = max_conns,
+                          .max_conns_per_peer = cfg.max_connections_per_peer,
+                          .grpc_listener = cfg.grpc_listener,
+                          .admit = admit,
+                          .admit_ctx = ten,
+                          .stats = stats};
+    if (cfg.tls_cert_file[0] != '\0') {
+        so.tls = &tls;
+    }
+    /* Hand the address over: the starting server goes (its connections are dropped, clients
+     * reconnect), the real one binds the same port; Health is SERVING from here. */
+    lkv_server_shutdown(start_srv, 0);
+    lkv_server_destroy(start_srv);
+    atomic_store(&g_ready, 1);
+    lkv_server *srv = NULL;
+    rc = lkv_server_create(&so, methods, n, &srv, err, sizeof(err));
+    if (rc != 0) {
+        LKV_LOGE("%s", err);
+        lkv_cluster_destroy(g_cluster);
+        lkv_lease_table_destroy(leases);
+        lkv_tenancy_destroy(ten);
+        lkv_store_close(store);
+        lkv_stats_destroy(stats);
+        return rc == LKV_ECONFIG ? 2 : 1;
+    }
+    lkv_admin_svc_set_server(&admin, srv);
+    LKV_LOGI("listening on %s (%s, %d polling threads, %d pool threads, max message %s)",
+             lkv_server_address(srv),
+             so.tls == NULL                      ? "plaintext"
+             : cfg.tls_client_ca_file[0] != '\0' ? "TLS, client certificates required"
+                                                 : "TLS",
+             cfg.threads, cfg.pool_threads,
              lkv_format_bytes(cfg.max_message_bytes, hb, sizeof(hb)));
+    rc = lkv_cluster_start(g_cluster, lkv_server_address(srv), err, sizeof(err));
+    if (rc != 0) {
+        LKV_LOGE("%s", err);
+        lkv_server_shutdown(srv, 0);
+        lkv_server_destroy(srv);
+        lkv_cluster_destroy(g_cluster);
+        lkv_lease_table_destroy(leases);
+        lkv_tenancy_destroy(ten);
+        lkv_store_close(store);
+        lkv_stats_destroy(stats);
+        return 2;
+    }
+    lkv_metrics *metrics = NULL;
+    if (cfg.metrics_listen[0] != '\0') {
+        rc = lkv_metrics_start(stats, cfg.metrics_listen, &metrics, err, sizeof(err));
+        if (rc != 0) {
+            LKV_LOGE("%s", err);
+            lkv_server_shutdown(srv, 0);
+            lkv_server_destroy(srv);
+            lkv_cluster_destroy(g_cluster);
+            lkv_lease_table_destroy(leases);
+            lkv_tenancy_destroy(ten);
+            lkv_store_close(store);
+            lkv_stats_destroy(stats);
+            return 1;
+        }
+        LKV_LOGI("metrics on http://%s/metrics", lkv_metrics_address(metrics));
+    }
+    if (metrics != NULL) {
+        printf("lazykvd metrics on %s\n", lkv_metrics_address(metrics)); /* Before "listening". */
+    }
     printf("lazykvd listening on %s\n", lkv_server_address(srv));
     fflush(stdout);
 
     int sig = 0;
-    while (sigwait(&sigs, &sig) != 0) {
+    for (;;) {
+        if (sigwait(&sigs, &sig) != 0) {
+            continue;
+        }
+        if (sig != SIGHUP) {
+            break;
+        }
+        reload(argc, argv, &cfg, ten, srv);
     }
     LKV_LOGI("received %s: shutting down", sig == SIGTERM ? "SIGTERM" : "SIGINT");
+    lkv_cluster_leave(g_cluster); /* Peers re-home our share now, not after the lease TTL. */
+    lkv_metrics_stop(metrics);
     lkv_server_shutdown(srv, cfg.shutdown_grace_ms);
+    lkv_cluster_destroy(g_cluster); /* Forwarded calls still out: cancelled, waited for. */
     lkv_server_destroy(srv);
     lkv_lease_table_destroy(leases); /* Unpins what live leases hold. */
-    lkv_auth_destroy(auth);
-    free(wire);
-    free(t_lookups);
-    free(t_names);
+    lkv_tenancy_destroy(ten);
     LKV_LOGI("shutdown: server stopped; flushing write-back documents and closing the store");
     lkv_store_stats_get(store, &st);
     uint64_t pending = st.wb_pending;

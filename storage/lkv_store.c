@@ -423,6 +423,7 @@ int lkv_store_close(lkv_store *s)
                  (unsigned long long)s->st.puts_inflight, (unsigned long long)s->st.reads_inflight);
     }
     lkv__index_free(s);
+    lkv__acct_free(s);
     lkv_cold_close(s->cold);
     lkv_arena_destroy(s->arena);
     lkv_policy_destroy(s->hotp);
@@ -711,6 +712,7 @@ int lkv_store_put_begin(lkv_store *s, const uint8_t salt[LKV_SALT_BYTES], const 
     d->n_blocks = n_blocks;
     d->block_bytes = block_bytes;
     d->created_ms = now_ms();
+    d->acct = lkv__acct_of(s, salt);
     rc = lkv__hot_admit(s, d);
     if (rc != 0) {
         lkv__slot_free(s, d);
@@ -830,6 +832,7 @@ static void discard_locked(lkv_store *s, doc *d)
         lkv__kidx_remove(s, d);
     }
     d->state = ST_DEAD;
+    lkv__acct_sync(s, d);
     lkv__hot_unpin(s, d);
     lkv__rekey(s, d, STAGE_BIT | d->slot);
     lkv__settle(s, d);
@@ -856,6 +859,7 @@ void lkv_store_put_abort(lkv_store_put *tx)
 static void publish_locked(lkv_store *s, doc *d)
 {
     d->state = ST_VISIBLE;
+    lkv__acct_sync(s, d);
     if (!d->indexed) {
         lkv__kidx_insert(s, d);
     }
@@ -976,6 +980,7 @@ static int acquire(lkv_store *s, const lkv_dockey *key, int must_hot, lkv_store_
     rd->s = s;
     rd->d = d;
     d->refs++;
+    d->used_ms = now_ms();
     if (d->hot) {
         lkv_policy_touch(s->hotp, d->pid);
         lkv__hot_pin(s, d);

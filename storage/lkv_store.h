@@ -300,6 +300,31 @@ int lkv_store_pin(lkv_store *s, const lkv_dockey *key, uint32_t *pages, uint32_t
 /* Drops one pin. LKV_ENOTFOUND if absent, LKV_EINVAL if not pinned. */
 int lkv_store_unpin(lkv_store *s, const lkv_dockey *key);
 
+/* ---- Per-tenant usage (storage/lkv_store_acct.c) ------------------------------------------ */
+
+/* What the documents put under one salt hold now. */
+typedef struct lkv_store_usage {
+    uint64_t hot_bytes;  /* Arena bytes (pages x page_bytes) of its hot documents, including
+                          * puts in progress and dead documents still pinned. */
+    uint64_t cold_bytes; /* Payload bytes of its documents in the cold tier. */
+    uint64_t docs;       /* Its visible documents (hot, cold or both). */
+    uint64_t page_bytes; /* The arena's page size (hot bytes of a document of n blocks: n x it). */
+    int accounted;       /* 1 if the salt has an account (it put a document since open). */
+} lkv_store_usage;
+
+/* Usage of the documents put under salt since open (documents recovered from the cold tier at
+ * open are not attributed to any salt: RocksDB records do not carry it). At most 1024 salts
+ * are accounted; later ones read as zero. Thread-safe. */
+void lkv_store_usage_get(lkv_store *s, const uint8_t salt[LKV_SALT_BYTES], lkv_store_usage *out);
+
+/* The key of the least recently used visible, unpinned document put under salt (last read by
+ * a Get, Attach or pin, else created; Lookups do not count): with tier LKV_TIER_HOT one in the
+ * hot tier (to demote; already persisted ones first, so the demotion writes nothing), else any
+ * (to delete). Returns 0 (*out
+ * written), or LKV_ENOTFOUND if there is none. A hint: the document may be gone at once. */
+int lkv_store_usage_oldest(lkv_store *s, const uint8_t salt[LKV_SALT_BYTES], int tier,
+                           lkv_dockey *out);
+
 /* Demotes key out of the hot tier now (persisting it first if needed), as an admin "evict".
  * LKV_ENOTFOUND if absent or not hot, LKV_EBUSY if pinned or being read. */
 int lkv_store_demote(lkv_store *s, const lkv_dockey *key);

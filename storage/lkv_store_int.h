@@ -114,6 +114,9 @@ typedef struct doc {
     uint32_t next;          /* Key index chain (slot), or NIL. */
     uint32_t cnext;         /* Content index chain (slot), or NIL. */
     uint32_t qnext;         /* Write-back queue link (slot), or NIL. */
+    uint16_t acct;          /* Tenant account (lkv_store_acct.c), 0 = none. */
+    int64_t used_ms;        /* Last read (Get/Attach/pin; Unix ms), 0 = never: quota victims. */
+    uint8_t acct_on;        /* What that account holds of this doc (lkv_store_acct.c). */
 } doc;
 
 /* A bounded memory of recently evicted or deleted keys, FIFO, with a chained hash on top. */
@@ -167,6 +170,8 @@ struct lkv_store {
     int writer_busy;         /* 1 while the writer holds a doc. */
     uint64_t wb_failed_seen; /* wb_failed already reported by flush/close. */
     lkv_store_stats st;      /* Counters (tier sizes are computed in stats_get). */
+    struct lkv__acct *accts; /* Per-tenant accounts (lkv_store_acct.c), NULL until the first. */
+    uint32_t n_accts;        /* Accounts in use. */
 };
 
 struct lkv_store_put {
@@ -186,6 +191,14 @@ struct lkv_store_read {
     uint32_t *pages;     /* Hot: owned copy of the page list. */
     lkv_doc_info info;   /* Info at begin. */
 };
+
+/* ---- Per-tenant accounts (lkv_store_acct.c) ------------------------------------------------- */
+
+#define LKV_STORE_ACCOUNTS 1024
+typedef struct lkv__acct lkv__acct;
+uint16_t lkv__acct_of(lkv_store *s, const uint8_t salt[LKV_SALT_BYTES]);
+void lkv__acct_sync(lkv_store *s, doc *d); /* After any change of d->hot, d->cold, d->state. */
+void lkv__acct_free(lkv_store *s);
 
 /* ---- small helpers ------------------------------------------------------------------------ */
 

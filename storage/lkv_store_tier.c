@@ -101,6 +101,7 @@ int lkv__hot_admit(lkv_store *s, doc *d)
     }
     MUST_OK(lkv_arena_alloc(s->arena, d->n_blocks, d->pages)); /* The budget is the arena. */
     d->hot = 1;
+    lkv__acct_sync(s, d);
     return 0;
 }
 
@@ -111,6 +112,7 @@ static void hot_release(lkv_store *s, doc *d)
     MUST_OK(lkv_policy_remove(s->hotp, d->pid));
     lkv_arena_free(s->arena, d->n_blocks, d->pages);
     d->hot = 0;
+    lkv__acct_sync(s, d);
     free(d->tokens);
     d->tokens = NULL;
 }
@@ -155,6 +157,7 @@ int lkv__cold_admit(lkv_store *s, doc *d)
     }
     if (rc == 0) {
         d->cold = 1;
+        lkv__acct_sync(s, d);
     }
     return rc;
 }
@@ -165,6 +168,7 @@ static void cold_unadmit(lkv_store *s, doc *d)
     assert(d->cold && d->cold_pins == 0);
     MUST_OK(lkv_policy_remove(s->coldp, d->pid));
     d->cold = 0;
+    lkv__acct_sync(s, d);
     /* A dead doc of the same key may have left its data for this one (see cold_drop): with
      * this write failed, nobody owns it. Best effort. */
     doc *owner = lkv__kidx_find(s, &d->key);
@@ -193,6 +197,7 @@ static void cold_drop(lkv_store *s, doc *d, int from_cb, int sync)
         MUST_OK(lkv_policy_remove(s->coldp, d->pid));
     }
     d->cold = 0;
+    lkv__acct_sync(s, d);
 }
 
 /* Makes d invisible (DEAD) and remembers its key with cause. Releases at once what nothing
@@ -219,6 +224,7 @@ void lkv__kill(lkv_store *s, doc *d, int cause, int sync)
         lkv__gone_add(s, &d->key, cause);
     }
     d->state = ST_DEAD;
+    lkv__acct_sync(s, d);
     /* Entries still held (pinned) in a policy move to a private id, so that a new document of
      * the same key can be admitted meanwhile. */
     lkv__rekey(s, d, STAGE_BIT | d->slot);
@@ -275,6 +281,7 @@ static void hot_evict_cb(void *ctx, uint64_t id, uint64_t bytes)
     }
     lkv_arena_free(s->arena, d->n_blocks, d->pages);
     d->hot = 0;
+    lkv__acct_sync(s, d);
     free(d->tokens);
     d->tokens = NULL;
     if (!d->cold) {

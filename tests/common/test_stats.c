@@ -4,7 +4,10 @@
  * concurrent reader that never sees a counter go back), read-fn groups (one call per
  * iteration, section filtering), labels, every malformed or duplicate registration refused
  * with a log line naming the stat and nothing registered, unregistration racing iteration
- * (no read fn runs after unregister returns), and destroy with groups still registered.
+ * (no read fn runs after unregister returns), and destroy with groups still registered;
+ * histograms: observations land in the right bucket at the bounds (le is inclusive), the counts
+ * come out cumulative with the +Inf bucket equal to the total, the sum is exact under
+ * concurrent observers, INFO iteration skips them, and bad bounds or kinds are refused.
  */
 #include <fcntl.h>
 #include <pthread.h>
@@ -451,6 +454,128 @@ static void test_unregister_race(void)
     lkv_stats_destroy(r);
 }
 
+typedef struct hist_seen {
+    const char *want; /* Labels of the histogram to copy. */
+    char name[64];
+    uint64_t cum[LKV_STAT_HIST_MAX_BUCKETS + 1];
+    int nb;
+    uint64_t sum;
+    int n;
+} hist_seen;
+
+static int hist_collect(void *ctx, const lkv_stat_desc *d, const uint64_t *bounds,
+                        const uint64_t *cum, int nb, uint64_t sum)
+{
+    hist_seen *h = ctx;
+    (void)bounds;
+    if (strcmp(d->labels, h->want) == 0) {
+        snprintf(h->name, sizeof(h->name), "%s{%s}", d->name, d->labels);
+        memcpy(h->cum, cum, sizeof(uint64_t) * (size_t)(nb + 1));
+        h->nb = nb;
+        h->sum = sum;
+    }
+    h->n++;
+    return 0;
+}
+
+typedef struct hist_arg {
+    lkv_stat_hist *h;
+    int id;
+} hist_arg;
+
+static void *hist_bumper(void *p)
+{
+    hist_arg *a = p;
+    for (int i = 0; i < 100000; i++) {
+        lkv_stat_hist_observe(a->h, (uint64_t)((i + a->id) % 7) * 50); /* 0, 50, ... 300. */
+    }
+    return NULL;
+}
+
+static void test_histograms(void)
+{
+    lkv_stats *r;
+    ASSERT_OK(lkv_stats_create(&r));
+    static const uint64_t bounds[3] = {100, 200, 250};
+    lkv_stat_desc d[2] = {
+        {.name = "rpc_duration", .labels = "m=a", .kind = LKV_STAT_HISTOGRAM, .unit = "us"},
+        {.name = "rpc_duration", .labels = "m=b", .kind = LKV_STAT_HISTOGRAM, .unit = "us"},
+    };
+    lkv_stat_group *g;
+    ASSERT_OK(lkv_stats_register_hist(r, d, 2, bounds, 3, &g));
+    ASSERT_TRUE(lkv_stat_group_cell(g, 0) == NULL);
+    ASSERT_TRUE(lkv_stat_group_hist(g, 2) == NULL);
+    lkv_stat_hist *h = lkv_stat_group_hist(g, 1);
+    ASSERT_TRUE(h != NULL);
+    /* Boundaries: 100 is <= 100 (first bucket), 101 is not; 251 only in +Inf. */
+    uint64_t obs[] = {0, 100, 101, 200, 201, 250, 251, 100000};
+    for (size_t i = 0; i < sizeof(obs) / sizeof(obs[0]); i++) {
+        lkv_stat_hist_observe(h, obs[i]);
+    }
+    hist_seen hs = {.want = "m=b"};
+    ASSERT_OK(lkv_stats_foreach_hist(r, hist_collect, &hs));
+    ASSERT_EQ(hs.n, 2);
+    ASSERT_EQ(strcmp(hs.name, "rpc_duration{m=b}"), 0);
+    ASSERT_EQ(hs.nb, 3);
+    ASSERT_EQ(hs.cum[0], 2);
+    ASSERT_EQ(hs.cum[1], 4);
+    ASSERT_EQ(hs.cum[2], 6);
+    ASSERT_EQ(hs.cum[3], 8);
+    ASSERT_EQ(hs.sum, 0 + 100 + 101 + 200 + 201 + 250 + 251 + 100000);
+    /* INFO iteration never sees a histogram. */
+    seen s = {0};
+    ASSERT_OK(lkv_stats_foreach(r, NULL, collect, &s));
+    ASSERT_EQ(s.n, 0);
+    /* Concurrent observers: exact totals. */
+    pthread_t t[4];
+    hist_arg ha[4];
+    for (int i = 0; i < 4; i++) {
+        ha[i] = (hist_arg){lkv_stat_group_hist(g, 0), i};
+        pthread_create(&t[i], NULL, hist_bumper, &ha[i]);
+    }
+    for (int i = 0; i < 4; i++) {
+        pthread_join(t[i], NULL);
+    }
+    uint64_t want_sum = 0, want_le100 = 0;
+    for (int id = 0; id < 4; id++) {
+        for (int i = 0; i < 100000; i++) {
+            uint64_t v = (uint64_t)((i + id) % 7) * 50;
+            want_sum += v;
+            want_le100 += v <= 100;
+        }
+    }
+    hist_seen h0 = {.want = "m=a"};
+    ASSERT_OK(lkv_stats_foreach_hist(r, hist_collect, &h0));
+    ASSERT_EQ(h0.cum[0], want_le100);
+    ASSERT_EQ(h0.cum[3], 400000);
+    ASSERT_EQ(h0.sum, want_sum);
+    ASSERT_OK(lkv_stats_foreach_hist(r, hist_collect, &hs)); /* m=b untouched. */
+    ASSERT_EQ(hs.cum[3], 8);
+    /* Registering name+labels again is refused. */
+    lkv_stat_desc dup = {
+        .name = "rpc_duration", .labels = "m=a", .kind = LKV_STAT_HISTOGRAM, .unit = "us"};
+    ASSERT_ERR(lkv_stats_register_hist(r, &dup, 1, bounds, 3, NULL), LKV_EEXIST);
+    /* A counter with a histogram's name and another kind: refused. */
+    lkv_stat_desc ctr = {
+        .name = "rpc_duration", .labels = "m=c", .kind = LKV_STAT_COUNTER, .unit = "us"};
+    ASSERT_ERR(lkv_stats_register(r, &ctr, 1, NULL, NULL, NULL), LKV_EINVAL);
+    /* A histogram kind through the plain call, a counter through the histogram call, and bad
+     * bounds: refused. */
+    lkv_stat_desc hd = {.name = "other", .kind = LKV_STAT_HISTOGRAM};
+    ASSERT_ERR(lkv_stats_register(r, &hd, 1, NULL, NULL, NULL), LKV_EINVAL);
+    lkv_stat_desc cd = {.name = "other", .kind = LKV_STAT_COUNTER};
+    ASSERT_ERR(lkv_stats_register_hist(r, &cd, 1, bounds, 3, NULL), LKV_EINVAL);
+    static const uint64_t flat[2] = {5, 5};
+    ASSERT_ERR(lkv_stats_register_hist(r, &hd, 1, flat, 2, NULL), LKV_EINVAL);
+    ASSERT_ERR(lkv_stats_register_hist(r, &hd, 1, bounds, 0, NULL), LKV_EINVAL);
+    ASSERT_ERR(lkv_stats_register_hist(r, &hd, 1, bounds, LKV_STAT_HIST_MAX_BUCKETS + 1, NULL),
+               LKV_EINVAL);
+    ASSERT_EQ(lkv_stats_count(r), 2);
+    lkv_stats_unregister(r, g);
+    ASSERT_EQ(lkv_stats_count(r), 0);
+    lkv_stats_destroy(r);
+}
+
 int main(void)
 {
     LKV_RUN(test_register_iterate);
@@ -458,5 +583,6 @@ int main(void)
     LKV_RUN(test_read_fn);
     LKV_RUN(test_refusals);
     LKV_RUN(test_unregister_race);
+    LKV_RUN(test_histograms);
     return 0;
 }

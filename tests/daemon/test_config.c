@@ -447,6 +447,102 @@ static void test_bad_tenants(void)
     bad_text("[club x]\n", "[club x]", "[tenant NAME]");
 }
 
+/* The cluster_* options: each mode's requirements, the credential, the prefix; and a good one. */
+static void test_cluster_options(void)
+{
+    bad_text("cluster_mode = zookeeper\n", "'cluster_mode'", "etcd");
+    bad_text("cluster_mode = etcd\ncluster_token_file = /t\n", "'cluster_etcd'", "required");
+    bad_text("cluster_mode = static\ncluster_token_file = /t\n", "'cluster_members'", NULL);
+    bad_text("cluster_mode = dns\ncluster_dns = nameonly\ncluster_token_file = /t\n",
+             "'cluster_dns'", "name:port");
+    bad_text("cluster_mode = etcd\ncluster_etcd = 127.0.0.1:2379\n", "'cluster_token_file'",
+             "required");
+    bad_text("cluster_mode = etcd\ncluster_etcd = e:1\ncluster_token_file = /t\n"
+             "cluster_prefix = /lazykv\n",
+             "'cluster_prefix'", "/");
+    bad_text("cluster_mode = static\ncluster_members = a:1\ncluster_token_file = /t\n"
+             "cluster_advertise = noport\n",
+             "'cluster_advertise'", NULL);
+    bad_text("cluster_lease_ttl = 1s\n", "'cluster_lease_ttl'", NULL);
+    bad_text("cluster_down_after = soon\n", "'cluster_down_after'", NULL);
+    static lkv_config c;
+    lkv_config_defaults(&c);
+    ASSERT_TRUE(strcmp(c.cluster_mode, "none") == 0);
+    ASSERT_EQ(c.cluster_id[0], '\0'); /* Empty defaults are allowed for these. */
+    ASSERT_EQ(c.cluster_lease_ttl_ms, 10000);
+    ASSERT_EQ(c.cluster_down_after_ms, 2000);
+    ASSERT_EQ(c.cluster_health_interval_ms, 500);
+    err[0] = '\0';
+    ASSERT_OK(
+        lkv_config_load_string(&c,
+                               "cluster_mode = etcd\ncluster_etcd = 10.0.0.1:2379,10.0.0.2:2379\n"
+                               "cluster_id = lazykv-0\ncluster_token_file = /run/tok\n"
+                               "cluster_lease_ttl = 5s\ncluster_down_after = 750ms\n",
+                               "good.conf", err, sizeof(err)));
+    ASSERT_OK(lkv_config_validate(&c, err, sizeof(err)));
+    ASSERT_TRUE(strcmp(c.cluster_etcd, "10.0.0.1:2379,10.0.0.2:2379") == 0);
+    ASSERT_EQ(c.cluster_lease_ttl_ms, 5000);
+    ASSERT_EQ(c.cluster_down_after_ms, 750);
+}
+
+/* Issue 13: TLS, metrics and tenant quota options. */
+static void test_operations(void)
+{
+    static lkv_config c;
+    lkv_config_defaults(&c);
+    ASSERT_TRUE(c.metrics_listen[0] == '\0' && c.tls_cert_file[0] == '\0');
+    ASSERT_EQ(c.allow_plaintext_tokens, 0);
+    const char *text = "tls_cert_file = /etc/lazykv/tls/cert.pem\n"
+                       "tls_key_file = /etc/lazykv/tls/key.pem\n"
+                       "tls_client_ca_file = /etc/lazykv/tls/ca.pem\n"
+                       "metrics_listen = [::1]:9464\n"
+                       "allow_plaintext_tokens = true\n"
+                       "[tenant alice]\n"
+                       "token_hash = " HASH_A "\n"
+                       "roles = data\n"
+                       "max_hot_bytes = 1GiB\n"
+                       "max_cold_bytes = 10 GiB\n"
+                       "max_docs = 5000\n"
+                       "rate_calls = 250\n"
+                       "rate_bytes = unlimited\n";
+    if (lkv_config_load_string(&c, text, "ops.conf", err, sizeof(err)) != 0 ||
+        lkv_config_validate(&c, err, sizeof(err)) != 0) {
+        LKV_FAIL("%s", err);
+    }
+    ASSERT_TRUE(strcmp(c.tls_client_ca_file, "/etc/lazykv/tls/ca.pem") == 0);
+    ASSERT_TRUE(strcmp(c.metrics_listen, "[::1]:9464") == 0);
+    ASSERT_EQ(c.allow_plaintext_tokens, 1);
+    ASSERT_EQ(c.tenants[0].max_hot_bytes, 1ull << 30);
+    ASSERT_EQ(c.tenants[0].max_cold_bytes, 10ull << 30);
+    ASSERT_EQ(c.tenants[0].max_docs, 5000);
+    ASSERT_EQ(c.tenants[0].rate_calls, 250);
+    ASSERT_EQ(c.tenants[0].rate_bytes, 0);
+    char sum[2048];
+    lkv_config_summary(&c, sum, sizeof(sum));
+    ASSERT_TRUE(strstr(sum, "tls=on+client-certs") != NULL);
+    ASSERT_TRUE(strstr(sum, "metrics=[::1]:9464") != NULL);
+    /* "none" switches an option off again. */
+    ASSERT_OK(lkv_config_set(&c, NULL, "metrics_listen", "none", err, sizeof(err)));
+    ASSERT_TRUE(c.metrics_listen[0] == '\0');
+    bad_text("tls_cert_file = /x.pem\n", "'tls_key_file'", "both");
+    bad_text("tls_key_file = /x.key\n", "'tls_cert_file'", "both");
+    bad_text("tls_client_ca_file = /ca.pem\n", "'tls_client_ca_file'", "TLS");
+    bad_text("metrics_listen = 0.0.0.0:9464\n", "'metrics_listen'", "allow_insecure_bind");
+    bad_text("metrics_listen = 9464\n", "'metrics_listen'", "host:port");
+    bad_text("allow_plaintext_tokens = sometimes\n", "'allow_plaintext_tokens'", "sometimes");
+    bad_text("[tenant alice]\ntoken_hash = " HASH_A "\nroles = data\nmax_hot_bytes = 1XB\n",
+             "alice", "max_hot_bytes");
+    bad_text("[tenant alice]\ntoken_hash = " HASH_A "\nroles = data\nrate_calls = -1\n", "alice",
+             "rate_calls");
+    bad_text("[tenant alice]\ntoken_hash = " HASH_A "\nroles = data\nmax_docs = 99999999999T\n",
+             "alice", "max_docs");
+    /* Non-loopback metrics with the explicit switch: allowed. */
+    lkv_config_defaults(&c);
+    ASSERT_OK(lkv_config_load_string(&c, "metrics_listen = 0.0.0.0:0\nallow_insecure_bind = on\n",
+                                     "ok.conf", err, sizeof(err)));
+    ASSERT_OK(lkv_config_validate(&c, err, sizeof(err)));
+}
+
 int main(void)
 {
     LKV_RUN(test_defaults);
@@ -460,5 +556,7 @@ int main(void)
     LKV_RUN(test_dotted_names);
     LKV_RUN(test_tenants);
     LKV_RUN(test_bad_tenants);
+    LKV_RUN(test_cluster_options);
+    LKV_RUN(test_operations);
     return 0;
 }

@@ -104,7 +104,8 @@ static int stats(void *svc, lkv_rpc *rpc, const ProtobufCMessage *m)
 }
 
 /* Lookup: profile "big" replies over the message limit; profile "fail" fails with the code
- * -token_ids[0]; otherwise echoes one status per doc. */
+ * -token_ids[0]; profile "retry" fails with LKV_ERATE asking for a retry after token_ids[0] ms;
+ * otherwise echoes one status per doc. */
 static int lookup(void *svc, lkv_rpc *rpc, const ProtobufCMessage *m)
 {
     (void)svc;
@@ -116,6 +117,11 @@ static int lookup(void *svc, lkv_rpc *rpc, const ProtobufCMessage *m)
         /* Fails with the code -ids[0], under a message that names another cause. */
         return lkv_rpc_errorf(rpc, -(int)req->docs[0]->tokens->token_ids[0],
                               "Received message larger than max (budget exhausted, not found)");
+    }
+    if (strcmp(prof, "retry") == 0 && req->docs[0]->tokens->n_token_ids > 0) {
+        lkv_rpc_set_retry_after(rpc, req->docs[0]->tokens->token_ids[0]);
+        return lkv_rpc_errorf(rpc, LKV_ERATE, "over the rate: retry in %u ms",
+                              (unsigned)req->docs[0]->tokens->token_ids[0]);
     }
     if (strcmp(prof, "big") == 0) {
         memset(big, 'x', sizeof(big) - 1);
@@ -525,11 +531,22 @@ static void test_exact_codes(void)
     } while (0);
     LKV_ERR_MAP(CHECK_ONE)
 #undef CHECK_ONE
-    ASSERT_EQ(n, 23);
+    ASSERT_EQ(n, 26); /* Every code of the table: LKV_ENOTOWNER, LKV_ERATE, LKV_EQUOTA included. */
     uint32_t tok = 5; /* -EIO, an -errno */
     lkv_docref ref = {.profile = "fail", .tokens = &tok, .n_tokens = 1};
     ASSERT_ERR(lkv_client_lookup(c, &ref, 1, 0, &st), LKV_EINTERNAL);
-    ASSERT_EQ(lkv_client_last_status(), 13); /* INTERNAL */
+    ASSERT_EQ(lkv_client_last_status(), 13);         /* INTERNAL */
+    ASSERT_EQ(lkv_client_last_retry_after_ms(), -1); /* None asked for. */
+    /* A refusal with a retry delay: RESOURCE_EXHAUSTED, LKV_ERATE, retry-after-ms on the wire. */
+    tok = 1234;
+    ref.profile = "retry";
+    ASSERT_ERR(lkv_client_lookup(c, &ref, 1, 0, &st), LKV_ERATE);
+    ASSERT_EQ(lkv_client_last_status(), 8); /* RESOURCE_EXHAUSTED */
+    ASSERT_EQ(lkv_client_last_retry_after_ms(), 1234);
+    ASSERT_TRUE(strstr(lkv_client_last_error(), "retry in 1234 ms") != NULL);
+    ref.profile = "echo";
+    ASSERT_OK(lkv_client_lookup(c, &ref, 1, 0, &st));
+    ASSERT_EQ(lkv_client_last_retry_after_ms(), -1); /* Cleared by a success. */
     /* A reply over the limit: LKV_ETOOBIG (not the message-less family guess of another). */
     ref.profile = "big";
     ASSERT_ERR(lkv_client_lookup(c, &ref, 1, 0, &st), LKV_ETOOBIG);
@@ -1022,6 +1039,28 @@ static void *probe_main(void *arg)
 
 /* THE acceptance test: Health and other calls proceed while calls are parked on every polling
  * thread and while the pool runs slow jobs (as a slow RocksDB read would). */
+typedef struct hist_get {
+    int seen;            /* Histograms visited. */
+    uint64_t get_count;  /* The Get histogram's +Inf bucket. */
+    uint64_t get_sum_us; /* Its sum. */
+} hist_get;
+
+static int hist_get_visit(void *ctx, const lkv_stat_desc *d, const uint64_t *bounds,
+                          const uint64_t *cum, int nb, uint64_t sum)
+{
+    hist_get *h = ctx;
+    (void)bounds;
+    h->seen++;
+    for (int i = 1; i <= nb; i++) {
+        ASSERT_TRUE(cum[i] >= cum[i - 1]); /* Cumulative. */
+    }
+    if (strcmp(d->name, "rpc_duration") == 0 && strstr(d->labels, "method=Get") != NULL) {
+        h->get_count = cum[nb];
+        h->get_sum_us = sum;
+    }
+    return 0;
+}
+
 static void test_health_while_parked(void)
 {
     enum { N = 64 };
@@ -1225,14 +1264,19 @@ int main(void)
         sleep_ms(10); /* A call is counted out when its last batch completes. */
     }
     ASSERT_EQ(lkv_server_calls_in_flight(srv), 0);
-    /* The same counters through the registry (4 stats per method, 3 of them in INFO; and the
-     * accept loop's 7 in section "connections"). */
+    /* The same counters through the registry (4 stats per method, 3 of them in INFO, plus one
+     * latency histogram per method whose total is the method's calls). */
     int n_methods = (int)(sizeof(methods) / sizeof(methods[0]));
-    ASSERT_EQ(lkv_stats_count(reg), 4 * n_methods + 7);
+    ASSERT_EQ(lkv_stats_count(reg), 5 * n_methods + 7); /* + the accept loop's 7. */
     conn_seen cs = {0};
     ASSERT_OK(lkv_stats_foreach(reg, "connections", conn_visit, &cs));
     ASSERT_EQ(cs.n, 7);
     ASSERT_TRUE(cs.accepted >= 3); /* This test's clients, each with its own handle. */
+    hist_get hg = {0};
+    ASSERT_OK(lkv_stats_foreach_hist(reg, hist_get_visit, &hg));
+    ASSERT_EQ(hg.seen, n_methods);
+    ASSERT_EQ(hg.get_count, calls);
+    ASSERT_TRUE(hg.get_sum_us > 0 && (double)hg.get_sum_us <= (double)usec + (double)calls);
     get_stats g = {0};
     ASSERT_OK(lkv_stats_foreach(reg, NULL, get_visit, &g));
     ASSERT_EQ(g.seen, 4);

@@ -35,7 +35,10 @@ except ImportError:
     sys.exit(77)
 
 from lazykv.v1 import admin_pb2, admin_pb2_grpc, cache_pb2, cache_pb2_grpc  # noqa: E402,F401
-import health_pb2  # noqa: E402
+if STUBS:
+    import health_pb2  # noqa: E402
+else:  # No LKV_PROTO_PY: the stubs of the lazykv package (<build>/python) on PYTHONPATH.
+    from lazykv._health.v1 import health_pb2  # noqa: E402,F401
 
 SCALE = max(1.0, float(os.environ.get("LKV_TEST_TIMEOUT_SCALE", "1") or 1))
 MAX_MSG = 64 << 20
@@ -90,6 +93,7 @@ class Daemon:
         self.extra = list(extra)
         self.proc = None
         self.addr = None
+        self.metrics_addr = None  # "host:port" of GET /metrics when metrics_listen is set.
         self.bin = os.environ.get("LKV_DAEMON_BIN", "lazykvd")
 
     def start(self, more=()):
@@ -103,11 +107,14 @@ class Daemon:
         log.close()
         _running.append(self)
         self.addr = None
+        self.metrics_addr = None
         deadline = time.monotonic() + timeout(30)
         while time.monotonic() < deadline:
             with open(self.log_path, "rb") as f:
                 f.seek(offset)
                 for line in f.read().decode("utf-8", "replace").splitlines(True):
+                    if "lazykvd metrics on " in line and line.endswith("\n"):
+                        self.metrics_addr = line.split("lazykvd metrics on ", 1)[1].split()[0]
                     if "lazykvd listening on " in line and line.endswith("\n"):
                         self.addr = line.split("lazykvd listening on ", 1)[1].split()[0]
                         return self

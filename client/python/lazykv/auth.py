@@ -41,14 +41,23 @@ def new_token():
     return "lkv_" + base64.urlsafe_b64encode(secrets.token_bytes(32)).decode().rstrip("=")
 
 
-def tenant_section(name, token, roles=("data",), key=None):
-    """Returns the ``[tenant NAME]`` config section that admits token with roles."""
+LIMITS = ("max_hot_bytes", "max_cold_bytes", "max_docs", "rate_calls", "rate_bytes")
+
+
+def tenant_section(name, token, roles=("data",), key=None, **limits):
+    """Returns the ``[tenant NAME]`` config section that admits token with roles, plus any
+    quotas and rates given as keywords (max_hot_bytes="1GiB", rate_calls=500, ...: see
+    daemon/lazykvd.conf)."""
     bad = [r for r in roles if r not in ROLES]
     if bad or not roles:
         raise ValueError(f"roles must be a non-empty subset of {', '.join(ROLES)}; got {roles}")
+    unknown = [k for k in limits if k not in LIMITS]
+    if unknown:
+        raise ValueError(f"unknown limits {unknown}; known: {', '.join(LIMITS)}")
+    extra = "".join(f"{k} = {v}\n" for k, v in limits.items() if v is not None)
     return (f"[tenant {name}]\n"
             f"token_hash = {hash_token(token, key)}\n"
-            f"roles = {','.join(roles)}\n")
+            f"roles = {','.join(roles)}\n" + extra)
 
 
 def main(argv=None):
@@ -58,6 +67,9 @@ def main(argv=None):
     n = sub.add_parser("new", help="make a new token and its [tenant NAME] section")
     n.add_argument("name")
     n.add_argument("--roles", default="data", help="comma list of data, worker, admin")
+    for lim in LIMITS:
+        n.add_argument("--" + lim.replace("_", "-"), default=None, dest=lim,
+                       help="quota or rate (see lazykvd.conf), e.g. 1GiB or 500")
     h = sub.add_parser("hash", help="print the token_hash line of an existing token (stdin)")
     for p in (n, h):
         p.add_argument("--key-hex", default=None,
@@ -69,7 +81,8 @@ def main(argv=None):
         roles = tuple(r.strip() for r in args.roles.split(",") if r.strip())
         print(f"# token for tenant {args.name} (give it to the tenant; it is not stored):")
         print(f"# {token}")
-        print(tenant_section(args.name, token, roles, key), end="")
+        limits = {k: getattr(args, k) for k in LIMITS if getattr(args, k) is not None}
+        print(tenant_section(args.name, token, roles, key, **limits), end="")
         return 0
     token = sys.stdin.readline().strip()
     print(f"token_hash = {hash_token(token, key)}")

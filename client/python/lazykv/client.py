@@ -14,6 +14,7 @@ CMake target ``lazykv_python`` into <build>/python/lazykv/ (see client/python/RE
 """
 
 import dataclasses
+import os
 from collections.abc import Sized
 
 import grpc
@@ -49,6 +50,8 @@ _MISS = {
     cache_pb2.MISS_CAUSE_CORRUPT: "corrupt",
     cache_pb2.MISS_CAUSE_DELETED: "deleted",
     cache_pb2.MISS_CAUSE_LOST: "lost",
+    cache_pb2.MISS_CAUSE_PROFILE: "profile",
+    cache_pb2.MISS_CAUSE_OWNER_DOWN: "owner_down",
 }
 _DURABILITY = {
     cache_pb2.DURABILITY_UNSPECIFIED: "unspecified",
@@ -192,6 +195,36 @@ def put_requests(profile, tokens, blocks, max_message_bytes=DEFAULT_MAX_MESSAGE,
     yield msg
 
 
+def _pem(value, what):
+    """PEM bytes from bytes (as given) or a path (read), or None."""
+    if value is None or value == "":
+        return None
+    if isinstance(value, (bytes, bytearray)):
+        return bytes(value)
+    try:
+        with open(value, "rb") as f:
+            return f.read()
+    except OSError as e:
+        raise InvalidArgument(f"TLS: cannot read {what} {value}: {e.strerror}") from None
+
+
+def _tls_credentials(ca, cert, key):
+    """grpc.ChannelCredentials for the TLS options (or their LAZYKV_TLS_* defaults), or None
+    for plaintext."""
+    ca = ca if ca is not None else os.environ.get("LAZYKV_TLS_CA")
+    cert = cert if cert is not None else os.environ.get("LAZYKV_TLS_CERT")
+    key = key if key is not None else os.environ.get("LAZYKV_TLS_KEY")
+    ca_pem, cert_pem, key_pem = _pem(ca, "tls_ca"), _pem(cert, "tls_cert"), _pem(key, "tls_key")
+    if (cert_pem is None) != (key_pem is None):
+        raise InvalidArgument("TLS: a client certificate needs both tls_cert and tls_key")
+    if ca_pem is None:
+        if cert_pem is not None:
+            raise InvalidArgument("TLS: a client certificate needs tls_ca (the daemon's CA)")
+        return None
+    return grpc.ssl_channel_credentials(root_certificates=ca_pem, private_key=key_pem,
+                                        certificate_chain=cert_pem)
+
+
 class Client:
     """A connection to one lazykvd.
 
@@ -200,10 +233,19 @@ class Client:
     (None: no deadline). max_message_bytes: largest message sent or received; keep it at or
     below the daemon's max_message_bytes. channel: use this grpc.Channel instead of making one
     (the Client then does not close it).
+
+    TLS: tls_ca (a path, or PEM bytes) switches the channel to TLS and verifies the daemon's
+    certificate against that CA; tls_cert and tls_key (paths or PEM bytes, both or neither) are
+    the client certificate for a daemon that requires one (its tls_client_ca_file);
+    tls_server_name checks the certificate against this name instead of the target's host.
+    Without them the environment variables LAZYKV_TLS_CA, LAZYKV_TLS_CERT, LAZYKV_TLS_KEY and
+    LAZYKV_TLS_SERVER_NAME are used, as by the lazykv CLI. A daemon refuses bearer tokens sent
+    in clear text from another host unless it is configured to accept them.
     """
 
     def __init__(self, target="127.0.0.1:7070", token=None, timeout=30.0,
-                 max_message_bytes=DEFAULT_MAX_MESSAGE, channel=None):
+                 max_message_bytes=DEFAULT_MAX_MESSAGE, channel=None, *, tls_ca=None,
+                 tls_cert=None, tls_key=None, tls_server_name=None):
         self.target = target
         self.timeout = timeout
         self.max_message_bytes = max_message_bytes
@@ -214,7 +256,14 @@ class Client:
         if channel is None:
             opts = [("grpc.max_receive_message_length", max_message_bytes),
                     ("grpc.max_send_message_length", max_message_bytes)]
-            channel = grpc.insecure_channel(target, options=opts)
+            creds = _tls_credentials(tls_ca, tls_cert, tls_key)
+            name = tls_server_name or os.environ.get("LAZYKV_TLS_SERVER_NAME") or None
+            if creds is None:
+                channel = grpc.insecure_channel(target, options=opts)
+            else:
+                if name:
+                    opts.append(("grpc.ssl_target_name_override", name))
+                channel = grpc.secure_channel(target, creds, options=opts)
         self._channel = channel
         self._cache = cache_pb2_grpc.CacheStub(channel)
         self._admin = admin_pb2_grpc.AdminStub(channel)
@@ -332,6 +381,16 @@ class Client:
         except grpc.RpcError as e:
             raise from_rpc_error(e) from None
         return bytes(r.key)
+
+    def cluster(self, *, timeout=None):
+        """lazykv.v1.Cache/Cluster (data role): the ClusterResponse message (members with
+        id, addr, state, version, hot_bytes, share, self and, for self, its tiers; profiles
+        with their fingerprints; mode). lazykv.cluster.ClusterClient routes with it."""
+        try:
+            return self._cache.Cluster(cache_pb2.ClusterRequest(), timeout=self._t(timeout),
+                                       metadata=self._metadata)
+        except grpc.RpcError as e:
+            raise from_rpc_error(e) from None
 
     # -- admin and health -------------------------------------------------------------------
 

@@ -27,6 +27,7 @@ __all__ = [
     "Cancelled",
     "from_rpc_error",
     "LKV_CODE_KEY",
+    "RETRY_AFTER_KEY",
 ]
 
 # Trailing-metadata key of the exact lazykv code (proto/lkv_status.h, LKV_STATUS_MD_KEY).
@@ -41,14 +42,20 @@ class LazyKVError(Exception):
         lkv_code: the daemon's exact code name ("LKV_EPROFILE", "LKV_ENOSPC", ...) from the
             call's lkv-code trailing metadata, or None if the status came without one.
         details: the daemon's (or the local check's) message, for people.
+        retry_after: seconds to wait before retrying (a float) when the daemon said so in the
+            ``retry-after-ms`` trailing metadata (a tenant over its rate: lkv_code LKV_ERATE),
+            else None.
     """
 
     code = grpc.StatusCode.UNKNOWN
 
-    def __init__(self, details="", code=None, lkv_code=None):
+    retry_after = None
+
+    def __init__(self, details="", code=None, lkv_code=None, retry_after=None):
         if code is not None:
             self.code = code
         self.lkv_code = lkv_code
+        self.retry_after = retry_after
         self.details = details
         super().__init__(f"{self.code.name}: {details}" if details else self.code.name)
 
@@ -66,7 +73,8 @@ class InvalidArgument(LazyKVError, ValueError):
 
 
 class ResourceExhausted(LazyKVError):
-    """A message over the daemon's size limit, or the budgets cannot take the document."""
+    """A message over the daemon's size limit, the budgets cannot take the document, the
+    tenant is over a quota (LKV_EQUOTA) or over its rate (LKV_ERATE: see retry_after)."""
 
     code = grpc.StatusCode.RESOURCE_EXHAUSTED
 
@@ -116,6 +124,27 @@ _BY_CODE = {
 }
 
 
+# Trailing-metadata key of a retry delay in milliseconds (daemon/lkv_server.h).
+RETRY_AFTER_KEY = "retry-after-ms"
+
+
+def retry_after_of(err):
+    """Returns the retry delay in seconds a grpc.RpcError carries (retry-after-ms), or None."""
+    md_fn = getattr(err, "trailing_metadata", None)
+    if not callable(md_fn):
+        return None
+    try:
+        md = md_fn() or ()
+    except Exception:
+        return None
+    for key, value in md:
+        if key == RETRY_AFTER_KEY:
+            if isinstance(value, bytes):
+                value = value.decode("ascii", "replace")
+            return int(value) / 1000.0 if value.isdigit() else None
+    return None
+
+
 def lkv_code_of(err):
     """Returns the lkv-code trailing metadata value of a grpc.RpcError (a str such as
     "LKV_ENOSPC"), or None if it has none or it is not an LKV_E* name."""
@@ -147,7 +176,8 @@ def from_rpc_error(err):
     if code is None:
         code = grpc.StatusCode.UNKNOWN
     lkv_code = lkv_code_of(err)
+    retry = retry_after_of(err)
     cls = _BY_CODE.get(code)
     if cls is None:
-        return LazyKVError(details or "", code=code, lkv_code=lkv_code)
-    return cls(details or "", lkv_code=lkv_code)
+        return LazyKVError(details or "", code=code, lkv_code=lkv_code, retry_after=retry)
+    return cls(details or "", lkv_code=lkv_code, retry_after=retry)

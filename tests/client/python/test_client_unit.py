@@ -14,6 +14,8 @@ Run: PYTHONPATH=<build>/python /usr/bin/python3 tests/client/python/test_client_
 """
 
 import hashlib
+import os
+import tempfile
 import threading
 import time
 import unittest
@@ -101,6 +103,50 @@ class ErrorMappingTest(unittest.TestCase):
         self.assertIs(type(e), lazykv.LazyKVError)
         self.assertIsNone(e.lkv_code)
         self.assertIsNone(lazykv.NotFound("local").lkv_code)
+
+    def test_retry_after(self):
+        RE = grpc.StatusCode.RESOURCE_EXHAUSTED
+        e = errors.from_rpc_error(FakeRpcError(RE, "over rate_calls: retry in 250 ms",
+                                               (("lkv-code", "LKV_ERATE"),
+                                                ("retry-after-ms", "250"))))
+        self.assertIs(type(e), lazykv.ResourceExhausted)
+        self.assertEqual(e.lkv_code, "LKV_ERATE")
+        self.assertEqual(e.retry_after, 0.25)
+        e = errors.from_rpc_error(FakeRpcError(RE, "x", (("retry-after-ms", b"1500"),)))
+        self.assertEqual(e.retry_after, 1.5)
+        for md in (None, (), (("retry-after-ms", ""),), (("retry-after-ms", "-5"),),
+                   (("retry-after-ms", "1e3"),), (("retry-after", "100"),)):
+            self.assertIsNone(errors.from_rpc_error(FakeRpcError(RE, "x", md)).retry_after, md)
+        self.assertIsNone(lazykv.NotFound("local").retry_after)
+
+    def test_tls_options(self):
+        with tempfile.TemporaryDirectory() as d:
+            ca = os.path.join(d, "ca.pem")
+            with open(ca, "wb") as f:
+                f.write(b"-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----\n")
+            # A client certificate needs its key, and TLS (a CA).
+            with self.assertRaises(lazykv.InvalidArgument):
+                lazykv.Client("127.0.0.1:1", tls_ca=ca, tls_cert=ca)
+            with self.assertRaises(lazykv.InvalidArgument):
+                lazykv.Client("127.0.0.1:1", tls_cert=ca, tls_key=ca)
+            with self.assertRaises(lazykv.InvalidArgument) as cm:
+                lazykv.Client("127.0.0.1:1", tls_ca=os.path.join(d, "missing.pem"))
+            self.assertIn("missing.pem", cm.exception.details)
+            # From the environment, as the CLI reads it.
+            old = os.environ.get("LAZYKV_TLS_CA")
+            os.environ["LAZYKV_TLS_CA"] = os.path.join(d, "missing-env.pem")
+            try:
+                with self.assertRaises(lazykv.InvalidArgument) as cm:
+                    lazykv.Client("127.0.0.1:1")
+                self.assertIn("missing-env.pem", cm.exception.details)
+                lazykv.Client("127.0.0.1:1", tls_ca="").close()  # "" = plaintext, env ignored
+            finally:
+                if old is None:
+                    del os.environ["LAZYKV_TLS_CA"]
+                else:
+                    os.environ["LAZYKV_TLS_CA"] = old
+            lazykv.Client("127.0.0.1:1", tls_ca=ca).close()  # PEM from a path
+            lazykv.Client("127.0.0.1:1", tls_ca=open(ca, "rb").read()).close()  # PEM bytes
 
     def test_builtin_bases(self):
         self.assertIsInstance(lazykv.NotFound("x"), LookupError)
@@ -213,6 +259,10 @@ class AuthTest(unittest.TestCase):
                                           "roles = data,worker"])
         with self.assertRaises(ValueError):
             lazykv.tenant_section("alice", a, ("root",))
+        s = lazykv.tenant_section("bob", a, ("data",), max_hot_bytes="1GiB", rate_calls=500)
+        self.assertEqual(s.splitlines()[3:], ["max_hot_bytes = 1GiB", "rate_calls = 500"])
+        with self.assertRaises(ValueError):
+            lazykv.tenant_section("bob", a, ("data",), max_ram="1GiB")
 
     def test_cli(self):
         import contextlib
@@ -226,6 +276,11 @@ class AuthTest(unittest.TestCase):
         self.assertTrue(token.startswith("lkv_"))
         self.assertEqual(lines[2:], lazykv.tenant_section("bob", token,
                                                           ("data", "admin")).splitlines())
+        out = io.StringIO()
+        with contextlib.redirect_stdout(out):
+            self.assertEqual(auth.main(["new", "carol", "--max-docs", "100",
+                                        "--rate-bytes", "64MiB"]), 0)
+        self.assertEqual(out.getvalue().splitlines()[-2:], ["max_docs = 100", "rate_bytes = 64MiB"])
         with self.assertRaises(ValueError):
             lazykv.hash_token("")
         with self.assertRaises(ValueError):
