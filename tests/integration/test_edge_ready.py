@@ -2,7 +2,8 @@
   - while the store opens (the cold index loads; made slow with LKV_FAULT_OPEN_DELAY_MS=2500)
     the daemon already accepts connections (a TCP liveness probe passes), Health answers
     NOT_SERVING and every other call UNAVAILABLE ("starting");
-  - once the store is open: SERVING, and calls work (a Put, then a Lookup finds it);
+  - once the store is open: SERVING, and calls work (a Put, then a Lookup finds it); the
+    connections of the loading phase were dropped at the hand-over (clients reconnect);
   - while it drains (SIGTERM with a Put stream held open, grace 3 s): Health is not SERVING
     (NOT_SERVING, or UNAVAILABLE once the core refuses new calls), then the daemon exits 0.
 """
@@ -79,6 +80,10 @@ def main():
         ready_after = time.monotonic() - t0
         h.check(len(seen) >= 5 and all(s == NOT_SERVING for s in seen[:-1]),
                 "Health while loading: %s" % seen)
+        # The starting server handed the address over: its connections were dropped (a client's
+        # channel reconnects on its own; a probe connects anew each time). A new channel:
+        ch.close()
+        ch = grpc.insecure_channel(addr)
         h.check(health(ch) == SERVING, "not SERVING once ready")
         print("  loading: %d Health answers NOT_SERVING, Lookup UNAVAILABLE; SERVING after %.2f s"
               % (len(seen) - 1, ready_after))
