@@ -31,9 +31,11 @@
 #include <limits.h>
 #include <stdarg.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include <grpc/byte_buffer.h>
+#include <grpc/byte_buffer_reader.h>
 #include <grpc/grpc.h>
 #include <grpc/grpc_security.h>
 #include <grpc/slice.h>
@@ -854,16 +856,33 @@ out:
 
 /* ---- get ---- */
 
+/* One block of a received GetResponse: its payload is read in place, inside the message. */
+typedef struct get_blk {
+    uint32_t index;      /* Block.index. */
+    const uint8_t *data; /* Block.data, inside lkv_get's msg slice. */
+    size_t len;          /* Its bytes. */
+} get_blk;
+
+/* A received GetResponse, decoded without copying the payload (protobuf-c would copy every
+ * bytes field): the message's bytes stay in msg, the blocks point into them. */
+typedef struct get_msg {
+    int present;                /* A message is held. */
+    grpc_slice msg;             /* Its bytes (one slice: gRPC's own when it came as one). */
+    Lazykv__V1__GetHeader *hdr; /* Field 1, unpacked (small), or NULL. */
+    get_blk *blk;               /* Field 2, in order (owned array). */
+    size_t n_blk, cap_blk;      /* Entries, allocated. */
+} get_msg;
+
 struct lkv_get {
-    call cl;                    /* The Get call. */
-    lkv_get_header h;           /* The stream header. */
-    Lazykv__V1__GetResponse *m; /* Message being consumed (owned), or NULL. */
-    size_t pos;                 /* Next block of m. */
-    uint32_t next;              /* Next expected block index. */
-    int done;                   /* Every block delivered and the status was OK. */
-    int rc;                     /* Non-zero: the Get failed with this code. */
-    int errstatus;              /* gRPC status of rc (-1: local). */
-    char errmsg[ERR_MAX];       /* Message of rc. */
+    call cl;              /* The Get call. */
+    lkv_get_header h;     /* The stream header. */
+    get_msg m;            /* Message being consumed. */
+    size_t pos;           /* Next block of m. */
+    uint32_t next;        /* Next expected block index. */
+    int done;             /* Every block delivered and the status was OK. */
+    int rc;               /* Non-zero: the Get failed with this code. */
+    int errstatus;        /* gRPC status of rc (-1: local). */
+    char errmsg[ERR_MAX]; /* Message of rc. */
 };
 
 /* Records the thread's current error as g's failure and returns it. */
@@ -895,15 +914,156 @@ static int get_stop(lkv_get_t *g, int rc)
     return get_fail(g, rc);
 }
 
+static void get_msg_clear(get_msg *m)
+{
+    if (m->present) {
+        grpc_slice_unref(m->msg);
+    }
+    if (m->hdr != NULL) {
+        lazykv__v1__get_header__free_unpacked(m->hdr, NULL);
+    }
+    m->present = 0;
+    m->hdr = NULL;
+    m->n_blk = 0;
+}
+
+/* Reads a varint at *p (< end) into *v. 0, or -1 if truncated or over 64 bits. */
+static int rd_varint(const uint8_t **p, const uint8_t *end, uint64_t *v)
+{
+    uint64_t x = 0;
+    for (int shift = 0; shift < 64 && *p < end; shift += 7) {
+        uint8_t b = *(*p)++;
+        x |= (uint64_t)(b & 0x7f) << shift;
+        if ((b & 0x80) == 0) {
+            *v = x;
+            return 0;
+        }
+    }
+    return -1;
+}
+
+/* Skips a field of wire type wt at *p. 0, or -1 if malformed. */
+static int skip_field(const uint8_t **p, const uint8_t *end, uint64_t wt)
+{
+    uint64_t v;
+    switch (wt) {
+    case 0:
+        return rd_varint(p, end, &v);
+    case 1:
+    case 5:
+        v = wt == 1 ? 8 : 4;
+        break;
+    case 2:
+        if (rd_varint(p, end, &v) != 0) {
+            return -1;
+        }
+        break;
+    default:
+        return -1;
+    }
+    if (v > (uint64_t)(end - *p)) {
+        return -1;
+    }
+    *p += v;
+    return 0;
+}
+
+/* Decodes GetResponse {GetHeader header = 1; repeated Block blocks = 2} (Block {uint32 index
+ * = 1; bytes data = 2}) from [p, end) into m, pointing the blocks into the bytes. 0 or -1. */
+static int get_decode(get_msg *m, const uint8_t *p, const uint8_t *end)
+{
+    while (p < end) {
+        uint64_t tag, len;
+        if (rd_varint(&p, end, &tag) != 0) {
+            return -1;
+        }
+        uint64_t field = tag >> 3, wt = tag & 7;
+        if ((field != 1 && field != 2) || wt != 2) {
+            if (skip_field(&p, end, wt) != 0) {
+                return -1;
+            }
+            continue;
+        }
+        if (rd_varint(&p, end, &len) != 0 || len > (uint64_t)(end - p)) {
+            return -1;
+        }
+        const uint8_t *q = p, *qe = p + len;
+        p = qe;
+        if (field == 1) {
+            if (m->hdr != NULL) {
+                lazykv__v1__get_header__free_unpacked(m->hdr, NULL);
+            }
+            m->hdr = lazykv__v1__get_header__unpack(NULL, (size_t)len, q);
+            if (m->hdr == NULL) {
+                return -1;
+            }
+            continue;
+        }
+        get_blk b = {0, (const uint8_t *)"", 0};
+        while (q < qe) {
+            uint64_t t2, v;
+            if (rd_varint(&q, qe, &t2) != 0) {
+                return -1;
+            }
+            if ((t2 >> 3) == 1 && (t2 & 7) == 0) {
+                if (rd_varint(&q, qe, &v) != 0) {
+                    return -1;
+                }
+                b.index = (uint32_t)v;
+            } else if ((t2 >> 3) == 2 && (t2 & 7) == 2) {
+                if (rd_varint(&q, qe, &v) != 0 || v > (uint64_t)(qe - q)) {
+                    return -1;
+                }
+                b.data = q;
+                b.len = (size_t)v;
+                q += v;
+            } else if (skip_field(&q, qe, t2 & 7) != 0) {
+                return -1;
+            }
+        }
+        if (m->n_blk == m->cap_blk) {
+            m->cap_blk = m->cap_blk ? 2 * m->cap_blk : 16;
+            m->blk = realloc(m->blk, m->cap_blk * sizeof(*m->blk));
+            if (m->blk == NULL) {
+                lkv_panic("out of memory");
+            }
+        }
+        m->blk[m->n_blk++] = b;
+    }
+    return 0;
+}
+
+/* For tests (tests/client/test_client.c, declared there): decodes one GetResponse encoding
+ * with get_decode and reports what it found: up to cap blocks (index, data pointer into p,
+ * length) and whether it had a header. 0, or -1 if malformed. */
+int lkv__get_response_scan(const uint8_t *p, size_t len, uint32_t *idx, const uint8_t **data,
+                           size_t *lens, size_t cap, size_t *n, int *has_header);
+int lkv__get_response_scan(const uint8_t *p, size_t len, uint32_t *idx, const uint8_t **data,
+                           size_t *lens, size_t cap, size_t *n, int *has_header)
+{
+    get_msg m;
+    memset(&m, 0, sizeof m);
+    int rc = get_decode(&m, p, p + len);
+    *n = m.n_blk;
+    *has_header = m.hdr != NULL;
+    for (size_t i = 0; i < m.n_blk && i < cap; i++) {
+        idx[i] = m.blk[i].index;
+        data[i] = m.blk[i].data;
+        lens[i] = m.blk[i].len;
+    }
+    if (m.hdr != NULL) {
+        lazykv__v1__get_header__free_unpacked(m.hdr, NULL);
+    }
+    free(m.blk);
+    return rc;
+}
+
 /* Receives the next message into g->m. Returns 1 if one came, 0 at the end of the stream (the
  * status then decides), or a negative code (recorded in g). */
 static int get_recv(lkv_get_t *g)
 {
-    if (g->m != NULL) {
-        lkv_pb_free(&g->m->base);
-        g->m = NULL;
-        g->pos = 0;
-    }
+    get_msg_clear(&g->m);
+    g->pos = 0;
     grpc_byte_buffer *recv = NULL;
     grpc_op op;
     memset(&op, 0, sizeof(op));
@@ -916,16 +1076,49 @@ static int get_recv(lkv_get_t *g)
     if (ok != 1 || recv == NULL) {
         return 0; /* End of stream, or the call failed: the status says which. */
     }
-    char why[256];
-    ProtobufCMessage *m = NULL;
-    int rc = lkv_pb_unpack(&lazykv__v1__get_response__descriptor, recv, g->cl.c->max_msg, &m, why,
-                           sizeof(why));
-    grpc_byte_buffer_destroy(recv);
-    if (rc != 0) {
-        return get_stop(g, bad_reply(LKV_EPROTO, "GetResponse", why));
+    size_t total = grpc_byte_buffer_length(recv);
+    if (g->cl.c->max_msg != 0 && total > g->cl.c->max_msg) {
+        grpc_byte_buffer_destroy(recv);
+        return get_stop(g, bad_reply(LKV_EPROTO, "GetResponse", "over the message limit"));
     }
-    g->m = (Lazykv__V1__GetResponse *)m;
-    g->pos = 0;
+    /* One slice as it came (a reference, no copy) when gRPC delivered it whole; else one
+     * gathered copy (readall). Then the blocks are read in place, never copied again here. */
+    grpc_byte_buffer_reader rd;
+    if (!grpc_byte_buffer_reader_init(&rd, recv)) {
+        grpc_byte_buffer_destroy(recv);
+        return get_stop(g, bad_reply(LKV_EPROTO, "GetResponse", "unreadable (compressed?)"));
+    }
+    grpc_slice first;
+    int n_slices = 0;
+    grpc_slice s1 = grpc_empty_slice();
+    while (grpc_byte_buffer_reader_next(&rd, &first)) {
+        if (n_slices++ == 0) {
+            s1 = first;
+        } else {
+            grpc_slice_unref(first);
+        }
+    }
+    grpc_byte_buffer_reader_destroy(&rd);
+    if (n_slices == 1) {
+        g->m.msg = s1;
+    } else {
+        if (n_slices > 1) {
+            grpc_slice_unref(s1);
+        }
+        grpc_byte_buffer_reader r2;
+        if (!grpc_byte_buffer_reader_init(&r2, recv)) {
+            grpc_byte_buffer_destroy(recv);
+            return get_stop(g, bad_reply(LKV_EPROTO, "GetResponse", "unreadable"));
+        }
+        g->m.msg = grpc_byte_buffer_reader_readall(&r2);
+        grpc_byte_buffer_reader_destroy(&r2);
+    }
+    grpc_byte_buffer_destroy(recv);
+    g->m.present = 1;
+    const uint8_t *p = GRPC_SLICE_START_PTR(g->m.msg);
+    if (get_decode(&g->m, p, p + GRPC_SLICE_LENGTH(g->m.msg)) != 0) {
+        return get_stop(g, bad_reply(LKV_EPROTO, "GetResponse", "malformed protobuf encoding"));
+    }
     return 1;
 }
 
@@ -986,7 +1179,7 @@ int lkv_client_get_begin(lkv_client_t *c, const lkv_docref *ref, int deadline_ms
                 rc = get_fail(g, bad_reply(LKV_ECORRUPT, "Get stream", "no header"));
             }
         } else if (rc == 1) {
-            const Lazykv__V1__GetHeader *gh = g->m->header;
+            const Lazykv__V1__GetHeader *gh = g->m.hdr;
             if (gh == NULL) {
                 rc = get_stop(g,
                               bad_reply(LKV_ECORRUPT, "Get stream", "first message has no header"));
@@ -1033,20 +1226,20 @@ int lkv_get_next(lkv_get_t *g, uint32_t *index, const void **data, size_t *len)
         if (g->done) {
             return 0;
         }
-        if (g->m != NULL && g->pos < g->m->n_blocks) {
-            const Lazykv__V1__Block *b = g->m->blocks[g->pos++];
+        if (g->m.present && g->pos < g->m.n_blk) {
+            const get_blk *b = &g->m.blk[g->pos++];
             if (b->index != g->next || g->next >= g->h.n_blocks) {
                 return get_stop(g,
                                 bad_reply(LKV_ECORRUPT, "Get stream", "block index out of order"));
             }
-            if (b->data.len != g->h.block_bytes) {
+            if (b->len != g->h.block_bytes) {
                 return get_stop(
                     g, bad_reply(LKV_ECORRUPT, "Get stream", "block size is not block_bytes"));
             }
             g->next++;
             *index = b->index;
-            *data = b->data.data;
-            *len = b->data.len;
+            *data = b->data; /* In place: valid until the next call on g. */
+            *len = b->len;
             return 0;
         }
         int rc = get_recv(g);
@@ -1056,7 +1249,7 @@ int lkv_get_next(lkv_get_t *g, uint32_t *index, const void **data, size_t *len)
         if (rc == 0) {
             return get_finish(g);
         }
-        if (g->m->header != NULL) {
+        if (g->m.hdr != NULL) {
             return get_stop(g, bad_reply(LKV_ECORRUPT, "Get stream", "second header"));
         }
     }
@@ -1071,9 +1264,8 @@ void lkv_get_end(lkv_get_t *g)
         grpc_call_cancel(g->cl.call, NULL);
         call_recv_status(&g->cl);
     }
-    if (g->m != NULL) {
-        lkv_pb_free(&g->m->base);
-    }
+    get_msg_clear(&g->m);
+    free(g->m.blk);
     call_end(&g->cl);
     free(g);
 }

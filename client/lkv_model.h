@@ -84,16 +84,34 @@ int lkv_model_load(const char *path, lkv_model **out);
 void lkv_model_destroy(lkv_model *m);
 
 /* KV arena: n_pages pages of one block each, handed out in order (a bump allocator; tests and
- * the tiny-model worker never free single pages). */
+ * the tiny-model worker never free single pages), or, when grant is set, from a list of pages
+ * someone else allocated (the serving engine gives each request in flight its own pages out of
+ * one shared free list, lkv_engine.h): the i-th page taken is grant[i], up to n_grant. */
 typedef struct lkv_model_kv {
-    lkv_kv_shape shape;  /* The model's KV shape, with the chosen dtype and block size. */
-    uint64_t page_bytes; /* == lkv_block_bytes(&shape). */
-    uint32_t n_pages;    /* Capacity. */
-    uint32_t n_used;     /* Pages handed out: 0 .. n_used-1. */
-    uint8_t *base;       /* n_pages * page_bytes bytes, zeroed. Owned when owned is 1. */
-    int owned;           /* 1: base is from lkv_model_kv_init (freed by lkv_model_kv_free); 0:
-                            a view over memory someone else owns (the worker's page space). */
+    lkv_kv_shape shape;    /* The model's KV shape, with the chosen dtype and block size. */
+    uint64_t page_bytes;   /* == lkv_block_bytes(&shape). */
+    uint32_t n_pages;      /* Capacity. */
+    uint32_t n_used;       /* Pages handed out: 0 .. n_used-1. */
+    uint8_t *base;         /* n_pages * page_bytes bytes, zeroed. Owned when owned is 1. */
+    int owned;             /* 1: base is from lkv_model_kv_init (freed by lkv_model_kv_free); 0:
+                              a view over memory someone else owns (the worker's page space). */
+    const uint32_t *grant; /* NULL: bump allocation from n_used. Else pages to take, in order
+                              (borrowed; they must lie below n_pages). */
+    uint32_t n_grant;      /* Entries of grant. */
+    uint32_t n_granted;    /* Entries of grant taken so far. */
 } lkv_model_kv;
+
+/* Pages kv can still hand out. */
+static inline uint32_t lkv_model_kv_room(const lkv_model_kv *kv)
+{
+    return kv->grant != NULL ? kv->n_grant - kv->n_granted : kv->n_pages - kv->n_used;
+}
+
+/* Takes the next page (the caller checked lkv_model_kv_room). */
+static inline uint32_t lkv_model_kv_take(lkv_model_kv *kv)
+{
+    return kv->grant != NULL ? kv->grant[kv->n_granted++] : kv->n_used++;
+}
 
 /* Creates an arena for m with block_tokens (1..64) and dtype. Returns 0 or LKV_EINVAL. */
 int lkv_model_kv_init(lkv_model_kv *kv, const lkv_model *m, int block_tokens, int dtype,

@@ -39,6 +39,8 @@
 
 #include <assert.h>
 #include <inttypes.h>
+#include <stdatomic.h>
+#include <stdlib.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -183,6 +185,10 @@ static Lazykv__V1__MissCause miss_pb(int cause)
         return LAZYKV__V1__MISS_CAUSE__MISS_CAUSE_DELETED;
     case LKV_MISS_PROFILE:
         return LAZYKV__V1__MISS_CAUSE__MISS_CAUSE_PROFILE;
+    case LKV_MISS_CORRUPT:
+        return LAZYKV__V1__MISS_CAUSE__MISS_CAUSE_CORRUPT;
+    case LKV_MISS_LOST:
+        return LAZYKV__V1__MISS_CAUSE__MISS_CAUSE_LOST;
     default:
         return LAZYKV__V1__MISS_CAUSE__MISS_CAUSE_UNKNOWN;
     }
@@ -211,7 +217,14 @@ typedef struct put_state {
     lkv_store_put *commit;   /* Write-through: the transaction the pool commits. */
     int commit_rc;           /* Its result. */
     char commit_why[256];    /* lkv_store_why() of a failed pool commit (per thread). */
+    lkv_put_result res;      /* What the commit found and left. */
 } put_state;
+
+/* What the store keeps for a Put parked on the write-back backlog (lkv_store_put_wait). */
+typedef struct put_waiter {
+    lkv_rpc_ticket t; /* The parked call. */
+    put_state *st;    /* Its state (touched only by the continuation, on the call's thread). */
+} put_waiter;
 
 /* Opens the put: the store checks the profile, the tokens and the room, and says why it refuses
  * (lkv_store_why); only the header's own n_blocks field is checked here. */
@@ -305,6 +318,8 @@ static int put_on_message(void *arg, lkv_rpc *rpc, const ProtobufCMessage *m)
 
 static void put_commit_work(void *arg, void *job);
 static int put_commit_done(void *arg, lkv_rpc *rpc, void *job);
+static void put_room(const void *blob);
+static int put_resumed(void *arg, lkv_rpc *rpc, void *p);
 static int put_reply(lkv_cache_svc *svc, lkv_rpc *rpc, put_state *st, int rc);
 
 static int put_on_end(void *arg, lkv_rpc *rpc)
@@ -319,19 +334,50 @@ static int put_on_end(void *arg, lkv_rpc *rpc)
         return rc;
     }
     lkv_store_put *tx = st->tx;
-    st->tx = NULL; /* put_commit frees it, also on error; it also checks that every block came. */
     if (svc->durability == LKV_DURABILITY_WRITE_THROUGH) {
+        st->tx = NULL;   /* put_finish frees it, also on error; it checks every block came. */
         st->commit = tx; /* A synced RocksDB write: on the pool. */
         return lkv_rpc_offload(rpc, put_commit_work, put_commit_done, st);
     }
-    return put_reply(svc, rpc, st, lkv_store_put_commit(tx));
+    /* Write-back: wait for room in the unpersisted backlog first (parked, not holding this
+     * polling thread; the deadline or a cancel ends the wait and cleanup aborts tx). */
+    if (lkv_store_put_wait(tx, NULL, NULL, 0) == LKV_EAGAIN) {
+        put_waiter w;
+        lkv_rpc_defer(rpc, &w.t);
+        w.st = st;
+        if (lkv_store_put_wait(tx, put_room, &w, sizeof w) == LKV_EAGAIN) {
+            return LKV_EAGAIN; /* The writer resumes it (put_room). */
+        }
+        /* Room came meanwhile: resume at once (the continuation runs after this returns). */
+        if (lkv_rpc_resume(w.t, put_resumed, st) != 0) {
+            return LKV_ECANCELLED;
+        }
+        return LKV_EAGAIN;
+    }
+    st->tx = NULL;
+    return put_reply(svc, rpc, st, lkv_store_put_finish(tx, &st->res));
+}
+
+/* On the writer thread: the backlog has room; the parked Put continues on its own thread (or,
+ * if it ended meanwhile, nothing happens: its ticket is stale). */
+static void put_room(const void *blob)
+{
+    put_waiter w;
+    memcpy(&w, blob, sizeof w);
+    (void)lkv_rpc_resume(w.t, put_resumed, w.st);
+}
+
+static int put_resumed(void *arg, lkv_rpc *rpc, void *p)
+{
+    (void)p;
+    return put_on_end(arg, rpc); /* Checks the deadline and the room again. */
 }
 
 static void put_commit_work(void *arg, void *job)
 {
     (void)arg;
     put_state *st = job;
-    st->commit_rc = lkv_store_put_commit(st->commit);
+    st->commit_rc = lkv_store_put_finish(st->commit, &st->res);
     st->commit = NULL;
     /* The store's reason is per thread: copy it here, on the pool thread that failed. */
     snprintf(st->commit_why, sizeof(st->commit_why), "%s", st->commit_rc ? lkv_store_why() : "");
@@ -361,14 +407,15 @@ static int put_reply(lkv_cache_svc *svc, lkv_rpc *rpc, put_state *st, int rc)
     resp.key.len = LKV_DOCKEY_BYTES;
     resp.n_tokens = st->n_tokens;
     resp.n_blocks = st->n_blocks;
-    resp.durability = svc->durability == LKV_DURABILITY_WRITE_THROUGH
-                          ? LAZYKV__V1__DURABILITY__DURABILITY_DURABLE
-                          : LAZYKV__V1__DURABILITY__DURABILITY_HOT;
-    resp.already_present = st->exists != 0;
-    resp.tier = LAZYKV__V1__TIER__TIER_HOT;
+    /* The truth at this moment: DURABLE only if the document is on disk now. */
+    resp.durability = st->res.persisted ? LAZYKV__V1__DURABILITY__DURABILITY_DURABLE
+                                        : LAZYKV__V1__DURABILITY__DURABILITY_HOT;
+    resp.already_present = st->res.existed != 0;
+    resp.tier = tier_pb(st->res.tier);
     char hex[LKV_DOCKEY_HEX_LEN + 1];
     LKV_LOGD("put %s: %" PRIu32 " tokens, %" PRIu32 " blocks of '%s'%s", key_hex(&st->key, hex),
-             st->n_tokens, st->n_blocks, st->prof->name, st->exists ? " (already present)" : "");
+             st->n_tokens, st->n_blocks, st->prof->name,
+             st->res.existed ? " (already present)" : "");
     return lkv_rpc_reply(rpc, &resp.base);
 }
 
@@ -522,7 +569,24 @@ out:
 
 /* ---- Get ------------------------------------------------------------------------------ */
 
+/* A hot read shared by the call and the messages gRPC still holds (zero-copy Get): the read
+ * handle (it pins the pages) ends when the last of them lets go. */
+typedef struct get_hold {
+    atomic_int refs;    /* The call, plus one per message whose slices are alive. */
+    lkv_store_read *rd; /* Owned. */
+} get_hold;
+
+static void get_hold_unref(void *p)
+{
+    get_hold *h = p;
+    if (atomic_fetch_sub(&h->refs, 1) == 1) {
+        lkv_store_get_end(h->rd); /* Any thread: gRPC's, after the send. */
+        free(h);
+    }
+}
+
 typedef struct get_state {
+    get_hold *hold;     /* Zero copy (hot, host arena): owns rd; NULL otherwise. */
     lkv_store_read *rd; /* Open read handle. */
     lkv_doc_info info;  /* Copy of the document's info. */
     lkv_dockey key;     /* Document key. */
@@ -537,6 +601,7 @@ typedef struct get_state {
 
 static int get_started(lkv_cache_svc *svc, lkv_rpc *rpc, get_state *st, int rc);
 static int get_send(const lkv_cache_svc *svc, lkv_rpc *rpc, get_state *st);
+static int get_send_pinned(lkv_rpc *rpc, get_state *st);
 
 /* Pool jobs of a Get: begin (a cold document is promoted: whole-document RocksDB reads) and the
  * reads of one message of a document streamed from the cold tier. */
@@ -609,6 +674,13 @@ static int get_started(lkv_cache_svc *svc, lkv_rpc *rpc, get_state *st, int rc)
         return lkv_rpc_errorf(rpc, rc, "document %s belongs to a profile that is not configured",
                               key_hex(&key, hex));
     }
+    if (rc == LKV_ECORRUPT) {
+        st->rd = NULL;
+        return lkv_rpc_errorf(rpc, rc,
+                              "document %s failed its checksum in the cold tier; it was "
+                              "dropped (re-put it)",
+                              key_hex(&key, hex));
+    }
     if (rc != 0) {
         st->rd = NULL;
         return lkv_rpc_errorf(rpc, rc, "Get of %s failed: %s", key_hex(&key, hex),
@@ -633,8 +705,15 @@ static int get_started(lkv_cache_svc *svc, lkv_rpc *rpc, get_state *st, int rc)
         per = st->info.n_blocks;
     }
     st->per_msg = (uint32_t)(per > 0 ? per : 1);
-    st->buf = lkv_xmalloc((size_t)st->per_msg * bb);
     st->cold = lkv_store_get_pages(st->rd) == NULL;
+    if (!st->cold && lkv_store_get_block_ptr(st->rd, 0) != NULL) {
+        /* Hot in host memory: blocks go on the wire from the pinned arena pages. */
+        st->hold = lkv_xmalloc(sizeof(*st->hold));
+        atomic_init(&st->hold->refs, 1);
+        st->hold->rd = st->rd;
+    } else {
+        st->buf = lkv_xmalloc((size_t)st->per_msg * bb);
+    }
 
     Lazykv__V1__GetHeader h = LAZYKV__V1__GET_HEADER__INIT;
     lkv_dockey wire;
@@ -664,8 +743,69 @@ static int get_next(void *arg, lkv_rpc *rpc)
     if (st->cold) {
         return lkv_rpc_offload(rpc, get_read_work, get_read_done, st); /* RocksDB reads. */
     }
-    get_read(st); /* Copies out of the hot arena. */
+    if (st->hold != NULL) {
+        return get_send_pinned(rpc, st);
+    }
+    get_read(st); /* Copies out of the hot arena (not host-mapped: CUDA). */
     return get_send(arg, rpc, st);
+}
+
+static size_t put_varint(uint8_t *o, uint64_t v)
+{
+    size_t n = 0;
+    while (v >= 0x80) {
+        o[n++] = (uint8_t)(v | 0x80);
+        v >>= 7;
+    }
+    o[n++] = (uint8_t)v;
+    return n;
+}
+
+static size_t varint_len(uint64_t v)
+{
+    size_t n = 1;
+    while (v >= 0x80) {
+        v >>= 7;
+        n++;
+    }
+    return n;
+}
+
+/* Sends the next job_k blocks straight from the pinned arena pages: the GetResponse framing
+ * (field 2 "blocks", each a Block {index = 1, data = 2}) is written here and copied; the
+ * payloads are slices over the arena, released (one reference on the read) when gRPC is done. */
+static int get_send_pinned(lkv_rpc *rpc, get_state *st)
+{
+    uint32_t k = st->job_k;
+    uint64_t bb = st->info.block_bytes;
+    lkv_rpc_piece stack_p[2 * 16];
+    uint8_t stack_h[16 * 32];
+    lkv_rpc_piece *pc = k <= 16 ? stack_p : lkv_xmalloc(sizeof(*pc) * 2 * k);
+    uint8_t *hdr = k <= 16 ? stack_h : lkv_xmalloc(32u * k);
+    for (uint32_t i = 0; i < k; i++) {
+        uint32_t idx = st->next + i;
+        uint8_t *h = hdr + 32u * i;
+        size_t inner = 1 + varint_len(idx) + 1 + varint_len(bb) + bb;
+        size_t n = 0;
+        h[n++] = 0x12; /* GetResponse.blocks, length-delimited. */
+        n += put_varint(h + n, inner);
+        h[n++] = 0x08; /* Block.index, varint. */
+        n += put_varint(h + n, idx);
+        h[n++] = 0x12; /* Block.data, length-delimited. */
+        n += put_varint(h + n, bb);
+        pc[2 * i] = (lkv_rpc_piece){h, n, 0};
+        pc[2 * i + 1] = (lkv_rpc_piece){lkv_store_get_block_ptr(st->rd, idx), bb, 1};
+    }
+    atomic_fetch_add(&st->hold->refs, 1); /* This message's; released by the engine. */
+    int rc = lkv_rpc_send_pieces(rpc, pc, (int)(2 * k), get_hold_unref, st->hold);
+    if (pc != stack_p) {
+        free(pc);
+        free(hdr);
+    }
+    if (rc == 0) {
+        st->next += k;
+    }
+    return rc;
 }
 
 /* Sends the job_k blocks get_read read (or fails the call as it says). */
@@ -728,7 +868,11 @@ static void get_cleanup(void *arg, lkv_rpc *rpc)
     if (st == NULL) {
         return;
     }
-    lkv_store_get_end(st->rd);
+    if (st->hold != NULL) {
+        get_hold_unref(st->hold); /* The read ends once gRPC has let go of every block too. */
+    } else {
+        lkv_store_get_end(st->rd);
+    }
     free(st->buf);
     free(st);
     lkv_rpc_set_state(rpc, NULL);
@@ -794,6 +938,13 @@ static int delete_reply(lkv_cache_svc *svc, lkv_rpc *rpc, const lkv_dockey *kp, 
     }
     if (rc == LKV_EBUSY) {
         return lkv_rpc_errorf(rpc, rc, "document %s is pinned by a lease; release it first",
+                              key_hex(&key, hex));
+    }
+    if (rc == LKV_ENOSPC) {
+        return lkv_rpc_errorf(rpc, rc,
+                              "Delete of %s failed: the disk of the cold tier is full, so the "
+                              "delete cannot be made durable; nothing was deleted (free space "
+                              "and retry)",
                               key_hex(&key, hex));
     }
     if (rc != 0) {
@@ -1050,6 +1201,12 @@ static int attach_done(void *arg, lkv_rpc *rpc, void *job)
             rc = lkv_rpc_errorf(rpc, rc,
                                 "Attach: docs[%d] (%s) belongs to a profile that is not "
                                 "configured",
+                                bad, hex);
+            break;
+        case LKV_ECORRUPT:
+            rc = lkv_rpc_errorf(rpc, rc,
+                                "Attach: docs[%d] (%s) failed its checksum in the cold tier and "
+                                "was dropped (re-put it); nothing was pinned",
                                 bad, hex);
             break;
         default:

@@ -172,6 +172,7 @@ enum opt_kind {
     OPT_BACKEND,  /* int, enum lkv_hot_backend. */
     OPT_POLICY,   /* int, enum lkv_policy_kind. */
     OPT_COST,     /* int, 0 documents / 1 bytes. */
+    OPT_CORRUPT,  /* int, enum lkv_cold_on_corruption (refuse / reset). */
     OPT_DURABLE,  /* int, enum lkv_durability. */
     OPT_LOGLEVEL, /* int, enum lkv_log_level. */
     OPT_ROLES,    /* uint32_t, enum lkv_role mask. */
@@ -235,6 +236,15 @@ static const opt opts[] = {
      "evicted or deleted keys remembered to report miss causes (0 = 65536)"},
     {"cold_min_blob_bytes", OPT_SIZE, OFF(cold_min_blob_bytes), 0, 0, GIB, "64KiB",
      "RocksDB min_blob_size: values at least this big go to blob files, bytes"},
+    {"cold_min_free_bytes", OPT_SIZE, OFF(cold_min_free_bytes), 0, 1 * MIB, UINT64_MAX, "256MiB",
+     "disk headroom under data_dir: cold writes stop (puts stay hot or get RESOURCE_EXHAUSTED) "
+     "before less is free, bytes"},
+    {"cold_on_corruption", OPT_CORRUPT, OFF(cold_on_corruption), 0, 0, 0, "refuse",
+     "a damaged cold database at start: refuse (log the file and the fix, exit) or reset "
+     "(move it aside, start empty; a damaged WAL keeps what precedes the damage)"},
+    {"wb_max_backlog_bytes", OPT_SIZE, OFF(wb_max_backlog_bytes), 0, 0, UINT64_MAX, "256MiB",
+     "write-back: bound of the unpersisted backlog (what a crash can lose); puts beyond it "
+     "wait for the writer within their deadline, bytes (0 = unbounded)"},
     {"loopback_roles", OPT_ROLES, OFF(loopback_roles), 0, 0, 0, "data,worker,admin",
      "roles of callers on loopback without a token: data, worker, admin, or none"},
     {"allow_insecure_bind", OPT_BOOL, OFF(allow_insecure_bind), 0, 0, 0, "false",
@@ -298,6 +308,7 @@ static const opt opts[] = {
 static const char *const backend_names[] = {"auto", "host", "cuda", NULL};
 static const char *const cost_names[] = {"documents", "bytes", NULL};
 static const char *const durable_names[] = {"write-back", "write-through", NULL};
+static const char *const corrupt_names[] = {"refuse", "reset", NULL};
 static const char *const level_names[] = {"debug", "info", "warn", "error", NULL};
 
 /* Compares option names treating '-' and '_' alike. */
@@ -442,6 +453,8 @@ static int set_opt(lkv_config *c, const opt *o, const char *value, char *err, si
         return set_enum(o, field, value, cost_names, err, errlen);
     case OPT_DURABLE:
         return set_enum(o, field, value, durable_names, err, errlen);
+    case OPT_CORRUPT:
+        return set_enum(o, field, value, corrupt_names, err, errlen);
     case OPT_LOGLEVEL:
         return set_enum(o, field, value, level_names, err, errlen);
     case OPT_ROLES: {
@@ -1292,4 +1305,7 @@ void lkv_config_to_store(const lkv_config *c, lkv_store_config *out)
     out->n_profiles = c->n_profiles;
     out->evicted_memory = c->evicted_memory;
     out->cold_min_blob_bytes = c->cold_min_blob_bytes;
+    out->cold_min_free_bytes = c->cold_min_free_bytes;
+    out->cold_on_corruption = c->cold_on_corruption;
+    out->wb_max_backlog_bytes = c->wb_max_backlog_bytes;
 }

@@ -65,6 +65,9 @@ typedef struct lkv_config {
     uint64_t shutdown_grace_ms;        /* SIGTERM: how long in-flight calls may finish, ms. */
     uint32_t evicted_memory;           /* Evicted/deleted keys remembered for miss causes. */
     uint64_t cold_min_blob_bytes;      /* RocksDB min_blob_size, bytes. */
+    uint64_t cold_min_free_bytes;      /* Disk headroom kept free under data_dir, bytes. */
+    int cold_on_corruption;            /* enum lkv_cold_on_corruption. */
+    uint64_t wb_max_backlog_bytes;     /* Write-back backlog bound, bytes (0 = unbounded). */
     int n_profiles;                    /* Profiles in use (built-in + configured). */
     lkv_profile profiles[LKV_CONFIG_MAX_PROFILES]; /* Finished by lkv_config_validate. */
     char source[1024]; /* The config file read, or "" for embedded defaults only. */

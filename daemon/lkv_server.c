@@ -1030,6 +1030,66 @@ int lkv_rpc_send(lkv_rpc *rpc, const ProtobufCMessage *msg)
     return stage(rpc, msg);
 }
 
+/* The borrowed pieces of one lkv_rpc_send_pieces message: released when gRPC drops the last
+ * slice over them (grpc_slice_new_with_user_data's destroy, on any thread). */
+typedef struct piece_hold {
+    atomic_int refs;         /* Slices alive, plus one while the message is built. */
+    void (*release)(void *); /* The caller's release. */
+    void *arg;               /* Its argument. */
+} piece_hold;
+
+static void piece_unref(void *p)
+{
+    piece_hold *h = p;
+    if (atomic_fetch_sub(&h->refs, 1) == 1) {
+        if (h->release != NULL) {
+            h->release(h->arg);
+        }
+        free(h);
+    }
+}
+
+int lkv_rpc_send_pieces(lkv_rpc *rpc, const lkv_rpc_piece *pieces, int n, void (*release)(void *),
+                        void *arg)
+{
+    piece_hold *h = lkv_xmalloc(sizeof *h);
+    atomic_init(&h->refs, 1);
+    h->release = release;
+    h->arg = arg;
+    uint64_t total = 0;
+    for (int i = 0; i < n; i++) {
+        total += pieces[i].len;
+    }
+    assert(rpc->staged == NULL);
+    if (total > rpc->srv->max_msg) {
+        piece_unref(h);
+        return lkv_rpc_errorf(rpc, LKV_ETOOBIG,
+                              "reply too large: %" PRIu64 " bytes, over the %" PRIu64
+                              "-byte message limit (raise max_message_bytes)",
+                              total, rpc->srv->max_msg);
+    }
+    grpc_slice stack[16];
+    grpc_slice *sl = n <= 16 ? stack : lkv_xmalloc(sizeof(grpc_slice) * (size_t)n);
+    for (int i = 0; i < n; i++) {
+        if (pieces[i].borrow) {
+            atomic_fetch_add(&h->refs, 1);
+            sl[i] = grpc_slice_new_with_user_data((void *)pieces[i].data, pieces[i].len,
+                                                  piece_unref, h);
+        } else {
+            sl[i] = grpc_slice_from_copied_buffer(pieces[i].data, pieces[i].len);
+        }
+    }
+    rpc->staged = grpc_raw_byte_buffer_create(sl, (size_t)n); /* Takes its own refs. */
+    for (int i = 0; i < n; i++) {
+        grpc_slice_unref(sl[i]);
+    }
+    if (sl != stack) {
+        free(sl);
+    }
+    piece_unref(h); /* The build's own reference: now only the slices hold it. */
+    return 0;
+}
+
 int lkv_rpc_errorf(lkv_rpc *rpc, int rc, const char *fmt, ...)
 {
     va_list ap;

@@ -201,6 +201,23 @@ int lkv_rpc_reply(lkv_rpc *rpc, const ProtobufCMessage *msg);
  * (and optionally once in start()). Returns 0 or LKV_ETOOBIG as for lkv_rpc_reply. */
 int lkv_rpc_send(lkv_rpc *rpc, const ProtobufCMessage *msg);
 
+/* One piece of an already encoded message (lkv_rpc_send_pieces). */
+typedef struct lkv_rpc_piece {
+    const void *data; /* len bytes. */
+    size_t len;       /* Bytes. */
+    int borrow;       /* 0: copied now; 1: sent from data itself, without a copy (see below). */
+} lkv_rpc_piece;
+
+/* Like lkv_rpc_send (or lkv_rpc_reply), but the message is given already encoded, as the
+ * concatenation of pieces[0..n) (the caller writes the protobuf framing). Borrowed pieces go on
+ * the wire from their own memory (gRPC slices over it): that memory must stay valid and
+ * unchanged until release(arg) is called, exactly once, from any thread, when gRPC has dropped
+ * the last of them (after the send, or when the call ends first; also when this fails: then
+ * before it returns). release may be NULL if no piece is borrowed. LKV_ETOOBIG (the call fails
+ * as lkv_rpc_send would) if the total is over max_message_bytes. */
+int lkv_rpc_send_pieces(lkv_rpc *rpc, const lkv_rpc_piece *pieces, int n, void (*release)(void *),
+                        void *arg);
+
 /* Sets the status message of the failure the callback is about to return, printf-style, and
  * returns rc, so callbacks can `return lkv_rpc_errorf(rpc, LKV_EINVAL, "...", ...)`. Without
  * it the message is lkv_strerror(rc). */
@@ -223,7 +240,8 @@ int lkv_rpc_transport_secure(const lkv_rpc *rpc);
 int lkv_rpc_check_deadline(lkv_rpc *rpc);
 
 /* Milliseconds left before the call's deadline (0 once it passed; INT64_MAX without one): a
- * call forwarded to another daemon carries what is left (daemon/cluster/). */
+ * call forwarded to another daemon carries what is left (daemon/cluster/), and a service that
+ * hands the call's work to a thread of its own (the worker's serving engine) passes it on. */
 int64_t lkv_rpc_deadline_left_ms(const lkv_rpc *rpc);
 
 /* The method path (static) and the peer ("ipv4:127.0.0.1:5555"; borrowed, valid for the call). */

@@ -2,16 +2,19 @@
  * lkv_cold.h: the cold tier, RocksDB with blob files (DESIGN.md 4).
  *
  * One RocksDB database under a directory. Blob files are enabled (values of at least
- * min_blob_bytes live in blob files, not in the LSM tree). Keys and values:
+ * min_blob_bytes live in blob files, not in the LSM tree). Keys and values (format 2):
  *
  *   block   key   'B' | doc key (32) | block index (u32 big-endian: blocks sort in order)
- *           value tag (16) | payload (block_bytes)
- *           tag = BLAKE2b-128 over (the key's 37 bytes | payload)
+ *           value header (32) | payload (block_bytes)
+ *           header: byte 0 format version (2), bytes 1..15 zero, bytes 16..31 tag
+ *           tag = XXH3-128 of the payload seeded by XXH3-64 of the key's 37 bytes (low then
+ *           high 64 bits, little-endian)
  *   doc     key   'D' | doc key (32)
- *           value record (below) | tag (16), tag = BLAKE2b-128 over (key | record)
+ *           value record (below) | tag (16), tag = XXH3-128 of the record seeded by XXH3-64
+ *           of the key's 33 bytes
  *
  *   record  offset  size    field
- *           0       1       format version (1)
+ *           0       1       format version (2)
  *           1       32      profile fingerprint
  *           33      8       content hash (lkv_dockey_content_hash), little-endian
  *           41      4       n_tokens, little-endian
@@ -19,6 +22,14 @@
  *           49      4       block_bytes
  *           53      8       created, Unix milliseconds
  *           61      4 * n   token ids, little-endian uint32
+ *
+ * Integrity. Every block read is checked by its XXH3-128 tag (about 20 GB/s); RocksDB's own
+ * checksums stay on for records, scans and the LSM's blocks, but are off for block values:
+ * Debian's librocksdb 7.8 computes CRC32c in software (about 1.5 GB/s: 90% of a 2 MiB read,
+ * bench/RESULTS.md), and the tag covers the same bytes and more (it is bound to the key).
+ * Format 1 (the previous one: a 16-byte BLAKE2b-128 tag before the payload, BLAKE2b-128
+ * record tags, version byte 1) is recognised by its record's version and valid old tag and
+ * dropped at open with one log line: such documents become misses, never "corrupt".
  *
  * A document is written as one WriteBatch: its blocks first, its record LAST, so that (RocksDB
  * batches being atomic, also across WAL recovery) a document is visible only whole; a reader
@@ -41,6 +52,7 @@ typedef struct lkv_cold_batch lkv_cold_batch; /* Opaque write batch. */
 typedef struct lkv_cold_snap lkv_cold_snap;   /* Opaque read snapshot. */
 
 #define LKV_COLD_TAG_BYTES       16
+#define LKV_COLD_BLOCK_HDR_BYTES 32
 #define LKV_COLD_BLOCK_KEY_BYTES 37
 #define LKV_COLD_DOC_KEY_BYTES   33
 
@@ -55,10 +67,68 @@ typedef struct lkv_cold_doc {
     int64_t created_ms;      /* Unix milliseconds at first write. */
 } lkv_cold_doc;
 
-/* Opens (creating if needed) the database in dir with blob files of values >= min_blob_bytes
- * (0: 64 KiB). LKV_EROCKSDB (logged with RocksDB's message) on failure. *out is owned by the
- * caller, closed with lkv_cold_close. */
+/* What to do with a database found damaged at open. */
+enum lkv_cold_on_corruption {
+    LKV_COLD_REFUSE = 0, /* Refuse to open (LKV_ECORRUPT), logging the file and the fix. */
+    LKV_COLD_RESET = 1,  /* A damaged WAL: point-in-time recovery (what precedes the damage is
+                          * kept; the documents after it are counted in the log line). Any
+                          * other damage: move the files aside into dir/corrupt-<UTC time>/
+                          * and start empty, with one loud log line. */
+};
+
+#define LKV_COLD_DEFAULT_MIN_FREE (128ull << 20)
+
+/* Open options. Zero-initialise, then set fields. */
+typedef struct lkv_cold_options {
+    uint64_t min_blob_bytes; /* RocksDB min_blob_size; 0 = 64 KiB. */
+    uint64_t min_free_bytes; /* Headroom kept free on the disk; 0 = 128 MiB (see below). */
+    int on_corruption;       /* enum lkv_cold_on_corruption. */
+} lkv_cold_options;
+
+/* Opens (creating if needed) the database in dir (which must exist).
+ *
+ * Disk space. RocksDB 7.8 aborts on an assertion after a failed sync when the disk fills, so
+ * that path is never reached: every write first checks the free space of dir's file system
+ * (statvfs) and is refused with LKV_ENOSPC unless min_free_bytes plus twice its size stay free
+ * (a write lands in the WAL and later in a blob file); memtables are sized to a quarter of the
+ * headroom so a flush always fits. If the disk is already below the headroom at open, the
+ * database is opened read-only (stored documents can be read; every write is LKV_ENOSPC) and
+ * reopened read-write by the first write (or lkv_cold_try_reopen) that finds room again.
+ *
+ * Refusals, each logged with the file and the fix: a dir that cannot be written (read-only
+ * mount, permissions): LKV_EIO; a full disk with no database yet: LKV_ENOSPC; a damaged
+ * database (CURRENT missing beside MANIFEST or table files, a missing MANIFEST, a table or
+ * blob file RocksDB finds corrupt, a WAL record corrupt before its tail): LKV_ECORRUPT, or
+ * with on_corruption = LKV_COLD_RESET what that says. A torn last WAL record (a crash in the
+ * middle of a write) is not damage: it is dropped, as RocksDB does. Other RocksDB failures
+ * (another process holds the lock): LKV_EROCKSDB / LKV_EIO. o may be NULL (defaults). *out is
+ * owned by the caller, closed with lkv_cold_close. */
+int lkv_cold_open_ex(const char *dir, const lkv_cold_options *o, lkv_cold **out);
+
+/* lkv_cold_open_ex with min_blob_bytes and every other option at its default. */
 int lkv_cold_open(const char *dir, uint64_t min_blob_bytes, lkv_cold **out);
+
+/* The disk: bytes free now on dir's file system (UINT64_MAX if unknown), the headroom, the
+ * directory (borrowed), and 1 while the database is open read-only (disk full at open). */
+uint64_t lkv_cold_free_bytes(const lkv_cold *c);
+uint64_t lkv_cold_min_free(const lkv_cold *c);
+const char *lkv_cold_dir(const lkv_cold *c);
+int lkv_cold_readonly(const lkv_cold *c);
+
+/* 0 if a write of about bytes would be let through now (reopening read-write if the disk has
+ * room again), else LKV_ENOSPC: the check every write makes first, for callers that can skip
+ * building a batch. */
+int lkv_cold_can_write(lkv_cold *c, uint64_t bytes);
+
+/* If open read-only and the disk has room again, reopens read-write: 0 (also when it was not
+ * read-only), LKV_ENOSPC (still full), LKV_EAGAIN (readers or snapshots are out: try later). */
+int lkv_cold_try_reopen(lkv_cold *c);
+
+/* A database found damaged after open (a scan met corruption): with LKV_COLD_RESET, moves it
+ * aside as lkv_cold_open_ex does and reopens empty (0, or LKV_EIO / LKV_EROCKSDB if that fails:
+ * then only lkv_cold_close is valid); with LKV_COLD_REFUSE logs the refusal and returns
+ * LKV_ECORRUPT, changing nothing. why names the damage. No other call may run concurrently. */
+int lkv_cold_reset(lkv_cold *c, const char *why);
 
 /* Flushes memtables (so the WAL is not needed at next open) and closes. c may be NULL. */
 void lkv_cold_close(lkv_cold *c);
@@ -72,9 +142,18 @@ void lkv_cold_batch_free(lkv_cold_batch *b);
 void lkv_cold_batch_block(lkv_cold_batch *b, const lkv_dockey *key, uint32_t index,
                           const void *data, size_t len);
 
+/* Adds the document record of meta with tokens[0..meta->n_tokens) (borrowed) to the batch; after
+ * it, only lkv_cold_batch_write or lkv_cold_batch_free. */
+void lkv_cold_batch_finish(lkv_cold_batch *b, const lkv_cold_doc *meta, const uint32_t *tokens);
+
+/* Writes a finished batch (sync: fsync the WAL first) and frees it; returns as
+ * lkv_cold_batch_commit. */
+int lkv_cold_batch_write(lkv_cold *c, lkv_cold_batch *b, int sync);
+
 /* Adds the document record of meta with tokens[0..meta->n_tokens) LAST, writes the batch
  * (sync: fsync the WAL before returning) and frees it. Returns 0, LKV_EIO for an injected
- * fault, LKV_EROCKSDB on a RocksDB error (nothing written: batches are atomic). */
+ * fault, LKV_ENOSPC if the disk lacks room (see lkv_cold_open_ex), LKV_EIO / LKV_ECORRUPT /
+ * LKV_EROCKSDB on a RocksDB error (nothing written: batches are atomic). */
 int lkv_cold_batch_commit(lkv_cold *c, lkv_cold_batch *b, const lkv_cold_doc *meta,
                           const uint32_t *tokens, int sync);
 
@@ -103,8 +182,29 @@ void lkv_cold_snap_release(lkv_cold *c, lkv_cold_snap *snap);
 typedef int (*lkv_cold_scan_fn)(void *ctx, const lkv_cold_doc *meta);
 int lkv_cold_scan(lkv_cold *c, lkv_cold_scan_fn fn, void *ctx, uint64_t *n_corrupt);
 
+/* Pending markers: the write ledger, dir/lkv-pending.ledger, an append-only file of 33-byte
+ * records (op 'P' or 'U' | doc key) kept outside RocksDB so that marking never waits behind
+ * the writer's multi-MiB batches (one write(2) with O_APPEND, no fsync: it survives a process
+ * crash, as the WAL the writer uses does). mark records a write-back document acknowledged and
+ * not yet persisted; unmark one dropped or deleted before it was persisted (not "lost"). A
+ * persisted document needs no record: at open its 'D' record is there. Both are best effort
+ * (LKV_EIO from mark if the ledger could not be opened or written). */
+int lkv_cold_mark_pending(lkv_cold *c, const lkv_dockey *key);
+void lkv_cold_unmark_pending(lkv_cold *c, const lkv_dockey *key);
+
+/* At open: calls fn(ctx, key, has_doc) for every key whose latest ledger record is 'P'
+ * (has_doc: it was persisted after all), then empties the ledger (unless read-only). The
+ * ledger grows by 33 bytes per write-back put until the next open. Returns 0. */
+typedef void (*lkv_cold_pending_fn)(void *ctx, const lkv_dockey *key, int has_doc);
+int lkv_cold_scan_pending(lkv_cold *c, lkv_cold_pending_fn fn, void *ctx);
+
 /* Fault injection: the next n writes (commits and deletes) fail with LKV_EIO. */
 void lkv_cold_fault_writes(lkv_cold *c, int n);
+
+/* The tag of a block's payload under block key key (37 bytes), as stored in its header: for
+ * tests and benchmarks that check bytes the way the cold tier does. */
+void lkv_cold_block_tag(const uint8_t key[LKV_COLD_BLOCK_KEY_BYTES], const void *data, size_t len,
+                        uint8_t out[LKV_COLD_TAG_BYTES]);
 
 /* Encodes the block key of (key, index) into out (37 bytes), for tests and tools. */
 void lkv_cold_block_key(const lkv_dockey *key, uint32_t index, uint8_t out[37]);

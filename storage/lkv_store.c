@@ -73,8 +73,8 @@ const char *lkv_durability_name(int m)
 
 const char *lkv_miss_cause_name(int c)
 {
-    static const char *const names[LKV_MISS__COUNT] = {"none", "never", "evicted", "deleted",
-                                                       "profile"};
+    static const char *const names[LKV_MISS__COUNT] = {"none",    "never",   "evicted", "deleted",
+                                                       "profile", "corrupt", "lost"};
     return c >= 0 && c < LKV_MISS__COUNT ? names[c] : "unknown";
 }
 
@@ -150,6 +150,10 @@ static const store_stat store_stats[] = {
                                 "Lookup misses by cause.", "lookups", "misses_deleted")},
     {CAUSE(LKV_MISS_PROFILE), D("store_misses", "cause=profile", LKV_STAT_COUNTER, "docs",
                                 "Lookup misses by cause.", "lookups", "misses_profile")},
+    {CAUSE(LKV_MISS_CORRUPT), D("store_misses", "cause=corrupt", LKV_STAT_COUNTER, "docs",
+                                "Lookup misses by cause.", "lookups", "misses_corrupt")},
+    {CAUSE(LKV_MISS_LOST), D("store_misses", "cause=lost", LKV_STAT_COUNTER, "docs",
+                             "Lookup misses by cause.", "lookups", "misses_lost")},
     {V_RATIO_DOCS, 0,
      D("store_hit_ratio", "by=docs", LKV_STAT_GAUGE, "ratio",
        "Hits / lookups since start (0 before the first).", "lookups", "hit_rate_docs")},
@@ -189,6 +193,18 @@ static const store_stat store_stats[] = {
     {FLD(wb_failed),
      D("store_wb_failed", NULL, LKV_STAT_COUNTER, "docs",
        "Write-back failures (the document stays hot only).", "persistence", "wb_failed")},
+    {FLD(wb_retries), D("store_wb_retries", NULL, LKV_STAT_COUNTER, "docs",
+                        "Write-back attempts put back for a full disk (retried later).",
+                        "persistence", "wb_retries")},
+    {FLD(wb_backlog_bytes), D("store_wb_backlog_bytes", NULL, LKV_STAT_GAUGE, "bytes",
+                              "Unpersisted write-back bytes (bounded by wb_max_backlog_bytes).",
+                              "persistence", "wb_backlog_bytes")},
+    {FLD(cold_readonly), D("store_cold_readonly", NULL, LKV_STAT_GAUGE, "bool",
+                           "1 while the cold tier is read-only (the disk was full at start).",
+                           "persistence", "cold_readonly")},
+    {FLD(disk_free_bytes),
+     D("store_disk_free_bytes", NULL, LKV_STAT_GAUGE, "bytes",
+       "Bytes free on the disk of data_dir.", "persistence", "disk_free_bytes")},
     {FLD(corrupt_blocks), D("store_corrupt_blocks", NULL, LKV_STAT_COUNTER, "blocks",
                             "Blocks or records failing their check, or missing (document dropped).",
                             "persistence", "corrupt_blocks")},
@@ -266,6 +282,7 @@ static int scan_cb(void *ctx, const lkv_cold_doc *m)
     d->block_bytes = m->block_bytes;
     d->created_ms = m->created_ms;
     d->state = ST_VISIBLE;
+    lkv__sizes_sync(s, d);
     lkv__kidx_insert(s, d);
     lkv__cidx_insert(s, d);
     if (lkv__cold_admit(s, d) != 0) {
@@ -276,6 +293,17 @@ static int scan_cb(void *ctx, const lkv_cold_doc *m)
         lkv__settle(s, d);
     }
     return 0;
+}
+
+/* A pending marker found at open: a document acknowledged and not persisted is lost. */
+static void pending_cb(void *ctx, const lkv_dockey *key, int has_doc)
+{
+    void **a = ctx;
+    lkv_store *s = a[0];
+    if (!has_doc && lkv__kidx_find(s, key) == NULL) {
+        lkv__gone_add(s, key, LKV_MISS_LOST);
+        (*(uint64_t *)a[1])++;
+    }
 }
 
 static int bad_config(const char *what)
@@ -349,7 +377,12 @@ int lkv_store_open(const lkv_store_config *cfg, lkv_store **out)
     if (rc != 0) {
         goto fail_early;
     }
-    rc = lkv_cold_open(cfg->data_dir, cfg->cold_min_blob_bytes, &s->cold);
+    lkv_cold_options co;
+    memset(&co, 0, sizeof co);
+    co.min_blob_bytes = cfg->cold_min_blob_bytes;
+    co.min_free_bytes = cfg->cold_min_free_bytes;
+    co.on_corruption = cfg->cold_on_corruption;
+    rc = lkv_cold_open_ex(cfg->data_dir, &co, &s->cold);
     if (rc != 0) {
         lkv_arena_destroy(s->arena);
         goto fail_early;
@@ -373,7 +406,36 @@ int lkv_store_open(const lkv_store_config *cfg, lkv_store **out)
     uint64_t n_corrupt = 0;
     pthread_mutex_lock(&s->mu);
     rc = lkv_cold_scan(s->cold, scan_cb, s, &n_corrupt);
+    if (rc == LKV_ECORRUPT) {
+        /* RocksDB found a table damaged under the document records. */
+        rc = lkv_cold_reset(s->cold, "reading the document records failed a checksum (see the "
+                                     "RocksDB error above for the file)");
+        if (rc == 0) {
+            lkv__index_free(s);
+            s->slots = NULL;
+            s->free_slots = NULL;
+            s->n_slots = s->cap_slots = s->n_free_slots = s->cap_free_slots = 0;
+            s->kcount = s->ccount = s->gone_pos = 0;
+            s->st.hot_docs = s->st.hot_blocks = 0;
+            s->st.cold_docs = s->st.cold_blocks = s->st.cold_bytes = 0;
+            lkv__index_init(s, cfg->evicted_memory ? cfg->evicted_memory : DEFAULT_EVICTED_MEMORY);
+            lkv_policy_destroy(s->coldp);
+            MUST_OK(lkv_policy_create(cfg->policy_kind,
+                                      cfg->cold_bytes ? cfg->cold_bytes : UINT64_MAX, &s->coldp));
+            rc = lkv_cold_scan(s->cold, scan_cb, s, &n_corrupt);
+        }
+    }
     s->st.corrupt_blocks += n_corrupt;
+    if (rc == 0) {
+        uint64_t n_lost = 0;
+        void *lctx[2] = {s, &n_lost};
+        rc = lkv_cold_scan_pending(s->cold, pending_cb, lctx);
+        if (n_lost > 0) {
+            LKV_LOGW("store: %llu write-back documents acknowledged before a crash were not "
+                     "persisted: they are misses (cause lost)",
+                     (unsigned long long)n_lost);
+        }
+    }
     pthread_mutex_unlock(&s->mu);
     if (rc != 0) {
         lkv_store_close(s);
@@ -422,6 +484,11 @@ int lkv_store_close(lkv_store *s)
         LKV_LOGW("store: closing with %llu puts and %llu reads still open",
                  (unsigned long long)s->st.puts_inflight, (unsigned long long)s->st.reads_inflight);
     }
+    for (wb_waiter *w = s->waiters; w != NULL;) {
+        wb_waiter *n = w->next;
+        free(w); /* Dropped without a call (lkv_store_put_wait). */
+        w = n;
+    }
     lkv__index_free(s);
     lkv__acct_free(s);
     lkv_cold_close(s->cold);
@@ -442,10 +509,13 @@ int lkv_store_flush(lkv_store *s)
 {
     pthread_mutex_lock(&s->mu);
     pthread_cond_broadcast(&s->wcv);
-    while (s->q_head != NIL || s->writer_busy) {
+    while ((s->q_head != NIL && !s->wb_stalled) || s->writer_busy) {
         pthread_cond_wait(&s->cv, &s->mu);
     }
     int rc = s->st.wb_failed != s->wb_failed_seen ? LKV_EIO : 0;
+    if (rc == 0 && s->q_head != NIL) {
+        rc = LKV_ENOSPC; /* The disk is full: the queue waits for room. */
+    }
     s->wb_failed_seen = s->st.wb_failed;
     pthread_mutex_unlock(&s->mu);
     return rc;
@@ -632,6 +702,42 @@ int lkv_store_tier(lkv_store *s, const lkv_dockey *key)
 
 /* ---- puts --------------------------------------------------------------------------------- */
 
+/* The reason a put finds no room in the hot tier. */
+static int why_no_room(lkv_store *s, uint32_t n_blocks)
+{
+    char b1[32], b2[32], b3[32];
+    return why(LKV_ENOSPC,
+               "no room for the document: it needs %" PRIu32 " hot pages of %s (%s) and what "
+               "is not free of the %" PRIu64 " pages (%s) is pinned or being written (retry "
+               "later, or raise hot_bytes)",
+               n_blocks, fmt_bytes(s->page_bytes, b1, sizeof(b1)),
+               fmt_bytes((uint64_t)n_blocks * s->page_bytes, b2, sizeof(b2)),
+               lkv_policy_budget(s->hotp) / s->page_bytes,
+               fmt_bytes(lkv_policy_budget(s->hotp), b3, sizeof(b3)));
+}
+
+/* Reserves the hot pages of staging d (lock held; may drop it to write demotions): admits it
+ * (evicting victims), waits for the writer's copy if only that holds the room, pins it. */
+static int tx_admit(lkv_store *s, doc *d)
+{
+    int rc = lkv__hot_admit(s, d);
+    while (rc == LKV_ENOSPC && s->wbuild != NULL) {
+        /* The writer's pin holds the room only while it copies a document: wait for that. */
+        lkv__demote_flush(s);
+        if (s->wbuild != NULL) {
+            pthread_cond_wait(&s->cv, &s->mu);
+        }
+        rc = lkv__hot_admit(s, d);
+    }
+    if (rc != 0) {
+        lkv__demote_flush(s);
+        return rc == LKV_ENOSPC ? why_no_room(s, d->n_blocks) : rc;
+    }
+    lkv__hot_pin(s, d);
+    lkv__demote_flush(s); /* The victims that made room, written without the lock. */
+    return 0;
+}
+
 int lkv_store_put_begin(lkv_store *s, const uint8_t salt[LKV_SALT_BYTES], const char *profile,
                         const uint32_t *tokens, uint32_t n_tokens, lkv_store_put **out,
                         lkv_dockey *key_out, int *exists)
@@ -658,6 +764,7 @@ int lkv_store_put_begin(lkv_store *s, const uint8_t salt[LKV_SALT_BYTES], const 
 
     lkv_store_put *tx = lkv_xcalloc(1, sizeof *tx);
     tx->s = s;
+    tx->key = k;
     tx->n_blocks = n_blocks;
     tx->n_tokens = n_tokens;
     tx->block_bytes = block_bytes;
@@ -713,22 +820,22 @@ int lkv_store_put_begin(lkv_store *s, const uint8_t salt[LKV_SALT_BYTES], const 
     d->block_bytes = block_bytes;
     d->created_ms = now_ms();
     d->acct = lkv__acct_of(s, salt);
-    rc = lkv__hot_admit(s, d);
+    /* Pages are reserved now if they are free. If room must be made (evicting, which demotes
+     * documents), the reservation waits for the first valid block (lkv_store_put_block), so a
+     * put refused before that changes nothing; hopeless cases are refused here. */
+    uint64_t need = (uint64_t)n_blocks * s->page_bytes;
+    uint64_t budget = lkv_policy_budget(s->hotp);
+    if (lkv_policy_bytes_used(s->hotp) + need <= budget) {
+        rc = tx_admit(s, d);
+    } else if (budget - lkv_policy_bytes_pinned(s->hotp) < need && s->wbuild == NULL) {
+        rc = why_no_room(s, n_blocks);
+    } else {
+        rc = 0; /* Deferred. */
+    }
     if (rc != 0) {
         lkv__slot_free(s, d);
-        if (rc == LKV_ENOSPC) {
-            why(rc,
-                "no room for the document: it needs %" PRIu32 " hot pages of %s (%s) and what "
-                "is not free of the %" PRIu64 " pages (%s) is pinned or being written (retry "
-                "later, or raise hot_bytes)",
-                n_blocks, fmt_bytes(s->page_bytes, b1, sizeof(b1)),
-                fmt_bytes((uint64_t)n_blocks * s->page_bytes, b2, sizeof(b2)),
-                lkv_policy_budget(s->hotp) / s->page_bytes,
-                fmt_bytes(lkv_policy_budget(s->hotp), b3, sizeof(b3)));
-        }
         goto fail;
     }
-    lkv__hot_pin(s, d);
     d->tokens = lkv_xmalloc(sizeof(uint32_t) * n_tokens);
     memcpy(d->tokens, tokens, sizeof(uint32_t) * n_tokens);
     s->st.puts_inflight++;
@@ -815,6 +922,16 @@ int lkv_store_put_block(lkv_store_put *tx, uint32_t index, const void *data, siz
                        index, tx->n_tokens);
         }
     }
+    if (tx->d != NULL && !tx->d->hot) {
+        /* The first valid block: now the pages are reserved (lkv_store_put_begin). */
+        lkv_store *s = tx->s;
+        pthread_mutex_lock(&s->mu);
+        int rc = s->stopping ? why(LKV_ESHUTDOWN, "the store is closing") : tx_admit(s, tx->d);
+        pthread_mutex_unlock(&s->mu);
+        if (rc != 0) {
+            return rc;
+        }
+    }
     if (tx->d != NULL) {
         int rc = lkv_arena_write(tx->s->arena, tx->d->pages[index], data, len);
         if (rc != 0) {
@@ -825,6 +942,8 @@ int lkv_store_put_block(lkv_store_put *tx, uint32_t index, const void *data, siz
     return 0;
 }
 
+static wb_waiter *unreserve_locked(lkv_store *s, lkv_store_put *tx);
+
 /* Drops a staging (or committing) doc of a put that does not become visible. Lock held. */
 static void discard_locked(lkv_store *s, doc *d)
 {
@@ -833,7 +952,10 @@ static void discard_locked(lkv_store *s, doc *d)
     }
     d->state = ST_DEAD;
     lkv__acct_sync(s, d);
-    lkv__hot_unpin(s, d);
+    lkv__sizes_sync(s, d);
+    if (d->hot_pins > 0) {
+        lkv__hot_unpin(s, d); /* The stager's pin (none if the reservation was deferred). */
+    }
     lkv__rekey(s, d, STAGE_BIT | d->slot);
     lkv__settle(s, d);
     pthread_cond_broadcast(&s->cv);
@@ -851,7 +973,9 @@ void lkv_store_put_abort(lkv_store_put *tx)
     }
     s->st.puts_aborted++;
     s->st.puts_inflight--;
+    wb_waiter *wake = unreserve_locked(s, tx);
     pthread_mutex_unlock(&s->mu);
+    lkv__wb_call(wake);
     free(tx);
 }
 
@@ -860,6 +984,7 @@ static void publish_locked(lkv_store *s, doc *d)
 {
     d->state = ST_VISIBLE;
     lkv__acct_sync(s, d);
+    lkv__sizes_sync(s, d);
     if (!d->indexed) {
         lkv__kidx_insert(s, d);
     }
@@ -869,13 +994,125 @@ static void publish_locked(lkv_store *s, doc *d)
     pthread_cond_broadcast(&s->cv);
 }
 
+/* Gives back tx's backlog reservation (lock held); returns waiters to call after unlocking. */
+static wb_waiter *unreserve_locked(lkv_store *s, lkv_store_put *tx)
+{
+    if (tx->wb_reserved == 0) {
+        return NULL;
+    }
+    s->wb_backlog -= tx->wb_reserved <= s->wb_backlog ? tx->wb_reserved : s->wb_backlog;
+    tx->wb_reserved = 0;
+    return lkv__wb_take_waiters(s);
+}
+
+int lkv_store_put_wait(lkv_store_put *tx, void (*fn)(const void *blob), const void *blob,
+                       size_t len)
+{
+    lkv_store *s = tx->s;
+    uint64_t bound = s->cfg.wb_max_backlog_bytes;
+    uint64_t b = (uint64_t)tx->n_blocks * tx->block_bytes;
+    if (s->cfg.durability != LKV_DURABILITY_WRITE_BACK || tx->d == NULL || bound == 0 ||
+        tx->wb_reserved != 0) {
+        return 0;
+    }
+    int rc = 0;
+    pthread_mutex_lock(&s->mu);
+    if (s->wb_backlog == 0 || s->wb_backlog + b <= bound) {
+        s->wb_backlog += b;
+        tx->wb_reserved = b;
+    } else {
+        rc = LKV_EAGAIN;
+        if (fn != NULL) {
+            wb_waiter *w = lkv_xcalloc(1, sizeof *w);
+            w->fn = fn;
+            memcpy(w->blob, blob, len < sizeof w->blob ? len : sizeof w->blob);
+            if (s->waiters_tail == NULL) {
+                s->waiters = w;
+            } else {
+                s->waiters_tail->next = w;
+            }
+            s->waiters_tail = w;
+        }
+    }
+    pthread_mutex_unlock(&s->mu);
+    return rc;
+}
+
+/* Fills *res for the document d now is (lock held). */
+static void put_result(lkv_store *s, const doc *d, int existed, lkv_put_result *res)
+{
+    (void)s;
+    if (res == NULL) {
+        return;
+    }
+    res->existed = existed;
+    res->tier = d == NULL || d->state != ST_VISIBLE ? LKV_TIER_NONE
+                : d->hot && !d->promoting           ? LKV_TIER_HOT
+                                                    : LKV_TIER_COLD;
+    res->persisted = d != NULL && d->state == ST_VISIBLE && d->cold && !d->cold_busy;
+}
+
+/* The reason of a write-through failure rc of doc d (lock held). */
+static void why_cold(lkv_store *s, const doc *d, int rc)
+{
+    char b1[32], b2[32];
+    uint64_t fb = lkv_cold_free_bytes(s->cold);
+    if (rc == LKV_ENOSPC &&
+        (lkv_cold_readonly(s->cold) ||
+         (fb != UINT64_MAX && fb < lkv_cold_min_free(s->cold) + 2 * lkv__cold_bytes(d)))) {
+        why(rc,
+            "the disk of data_dir %s is full (%s free, cold_min_free_bytes keeps %s free): the "
+            "document cannot be made durable; free space on that disk (puts work again at once)",
+            lkv_cold_dir(s->cold), fmt_bytes(fb == UINT64_MAX ? 0 : fb, b1, sizeof b1),
+            fmt_bytes(lkv_cold_min_free(s->cold), b2, sizeof b2));
+    } else if (rc == LKV_ENOSPC) {
+        why(rc, "the cold tier budget (cold_bytes) is held by documents being written or read: "
+                "retry later, or raise cold_bytes");
+    } else {
+        why(rc, "writing the document to the cold tier in %s failed: %s (see the daemon log)",
+            lkv_cold_dir(s->cold), lkv_strerror(rc));
+    }
+}
+
+/* Write-through: persists existing hot-only e again (evicted from the cold tier meanwhile), so
+ * that an acknowledgement of it says the truth (lock held; dropped during the write). */
+static int repersist_locked(lkv_store *s, doc *e)
+{
+    while (e->state == ST_VISIBLE && e->cold_busy) {
+        pthread_cond_wait(&s->cv, &s->mu); /* Someone else is writing it: wait for the end. */
+    }
+    if (e->state != ST_VISIBLE || e->cold || !e->hot || e->promoting) {
+        return 0;
+    }
+    e->refs++;
+    lkv__hot_pin(s, e);
+    int rc = lkv__write_through(s, e);
+    if (rc != 0) {
+        why_cold(s, e, rc);
+    }
+    lkv__hot_unpin(s, e);
+    lkv__unref(s, e);
+    pthread_cond_broadcast(&s->cv);
+    return rc;
+}
+
 int lkv_store_put_commit(lkv_store_put *tx)
+{
+    return lkv_store_put_finish(tx, NULL);
+}
+
+int lkv_store_put_finish(lkv_store_put *tx, lkv_put_result *res)
 {
     lkv_store *s = tx->s;
     doc *d = tx->d;
     int rc = 0;
+    int wt = s->cfg.durability == LKV_DURABILITY_WRITE_THROUGH;
+    wb_waiter *wake = NULL;
 
     tl_why[0] = '\0';
+    if (res != NULL) {
+        memset(res, 0, sizeof *res);
+    }
     if (tx->next != tx->n_blocks) {
         why(LKV_EINVAL,
             "Put ended after %" PRIu32 " of %" PRIu32 " blocks (%" PRIu32
@@ -884,10 +1121,20 @@ int lkv_store_put_commit(lkv_store_put *tx)
         lkv_store_put_abort(tx);
         return LKV_EINVAL;
     }
+    if (d != NULL && !wt) {
+        /* Write-back: a pending marker first (no lock), so that a crash before the writer
+         * persists the document makes it a miss of cause "lost" at the next start. */
+        (void)lkv_cold_mark_pending(s->cold, &d->key);
+    }
     pthread_mutex_lock(&s->mu);
     s->st.puts_inflight--;
     if (d == NULL) {
+        doc *e = lkv__kidx_find(s, &tx->key);
         s->st.puts_existing++;
+        if (e != NULL && wt) {
+            rc = repersist_locked(s, e);
+        }
+        put_result(s, e, 1, res);
         goto out;
     }
     for (;;) {
@@ -899,6 +1146,11 @@ int lkv_store_put_commit(lkv_store_put *tx)
             /* Committed by someone else meanwhile: keep theirs. */
             discard_locked(s, d);
             s->st.puts_existing++;
+            wake = unreserve_locked(s, tx);
+            if (wt) {
+                rc = repersist_locked(s, e);
+            }
+            put_result(s, e, 1, res);
             goto out;
         }
         /* Another write-through commit of the same key is syncing: wait for its outcome. */
@@ -909,12 +1161,17 @@ int lkv_store_put_commit(lkv_store_put *tx)
         LKV_LOGE("store: policy id collision at commit");
         discard_locked(s, d);
         s->st.puts_aborted++;
+        wake = unreserve_locked(s, tx);
         goto out;
     }
     lkv__rekey(s, d, lkv__live_pid(&d->key));
-    if (s->cfg.durability == LKV_DURABILITY_WRITE_BACK) {
+    if (!wt) {
+        /* The reservation (if any) becomes the queued document's share of the backlog. */
+        s->wb_backlog -= tx->wb_reserved <= s->wb_backlog ? tx->wb_reserved : s->wb_backlog;
+        tx->wb_reserved = 0;
         publish_locked(s, d);
         lkv__wb_enqueue(s, d);
+        put_result(s, d, 0, res);
         goto out;
     }
     /* Write-through: reserve the key, sync the batch without the lock, then publish. */
@@ -922,13 +1179,16 @@ int lkv_store_put_commit(lkv_store_put *tx)
     lkv__kidx_insert(s, d);
     rc = lkv__write_through(s, d);
     if (rc != 0) {
+        why_cold(s, d, rc);
         discard_locked(s, d);
         s->st.puts_aborted++;
         goto out;
     }
     publish_locked(s, d);
+    put_result(s, d, 0, res);
 out:
     pthread_mutex_unlock(&s->mu);
+    lkv__wb_call(wake);
     free(tx);
     return rc;
 }
@@ -971,8 +1231,8 @@ static int acquire(lkv_store *s, const lkv_dockey *key, int must_hot, lkv_store_
             pthread_mutex_unlock(&s->mu);
             return LKV_EPROFILE;
         }
-        if (!d->promoting) {
-            break;
+        if (!d->promoting && !(d->cold_busy && !d->hot)) {
+            break; /* Not being filled, nor written out by a demotion or the writer. */
         }
         pthread_cond_wait(&s->cv, &s->mu);
     }
@@ -989,16 +1249,19 @@ static int acquire(lkv_store *s, const lkv_dockey *key, int must_hot, lkv_store_
     assert(d->cold);
     lkv_policy_touch(s->coldp, d->pid);
     int rc = lkv__promote(s, d, must_hot);
-    if (rc == LKV_ENOTFOUND) {
+    if (rc == LKV_ENOTFOUND || rc == LKV_ECORRUPT) {
         lkv__unref(s, d); /* DEAD now: settling releases its pages, its RocksDB data and slot. */
         pthread_mutex_unlock(&s->mu);
-        return LKV_ENOTFOUND;
+        return rc;
     }
     if (rc != 0) {
-        if (must_hot) {
+        if (must_hot || d->state != ST_VISIBLE) {
+            /* (The promotion attempt may have dropped the lock to write demotions: d may have
+             * been deleted meanwhile.) */
+            int out = must_hot && d->state == ST_VISIBLE ? rc : LKV_ENOTFOUND;
             lkv__unref(s, d);
             pthread_mutex_unlock(&s->mu);
-            return rc;
+            return out;
         }
         rd->snap = lkv_cold_snap_create(s->cold);
         fill_info(s, d, &rd->info);
@@ -1074,6 +1337,14 @@ int lkv_store_get_block(lkv_store_read *rd, uint32_t index, void *buf, size_t le
     return rc;
 }
 
+const void *lkv_store_get_block_ptr(const lkv_store_read *rd, uint32_t index)
+{
+    if (rd->snap != NULL || index >= rd->info.n_blocks) {
+        return NULL;
+    }
+    return lkv_arena_host_ptr(rd->s->arena, rd->pages[index]);
+}
+
 const lkv_doc_info *lkv_store_get_info(const lkv_store_read *rd)
 {
     return &rd->info;
@@ -1129,9 +1400,18 @@ int lkv_store_delete(lkv_store *s, const lkv_dockey *key)
     } else if (d->user_pins > 0) {
         rc = LKV_EBUSY;
     } else {
-        lkv__kill(s, d, LKV_MISS_DELETED, s->cfg.durability == LKV_DURABILITY_WRITE_THROUGH);
-        lkv__settle(s, d);
-        s->st.deletes++;
+        int sync = s->cfg.durability == LKV_DURABILITY_WRITE_THROUGH;
+        if (d->cold && d->cold_pins == 0) {
+            /* The RocksDB delete first (through the WAL): if it cannot be written (a full
+             * disk), the delete fails and changes nothing, rather than come back to life at
+             * the next start. (A doc being read or written is deleted when that ends.) */
+            rc = lkv_cold_delete(s->cold, &d->key, sync);
+        }
+        if (rc == 0) {
+            lkv__kill(s, d, LKV_MISS_DELETED, sync);
+            lkv__settle(s, d);
+            s->st.deletes++;
+        }
     }
     pthread_mutex_unlock(&s->mu);
     return rc;
@@ -1189,12 +1469,17 @@ int lkv_store_demote(lkv_store *s, const lkv_dockey *key)
     int rc = 0;
     pthread_mutex_lock(&s->mu);
     doc *d = lkv__kidx_find(s, key);
+    while (d != NULL && d == s->wbuild) {
+        pthread_cond_wait(&s->cv, &s->mu); /* The writer copies it: a moment. */
+        d = lkv__kidx_find(s, key);
+    }
     if (d == NULL || d->state != ST_VISIBLE || !d->hot) {
         rc = LKV_ENOTFOUND;
     } else if (d->hot_pins > 0 || d->promoting) {
         rc = LKV_EBUSY;
     } else {
         lkv__demote(s, d);
+        lkv__demote_flush(s);
     }
     pthread_mutex_unlock(&s->mu);
     return rc;
@@ -1221,23 +1506,7 @@ int lkv_store_foreach(lkv_store *s, lkv_store_foreach_fn fn, void *ctx)
 void lkv_store_stats_get(lkv_store *s, lkv_store_stats *out)
 {
     pthread_mutex_lock(&s->mu);
-    *out = s->st;
-    out->hot_docs = out->hot_blocks = out->cold_docs = out->cold_blocks = out->cold_bytes = 0;
-    for (uint32_t i = 0; i < s->n_slots; i++) {
-        doc *d = s->slots[i];
-        if (d == NULL || d->state != ST_VISIBLE) {
-            continue;
-        }
-        if (d->hot && !d->promoting) {
-            out->hot_docs++;
-            out->hot_blocks += d->n_blocks;
-        }
-        if (d->cold && !d->cold_busy) {
-            out->cold_docs++;
-            out->cold_blocks += d->n_blocks;
-            out->cold_bytes += lkv__cold_bytes(d);
-        }
-    }
+    *out = s->st; /* Tier sizes included: counters kept by lkv__sizes_sync, no walk. */
     out->hot_bytes = lkv_policy_bytes_used(s->hotp);
     out->hot_bytes_pinned = lkv_policy_bytes_pinned(s->hotp);
     out->hot_budget = lkv_policy_budget(s->hotp);
@@ -1245,7 +1514,11 @@ void lkv_store_stats_get(lkv_store *s, lkv_store_stats *out)
     out->hot_pages_total = lkv_arena_pages_total(s->arena);
     out->hot_pages_free = lkv_arena_pages_free(s->arena);
     out->cold_budget = lkv_policy_budget(s->coldp);
+    out->wb_backlog_bytes = s->wb_backlog;
+    out->cold_readonly = (uint64_t)lkv_cold_readonly(s->cold);
     pthread_mutex_unlock(&s->mu);
+    uint64_t fb = lkv_cold_free_bytes(s->cold);
+    out->disk_free_bytes = fb == UINT64_MAX ? 0 : fb;
 }
 
 void lkv_store_arena_info_get(lkv_store *s, lkv_store_arena_info *out)

@@ -23,8 +23,10 @@
  *
  * Movement between tiers.
  *   - Hot eviction (to make room for a put or a promotion) demotes the victim: if it is already
- *     in the cold tier it just leaves the hot tier; otherwise it is written to the cold tier
- *     first (under the store lock; sync=false) and dropped if the cold tier cannot take it.
+ *     in the cold tier it just leaves the hot tier; otherwise its blocks are copied into a
+ *     RocksDB batch (under the store lock, a memory copy) and written after the lock is let
+ *     go (sync=false; readers of it wait for that write), and it is dropped if the cold tier
+ *     cannot take it (cold budget, write error, full disk).
  *   - Cold eviction deletes the victim's RocksDB data; a victim that is also hot stays hot and
  *     is written again if it is later demoted.
  *   - lkv_store_get_begin / lkv_store_pin of a cold document promote it to the hot tier whole
@@ -36,8 +38,9 @@
  * misses (by cause). get, pin and delete never count hits or misses; get and pin refresh
  * recency and promote.
  *
- * Puts are transactions: put_begin reserves hot pages for the whole document (evicting if
- * needed; LKV_ENOSPC and nothing changes if the budget is held by pinned or in-flight data or
+ * Puts are transactions: put_begin (or, when room must be made, the first valid block) reserves
+ * hot pages for the whole document (evicting if needed; LKV_ENOSPC and nothing changes if the
+ * budget is held by pinned or in-flight data or
  * the document is larger than the hot budget: also in write-through mode, which never bypasses
  * the hot tier), put_block stages blocks in order, put_commit makes the document visible
  * atomically, put_abort (or a failed commit) releases everything and nothing becomes visible.
@@ -97,6 +100,8 @@ enum lkv_miss_cause {
     LKV_MISS_DELETED = 3, /* Deleted by a caller, or dropped as corrupt. */
     LKV_MISS_PROFILE = 4, /* The same tokens are stored under another profile (token lookups)
                            * or the document's profile is not configured any more. */
+    LKV_MISS_CORRUPT = 5, /* Read back corrupt (our check or RocksDB's) and dropped. */
+    LKV_MISS_LOST = 6,    /* Acknowledged (write-back) but lost in a crash before persisting. */
     LKV_MISS__COUNT
 };
 
@@ -108,24 +113,29 @@ const char *lkv_hot_backend_name(int backend);
 int lkv_durability_parse(const char *s, int *out);
 /* Returns "write-back", "write-through" or "unknown". */
 const char *lkv_durability_name(int mode);
-/* Returns "none", "never", "evicted", "deleted", "profile" or "unknown". */
+/* Returns "none", "never", "evicted", "deleted", "profile", "corrupt", "lost" or "unknown". */
 const char *lkv_miss_cause_name(int cause);
 
 /* Store configuration. Zero-initialise, then set fields. All pointers are borrowed for the
  * duration of lkv_store_open only (the store copies what it keeps). */
 typedef struct lkv_store_config {
-    const char *data_dir;         /* Directory of the RocksDB cold tier (created if absent). */
-    uint64_t hot_bytes;           /* Hot budget in bytes (>= one page). */
-    int hot_backend;              /* enum lkv_hot_backend. */
-    int cuda_device;              /* CUDA device ordinal for LKV_HOT_CUDA / AUTO. */
-    uint64_t cold_bytes;          /* Cold budget in bytes of block payload; 0 = unlimited. */
-    int policy_kind;              /* enum lkv_policy_kind, used for both tiers. */
-    int policy_cost_bytes;        /* 0: GDSF cost 1 per document; 1: cost = bytes. */
-    int durability;               /* enum lkv_durability. */
-    const lkv_profile *profiles;  /* n_profiles profiles; lkv_store_open finishes copies. */
-    int n_profiles;               /* >= 1. */
-    uint32_t evicted_memory;      /* Recently evicted keys remembered; 0 = 65536. */
-    uint64_t cold_min_blob_bytes; /* RocksDB min_blob_size; 0 = 64 KiB. */
+    const char *data_dir;          /* Directory of the RocksDB cold tier (created if absent). */
+    uint64_t hot_bytes;            /* Hot budget in bytes (>= one page). */
+    int hot_backend;               /* enum lkv_hot_backend. */
+    int cuda_device;               /* CUDA device ordinal for LKV_HOT_CUDA / AUTO. */
+    uint64_t cold_bytes;           /* Cold budget in bytes of block payload; 0 = unlimited. */
+    int policy_kind;               /* enum lkv_policy_kind, used for both tiers. */
+    int policy_cost_bytes;         /* 0: GDSF cost 1 per document; 1: cost = bytes. */
+    int durability;                /* enum lkv_durability. */
+    const lkv_profile *profiles;   /* n_profiles profiles; lkv_store_open finishes copies. */
+    int n_profiles;                /* >= 1. */
+    uint32_t evicted_memory;       /* Recently evicted keys remembered; 0 = 65536. */
+    uint64_t cold_min_blob_bytes;  /* RocksDB min_blob_size; 0 = 64 KiB. */
+    uint64_t cold_min_free_bytes;  /* Disk headroom kept free under data_dir (lkv_cold.h); 0 =
+                                    * 128 MiB. */
+    int cold_on_corruption;        /* enum lkv_cold_on_corruption: refuse (0) or reset. */
+    uint64_t wb_max_backlog_bytes; /* Write-back: bound of the unpersisted backlog (payload
+                                    * bytes queued or being written); 0 = unbounded. */
     lkv_stats *stats; /* Registry the store registers its stats in (borrowed: it must outlive
                        * the store; one store per registry); NULL: the store makes its own. */
 } lkv_store_config;
@@ -149,10 +159,12 @@ int lkv_store_open(const lkv_store_config *cfg, lkv_store **out);
  * anyway). s may be NULL. */
 int lkv_store_close(lkv_store *s);
 
-/* Persists every queued write-back document now and waits for the queue to drain. Returns 0, or
+/* Persists every queued write-back document now and waits for the queue to drain. Returns 0,
  * LKV_EIO if a write-back write failed since the previous flush (or open): the document stays
- * hot only and wb_failed counts it. While the writer persists a document that document is
- * pinned in the hot tier, so with a tiny hot budget a put may see a transient LKV_ENOSPC. */
+ * hot only and wb_failed counts it, or LKV_ENOSPC if the disk is full (the writer keeps the
+ * queue and retries every 200 ms; wb_retries counts the attempts). The writer pins a document
+ * in the hot tier only while it copies it into its batch, never during the RocksDB write; a
+ * put or demote that needs that room or that document waits for the copy. */
 int lkv_store_flush(lkv_store *s);
 
 /* Profiles. The returned pointers are borrowed, valid until lkv_store_close. */
@@ -213,8 +225,11 @@ int lkv_store_tier(lkv_store *s, const lkv_dockey *key);
  * max_doc_tokens or a token >= vocab_size; LKV_ENOSPC the hot tier cannot
  * make room (budget held by pinned or in-flight data, or the document is larger than the hot
  * budget) or, in write-through mode with a cold budget, the document is larger than the cold
- * budget; LKV_ESHUTDOWN the store is closing. On success reserves hot pages for every block
- * (evicting/demoting victims), writes the key into *key_out (may be NULL) and *exists (may be
+ * budget; LKV_ESHUTDOWN the store is closing. On success reserves hot pages for every block if
+ * they are free; if room must be made (evicting, which demotes documents), the reservation and
+ * the evictions wait for the first block that passes its checks (lkv_store_put_block may then
+ * say LKV_ENOSPC), so a put refused before that changes nothing. Writes the key into *key_out
+ * (may be NULL) and *exists (may be
  * NULL: 1 if the document is already stored, in which case nothing is reserved and the blocks
  * are checked but discarded). *out is owned by the caller and must be finished with exactly one
  * of lkv_store_put_commit or lkv_store_put_abort. tokens and salt are borrowed (copied). */
@@ -227,10 +242,11 @@ uint32_t lkv_store_put_n_blocks(const lkv_store_put *tx);
 uint64_t lkv_store_put_block_bytes(const lkv_store_put *tx);
 
 /* Stages block index of the put: data (borrowed, len bytes, host memory) is copied into the
- * arena. Blocks must come in order 0, 1, ... (LKV_EINVAL otherwise), len must equal the block
- * size (LKV_EINVAL), and in the last block the token slots past the document's end must be zero
- * (LKV_EINVAL); lkv_store_why() says which. An error leaves the transaction open and unchanged
- * (the caller usually aborts). */
+ * arena (the first block reserves the pages if put_begin deferred that: LKV_ENOSPC if there is
+ * no room then, LKV_ESHUTDOWN if the store is closing). Blocks must come in order 0, 1, ...
+ * (LKV_EINVAL otherwise), len must equal the block size (LKV_EINVAL), and in the last block the
+ * token slots past the document's end must be zero (LKV_EINVAL); lkv_store_why() says which. An
+ * error leaves the transaction open and unchanged (the caller usually aborts). */
 int lkv_store_put_block(lkv_store_put *tx, uint32_t index, const void *data, size_t len);
 
 /* Commits the put and frees tx (always, also on error). LKV_EINVAL if not every block was
@@ -240,6 +256,29 @@ int lkv_store_put_block(lkv_store_put *tx, uint32_t index, const void *data, siz
  * nothing becomes visible. If the same document was committed meanwhile, returns 0 and keeps the
  * existing one. */
 int lkv_store_put_commit(lkv_store_put *tx);
+
+/* What a finished put found and left (lkv_store_put_finish). */
+typedef struct lkv_put_result {
+    int existed;   /* 1 if the document was stored already (this put stored nothing new; also
+                    * when a concurrent put of it committed first). */
+    int tier;      /* enum lkv_tier where the document is now. */
+    int persisted; /* 1 if it is in the cold tier at this moment (write-through: synced). */
+} lkv_put_result;
+
+/* lkv_store_put_commit that also reports the result into *res (may be NULL). Write-through: a
+ * document that existed but is no longer persisted (evicted from the cold tier while hot) is
+ * persisted again before this returns (its failure is this call's), so persisted is 1 on 0. */
+int lkv_store_put_finish(lkv_store_put *tx, lkv_put_result *res);
+
+/* Write-back backpressure (cfg.wb_max_backlog_bytes): call before committing a put. Returns 0
+ * if the put may commit now (its bytes are reserved in the backlog until it commits or aborts),
+ * or LKV_EAGAIN if the backlog is full: then, if fn is not NULL, fn(blob) is called once (on
+ * the writer thread, without the store lock) when the backlog has room again, blob being a copy
+ * of blob[0..len) (len <= 32); the caller then calls lkv_store_put_wait again. Waiters not yet
+ * called at close are dropped without a call. Always 0 in write-through mode, for a put of a
+ * document that exists, and while the backlog is empty. */
+int lkv_store_put_wait(lkv_store_put *tx, void (*fn)(const void *blob), const void *blob,
+                       size_t len);
 
 /* Abandons the put (e.g. the client disconnected) and frees tx: releases its pages; nothing
  * becomes visible. tx may be NULL. */
@@ -259,8 +298,10 @@ int lkv_store_put_all(lkv_store *s, const uint8_t salt[LKV_SALT_BYTES], const ch
  * found in (LKV_TIER_COLD when this call promoted it; info->promoted says so). While the handle is
  * open the document's data stays intact: a concurrent delete or eviction makes it invisible to new
  * lookups but this reader still reads every block (its pages are freed at lkv_store_get_end).
- * Returns LKV_ENOTFOUND if absent (also if it was found corrupt while promoting: it is then deleted
- * and counted), LKV_EPROFILE if its profile is not configured. Writes *info (may be NULL).
+ * Returns LKV_ENOTFOUND if absent, LKV_ECORRUPT if it was found corrupt while promoting (by our
+ * check or RocksDB's: it is then dropped, counted in corrupt_blocks, and later lookups miss it
+ * with cause LKV_MISS_CORRUPT), LKV_EPROFILE if its profile is not configured. Writes *info (may
+ * be NULL).
  * *out is owned by the caller and released with lkv_store_get_end. */
 int lkv_store_get_begin(lkv_store *s, const lkv_dockey *key, lkv_store_read **out,
                         lkv_doc_info *info);
@@ -270,6 +311,12 @@ int lkv_store_get_begin(lkv_store *s, const lkv_dockey *key, lkv_store_read **ou
  * or short buffer; for a cold (snapshot) read, LKV_ECORRUPT if the block fails its checksum
  * (the document is then deleted and counted; stop streaming). */
 int lkv_store_get_block(lkv_store_read *rd, uint32_t index, void *buf, size_t len);
+
+/* Where block index of a document read from the hot tier lies in host memory (the host arena,
+ * mapped in this process), for sending it without a copy: the block_bytes bytes there stay
+ * valid and unchanged until lkv_store_get_end(rd). NULL if the read streams from the cold tier,
+ * the arena is not host-mapped (CUDA), or index is out of range. */
+const void *lkv_store_get_block_ptr(const lkv_store_read *rd, uint32_t index);
 
 /* Info of the document being read (borrowed, valid until lkv_store_get_end). */
 const lkv_doc_info *lkv_store_get_info(const lkv_store_read *rd);
@@ -287,11 +334,14 @@ int lkv_store_get_all(lkv_store *s, const lkv_dockey *key, void *buf, size_t len
 
 /* ---- Delete, pins, eviction ------------------------------------------------------------ */
 
-/* Deletes key from both tiers (RocksDB delete, sync in write-through mode). LKV_ENOTFOUND if
- * absent, LKV_EBUSY if pinned by lkv_store_pin. Readers in progress finish intact. */
+/* Deletes key from both tiers (RocksDB delete through the WAL, sync in write-through mode).
+ * LKV_ENOTFOUND if absent, LKV_EBUSY if pinned by lkv_store_pin, LKV_ENOSPC / LKV_EIO if the
+ * RocksDB delete cannot be written (disk full): then nothing changed. Readers in progress
+ * finish intact. */
 int lkv_store_delete(lkv_store *s, const lkv_dockey *key);
 
-/* Pins key in the hot tier (promoting it first if cold; LKV_ENOSPC if it cannot be made hot)
+/* Pins key in the hot tier (promoting it first if cold; LKV_ENOSPC if it cannot be made hot,
+ * LKV_ECORRUPT if the promotion found it corrupt, as lkv_store_get_begin)
  * so it is never evicted until unpinned; pins count (n pins need n unpins). Writes the hot
  * pages into pages[0..min(pages_cap, n_blocks)) if pages is not NULL, and *info (may be NULL).
  * LKV_ENOTFOUND if absent. */
@@ -364,19 +414,25 @@ typedef struct lkv_store_stats {
     uint64_t drops;          /* Hot victims lost (cold tier could not take them). */
     uint64_t promotions;     /* Cold documents copied into the hot tier. */
     /* Puts, deletes, persistence. */
-    uint64_t puts;           /* Committed puts that stored a new document. */
-    uint64_t puts_existing;  /* Puts of documents already stored (nothing new stored). */
-    uint64_t puts_aborted;   /* Aborted or failed puts. */
-    uint64_t puts_inflight;  /* Open put transactions. */
-    uint64_t deletes;        /* Documents deleted by callers. */
-    uint64_t wb_pending;     /* Write-back documents queued, not yet persisted. */
-    uint64_t wb_persisted;   /* Documents persisted by the writer. */
-    uint64_t wb_failed;      /* Writer failures (document stays hot only). */
+    uint64_t puts;             /* Committed puts that stored a new document. */
+    uint64_t puts_existing;    /* Puts of documents already stored (nothing new stored). */
+    uint64_t puts_aborted;     /* Aborted or failed puts. */
+    uint64_t puts_inflight;    /* Open put transactions. */
+    uint64_t deletes;          /* Documents deleted by callers. */
+    uint64_t wb_pending;       /* Write-back documents queued, not yet persisted. */
+    uint64_t wb_persisted;     /* Documents persisted by the writer. */
+    uint64_t wb_failed;        /* Writer failures (document stays hot only). */
+    uint64_t wb_retries;       /* Writer attempts put back for a full disk (retried later). */
+    uint64_t wb_backlog_bytes; /* Unpersisted write-back payload bytes (queued, being written,
+                                * reserved by committing puts). */
+    uint64_t cold_readonly;    /* 1 while the cold tier is open read-only (disk full at open). */
+    uint64_t disk_free_bytes;  /* Bytes free on data_dir's disk (statvfs). */
     uint64_t corrupt_blocks; /* Blocks or records failing their check, or missing (doc dropped). */
     uint64_t reads_inflight; /* Open read handles. */
 } lkv_store_stats;
 
-/* Fills *out (caller-owned) with a consistent snapshot of the counters. */
+/* Fills *out (caller-owned) with a consistent snapshot of the counters, in constant time (the
+ * tier sizes are counters too, never a walk over the documents). */
 void lkv_store_stats_get(lkv_store *s, lkv_store_stats *out);
 
 /* The registry holding the store's stats (cfg.stats, or the store's own; borrowed, valid until

@@ -53,9 +53,12 @@
  * doc, both policies (lkv_policy is not thread-safe) and the write-back queue. Block copies of
  * puts and gets, RocksDB writes of the writer and of write-through commits, and promotion reads
  * run without it; the doc is pinned (and referenced) meanwhile, so its pages and fields that
- * the copy reads (key, n_blocks, block_bytes, pages[], tokens) do not change. Demotion writes
- * (a hot victim not yet persisted) and RocksDB deletes run under it. A put handle is owned by
- * one thread; its fields need no lock. A read handle's fields are immutable after acquire.
+ * the copy reads (key, n_blocks, block_bytes, pages[], tokens) do not change. The writer pins
+ * hot only while it copies (s->wbuild), then writes its batch unpinned (the doc is cold_busy:
+ * if it is evicted meanwhile, readers wait for the write). A hot victim not yet persisted is
+ * copied into a batch under the lock (its pages go at once) and written by lkv__demote_flush
+ * without it. RocksDB deletes and pending-marker deletes (small) run under it. A put handle is
+ * owned by one thread; its fields need no lock. A read handle's fields are immutable after acquire.
  * The counters in st are only written under mu (lkv_store_stats_get copies them under mu).
  */
 #ifndef LKV_STORE_INT_H
@@ -107,6 +110,8 @@ typedef struct doc {
     unsigned queued : 1;    /* In the write-back queue. */
     unsigned indexed : 1;   /* In the key index. */
     unsigned cindexed : 1;  /* In the content index. */
+    unsigned sz_hot : 1;    /* Counted in the store's hot_docs/hot_blocks (lkv__sizes_sync). */
+    unsigned sz_cold : 1;   /* Counted in the store's cold_docs/blocks/bytes (lkv__sizes_sync). */
     uint32_t hot_pins;      /* Pins held in the hot tier (the one count; see the file comment). */
     uint32_t user_pins;     /* Of which lkv_store_pin pins. */
     uint32_t cold_pins;     /* Pins held in the cold tier. */
@@ -139,43 +144,66 @@ struct lkv_store {
     lkv_stats *own_stats;        /* Owned registry when cfg.stats was NULL, else NULL. */
     lkv_stat_group *stats_group; /* The store's registration (NULL until registered). */
     /* Guarded by mu. */
-    pthread_mutex_t mu;      /* Guards everything below. */
-    pthread_cond_t cv;       /* Broadcast on commits, promotions, writer progress. */
-    pthread_cond_t wcv;      /* Wakes the writer. */
-    pthread_t writer;        /* Write-back writer thread. */
-    int writer_started;      /* 1 once the thread runs (set before any other thread). */
-    int stopping;            /* Close began: no new puts; the writer exits when drained. */
-    lkv_policy *hotp;        /* Hot policy (bytes = pages * page_bytes). */
-    lkv_policy *coldp;       /* Cold policy (bytes = payload bytes). */
-    uint8_t *scratch;        /* One page of host memory for demotions (CUDA arena only). */
-    doc **slots;             /* Slot table (owned, and every doc in it). */
-    uint32_t n_slots;        /* Slots used (some may be NULL: free). */
-    uint32_t cap_slots;      /* Slots allocated. */
-    uint32_t *free_slots;    /* Free slot stack. */
-    uint32_t n_free_slots;   /* Entries on the stack. */
-    uint32_t cap_free_slots; /* Entries allocated. */
-    uint32_t *kidx;          /* Key index buckets (slots), NIL = empty. */
-    uint32_t kmask;          /* Buckets - 1. */
-    uint32_t kcount;         /* Docs in the key index. */
-    uint32_t *cidx;          /* Content index buckets. */
-    uint32_t cmask;          /* Buckets - 1. */
-    uint32_t ccount;         /* Docs in the content index. */
-    gone_ent *gone;          /* Ring of remembered keys. */
-    uint32_t *gone_b;        /* Buckets of the ring's hash (>= 2 * cap). */
-    uint32_t gone_cap;       /* Ring entries. */
-    uint32_t gone_pos;       /* Next ring entry to overwrite. */
-    uint32_t gone_bmask;     /* Buckets - 1. */
-    uint32_t q_head;         /* Write-back queue head (slot), NIL = empty. */
-    uint32_t q_tail;         /* Write-back queue tail (slot), NIL = empty. */
-    int writer_busy;         /* 1 while the writer holds a doc. */
-    uint64_t wb_failed_seen; /* wb_failed already reported by flush/close. */
-    lkv_store_stats st;      /* Counters (tier sizes are computed in stats_get). */
+    pthread_mutex_t mu;             /* Guards everything below. */
+    pthread_cond_t cv;              /* Broadcast on commits, promotions, writer progress. */
+    pthread_cond_t wcv;             /* Wakes the writer. */
+    pthread_t writer;               /* Write-back writer thread. */
+    int writer_started;             /* 1 once the thread runs (set before any other thread). */
+    int stopping;                   /* Close began: no new puts; the writer exits when drained. */
+    lkv_policy *hotp;               /* Hot policy (bytes = pages * page_bytes). */
+    lkv_policy *coldp;              /* Cold policy (bytes = payload bytes). */
+    uint8_t *scratch;               /* One page of host memory for demotions (CUDA arena only). */
+    doc **slots;                    /* Slot table (owned, and every doc in it). */
+    uint32_t n_slots;               /* Slots used (some may be NULL: free). */
+    uint32_t cap_slots;             /* Slots allocated. */
+    uint32_t *free_slots;           /* Free slot stack. */
+    uint32_t n_free_slots;          /* Entries on the stack. */
+    uint32_t cap_free_slots;        /* Entries allocated. */
+    uint32_t *kidx;                 /* Key index buckets (slots), NIL = empty. */
+    uint32_t kmask;                 /* Buckets - 1. */
+    uint32_t kcount;                /* Docs in the key index. */
+    uint32_t *cidx;                 /* Content index buckets. */
+    uint32_t cmask;                 /* Buckets - 1. */
+    uint32_t ccount;                /* Docs in the content index. */
+    gone_ent *gone;                 /* Ring of remembered keys. */
+    uint32_t *gone_b;               /* Buckets of the ring's hash (>= 2 * cap). */
+    uint32_t gone_cap;              /* Ring entries. */
+    uint32_t gone_pos;              /* Next ring entry to overwrite. */
+    uint32_t gone_bmask;            /* Buckets - 1. */
+    uint32_t q_head;                /* Write-back queue head (slot), NIL = empty. */
+    uint32_t q_tail;                /* Write-back queue tail (slot), NIL = empty. */
+    int writer_busy;                /* 1 while the writer holds a doc. */
+    int wb_stalled;                 /* 1 while the writer backs off a full disk (flush returns). */
+    uint64_t wb_backlog;            /* Unpersisted write-back bytes (queued, written, reserved). */
+    struct wb_waiter *waiters;      /* Puts waiting for backlog room (owned list, FIFO order). */
+    struct demotion *demotions;     /* Built, not yet written (owned; empty whenever mu is free). */
+    struct doc *wbuild;             /* The doc the writer is copying into its batch (hot-pinned). */
+    struct wb_waiter *waiters_tail; /* Last waiter, or NULL. */
+    uint64_t wb_failed_seen;        /* wb_failed already reported by flush/close. */
+    lkv_store_stats st; /* Counters, tier sizes included (kept by lkv__sizes_sync: O(1) stats). */
     struct lkv__acct *accts; /* Per-tenant accounts (lkv_store_acct.c), NULL until the first. */
     uint32_t n_accts;        /* Accounts in use. */
 };
 
+/* A demotion whose batch is built (under the lock) and not yet written (lkv__demote_flush). */
+typedef struct demotion {
+    struct demotion *next; /* Next, or NULL. */
+    struct doc *d;         /* The victim: cold, cold_busy, cold-pinned, referenced. */
+    lkv_cold_batch *b;     /* Its finished batch (owned until written). */
+    int rc;                /* The write's result. */
+} demotion;
+
+/* A put waiting for write-back backlog room (lkv_store_put_wait). */
+typedef struct wb_waiter {
+    struct wb_waiter *next;   /* Next waiter, or NULL. */
+    void (*fn)(const void *); /* Called once with blob when there is room. */
+    unsigned char blob[32];   /* The caller's copy. */
+} wb_waiter;
+
 struct lkv_store_put {
     lkv_store *s;               /* Owner. */
+    uint64_t wb_reserved;       /* Backlog bytes reserved by lkv_store_put_wait (under mu). */
+    lkv_dockey key;             /* The document's key. */
     doc *d;                     /* Staging doc, or NULL when the document already existed. */
     uint32_t n_blocks;          /* Blocks expected. */
     uint32_t n_tokens;          /* Tokens of the document. */
@@ -225,6 +253,38 @@ static inline uint64_t lkv__cold_bytes(const doc *d)
     return (uint64_t)d->n_blocks * d->block_bytes;
 }
 
+/* Brings d's share of the tier sizes in s->st up to date after any change of its state, hot,
+ * cold, cold_busy or promoting (lock held): a doc counts in hot_docs/hot_blocks while VISIBLE,
+ * hot and not promoting, and in cold_docs/cold_blocks/cold_bytes while VISIBLE, cold and not
+ * cold_busy (what lookups report as hot and persisted). So lkv_store_stats_get is O(1). */
+static inline void lkv__sizes_sync(lkv_store *s, doc *d)
+{
+    unsigned h = d->state == ST_VISIBLE && d->hot && !d->promoting;
+    unsigned c = d->state == ST_VISIBLE && d->cold && !d->cold_busy;
+    if (h != d->sz_hot) {
+        if (h) {
+            s->st.hot_docs++;
+            s->st.hot_blocks += d->n_blocks;
+        } else {
+            s->st.hot_docs--;
+            s->st.hot_blocks -= d->n_blocks;
+        }
+        d->sz_hot = h;
+    }
+    if (c != d->sz_cold) {
+        if (c) {
+            s->st.cold_docs++;
+            s->st.cold_blocks += d->n_blocks;
+            s->st.cold_bytes += lkv__cold_bytes(d);
+        } else {
+            s->st.cold_docs--;
+            s->st.cold_blocks -= d->n_blocks;
+            s->st.cold_bytes -= lkv__cold_bytes(d);
+        }
+        d->sz_cold = c;
+    }
+}
+
 /* ---- lkv_store_index.c: every function requires s->mu (or a store no other thread sees) --- */
 
 /* Allocates the empty indexes and the gone ring of gone_cap entries (>= 1). */
@@ -271,16 +331,26 @@ void lkv__kill(lkv_store *s, doc *d, int cause, int sync);
 void lkv__settle(lkv_store *s, doc *d);
 /* Drops one lifetime reference of d, then settles it. */
 void lkv__unref(lkv_store *s, doc *d);
-/* Counts a corrupt block of d and drops d if it is still VISIBLE. */
+/* Counts a corrupt block of d and drops d if it is still VISIBLE (cause LKV_MISS_CORRUPT). */
 void lkv__corrupt(lkv_store *s, doc *d);
+/* Takes the waiters off the list if the backlog has room (lock held); the caller calls them
+ * with lkv__wb_call after unlocking. */
+wb_waiter *lkv__wb_take_waiters(lkv_store *s);
+void lkv__wb_call(wb_waiter *w);
 /* Promotes cold-only d (VISIBLE, referenced by the caller, not promoting) to the hot tier.
  * must_hot: try even if the admission filter says no. Returns 0 with d hot and one hot pin
  * taken for the caller; LKV_ENOSPC if it cannot or should not be made hot (nothing changed);
- * LKV_ENOTFOUND if its data proved corrupt or missing (d is DEAD now, the caller still holds
- * its reference). Drops s->mu while reading RocksDB. */
+ * LKV_ECORRUPT if its data proved corrupt or missing (counted; d is DEAD now, the caller still
+ * holds its reference), LKV_ENOTFOUND if reading failed otherwise (d is DEAD too). Drops s->mu
+ * while reading RocksDB. */
 int lkv__promote(lkv_store *s, doc *d, int must_hot);
-/* Demotes hot, unpinned, VISIBLE d out of the hot tier now (persisting it first if needed). */
+/* Demotes hot, unpinned, VISIBLE d out of the hot tier now (persisting it first if needed).
+ * Call lkv__demote_flush after (d may be gone then). */
 void lkv__demote(lkv_store *s, doc *d);
+/* Writes the demotion batches hot evictions built (dropping s->mu meanwhile) and settles their
+ * docs. Every caller of something that may evict from the hot tier (lkv__hot_admit,
+ * lkv__demote) calls it before it lets go of s->mu for good, once what it holds is pinned. */
+void lkv__demote_flush(lkv_store *s);
 /* Write-back: queues committed d for the writer (takes a reference) and wakes it. */
 void lkv__wb_enqueue(lkv_store *s, doc *d);
 /* Write-through: persists COMMITTING d synchronously (drops s->mu during the write). Returns 0

@@ -5,21 +5,28 @@
  * The engine keeps the two tiers' policies, the arena and RocksDB in step:
  *   admit      hot: policy admit (evicting victims through hot_evict_cb), then arena pages;
  *              cold: policy admit (evicting through cold_evict_cb); the data is written after.
- *   evict      a hot victim is demoted: written to RocksDB first (under the lock, sync=false)
- *              if it is not cold yet, and dropped (LKV_MISS_EVICTED) if the cold tier cannot
- *              take it; a cold victim loses its RocksDB data and leaves the store unless hot.
+ *   evict      a hot victim is demoted: if it is not cold yet, its blocks are copied into a
+ *              batch under the lock and the batch is written by lkv__demote_flush once the
+ *              evicting caller has pinned what it holds, without the lock (the victim is cold
+ *              and cold_busy meanwhile: readers wait); it is dropped (LKV_MISS_EVICTED) if the
+ *              cold tier cannot take it; a cold victim loses its RocksDB data and leaves the
+ *              store unless hot.
  *   promote    a cold-only doc is pinned in the cold tier, admitted hot, and its pages filled
  *              from a RocksDB snapshot without the lock.
  *   kill       a doc becomes DEAD, leaves the indexes, and gives back at once what nothing
  *              holds; lkv__settle gives back the rest when the last pin or reference goes.
  *   writer     one thread takes committed write-back docs off the FIFO queue, admits them to
- *              the cold policy and writes them without the lock (pinned in both tiers).
+ *              the cold policy, copies them into a batch (pinned hot for the copy only) and
+ *              writes it without the lock; a full disk puts the doc back in the queue (retried
+ *              every 200 ms, counted); the backlog's bytes and the puts waiting for room
+ *              (lkv_store_put_wait) are settled as each doc is done.
  * Policy callbacks run inside lkv_policy_admit, under the lock: they may kill cold-only docs
  * but never release a hot doc's policy entry themselves (the policy drops its victim).
  */
 #include <assert.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "lkv_store_int.h"
 
@@ -102,6 +109,7 @@ int lkv__hot_admit(lkv_store *s, doc *d)
     MUST_OK(lkv_arena_alloc(s->arena, d->n_blocks, d->pages)); /* The budget is the arena. */
     d->hot = 1;
     lkv__acct_sync(s, d);
+    lkv__sizes_sync(s, d);
     return 0;
 }
 
@@ -113,15 +121,17 @@ static void hot_release(lkv_store *s, doc *d)
     lkv_arena_free(s->arena, d->n_blocks, d->pages);
     d->hot = 0;
     lkv__acct_sync(s, d);
+    lkv__sizes_sync(s, d);
     free(d->tokens);
     d->tokens = NULL;
 }
 
-/* Builds d's write batch from its hot pages and commits it. d must be hot and pinned (or the
- * lock held). scratch: one page of host memory when the arena is not host-mapped. */
-static int write_doc(lkv_store *s, doc *d, int sync, uint8_t *scratch)
+/* Builds d's finished write batch from its hot pages into *out. d must be hot and pinned (or
+ * the lock held). scratch: one page of host memory when the arena is not host-mapped. */
+static int build_doc(lkv_store *s, doc *d, uint8_t *scratch, lkv_cold_batch **out)
 {
     lkv_cold_batch *b = lkv_cold_batch_create();
+    *out = NULL;
     for (uint32_t i = 0; i < d->n_blocks; i++) {
         const void *p = lkv_arena_host_ptr(s->arena, d->pages[i]);
         if (p == NULL) {
@@ -143,7 +153,17 @@ static int write_doc(lkv_store *s, doc *d, int sync, uint8_t *scratch)
     meta.n_blocks = d->n_blocks;
     meta.block_bytes = (uint32_t)d->block_bytes;
     meta.created_ms = d->created_ms;
-    return lkv_cold_batch_commit(s->cold, b, &meta, d->tokens, sync);
+    lkv_cold_batch_finish(b, &meta, d->tokens);
+    *out = b;
+    return 0;
+}
+
+/* Builds d's write batch and writes it (d hot and pinned; no lock). */
+static int write_doc(lkv_store *s, doc *d, int sync, uint8_t *scratch)
+{
+    lkv_cold_batch *b;
+    int rc = build_doc(s, d, scratch, &b);
+    return rc != 0 ? rc : lkv_cold_batch_write(s->cold, b, sync);
 }
 
 /* Admits d to the cold policy (evicting cold victims) and sets d->cold. */
@@ -158,6 +178,7 @@ int lkv__cold_admit(lkv_store *s, doc *d)
     if (rc == 0) {
         d->cold = 1;
         lkv__acct_sync(s, d);
+        lkv__sizes_sync(s, d);
     }
     return rc;
 }
@@ -169,6 +190,7 @@ static void cold_unadmit(lkv_store *s, doc *d)
     MUST_OK(lkv_policy_remove(s->coldp, d->pid));
     d->cold = 0;
     lkv__acct_sync(s, d);
+    lkv__sizes_sync(s, d);
     /* A dead doc of the same key may have left its data for this one (see cold_drop): with
      * this write failed, nobody owns it. Best effort. */
     doc *owner = lkv__kidx_find(s, &d->key);
@@ -198,6 +220,7 @@ static void cold_drop(lkv_store *s, doc *d, int from_cb, int sync)
     }
     d->cold = 0;
     lkv__acct_sync(s, d);
+    lkv__sizes_sync(s, d);
 }
 
 /* Makes d invisible (DEAD) and remembers its key with cause. Releases at once what nothing
@@ -223,8 +246,12 @@ void lkv__kill(lkv_store *s, doc *d, int cause, int sync)
     if (cause != LKV_MISS_NONE) {
         lkv__gone_add(s, &d->key, cause);
     }
+    if (d->state == ST_VISIBLE && !d->cold && s->cfg.durability == LKV_DURABILITY_WRITE_BACK) {
+        lkv_cold_unmark_pending(s->cold, &d->key); /* Never persisted, and not lost either. */
+    }
     d->state = ST_DEAD;
     lkv__acct_sync(s, d);
+    lkv__sizes_sync(s, d);
     /* Entries still held (pinned) in a policy move to a private id, so that a new document of
      * the same key can be admitted meanwhile. */
     lkv__rekey(s, d, STAGE_BIT | d->slot);
@@ -254,7 +281,10 @@ void lkv__unref(lkv_store *s, doc *d)
     lkv__settle(s, d);
 }
 
-/* Hot victim: demote to the cold tier if not there yet, then the policy drops it. */
+/* Hot victim: demote to the cold tier if not there yet, then the policy drops it. The
+ * demotion's batch is built here (a copy of the pages, under the lock, since the pages go at
+ * once) and written by lkv__demote_flush after the lock is dropped; meanwhile the doc is cold
+ * and cold_busy (readers wait, the cold policy cannot evict it: pinned). */
 static void hot_evict_cb(void *ctx, uint64_t id, uint64_t bytes)
 {
     lkv_store *s = ctx;
@@ -265,15 +295,30 @@ static void hot_evict_cb(void *ctx, uint64_t id, uint64_t bytes)
     assert(d->state == ST_VISIBLE);
     s->st.evictions_hot++;
     if (!d->cold) {
-        int rc = lkv__cold_admit(s, d);
+        lkv_cold_batch *b = NULL;
+        /* (Read-only after a full disk at open: no reopen attempt here, under the store lock;
+         * the writer thread makes it.) */
+        int rc = lkv_cold_readonly(s->cold) ? LKV_ENOSPC
+                                            : lkv_cold_can_write(s->cold, lkv__cold_bytes(d));
         if (rc == 0) {
-            rc = write_doc(s, d, 0, s->scratch);
+            rc = lkv__cold_admit(s, d);
+        }
+        if (rc == 0) {
+            rc = build_doc(s, d, s->scratch, &b);
             if (rc != 0) {
                 cold_unadmit(s, d);
             }
         }
         if (rc == 0) {
-            s->st.demotions++;
+            demotion *m = lkv_xmalloc(sizeof *m);
+            m->d = d;
+            m->b = b;
+            m->next = s->demotions;
+            s->demotions = m;
+            lkv__cold_pin(s, d);
+            d->cold_busy = 1;
+            lkv__sizes_sync(s, d);
+            d->refs++;
         } else {
             s->st.drops++;
             LKV_LOGD("store: hot victim dropped (cold tier: %s)", lkv_strerror(rc));
@@ -282,6 +327,7 @@ static void hot_evict_cb(void *ctx, uint64_t id, uint64_t bytes)
     lkv_arena_free(s->arena, d->n_blocks, d->pages);
     d->hot = 0;
     lkv__acct_sync(s, d);
+    lkv__sizes_sync(s, d);
     free(d->tokens);
     d->tokens = NULL;
     if (!d->cold) {
@@ -314,7 +360,7 @@ void lkv__corrupt(lkv_store *s, doc *d)
     s->st.corrupt_blocks++;
     if (d->state == ST_VISIBLE) {
         LKV_LOGW("store: dropping a document with a corrupt block");
-        lkv__kill(s, d, LKV_MISS_DELETED, 0);
+        lkv__kill(s, d, LKV_MISS_CORRUPT, 0);
         lkv__settle(s, d);
     }
 }
@@ -370,11 +416,16 @@ int lkv__promote(lkv_store *s, doc *d, int must_hot)
     }
     if (rc != 0) {
         assert(rc != LKV_ENOTFOUND);
+        lkv__demote_flush(s);
         return rc;
     }
     lkv__hot_pin(s, d);
     d->promoting = 1;
+    lkv__sizes_sync(s, d);
+    /* The snapshot first, while d is certainly visible with its data (once the lock drops, a
+     * delete and a new document of the same key may come and go). */
     lkv_cold_snap *snap = lkv_cold_snap_create(s->cold);
+    lkv__demote_flush(s); /* The victims that made room, written without the lock. */
     pthread_mutex_unlock(&s->mu);
 
     uint32_t *tokens = NULL;
@@ -383,12 +434,14 @@ int lkv__promote(lkv_store *s, doc *d, int must_hot)
     pthread_mutex_lock(&s->mu);
     lkv_cold_snap_release(s->cold, snap);
     d->promoting = 0;
+    lkv__sizes_sync(s, d);
     lkv__cold_unpin(s, d);
     lkv__settle(s, d); /* If it was deleted meanwhile, its RocksDB data can go now. */
     pthread_cond_broadcast(&s->cv);
     if (rc != 0) {
         free(tokens);
-        if (rc == LKV_ECORRUPT || rc == LKV_ENOTFOUND) {
+        int corrupt = rc == LKV_ECORRUPT || rc == LKV_ENOTFOUND;
+        if (corrupt) {
             /* A missing record or block of a visible document is lost data: counted as such. */
             lkv__corrupt(s, d);
         } else if (d->state == ST_VISIBLE) {
@@ -396,7 +449,7 @@ int lkv__promote(lkv_store *s, doc *d, int must_hot)
             lkv__kill(s, d, LKV_MISS_DELETED, 0);
         }
         lkv__hot_unpin(s, d); /* The caller's unref then releases pages, data and slot. */
-        return LKV_ENOTFOUND;
+        return corrupt ? LKV_ECORRUPT : LKV_ENOTFOUND;
     }
     /* A promoted doc stays persisted (it was pinned cold), unless it died meanwhile. */
     assert(d->state != ST_VISIBLE || d->cold);
@@ -404,6 +457,40 @@ int lkv__promote(lkv_store *s, doc *d, int must_hot)
     d->tokens = tokens;
     s->st.promotions++;
     return 0;
+}
+
+void lkv__demote_flush(lkv_store *s)
+{
+    while (s->demotions != NULL) {
+        demotion *list = s->demotions;
+        s->demotions = NULL;
+        pthread_mutex_unlock(&s->mu);
+        for (demotion *m = list; m != NULL; m = m->next) {
+            m->rc = lkv_cold_batch_write(s->cold, m->b, 0);
+        }
+        pthread_mutex_lock(&s->mu);
+        while (list != NULL) {
+            demotion *m = list;
+            doc *d = m->d;
+            list = m->next;
+            lkv__cold_unpin(s, d);
+            d->cold_busy = 0;
+            lkv__sizes_sync(s, d);
+            if (m->rc == 0) {
+                s->st.demotions++;
+            } else {
+                s->st.drops++;
+                LKV_LOGD("store: hot victim dropped (cold tier: %s)", lkv_strerror(m->rc));
+                cold_unadmit(s, d);
+                if (!d->hot) {
+                    lkv__kill(s, d, LKV_MISS_EVICTED, 0);
+                }
+            }
+            lkv__unref(s, d);
+            free(m);
+        }
+        pthread_cond_broadcast(&s->cv);
+    }
 }
 
 void lkv__demote(lkv_store *s, doc *d)
@@ -425,6 +512,7 @@ int lkv__write_through(lkv_store *s, doc *d)
     }
     lkv__cold_pin(s, d);
     d->cold_busy = 1;
+    lkv__sizes_sync(s, d);
     pthread_mutex_unlock(&s->mu);
     uint8_t *scratch = s->scratch ? lkv_xmalloc(s->page_bytes) : NULL;
     rc = write_doc(s, d, 1, scratch);
@@ -432,6 +520,7 @@ int lkv__write_through(lkv_store *s, doc *d)
     pthread_mutex_lock(&s->mu);
     lkv__cold_unpin(s, d);
     d->cold_busy = 0;
+    lkv__sizes_sync(s, d);
     if (rc != 0) {
         cold_unadmit(s, d);
     }
@@ -450,7 +539,57 @@ void lkv__wb_enqueue(lkv_store *s, doc *d)
     }
     s->q_tail = d->slot;
     s->st.wb_pending++;
+    s->wb_backlog += lkv__cold_bytes(d);
     pthread_cond_signal(&s->wcv);
+}
+
+/* Puts d (dequeued, still referenced) back at the queue's tail. */
+static void wb_requeue(lkv_store *s, doc *d)
+{
+    d->queued = 1;
+    d->qnext = NIL;
+    if (s->q_tail == NIL) {
+        s->q_head = d->slot;
+    } else {
+        s->slots[s->q_tail]->qnext = d->slot;
+    }
+    s->q_tail = d->slot;
+}
+
+wb_waiter *lkv__wb_take_waiters(lkv_store *s)
+{
+    uint64_t bound = s->cfg.wb_max_backlog_bytes;
+    if (s->waiters == NULL || (bound != 0 && s->wb_backlog >= bound)) {
+        return NULL;
+    }
+    wb_waiter *w = s->waiters;
+    s->waiters = s->waiters_tail = NULL;
+    return w;
+}
+
+void lkv__wb_call(wb_waiter *w)
+{
+    while (w != NULL) {
+        wb_waiter *n = w->next;
+        w->fn(w->blob);
+        free(w);
+        w = n;
+    }
+}
+
+/* One write-back document is done (persisted, failed or skipped): its bytes leave the backlog
+ * and waiting puts get room (called with the lock, which this drops and retakes). */
+static void wb_done(lkv_store *s, doc *d)
+{
+    uint64_t b = lkv__cold_bytes(d);
+    s->wb_backlog -= b <= s->wb_backlog ? b : s->wb_backlog;
+    s->st.wb_pending--;
+    wb_waiter *w = lkv__wb_take_waiters(s);
+    if (w != NULL) {
+        pthread_mutex_unlock(&s->mu);
+        lkv__wb_call(w);
+        pthread_mutex_lock(&s->mu);
+    }
 }
 
 /* ---- write-back writer ---------------------------------------------------------------------- */
@@ -477,41 +616,94 @@ static void *writer_main(void *arg)
         d->qnext = NIL;
         d->queued = 0;
         if (d->state != ST_VISIBLE || !d->hot || d->cold || d->cold_busy) {
-            s->st.wb_pending--;
+            wb_done(s, d);
             lkv__unref(s, d);
             pthread_cond_broadcast(&s->cv);
             continue;
         }
         int rc = lkv__cold_admit(s, d);
         if (rc != 0) {
-            s->st.wb_pending--;
             s->st.wb_failed++;
             LKV_LOGW("store: write-back skipped a document: cold tier %s", lkv_strerror(rc));
+            wb_done(s, d);
             lkv__unref(s, d);
             pthread_cond_broadcast(&s->cv);
             continue;
         }
+        /* Pinned hot only while its pages are copied into the batch (s->wbuild: callers
+         * that need the room or the doc wait for that copy, never for the write); pinned cold
+         * and cold_busy until the write is done. */
         lkv__cold_pin(s, d);
         d->cold_busy = 1;
+        lkv__sizes_sync(s, d);
         lkv__hot_pin(s, d);
         s->writer_busy = 1;
+        s->wbuild = d;
         pthread_mutex_unlock(&s->mu);
 
-        rc = write_doc(s, d, 0, scratch);
+        lkv_cold_batch *b = NULL;
+        rc = lkv_cold_can_write(s->cold, lkv__cold_bytes(d));
+        if (rc == 0) {
+            rc = build_doc(s, d, scratch, &b);
+        }
 
         pthread_mutex_lock(&s->mu);
+        s->wbuild = NULL;
+        lkv__hot_unpin(s, d);
+        lkv__settle(s, d); /* Deleted meanwhile: its pages go now (the queue's ref keeps d). */
+        pthread_cond_broadcast(&s->cv);
+        int skipped = 0;
+        if (rc == 0 && d->state != ST_VISIBLE) {
+            lkv_cold_batch_free(b); /* Deleted while copied: nothing to persist. */
+            skipped = 1;
+        } else if (rc == 0) {
+            pthread_mutex_unlock(&s->mu);
+            rc = lkv_cold_batch_write(s->cold, b, 0);
+            pthread_mutex_lock(&s->mu);
+        }
         s->writer_busy = 0;
         lkv__cold_unpin(s, d);
         d->cold_busy = 0;
+        lkv__sizes_sync(s, d);
+        if (skipped) {
+            cold_unadmit(s, d);
+            wb_done(s, d);
+            lkv__unref(s, d);
+            pthread_cond_broadcast(&s->cv);
+            continue;
+        }
+        if (rc == LKV_ENOSPC && !s->stopping && d->hot && d->state == ST_VISIBLE) {
+            /* The disk is full: the document stays hot and queued, and is tried again after a
+             * pause (the backlog bound holds new puts back meanwhile). */
+            cold_unadmit(s, d);
+            s->st.wb_retries++;
+            wb_requeue(s, d);
+            s->wb_stalled = 1;
+            pthread_cond_broadcast(&s->cv);
+            struct timespec ts;
+            clock_gettime(CLOCK_REALTIME, &ts);
+            ts.tv_nsec += 200 * 1000000L;
+            if (ts.tv_nsec >= 1000000000L) {
+                ts.tv_sec++;
+                ts.tv_nsec -= 1000000000L;
+            }
+            pthread_cond_timedwait(&s->wcv, &s->mu, &ts);
+            continue;
+        }
         if (rc != 0) {
             cold_unadmit(s, d);
             s->st.wb_failed++;
             LKV_LOGW("store: write-back of a document failed: %s", lkv_strerror(rc));
+            if (!d->hot && d->state == ST_VISIBLE) {
+                /* Evicted from the hot tier while being written: nothing holds it now. */
+                s->st.drops++;
+                lkv__kill(s, d, LKV_MISS_EVICTED, 0);
+            }
         } else {
             s->st.wb_persisted++;
+            s->wb_stalled = 0;
         }
-        s->st.wb_pending--;
-        lkv__hot_unpin(s, d);
+        wb_done(s, d);
         lkv__unref(s, d);
         pthread_cond_broadcast(&s->cv);
     }

@@ -11,6 +11,7 @@
 #   HOT_BYTES   daemon hot tier (default 4GiB; the 64-client put holds ~1.5 GiB in flight)
 #   COLD_BYTES  daemon cold budget (default 8GiB)
 #   THREADS     daemon gRPC polling threads (default: the daemon's default)
+#   SETS_EXTRA  more daemon options, space-separated key=value (e.g. wb_max_backlog_bytes=0)
 #   TMPDIR      where the temp dir goes (default /tmp)
 # The table goes to stdout; the daemon's log is kept beside the JSON (<json>-lazykvd.log).
 set -euo pipefail
@@ -42,6 +43,9 @@ SETS=(--set hot_backend=host --set "hot_bytes=$HOT_BYTES" --set "cold_bytes=$COL
 if [ -n "${THREADS:-}" ]; then
     SETS+=(--set "threads=$THREADS")
 fi
+for kv in ${SETS_EXTRA:-}; do
+    SETS+=(--set "$kv")
+done
 "$BUILD_DIR/bin/lazykvd" --listen 127.0.0.1:0 --data-dir "$TMP/lazykvd" "${SETS[@]}" \
     >"$TMP/lazykvd.out" 2>"$LOG" &
 DPID=$!

@@ -15,8 +15,6 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include <sodium.h>
-
 #include "lkv_cold.h"
 #include "lkv_err.h"
 #include "lkv_log.h"
@@ -243,11 +241,7 @@ int svc_cold_read_pread_tag(svc_cold *c, int tid, int doc, uint64_t *bytes)
         }
         uint8_t k[LKV_COLD_BLOCK_KEY_BYTES], tag[LKV_COLD_TAG_BYTES];
         lkv_cold_block_key(&c->keys[doc], i, k);
-        crypto_generichash_state st;
-        crypto_generichash_init(&st, NULL, 0, sizeof(tag));
-        crypto_generichash_update(&st, k, sizeof(k));
-        crypto_generichash_update(&st, c->bufs[tid], c->block_bytes);
-        crypto_generichash_final(&st, tag, sizeof(tag));
+        lkv_cold_block_tag(k, c->bufs[tid], c->block_bytes, tag); /* The cold tier's check. */
         int rc = check_block(c, tid, i);
         if (rc != 0) {
             return rc;

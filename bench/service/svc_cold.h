@@ -9,11 +9,11 @@
  * so the page cache is warm for both when the timed reads start.
  *
  * Reads are whole documents, block by block, into a per-client 2 MiB-class buffer:
- *   rocksdb  lkv_cold_get_block per block (a RocksDB Get plus the BLAKE2b-128 tag check that
+ *   rocksdb  lkv_cold_get_block per block (a RocksDB Get plus the XXH3-128 tag check that
  *            every cold read does);
  *   pread    one pread(2) per block from the document's file (the ceiling: the same bytes from
  *            the same file system with the page cache in the same state);
- *   pread+tag  pread plus the BLAKE2b-128 computation of the cold tier's tag (a reference that
+ *   pread+tag  pread plus the XXH3-128 computation of the cold tier's tag (a reference that
  *            splits the gap into checksum cost and RocksDB cost).
  *
  * Thread safety: the read functions may be called concurrently for distinct tid.
@@ -44,7 +44,7 @@ int svc_cold_read_rocksdb(svc_cold *c, int tid, int doc, uint64_t *bytes);
 /* Same document, same bytes, through pread(2) of its plain file. */
 int svc_cold_read_pread(svc_cold *c, int tid, int doc, uint64_t *bytes);
 
-/* Same bytes through pread(2), plus the BLAKE2b-128 tag computation that lkv_cold_get_block
+/* Same bytes through pread(2), plus the XXH3-128 tag computation that lkv_cold_get_block
  * does on every block (over the 37-byte block key and the payload; computed, not compared):
  * separates the cost of the tag from the cost of RocksDB. */
 int svc_cold_read_pread_tag(svc_cold *c, int tid, int doc, uint64_t *bytes);

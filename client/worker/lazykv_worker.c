@@ -4,6 +4,14 @@
  *
  *   lazykv-worker [options] --requests FILE|-        JSON lines (lkv_request.h), one per line
  *   lazykv-worker [options] --doc TEXT ... --question TEXT
+ *   lazykv-worker [options] --serve ADDR                  the lazykv.v1.Worker gRPC service
+ *   lazykv-worker [options] --engine --requests FILE|-   every request in flight at once
+ *
+ * --serve runs the serving engine (lkv_engine.h: continuous batching, --max-batch, --kv-pages)
+ * behind lazykv.v1.Worker (lkv_worker_svc.h) on ADDR (port 0: any free one), prints
+ * "lazykv-worker: serving lazykv.v1.Worker on HOST:PORT" on stdout once it listens, and drains
+ * on SIGTERM or SIGINT. --engine submits every request of the file to the same engine at once
+ * and prints the results in file order.
  *
  * Each request's result is printed as text (default) or as one JSON line (--json). Blank lines
  * and lines starting with '#' in a request file are skipped. A bad line is answered with an
@@ -12,14 +20,22 @@
  */
 #include <errno.h>
 #include <getopt.h>
+#include <pthread.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#ifdef LKV_WORKER_HAVE_CUDA
+#include "lkv_backend_cuda.h"
+#endif
+#include "lkv_engine.h"
 #include "lkv_err.h"
 #include "lkv_log.h"
 #include "lkv_request.h"
+#include "lkv_server.h"
 #include "lkv_worker.h"
+#include "lkv_worker_svc.h"
 
 #ifndef LKV_DEFAULT_MODEL_DIR
 #define LKV_DEFAULT_MODEL_DIR "tests/data/models"
@@ -55,15 +71,46 @@ static void usage(FILE *f)
             "  --block-tokens N      the profile's block size (default 16)\n"
             "  --threads N           attention threads (default: all CPUs)\n"
             "  --stats               print the worker's totals to stderr at the end\n"
+            "  --serve ADDR          serve lazykv.v1.Worker on ADDR (host:port, port 0: any)\n"
+            "  --engine              with --requests: run every request at once through the\n"
+            "                        serving engine (continuous batching)\n"
+            "  --max-batch N         requests running at once in the engine (default 16)\n"
+            "  --kv-pages N          worker pages for in-flight KV (default: --local-pages)\n"
+            "  --rpc-threads N       gRPC polling threads of --serve (default 2)\n"
+            "  --backend cpu|cuda    compute backend (default cpu; cuda: local only for now)\n"
+            "  --cuda-weights bf16|f32   weights on the GPU (default bf16)\n"
+            "  --dtype f32|f16|bf16  element type of stored KV (default f32; cuda: bf16/f16)\n"
+            "  --bf16-weights        round the checkpoint's weights to bf16 values on load\n"
+            "  --synth PRESET[:SEED] random-weight model instead of --model (llama3-8b,\n"
+            "                        llama3-mini; lkv_synth.h); requests give token ids\n"
+            "  --dump-logits FILE    write the first request's logits (fp32, [n_out][vocab])\n"
             "  --help\n",
             LKV_DEFAULT_MODEL_DIR, LKV_DEFAULT_MODEL_DIR);
 }
 
 /* Runs one parsed request and prints its result. Returns the run's status. */
+static const char *dump_logits; /* --dump-logits FILE, or NULL. */
+static int dumped;              /* 1 once written. */
+
 static int serve(lkv_worker *w, lkv_request *r, int json)
 {
     lkv_rag_result res;
+    int dump = dump_logits != NULL && !dumped;
+    if (dump) {
+        r->rag.keep_logits = 1;
+    }
     int rc = lkv_worker_run(w, &r->rag, &res);
+    if (dump && rc == 0) {
+        FILE *f = fopen(dump_logits, "wb");
+        if (f == NULL || fwrite(res.logits, sizeof(float), (size_t)res.n_out * res.vocab, f) !=
+                             (size_t)res.n_out * res.vocab) {
+            fprintf(stderr, "lazykv-worker: cannot write %s\n", dump_logits);
+        }
+        if (f != NULL) {
+            fclose(f);
+        }
+        dumped = 1;
+    }
     if (json) {
         char *s = lkv_result_json(r->id, rc, &res, NULL);
         printf("%s\n", s);
@@ -86,6 +133,95 @@ static void report_bad(const char *id, int rc, const char *msg, int json)
         lkv_result_text(stdout, id, rc, NULL, msg);
     }
     fflush(stdout);
+}
+
+/* A request submitted to the engine (--engine). */
+typedef struct pending {
+    char id[128];
+    int rc;            /* Submit's status. */
+    char msg[512];     /* Submit's message. */
+    lkv_engine_req *r; /* NULL if submit failed. */
+} pending;
+
+/* Waits for every submitted request in order and prints its result. Returns the failures. */
+static int drain_batch(pending *b, int n, int json)
+{
+    int failed = 0;
+    for (int i = 0; i < n; i++) {
+        if (b[i].r == NULL) {
+            report_bad(b[i].id, b[i].rc, b[i].msg, json);
+            failed++;
+            continue;
+        }
+        lkv_engine_event ev;
+        int rc = 0;
+        while (lkv_engine_wait(b[i].r, &ev, -1)) {
+            if (ev.kind == LKV_ENGINE_END) {
+                rc = ev.rc;
+                break;
+            }
+        }
+        lkv_engine_result er;
+        lkv_engine_result_get(b[i].r, &er);
+        if (json) {
+            char *s = lkv_result_json(b[i].id, rc, er.res, NULL);
+            printf("%s\n", s);
+            free(s);
+        } else {
+            lkv_result_text(stdout, b[i].id, rc, er.res, NULL);
+        }
+        fflush(stdout);
+        failed += rc != 0;
+        lkv_engine_release(b[i].r);
+    }
+    return failed;
+}
+
+/* --serve: the Worker service until SIGTERM / SIGINT. */
+static int serve_grpc(const lkv_worker_opts *wo, const lkv_engine_opts *eo,
+                      const lkv_request_defaults *def, const char *addr, int rpc_threads)
+{
+    sigset_t set;
+    sigemptyset(&set);
+    sigaddset(&set, SIGTERM);
+    sigaddset(&set, SIGINT);
+    pthread_sigmask(SIG_BLOCK, &set, NULL); /* Every thread made from here on inherits it. */
+    char err[512];
+    lkv_worker *w;
+    int rc = lkv_worker_create(wo, &w, err, sizeof(err));
+    if (rc != 0) {
+        fprintf(stderr, "lazykv-worker: %s\n", err);
+        return 2;
+    }
+    lkv_engine *eng;
+    if (lkv_engine_create(w, eo, &eng) != 0) {
+        fprintf(stderr, "lazykv-worker: bad engine options\n");
+        lkv_worker_destroy(w);
+        return 2;
+    }
+    lkv_worker_svc svc = {.engine = eng, .worker = w, .default_max_tokens = def->max_tokens};
+    lkv_method methods[LKV_WORKER_SVC_METHODS];
+    int nm = lkv_worker_svc_methods(&svc, methods);
+    lkv_server_opts so = {
+        .listen = addr, .threads = rpc_threads, .max_message_bytes = 64u << 20, .pool_threads = 0};
+    lkv_server *srv;
+    rc = lkv_server_create(&so, methods, nm, &srv, err, sizeof(err));
+    if (rc != 0) {
+        fprintf(stderr, "lazykv-worker: cannot serve on %s: %s\n", addr, err);
+        lkv_engine_destroy(eng);
+        lkv_worker_destroy(w);
+        return 2;
+    }
+    printf("lazykv-worker: serving lazykv.v1.Worker on %s\n", lkv_server_address(srv));
+    fflush(stdout);
+    int sig = 0;
+    sigwait(&set, &sig);
+    LKV_LOGI("signal %d: draining", sig);
+    lkv_server_shutdown(srv, 2000);
+    lkv_engine_destroy(eng);
+    lkv_server_destroy(srv);
+    lkv_worker_destroy(w);
+    return 0;
 }
 
 int main(int argc, char **argv)
@@ -113,6 +249,17 @@ int main(int argc, char **argv)
         O_BLOCK,
         O_THREADS,
         O_STATS,
+        O_SERVE,
+        O_ENGINE,
+        O_MAX_BATCH,
+        O_KV_PAGES,
+        O_RPC_THREADS,
+        O_BACKEND,
+        O_CUDA_WEIGHTS,
+        O_DTYPE,
+        O_BF16W,
+        O_SYNTH,
+        O_DUMP,
         O_HELP
     };
     static const struct option opts[] = {
@@ -138,6 +285,17 @@ int main(int argc, char **argv)
         {"block-tokens", required_argument, NULL, O_BLOCK},
         {"threads", required_argument, NULL, O_THREADS},
         {"stats", no_argument, NULL, O_STATS},
+        {"serve", required_argument, NULL, O_SERVE},
+        {"engine", no_argument, NULL, O_ENGINE},
+        {"max-batch", required_argument, NULL, O_MAX_BATCH},
+        {"kv-pages", required_argument, NULL, O_KV_PAGES},
+        {"rpc-threads", required_argument, NULL, O_RPC_THREADS},
+        {"backend", required_argument, NULL, O_BACKEND},
+        {"cuda-weights", required_argument, NULL, O_CUDA_WEIGHTS},
+        {"dtype", required_argument, NULL, O_DTYPE},
+        {"bf16-weights", no_argument, NULL, O_BF16W},
+        {"synth", required_argument, NULL, O_SYNTH},
+        {"dump-logits", required_argument, NULL, O_DUMP},
         {"help", no_argument, NULL, O_HELP},
         {NULL, 0, NULL, 0},
     };
@@ -145,7 +303,10 @@ int main(int argc, char **argv)
     lkv_request_defaults def = {.max_tokens = 64, .mode = LKV_RAG_LAZY};
     const char *requests = NULL, *question = NULL;
     const char *docs[MAX_CLI_DOCS];
-    int n_docs = 0, json = 0, stats = 0, c;
+    int n_docs = 0, json = 0, stats = 0, c, use_engine = 0, rpc_threads = 2;
+    const char *serve_addr = NULL;
+    int use_cuda = 0, cuda_f32 = 0;
+    lkv_engine_opts eo = {0};
     char model[4096], tokp[4096];
     snprintf(model, sizeof(model), "%s/stories260K.bin", LKV_DEFAULT_MODEL_DIR);
     snprintf(tokp, sizeof(tokp), "%s/tok512.bin", LKV_DEFAULT_MODEL_DIR);
@@ -192,6 +353,9 @@ int main(int argc, char **argv)
         case O_TTL:
         case O_PAGES:
         case O_BLOCK:
+        case O_MAX_BATCH:
+        case O_KV_PAGES:
+        case O_RPC_THREADS:
         case O_THREADS: {
             unsigned long long v = strtoull(optarg, &end, 10);
             if (errno != 0 || end == optarg || *end != '\0' || optarg[0] == '-' ||
@@ -212,6 +376,12 @@ int main(int argc, char **argv)
                 wo.local_pages = (uint32_t)v;
             } else if (c == O_BLOCK) {
                 wo.block_tokens = (int)v;
+            } else if (c == O_MAX_BATCH) {
+                eo.max_batch = (int)v;
+            } else if (c == O_KV_PAGES) {
+                eo.kv_pages = (uint32_t)v;
+            } else if (c == O_RPC_THREADS) {
+                rpc_threads = v > 0 ? (int)v : 1;
             } else {
                 wo.threads = (int)v;
             }
@@ -252,6 +422,52 @@ int main(int argc, char **argv)
         case O_STATS:
             stats = 1;
             break;
+        case O_SERVE:
+            serve_addr = optarg;
+            break;
+        case O_ENGINE:
+            use_engine = 1;
+            break;
+        case O_BACKEND:
+            if (strcmp(optarg, "cpu") == 0) {
+                use_cuda = 0;
+            } else if (strcmp(optarg, "cuda") == 0) {
+                use_cuda = 1;
+            } else {
+                fprintf(stderr, "lazykv-worker: --backend: '%s' is not cpu or cuda\n", optarg);
+                return 2;
+            }
+            break;
+        case O_CUDA_WEIGHTS:
+            if (strcmp(optarg, "bf16") == 0 || strcmp(optarg, "f32") == 0) {
+                cuda_f32 = strcmp(optarg, "f32") == 0;
+            } else {
+                fprintf(stderr, "lazykv-worker: --cuda-weights: '%s' is not bf16 or f32\n", optarg);
+                return 2;
+            }
+            break;
+        case O_DTYPE:
+            if (strcmp(optarg, "f32") == 0) {
+                wo.dtype = LKV_DTYPE_F32;
+            } else if (strcmp(optarg, "f16") == 0) {
+                wo.dtype = LKV_DTYPE_F16;
+            } else if (strcmp(optarg, "bf16") == 0) {
+                wo.dtype = LKV_DTYPE_BF16;
+            } else {
+                fprintf(stderr, "lazykv-worker: --dtype: '%s' is not f32, f16 or bf16\n", optarg);
+                return 2;
+            }
+            break;
+        case O_BF16W:
+            wo.round_weights_bf16 = 1;
+            break;
+        case O_SYNTH:
+            wo.synth = optarg;
+            wo.tokenizer_path = NULL;
+            break;
+        case O_DUMP:
+            dump_logits = optarg;
+            break;
         case O_HELP:
             usage(stdout);
             return 0;
@@ -259,6 +475,33 @@ int main(int argc, char **argv)
             usage(stderr);
             return 2;
         }
+    }
+    if (use_cuda) {
+#ifdef LKV_WORKER_HAVE_CUDA
+        const lkv_backend *cb;
+        if (lkv_backend_cuda_create(cuda_f32 ? LKV_CUDA_WEIGHTS_F32 : LKV_CUDA_WEIGHTS_BF16, &cb) !=
+            0) {
+            fprintf(stderr, "lazykv-worker: no usable GPU for --backend cuda\n");
+            return 2;
+        }
+        wo.backend = cb; /* Lives until exit. */
+#else
+        (void)cuda_f32;
+        fprintf(stderr, "lazykv-worker: built without CUDA (--backend cuda)\n");
+        return 2;
+#endif
+    }
+    if (serve_addr != NULL) {
+        if (optind < argc || requests != NULL || question != NULL || n_docs > 0) {
+            fprintf(stderr, "lazykv-worker: --serve takes no requests of its own\n");
+            usage(stderr);
+            return 2;
+        }
+        return serve_grpc(&wo, &eo, &def, serve_addr, rpc_threads);
+    }
+    if (use_engine && requests == NULL) {
+        fprintf(stderr, "lazykv-worker: --engine needs --requests FILE\n");
+        return 2;
     }
     if (optind < argc || (requests == NULL) == (question == NULL) ||
         (requests != NULL && n_docs > 0)) {
@@ -297,6 +540,14 @@ int main(int argc, char **argv)
         size_t cap = 0;
         ssize_t len;
         long lineno = 0;
+        lkv_engine *eng = NULL;
+        pending *batch = NULL;
+        int n_batch = 0;
+        if (use_engine && lkv_engine_create(w, &eo, &eng) != 0) {
+            fprintf(stderr, "lazykv-worker: bad engine options\n");
+            lkv_worker_destroy(w);
+            return 2;
+        }
         while ((len = getline(&line, &cap, f)) >= 0) {
             lineno++;
             while (len > 0 && (line[len - 1] == '\n' || line[len - 1] == '\r')) {
@@ -314,12 +565,26 @@ int main(int argc, char **argv)
                 char msg[600];
                 snprintf(msg, sizeof(msg), "line %ld: %s", lineno, err);
                 report_bad(r.id, rc, msg, json);
+            } else if (eng != NULL) {
+                lkv_request *hr = lkv_xmalloc(sizeof(*hr));
+                *hr = r;
+                memset(&r, 0, sizeof(r));
+                batch = lkv_xrealloc(batch, (size_t)(n_batch + 1) * sizeof(*batch));
+                batch[n_batch].rc =
+                    lkv_engine_submit(eng, hr, 0, NULL, NULL, &batch[n_batch].r, batch[n_batch].msg,
+                                      sizeof(batch[n_batch].msg));
+                snprintf(batch[n_batch].id, sizeof(batch[n_batch].id), "%s", hr->id);
+                n_batch++;
+                continue;
             } else {
                 rc = serve(w, &r, json);
             }
             failed += rc != 0;
             lkv_request_free(&r);
         }
+        failed += drain_batch(batch, n_batch, json);
+        free(batch);
+        lkv_engine_destroy(eng);
         free(line);
         if (f != stdin) {
             fclose(f);

@@ -85,16 +85,18 @@ static void cpu_matmul(void *ctx, float *out, const float *x, const float *w, in
                        int cols)
 {
     (void)ctx;
-    for (int i = 0; i < n; i++) {
-        const float *xi = x + (size_t)i * cols;
-        float *oi = out + (size_t)i * rows;
-        for (int r = 0; r < rows; r++) {
-            const float *wr = w + (size_t)r * cols;
+    /* Weight row outer, batch rows inner: a batch (several requests' tokens) reads each weight
+     * row once while it is in cache. Each output is still one accumulator, left to right, so a
+     * row's result does not depend on n (bitwise: batched decode == solo, llama2.c's text). */
+    for (int r = 0; r < rows; r++) {
+        const float *wr = w + (size_t)r * cols;
+        for (int i = 0; i < n; i++) {
+            const float *xi = x + (size_t)i * cols;
             float s = 0.0f;
             for (int c = 0; c < cols; c++) {
                 s += wr[c] * xi[c];
             }
-            oi[r] = s;
+            out[(size_t)i * rows + r] = s;
         }
     }
 }

@@ -29,13 +29,23 @@ void lkv_pagespace_init(lkv_pagespace *ps, uint32_t n_local)
 
 static void unmap(lkv_pagespace *ps)
 {
-    if (ps->base != NULL) {
+    if (ps->base != NULL && !ps->external) {
         munmap(ps->base, ps->map_bytes);
     }
     ps->base = NULL;
     ps->map_bytes = 0;
     ps->n_daemon = 0;
     ps->shm_name[0] = '\0';
+    ps->external = 0;
+}
+
+void lkv_pagespace_use(lkv_pagespace *ps, void *pages, uint64_t page_bytes)
+{
+    unmap(ps);
+    ps->base = pages;
+    ps->page_bytes = page_bytes;
+    ps->map_bytes = (uint64_t)ps->n_local * page_bytes;
+    ps->external = 1;
 }
 
 void lkv_pagespace_free(lkv_pagespace *ps)

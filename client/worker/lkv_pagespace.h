@@ -37,6 +37,7 @@ typedef struct lkv_pagespace {
     uint64_t map_bytes;  /* Bytes reserved (n_daemon + n_local) * page_bytes. */
     uint64_t n_maps;     /* Times a daemon arena was mapped (1 per daemon lifetime). */
     char err[512];       /* Message of the last failure. */
+    int external;        /* 1: base is n_local pages someone else owns (lkv_pagespace_use). */
 } lkv_pagespace;
 
 /* Zeroes ps: nothing mapped. n_local worker pages (>= 1) are made by the first map. */
@@ -56,6 +57,10 @@ int lkv_pagespace_map(lkv_pagespace *ps, const lkv_lease_arena *a);
 /* Maps worker pages only (no daemon: local mode), of page_bytes each, unless a range is mapped
  * already (then it keeps it: the daemon's page stride works for local pages too). */
 int lkv_pagespace_map_local(lkv_pagespace *ps, uint64_t page_bytes);
+
+/* Uses n_local pages of page_bytes at pages (borrowed, e.g. device memory of a CUDA backend:
+ * never dereferenced here) as the worker pages, with no daemon pages (local mode). */
+void lkv_pagespace_use(lkv_pagespace *ps, void *pages, uint64_t page_bytes);
 
 /* Fills *kv with a view (not owned: kv->owned 0) of the range for shape: pages 0 ..
  * n_daemon + n_local - 1, with the bump allocator at the first worker page, so that pages the

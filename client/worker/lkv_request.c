@@ -38,9 +38,8 @@ void lkv_request_free(lkv_request *r)
     memset(r, 0, sizeof(*r));
 }
 
-/* Tokenizes text (bos as asked) into a new array. */
-static int encode(const lkv_tokenizer *tok, const char *text, int bos, const char *what, int **out,
-                  int *n, char *err, size_t len)
+int lkv_request_encode(const lkv_tokenizer *tok, const char *text, int bos, const char *what,
+                       int **out, int *n, char *err, size_t len)
 {
     if (tok == NULL) {
         return bad(err, len, "%s: text needs a tokenizer (start the worker with --tokenizer)",
@@ -82,7 +81,7 @@ static int segment_of(const json_t *v, const lkv_tokenizer *tok, int bos, const 
                       int **out, int *n, char *err, size_t len)
 {
     if (json_is_string(v)) {
-        return encode(tok, json_string_value(v), bos, what, out, n, err, len);
+        return lkv_request_encode(tok, json_string_value(v), bos, what, out, n, err, len);
     }
     if (!json_is_object(v)) {
         return bad(err, len, "%s: must be a string or an object with \"text\" or \"tokens\"", what);
@@ -95,7 +94,7 @@ static int segment_of(const json_t *v, const lkv_tokenizer *tok, int bos, const 
         if (!json_is_string(t)) {
             return bad(err, len, "%s: \"text\" must be a string", what);
         }
-        return encode(tok, json_string_value(t), bos, what, out, n, err, len);
+        return lkv_request_encode(tok, json_string_value(t), bos, what, out, n, err, len);
     }
     return tokens_of(k, what, out, n, err, len);
 }
@@ -179,7 +178,7 @@ int lkv_request_parse(const char *line, const lkv_tokenizer *tok, const lkv_requ
         }
         snprintf(out->id, sizeof(out->id), "%s", json_string_value(id));
     }
-    double d;
+    double d = 0;
     int r;
     if ((r = get_number(root, "max_tokens", 1, 1 << 22, &d, err, len)) < 0) {
         rc = r;
@@ -274,8 +273,8 @@ int lkv_request_from_text(const char *const *docs, int n_docs, const char *quest
     for (int i = 0; i < n_docs; i++) {
         char what[32];
         snprintf(what, sizeof(what), "document %d", i);
-        int rc =
-            encode(tok, docs[i], 1, what, &out->doc_tokens[i], &out->docs[i].n_tokens, err, len);
+        int rc = lkv_request_encode(tok, docs[i], 1, what, &out->doc_tokens[i],
+                                    &out->docs[i].n_tokens, err, len);
         out->docs[i].tokens = out->doc_tokens[i];
         if (rc != 0) {
             return rc;
@@ -284,7 +283,8 @@ int lkv_request_from_text(const char *const *docs, int n_docs, const char *quest
     if (question == NULL) {
         return bad(err, len, "the question is missing");
     }
-    int rc = encode(tok, question, 0, "question", &out->question, &out->rag.n_question, err, len);
+    int rc = lkv_request_encode(tok, question, 0, "question", &out->question, &out->rag.n_question,
+                                err, len);
     out->rag.question = out->question;
     return rc;
 }

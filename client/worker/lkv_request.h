@@ -62,6 +62,12 @@ int lkv_request_from_text(const char *const *docs, int n_docs, const char *quest
 
 void lkv_request_free(lkv_request *r);
 
+/* Tokenizes text (a BOS first when bos) into *out (a new array, caller frees, also on error)
+ * and its length *n. what names the text in messages. Returns 0, or LKV_EINVAL (no tokenizer,
+ * empty text) with a message in err. */
+int lkv_request_encode(const lkv_tokenizer *tok, const char *text, int bos, const char *what,
+                       int **out, int *n, char *err, size_t len);
+
 /* The JSON line of a result (no newline): rc 0 renders res, else the error (res->error, or msg
  * when res is NULL). Returns a malloc'ed string (caller frees). */
 char *lkv_result_json(const char *id, int rc, const lkv_rag_result *res, const char *msg);

@@ -124,11 +124,12 @@ int lkv_runner_forward(lkv_runner *r, lkv_model_kv *kv, const lkv_model_seg *ctx
     }
     /* Pages for the new tokens, up front, zeroed (unused slots stay zero). */
     int need = (n0 + n + B - 1) / B;
-    if (need > LKV_MODEL_SEG_MAX_BLOCKS || need - seg->n_blocks > (int)(kv->n_pages - kv->n_used)) {
+    if (need > LKV_MODEL_SEG_MAX_BLOCKS ||
+        (need > seg->n_blocks && (uint32_t)(need - seg->n_blocks) > lkv_model_kv_room(kv))) {
         return LKV_ENOSPC;
     }
     while (seg->n_blocks < need) {
-        uint32_t pg = kv->n_used++;
+        uint32_t pg = lkv_model_kv_take(kv);
         be->fill_zero(be->ctx, kv->base + (uint64_t)pg * kv->page_bytes,
                       lkv_block_bytes(&kv->shape));
         seg->pages[seg->n_blocks++] = pg;
@@ -237,5 +238,128 @@ int lkv_runner_forward(lkv_runner *r, lkv_model_kv *kv, const lkv_model_seg *ctx
     }
 out:
     free(refs);
+    return rc;
+}
+
+int lkv_runner_decode_batch(lkv_runner *r, lkv_runner_seq *seqs, int n, float *logits)
+{
+    const lkv_model *m = r->m;
+    const lkv_backend *be = r->be;
+    const lkv_model_cfg *c = &m->cfg;
+    const int D = c->dim, HD = c->head_dim, KVD = c->n_kv_heads * c->head_dim, HID = c->hidden_dim;
+    const int L = c->n_layers;
+    if (n < 1 || seqs == NULL || logits == NULL) {
+        return LKV_EINVAL;
+    }
+    const lkv_model_kv *kv0 = seqs[0].kv;
+    /* Validate everything and take the pages before any write, so a refused batch changes
+     * nothing but the pages taken (which stay in their segments, as forward does). */
+    int32_t total = 0;
+    for (int b = 0; b < n; b++) {
+        lkv_runner_seq *q = &seqs[b];
+        const lkv_model_kv *kv = q->kv;
+        const lkv_model_seg *seg = q->seg;
+        if (kv == NULL || seg == NULL || q->n_ctx < 0 || seg->n_tokens < 1 ||
+            kv->base != kv0->base || kv->page_bytes != kv0->page_bytes ||
+            kv->shape.block_tokens != kv0->shape.block_tokens ||
+            kv->shape.dtype != kv0->shape.dtype || q->token < 0 || q->token >= c->vocab_size ||
+            seg->start + seg->n_tokens > (int64_t)LKV_MAX_POSITION) {
+            return LKV_EINVAL;
+        }
+        const int B = kv->shape.block_tokens;
+        int need = (seg->n_tokens + 1 + B - 1) / B;
+        total += need;
+        for (int s = 0; s < q->n_ctx; s++) {
+            total += (q->ctx[s].n_tokens + B - 1) / B;
+        }
+        if (need > LKV_MODEL_SEG_MAX_BLOCKS ||
+            (need > seg->n_blocks && (uint32_t)(need - seg->n_blocks) > lkv_model_kv_room(kv))) {
+            return LKV_ENOSPC;
+        }
+    }
+    uint64_t *refs = lkv_xmalloc(((size_t)total + 1) * sizeof(uint64_t));
+    int32_t *off = lkv_xmalloc(((size_t)n + 1) * sizeof(int32_t));
+    int64_t *qpos = lkv_xmalloc((size_t)n * sizeof(int64_t));
+    int *tokens = lkv_xmalloc((size_t)n * sizeof(int));
+    int rc = 0;
+    off[0] = 0;
+    for (int b = 0; b < n; b++) {
+        lkv_runner_seq *q = &seqs[b];
+        lkv_model_seg *seg = q->seg;
+        const int B = q->kv->shape.block_tokens;
+        int need = (seg->n_tokens + 1 + B - 1) / B;
+        while (seg->n_blocks < need) {
+            uint32_t pg = lkv_model_kv_take(q->kv);
+            be->fill_zero(be->ctx, q->kv->base + (uint64_t)pg * q->kv->page_bytes,
+                          lkv_block_bytes(&q->kv->shape));
+            seg->pages[seg->n_blocks++] = pg;
+        }
+        lkv_model_seg *segs = lkv_xmalloc(((size_t)q->n_ctx + 1) * sizeof(lkv_model_seg));
+        if (q->n_ctx > 0) {
+            memcpy(segs, q->ctx, (size_t)q->n_ctx * sizeof *segs);
+        }
+        segs[q->n_ctx] = *seg;
+        segs[q->n_ctx].n_tokens = seg->n_tokens + 1;
+        int32_t nr = 0;
+        rc = lkv_model_refs(q->kv, segs, q->n_ctx + 1, refs + off[b], &nr);
+        free(segs);
+        if (rc != 0) {
+            goto out;
+        }
+        off[b + 1] = off[b] + nr;
+        qpos[b] = seg->start + seg->n_tokens;
+        tokens[b] = q->token;
+    }
+    scratch_reserve(r, n);
+    r->n_forward++;
+    be->embed(be->ctx, r->x, r->tok_emb, tokens, n, D);
+    for (int l = 0; l < L; l++) {
+        be->rmsnorm(be->ctx, r->xb, r->x, r->rms_att + (size_t)l * D, n, D);
+        be->matmul(be->ctx, r->q, r->xb, r->wq + (size_t)l * D * D, n, D, D);
+        be->matmul(be->ctx, r->k, r->xb, r->wk + (size_t)l * KVD * D, n, KVD, D);
+        be->matmul(be->ctx, r->v, r->xb, r->wv + (size_t)l * KVD * D, n, KVD, D);
+        for (int b = 0; b < n; b++) {
+            const lkv_runner_seq *q = &seqs[b];
+            size_t o = (size_t)b * KVD;
+            be->rope(be->ctx, &m->pe, r->k + o, r->ks + o, 1, c->n_kv_heads, q->seg->n_tokens);
+            be->kv_write(be->ctx, &q->kv->shape, q->kv->base, q->kv->page_bytes, q->seg->pages, l,
+                         q->seg->n_tokens, 1, r->ks + o, r->v + o);
+        }
+        lkv_decode_args a = {.shape = kv0->shape,
+                             .pe = &m->pe,
+                             .layer = l,
+                             .batch = n,
+                             .q = r->q,
+                             .q_pos = qpos,
+                             .arena = kv0->base,
+                             .page_bytes = kv0->page_bytes,
+                             .refs = refs,
+                             .ref_offset = off,
+                             .sm_scale = 1.0f / sqrtf((float)HD),
+                             .out = r->att};
+        rc = be->attn_decode(be->ctx, &a);
+        if (rc != 0) {
+            goto out;
+        }
+        be->matmul(be->ctx, r->tmp, r->att, r->wo + (size_t)l * D * D, n, D, D);
+        be->add(be->ctx, r->x, r->tmp, (size_t)n * D);
+        be->rmsnorm(be->ctx, r->xb, r->x, r->rms_ffn + (size_t)l * D, n, D);
+        be->matmul(be->ctx, r->h1, r->xb, r->w1 + (size_t)l * HID * D, n, HID, D);
+        be->matmul(be->ctx, r->h3, r->xb, r->w3 + (size_t)l * HID * D, n, HID, D);
+        be->swiglu(be->ctx, r->h1, r->h3, (size_t)n * HID);
+        be->matmul(be->ctx, r->tmp, r->h1, r->w2 + (size_t)l * D * HID, n, D, HID);
+        be->add(be->ctx, r->x, r->tmp, (size_t)n * D);
+    }
+    for (int b = 0; b < n; b++) {
+        seqs[b].seg->n_tokens++;
+    }
+    be->rmsnorm(be->ctx, r->xb, r->x, r->rms_final, n, D);
+    be->matmul(be->ctx, r->logits, r->xb, r->wcls, n, c->vocab_size, D);
+    be->to_host(be->ctx, logits, r->logits, (size_t)n * c->vocab_size * sizeof(float));
+out:
+    free(refs);
+    free(off);
+    free(qpos);
+    free(tokens);
     return rc;
 }

@@ -62,4 +62,23 @@ int lkv_runner_forward(lkv_runner *r, lkv_model_kv *kv, const lkv_model_seg *ctx
                        lkv_model_seg *seg, const int *tokens, int n, float *logits,
                        lkv_model_trace *trace);
 
+/* One sequence of a batched decode step (lkv_runner_decode_batch). */
+typedef struct lkv_runner_seq {
+    lkv_model_kv *kv;         /* Its pages (borrowed; one arena base for the whole batch). */
+    const lkv_model_seg *ctx; /* Its n_ctx context segments (borrowed). */
+    int n_ctx;                /* >= 0. */
+    lkv_model_seg *seg;       /* Its question segment, non-empty; one token is appended. */
+    int token;                /* The token appended. */
+} lkv_runner_seq;
+
+/* One decode step of n independent sequences in one pass (continuous batching): every dense op
+ * runs once over the n rows, attention is one lkv_attn_decode call of batch n (each sequence
+ * with its own references and position). Row b of logits ([n][vocab], host, caller-owned) is
+ * exactly what lkv_runner_forward of seqs[b].token alone gives on a backend whose ops compute
+ * rows independently (the CPU backend: bitwise). All sequences' kv must share base, page_bytes,
+ * block size and dtype. Returns 0, LKV_EINVAL (an empty segment, a token out of range, mixed
+ * arenas, a position past LKV_MAX_POSITION) or LKV_ENOSPC (a sequence's pages or segment full),
+ * both before anything is written. */
+int lkv_runner_decode_batch(lkv_runner *r, lkv_runner_seq *seqs, int n, float *logits);
+
 #endif

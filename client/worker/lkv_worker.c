@@ -29,9 +29,11 @@
 
 #include "lkv_backend_cpu.h"
 #include "lkv_err.h"
+#include "lkv_half.h"
 #include "lkv_log.h"
 #include "lkv_pagespace.h"
 #include "lkv_runner.h"
+#include "lkv_synth.h"
 
 #define DEFAULT_PROFILE     "stories260k"
 #define DEFAULT_DEADLINE_MS 10000
@@ -56,6 +58,7 @@ struct lkv_worker {
     lkv_pagespace ps;      /* Daemon arena + worker pages. */
     lkv_kv_shape shape;    /* The profile's layout for this model. */
     char hash[80];         /* "blake2b:<hex>" of the checkpoint. */
+    void *dev_pages;       /* Worker pages in backend memory (non-host backends), owned. */
     lkv_worker_stats st;   /* Totals (arena_maps read from ps). */
 };
 
@@ -116,14 +119,14 @@ int lkv_worker_hash_file(const char *path, char *out, size_t len)
 int lkv_worker_create(const lkv_worker_opts *o, lkv_worker **out, char *err, size_t errlen)
 {
     *out = NULL;
-    if (o == NULL || o->model_path == NULL) {
+    if (o == NULL || (o->model_path == NULL && o->synth == NULL)) {
         return errf(err, errlen, LKV_EINVAL, "worker: a model checkpoint path is required");
     }
     lkv_worker *w = lkv_xcalloc(1, sizeof(*w));
     w->o = *o;
     w->target = dup_or_null(o->target);
     w->profile = lkv_xstrdup(o->profile != NULL && o->profile[0] ? o->profile : DEFAULT_PROFILE);
-    w->model_path = lkv_xstrdup(o->model_path);
+    w->model_path = lkv_xstrdup(o->model_path != NULL ? o->model_path : o->synth);
     w->model_id = dup_or_null(o->model_id);
     w->token = dup_or_null(o->bearer_token);
     w->o.target = w->target; /* The copies, not the caller's strings. */
@@ -137,13 +140,45 @@ int lkv_worker_create(const lkv_worker_opts *o, lkv_worker **out, char *err, siz
     w->o.local_pages = o->local_pages > 0 ? o->local_pages : DEFAULT_LOCAL_PAGES;
     w->o.retry_ms = o->retry_ms > 0 ? o->retry_ms : o->retry_ms < 0 ? 0 : DEFAULT_RETRY_MS;
     w->be = o->backend != NULL ? o->backend : lkv_backend_cpu();
-    int rc = lkv_model_load(w->model_path, &w->m);
+    int rc;
+    if (o->synth != NULL) {
+        /* "PRESET[:SEED]": random weights (lkv_synth.h); identity "synth:PRESET:SEED". */
+        char preset[64];
+        unsigned long seed = 0;
+        const char *colon = strchr(o->synth, ':');
+        size_t pl = colon != NULL ? (size_t)(colon - o->synth) : strlen(o->synth);
+        snprintf(preset, sizeof(preset), "%.*s", (int)(pl < 63 ? pl : 63), o->synth);
+        if (colon != NULL) {
+            seed = strtoul(colon + 1, NULL, 10);
+        }
+        rc = lkv_synth_model(preset, (uint32_t)seed, 0, &w->m);
+        if (rc != 0) {
+            errf(err, errlen, rc, "worker: unknown synthetic model '%s' (llama3-8b, llama3-mini)",
+                 o->synth);
+            goto fail;
+        }
+        snprintf(w->hash, sizeof(w->hash), "synth:%s:%lu", preset, seed);
+        rc = 0;
+    } else {
+        rc = lkv_model_load(w->model_path, &w->m);
+    }
     if (rc != 0) {
         errf(err, errlen, rc, "worker: cannot load the checkpoint %s: %s", w->model_path,
              lkv_strerror(rc));
         goto fail;
     }
-    rc = lkv_worker_hash_file(w->model_path, w->hash, sizeof(w->hash));
+    if (o->round_weights_bf16) {
+        size_t nw = 0;
+        const lkv_model_cfg *mc = &w->m->cfg;
+        const float *end = w->m->wcls != w->m->tok_emb
+                               ? w->m->wcls + (size_t)mc->vocab_size * mc->dim
+                               : w->m->rms_final + mc->dim;
+        nw = (size_t)(end - w->m->data);
+        for (size_t i = 0; i < nw; i++) {
+            w->m->data[i] = lkv_bf16_to_f32(lkv_f32_to_bf16(w->m->data[i]));
+        }
+    }
+    rc = o->synth != NULL ? 0 : lkv_worker_hash_file(w->model_path, w->hash, sizeof(w->hash));
     if (rc != 0) {
         errf(err, errlen, rc, "worker: cannot hash %s", w->model_path);
         goto fail;
@@ -181,6 +216,20 @@ int lkv_worker_create(const lkv_worker_opts *o, lkv_worker **out, char *err, siz
         lkv_attn_cpu_set_threads(o->threads);
     }
     lkv_pagespace_init(&w->ps, w->o.local_pages);
+    if (strcmp(w->be->name, "cpu") != 0) {
+        /* A device backend keeps the worker pages in its own memory. Reading lazykvd's HBM
+         * arena in place needs the CUDA IPC mapping of the page space (not wired yet). */
+        if (w->target != NULL) {
+            rc = errf(err, errlen, LKV_ENOTSUP,
+                      "worker: the %s backend runs without lazykvd for now (local only): "
+                      "mapping the daemon's HBM arena is not wired yet",
+                      w->be->name);
+            goto fail;
+        }
+        w->dev_pages =
+            w->be->alloc(w->be->ctx, (size_t)w->o.local_pages * lkv_block_bytes(&w->shape));
+        lkv_pagespace_use(&w->ps, w->dev_pages, lkv_block_bytes(&w->shape));
+    }
     if (w->target != NULL) {
         lkv_client_options co = {.default_deadline_ms = w->o.deadline_ms, .bearer_token = w->token};
         rc = lkv_client_create(w->target, &co, &w->cl);
@@ -203,6 +252,9 @@ void lkv_worker_destroy(lkv_worker *w)
     }
     lkv_client_destroy(w->cl);
     lkv_pagespace_free(&w->ps);
+    if (w->dev_pages != NULL) {
+        w->be->release(w->be->ctx, w->dev_pages);
+    }
     lkv_runner_free(&w->run);
     if (w->have_tok) {
         lkv_tokenizer_free(&w->tok);
@@ -248,7 +300,7 @@ void lkv_rag_result_free(lkv_rag_result *res)
 
 /* ---- One request ------------------------------------------------------------------------ */
 
-typedef struct req_state {
+typedef struct lkv_worker_job {
     lkv_worker *w;
     const lkv_rag_request *req;
     lkv_rag_result *res;
@@ -262,7 +314,29 @@ typedef struct req_state {
     lkv_model_kv kv;        /* View of the page space for this request. */
     lkv_model_seg *segs;    /* [n_docs + 1]: documents, then the question. */
     int *miss_src;          /* [n_docs]: -1 computed here, else the earlier doc reused. */
+    /* Stepwise state (lkv_worker_job_*): */
+    lkv_docref *refs;       /* [n_docs] the documents by token ids (Lookup, Put). Owned. */
+    uint32_t *ids;          /* Their ids as uint32 (refs point in). Owned. */
+    int phase;              /* enum job_phase. */
+    int next_doc;           /* PH_MISSES: the next document to look at. */
+    uint32_t *grant;        /* Absolute worker pages granted (engine), or NULL (bump). Owned. */
+    uint64_t maps_at_start; /* ps.n_maps when the request's pages were set up. */
+    float *logits;          /* [n_question][vocab] host logits of the last pass. Owned. */
+    const float *row;       /* The row the next token is sampled from. */
+    uint64_t rng;           /* Sampling state. */
+    int prev;               /* Previous token (text decoding). */
+    int next_tok;           /* The token the next decode step appends. */
+    double t_first;         /* When the first token was sampled. */
+    size_t tcap, tlen;      /* res->text capacity and length. */
+    int rc;                 /* First failure, or 0. */
 } req_state;
+
+enum job_phase {
+    PH_MISSES = 0, /* Computing misses, one document per step. */
+    PH_QUESTION,   /* Materialise (that mode) and the question prefill, in one step. */
+    PH_DECODE,     /* One token per step. */
+    PH_DONE,       /* Generation over (finish, or failed). */
+};
 
 static void note(lkv_rag_result *res, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
@@ -558,48 +632,45 @@ static int renew_lease(req_state *s)
     return 0;
 }
 
-/* Step 3: each miss alone from position 0 into worker pages (a repeat reuses the first). */
-static int step_misses(req_state *s)
+/* Step 3, one document: document i alone from position 0 into worker pages unless it is a hit
+ * or a repeat (which reuses the first computation). */
+static int step_miss_one(req_state *s, int i)
 {
     const lkv_rag_request *q = s->req;
     lkv_rag_result *res = s->res;
-    double t = now_ms();
-    for (int i = 0; i < q->n_docs; i++) {
-        s->miss_src[i] = -1;
-        if (res->docs[i].hit) {
-            continue;
+    s->miss_src[i] = -1;
+    if (res->docs[i].hit) {
+        return 0;
+    }
+    for (int j = 0; j < i && s->use_daemon; j++) {
+        if (!res->docs[j].hit && strcmp(res->docs[j].key_hex, res->docs[i].key_hex) == 0) {
+            s->miss_src[i] = j;
         }
-        for (int j = 0; j < i && s->use_daemon; j++) {
-            if (!res->docs[j].hit && strcmp(res->docs[j].key_hex, res->docs[i].key_hex) == 0) {
+    }
+    if (!s->use_daemon) {
+        for (int j = 0; j < i && s->miss_src[i] < 0; j++) {
+            if (q->docs[j].n_tokens == q->docs[i].n_tokens &&
+                memcmp(q->docs[j].tokens, q->docs[i].tokens,
+                       (size_t)q->docs[i].n_tokens * sizeof(int)) == 0) {
                 s->miss_src[i] = j;
             }
         }
-        if (!s->use_daemon) {
-            for (int j = 0; j < i && s->miss_src[i] < 0; j++) {
-                if (q->docs[j].n_tokens == q->docs[i].n_tokens &&
-                    memcmp(q->docs[j].tokens, q->docs[i].tokens,
-                           (size_t)q->docs[i].n_tokens * sizeof(int)) == 0) {
-                    s->miss_src[i] = j;
-                }
-            }
-        }
-        lkv_model_seg *g = &s->segs[i];
-        if (s->miss_src[i] >= 0) {
-            *g = s->segs[s->miss_src[i]];
-            continue;
-        }
-        memset(g, 0, sizeof(*g));
-        int rc = lkv_runner_forward(&s->w->run, &s->kv, NULL, 0, g, q->docs[i].tokens,
-                                    q->docs[i].n_tokens, NULL, NULL);
-        if (rc != 0) {
-            res->miss_ms = now_ms() - t;
-            return errf(res->error, sizeof(res->error), rc,
-                        "computing document %d (%d tokens): %s%s", i, q->docs[i].n_tokens,
-                        lkv_strerror(rc),
-                        rc == LKV_ENOSPC ? " (worker pages exhausted: raise --local-pages)" : "");
-        }
     }
-    res->miss_ms = now_ms() - t;
+    lkv_model_seg *g = &s->segs[i];
+    if (s->miss_src[i] >= 0) {
+        *g = s->segs[s->miss_src[i]];
+        return 0;
+    }
+    double t = now_ms();
+    memset(g, 0, sizeof(*g));
+    int rc = lkv_runner_forward(&s->w->run, &s->kv, NULL, 0, g, q->docs[i].tokens,
+                                q->docs[i].n_tokens, NULL, NULL);
+    res->miss_ms += now_ms() - t;
+    if (rc != 0) {
+        return errf(res->error, sizeof(res->error), rc, "computing document %d (%d tokens): %s%s",
+                    i, q->docs[i].n_tokens, lkv_strerror(rc),
+                    rc == LKV_ENOSPC ? " (worker pages exhausted: raise --local-pages)" : "");
+    }
     return 0;
 }
 
@@ -651,13 +722,13 @@ static int step_materialise(req_state *s)
     const lkv_backend *be = s->w->be;
     for (int i = 0; i < q->n_docs; i++) {
         lkv_model_seg *g = &s->segs[i];
-        if ((uint32_t)g->n_blocks > s->kv.n_pages - s->kv.n_used) {
+        if ((uint32_t)g->n_blocks > lkv_model_kv_room(&s->kv)) {
             return errf(s->res->error, sizeof(s->res->error), LKV_ENOSPC,
                         "materialise: worker pages exhausted (raise --local-pages)");
         }
         uint32_t dst[LKV_MODEL_SEG_MAX_BLOCKS];
         for (int b = 0; b < g->n_blocks; b++) {
-            dst[b] = s->kv.n_used++;
+            dst[b] = lkv_model_kv_take(&s->kv);
         }
         lkv_materialise_args a = {.shape = s->kv.shape,
                                   .pe = &s->w->m->pe,
@@ -734,106 +805,165 @@ static int check_request(const lkv_worker *w, const lkv_rag_request *q, lkv_rag_
     return 0;
 }
 
-/* Step 4: question prefill, then decode. */
-static int step_generate(req_state *s)
+/* Appends the sampled token tok to the result (or ends generation at an end token / max). */
+static void take_token(req_state *s, int tok)
 {
     lkv_worker *w = s->w;
     const lkv_rag_request *q = s->req;
     lkv_rag_result *res = s->res;
-    const int V = w->m->cfg.vocab_size, nd = q->n_docs;
+    const int V = w->m->cfg.vocab_size;
+    if (res->n_out == 0) {
+        s->t_first = now_ms();
+        res->ttft_ms = s->t_first - s->t0;
+    }
+    if (q->stop_at_eos && (tok == LKV_TOK_EOS || tok == LKV_TOK_BOS)) {
+        res->stop_eos = 1;
+        s->phase = PH_DONE;
+        return;
+    }
+    if (q->keep_logits) {
+        memcpy(res->logits + (size_t)res->n_out * V, s->row, (size_t)V * sizeof(float));
+    }
+    res->tokens[res->n_out++] = tok;
+    if (w->have_tok) {
+        const char *piece = lkv_tokenizer_decode(&w->tok, s->prev, tok);
+        size_t pl = strlen(piece);
+        if (s->tlen + pl + 1 > s->tcap) {
+            s->tcap = (s->tlen + pl + 1) * 2;
+            res->text = lkv_xrealloc(res->text, s->tcap);
+        }
+        memcpy(res->text + s->tlen, piece, pl + 1);
+        s->tlen += pl;
+    }
+    s->prev = tok;
+    s->next_tok = tok;
+    s->phase = res->n_out == q->max_tokens ? PH_DONE : PH_DECODE;
+}
+
+/* Samples from s->row and takes the token. */
+static int sample_row(req_state *s)
+{
+    lkv_worker *w = s->w;
+    int tok;
+    int rc =
+        w->be->sample(w->be->ctx, s->row, w->m->cfg.vocab_size, &s->req->sampling, &s->rng, &tok);
+    if (rc != 0) {
+        return errf(s->res->error, sizeof(s->res->error), rc,
+                    "sampling failed (non-finite logits)");
+    }
+    take_token(s, tok);
+    return 0;
+}
+
+/* Step 4a: (materialise mode: the copies, then) the question prefill and the first token. */
+static int step_question(req_state *s)
+{
+    lkv_worker *w = s->w;
+    const lkv_rag_request *q = s->req;
+    lkv_rag_result *res = s->res;
+    const int nd = q->n_docs;
+    for (int i = 0; i < nd; i++) {
+        s->segs[i].start = res->docs[i].start;
+    }
+    if (q->mode == LKV_RAG_MATERIALISE) {
+        int rc = step_materialise(s);
+        if (rc != 0) {
+            return rc;
+        }
+    }
     lkv_model_seg *qs = &s->segs[nd];
     memset(qs, 0, sizeof(*qs));
     qs->start = res->n_prompt - q->n_question;
-    float *logits = lkv_xmalloc((size_t)q->n_question * V * sizeof(float));
+    int rc = lkv_runner_forward(&w->run, &s->kv, s->segs, nd, qs, q->question, q->n_question,
+                                s->logits, NULL);
+    if (rc != 0) {
+        return errf(res->error, sizeof(res->error), rc, "question prefill: %s%s", lkv_strerror(rc),
+                    rc == LKV_ENOSPC ? " (worker pages exhausted: raise --local-pages)" : "");
+    }
+    s->row = s->logits + (size_t)(q->n_question - 1) * w->m->cfg.vocab_size;
+    return sample_row(s);
+}
+
+uint32_t lkv_worker_pages_needed(const lkv_worker *w, const lkv_rag_request *q)
+{
+    const int B = w->shape.block_tokens;
+    uint64_t docs = 0;
+    for (int i = 0; i < q->n_docs && q->docs != NULL; i++) {
+        docs += (uint64_t)(q->docs[i].n_tokens > 0 ? q->docs[i].n_tokens + B - 1 : 0) / B;
+    }
+    uint64_t n = docs * (q->mode == LKV_RAG_MATERIALISE ? 2 : 1);
+    int64_t tail =
+        (int64_t)(q->n_question > 0 ? q->n_question : 0) + (q->max_tokens > 0 ? q->max_tokens : 0);
+    n += (uint64_t)(tail + B - 1) / B;
+    return n > UINT32_MAX ? UINT32_MAX : (uint32_t)n;
+}
+
+uint32_t lkv_worker_local_pages(const lkv_worker *w)
+{
+    return w->o.local_pages;
+}
+
+uint64_t lkv_worker_page_bytes(const lkv_worker *w)
+{
+    return lkv_block_bytes(&w->shape);
+}
+
+double lkv_worker_now_ms(void)
+{
+    return now_ms();
+}
+
+/* Frees what the job owns (not res). */
+static void job_free(req_state *s)
+{
+    free(s->ids);
+    free(s->refs);
+    free(s->segs);
+    free(s->miss_src);
+    free(s->status);
+    free(s->grant);
+    free(s->logits);
+    free(s);
+}
+
+int lkv_worker_job_start(lkv_worker *w, const lkv_rag_request *q, lkv_rag_result *res,
+                         const uint32_t *pages, uint32_t n_pages, double t_arrive,
+                         lkv_worker_job **out)
+{
+    memset(res, 0, sizeof(*res));
+    req_state *s = lkv_xcalloc(1, sizeof(*s));
+    *out = s;
+    s->w = w;
+    s->req = q;
+    s->res = res;
+    s->t0 = t_arrive > 0 ? t_arrive : now_ms();
+    s->t_phase = now_ms();
+    w->st.requests++;
+    int rc = check_request(w, q, res);
+    if (rc != 0) {
+        s->phase = PH_DONE;
+        return s->rc = rc;
+    }
+    const int nd = q->n_docs, V = w->m->cfg.vocab_size;
+    res->n_docs = nd;
+    res->docs = lkv_xcalloc((size_t)(nd ? nd : 1), sizeof(*res->docs));
+    s->segs = lkv_xcalloc((size_t)nd + 1, sizeof(*s->segs));
+    s->miss_src = lkv_xcalloc((size_t)(nd ? nd : 1), sizeof(int));
+    s->status = lkv_xcalloc((size_t)(nd ? nd : 1), sizeof(*s->status));
+    s->logits = lkv_xmalloc((size_t)q->n_question * V * sizeof(float));
     res->tokens = lkv_xmalloc((size_t)q->max_tokens * sizeof(int));
     res->vocab = V;
     if (q->keep_logits) {
         res->logits = lkv_xmalloc((size_t)q->max_tokens * V * sizeof(float));
     }
-    size_t tcap = 256, tlen = 0;
-    res->text = lkv_xmalloc(tcap);
+    s->tcap = 256;
+    res->text = lkv_xmalloc(s->tcap);
     res->text[0] = '\0';
-    uint64_t rng = lkv_sampling_seed(q->sampling.seed);
-    int rc = lkv_runner_forward(&w->run, &s->kv, s->segs, nd, qs, q->question, q->n_question,
-                                logits, NULL);
-    const float *row = logits + (size_t)(q->n_question - 1) * V;
-    int prev = q->question[q->n_question - 1];
-    double t_first = 0;
-    while (rc == 0) {
-        int tok;
-        rc = w->be->sample(w->be->ctx, row, V, &q->sampling, &rng, &tok);
-        if (rc != 0) {
-            errf(res->error, sizeof(res->error), rc, "sampling failed (non-finite logits)");
-            break;
-        }
-        if (res->n_out == 0) {
-            t_first = now_ms();
-            res->ttft_ms = t_first - s->t0;
-        }
-        if (q->stop_at_eos && (tok == LKV_TOK_EOS || tok == LKV_TOK_BOS)) {
-            res->stop_eos = 1;
-            break;
-        }
-        if (q->keep_logits) {
-            memcpy(res->logits + (size_t)res->n_out * V, row, (size_t)V * sizeof(float));
-        }
-        res->tokens[res->n_out++] = tok;
-        if (w->have_tok) {
-            const char *piece = lkv_tokenizer_decode(&w->tok, prev, tok);
-            size_t pl = strlen(piece);
-            if (tlen + pl + 1 > tcap) {
-                tcap = (tlen + pl + 1) * 2;
-                res->text = lkv_xrealloc(res->text, tcap);
-            }
-            memcpy(res->text + tlen, piece, pl + 1);
-            tlen += pl;
-        }
-        prev = tok;
-        if (res->n_out == q->max_tokens) {
-            break;
-        }
-        rc = renew_lease(s);
-        if (rc == 0) {
-            rc = lkv_runner_forward(&w->run, &s->kv, s->segs, nd, qs, &tok, 1, logits, NULL);
-            row = logits;
-            if (rc != 0) {
-                errf(res->error, sizeof(res->error), rc, "decode step %d: %s", res->n_out,
-                     lkv_strerror(rc));
-            }
-        }
-    }
-    if (rc != 0 && res->error[0] == '\0') {
-        errf(res->error, sizeof(res->error), rc, "question prefill: %s%s", lkv_strerror(rc),
-             rc == LKV_ENOSPC ? " (worker pages exhausted: raise --local-pages)" : "");
-    }
-    if (res->n_out > 1) {
-        res->tpot_ms = (now_ms() - t_first) / (res->n_out - 1);
-    }
-    free(logits);
-    return rc;
-}
-
-int lkv_worker_run(lkv_worker *w, const lkv_rag_request *q, lkv_rag_result *res)
-{
-    memset(res, 0, sizeof(*res));
-    req_state s = {.w = w, .req = q, .res = res, .t0 = now_ms()};
-    s.t_phase = s.t0;
-    w->st.requests++;
-    int rc = check_request(w, q, res);
-    if (rc != 0) {
-        w->st.failed++;
-        return rc;
-    }
-    const int nd = q->n_docs;
-    res->n_docs = nd;
-    res->docs = lkv_xcalloc((size_t)(nd ? nd : 1), sizeof(*res->docs));
-    s.segs = lkv_xcalloc((size_t)nd + 1, sizeof(*s.segs));
-    s.miss_src = lkv_xcalloc((size_t)(nd ? nd : 1), sizeof(int));
-    s.status = lkv_xcalloc((size_t)(nd ? nd : 1), sizeof(*s.status));
-    s.use_daemon = w->cl != NULL && !q->no_cache && nd > 0;
-    res->local_only = !s.use_daemon;
-    uint32_t *ids = NULL;
-    lkv_docref *refs = make_refs(&s, &ids);
+    s->rng = lkv_sampling_seed(q->sampling.seed);
+    s->prev = q->question[q->n_question - 1];
+    s->use_daemon = w->cl != NULL && !q->no_cache && nd > 0;
+    res->local_only = !s->use_daemon;
+    s->refs = make_refs(s, &s->ids);
     int64_t pos = 0;
     for (int i = 0; i < nd; i++) {
         res->docs[i].n_tokens = q->docs[i].n_tokens;
@@ -842,26 +972,31 @@ int lkv_worker_run(lkv_worker *w, const lkv_rag_request *q, lkv_rag_result *res)
         pos += q->docs[i].n_tokens;
     }
     res->n_prompt = (int)pos + q->n_question;
-    if (s.use_daemon) {
-        rc = step_cache(&s, refs);
+    if (s->use_daemon) {
+        rc = step_cache(s, s->refs);
         if (rc != 0) {
-            goto out;
+            s->phase = PH_DONE;
+            return s->rc = rc;
         }
     }
     if (w->ps.base == NULL) {
         rc = lkv_pagespace_map_local(&w->ps, lkv_block_bytes(&w->shape));
         if (rc != 0) {
-            errf(res->error, sizeof(res->error), rc, "worker pages: %s", w->ps.err);
-            goto out;
+            s->phase = PH_DONE;
+            return s->rc = errf(res->error, sizeof(res->error), rc, "worker pages: %s", w->ps.err);
         }
     }
-    lkv_pagespace_view(&w->ps, &w->shape, &s.kv);
-    rc = step_misses(&s);
-    if (rc != 0) {
-        goto out;
+    lkv_pagespace_view(&w->ps, &w->shape, &s->kv);
+    s->maps_at_start = w->ps.n_maps;
+    if (pages != NULL) {
+        s->grant = lkv_xmalloc((size_t)(n_pages ? n_pages : 1) * sizeof(uint32_t));
+        for (uint32_t k = 0; k < n_pages; k++) {
+            s->grant[k] = w->ps.n_daemon + pages[k];
+        }
+        s->kv.grant = s->grant;
+        s->kv.n_grant = n_pages;
     }
     for (int i = 0; i < nd; i++) {
-        s.segs[i].start = res->docs[i].start;
         if (res->docs[i].hit) {
             res->hit_docs++;
             res->hit_tokens += (uint64_t)q->docs[i].n_tokens;
@@ -870,34 +1005,179 @@ int lkv_worker_run(lkv_worker *w, const lkv_rag_request *q, lkv_rag_result *res)
             res->miss_tokens += (uint64_t)q->docs[i].n_tokens;
         }
     }
-    if (q->mode == LKV_RAG_MATERIALISE) {
-        rc = step_materialise(&s);
-        if (rc != 0) {
-            goto out;
+    s->phase = PH_MISSES;
+    return 0;
+}
+
+/* LKV_EUNAVAIL if the page space was remapped (a restarted daemon's new arena) since the job
+ * set its pages up: its references would name pages that are gone. */
+static int check_pages(req_state *s)
+{
+    if (s->w->ps.n_maps != s->maps_at_start) {
+        return errf(s->res->error, sizeof(s->res->error), LKV_EUNAVAIL,
+                    "lazykvd's arena was remapped during the request (a daemon restart): the "
+                    "request's pages are gone; retry it");
+    }
+    return 0;
+}
+
+int lkv_worker_job_prefill(lkv_worker_job *s)
+{
+    if (s->rc != 0 || s->phase == PH_DONE) {
+        return s->rc;
+    }
+    int rc = check_pages(s);
+    if (rc == 0 && s->phase == PH_MISSES) {
+        while (s->next_doc < s->req->n_docs && s->res->docs[s->next_doc].hit) {
+            s->miss_src[s->next_doc++] = -1;
         }
+        if (s->next_doc < s->req->n_docs) {
+            rc = step_miss_one(s, s->next_doc++);
+            if (rc == 0 && s->next_doc < s->req->n_docs) {
+                return 0; /* More documents: another step. */
+            }
+        }
+        if (rc == 0) {
+            s->phase = PH_QUESTION;
+            return 0;
+        }
+    } else if (rc == 0 && s->phase == PH_QUESTION) {
+        rc = step_question(s);
     }
-    rc = step_generate(&s);
     if (rc != 0) {
-        goto out;
+        s->rc = rc;
+        s->phase = PH_DONE;
     }
-    s.t_phase = now_ms(); /* Put and Release get a deadline of their own after generation. */
-    if (s.use_daemon) {
-        step_put(&s, refs);
+    return rc;
+}
+
+int lkv_worker_job_state(const lkv_worker_job *s)
+{
+    switch (s->phase) {
+    case PH_MISSES:
+    case PH_QUESTION:
+        return LKV_JOB_PREFILL;
+    case PH_DECODE:
+        return LKV_JOB_DECODE;
+    default:
+        return LKV_JOB_DONE;
     }
-out:
-    release_lease(&s);
+}
+
+int lkv_worker_job_rc(const lkv_worker_job *s)
+{
+    return s->rc;
+}
+
+int lkv_worker_job_fail(lkv_worker_job *s, int rc, const char *msg)
+{
+    if (s->rc == 0) {
+        s->rc = rc;
+        errf(s->res->error, sizeof(s->res->error), rc, "%s", msg);
+    }
+    s->phase = PH_DONE;
+    return s->rc;
+}
+
+int lkv_worker_decode_batch(lkv_worker *w, lkv_worker_job **jobs, int n, int *n_run)
+{
+    lkv_runner_seq *seqs = lkv_xmalloc((size_t)(n ? n : 1) * sizeof(*seqs));
+    lkv_worker_job **run = lkv_xmalloc((size_t)(n ? n : 1) * sizeof(*run));
+    int m = 0;
+    for (int b = 0; b < n; b++) {
+        req_state *s = jobs[b];
+        if (s->phase != PH_DECODE || s->rc != 0) {
+            continue;
+        }
+        int rc = check_pages(s);
+        if (rc == 0) {
+            rc = renew_lease(s);
+        }
+        if (rc != 0) {
+            s->rc = rc;
+            s->phase = PH_DONE;
+            continue;
+        }
+        seqs[m] = (lkv_runner_seq){.kv = &s->kv,
+                                   .ctx = s->segs,
+                                   .n_ctx = s->req->n_docs,
+                                   .seg = &s->segs[s->req->n_docs],
+                                   .token = s->next_tok};
+        run[m++] = s;
+    }
+    if (n_run != NULL) {
+        *n_run = m;
+    }
+    int rc = 0;
+    if (m > 0) {
+        const int V = w->m->cfg.vocab_size;
+        float *logits = lkv_xmalloc((size_t)m * V * sizeof(float));
+        rc = lkv_runner_decode_batch(&w->run, seqs, m, logits);
+        for (int b = 0; b < m; b++) {
+            req_state *s = run[b];
+            if (rc != 0) {
+                /* A batch is refused before anything is written: fail its members alone. */
+                int r1 = lkv_runner_decode_batch(&w->run, &seqs[b], 1, s->logits);
+                if (r1 != 0) {
+                    s->rc = errf(s->res->error, sizeof(s->res->error), r1, "decode step %d: %s",
+                                 s->res->n_out, lkv_strerror(r1));
+                    s->phase = PH_DONE;
+                    continue;
+                }
+            } else {
+                memcpy(s->logits, logits + (size_t)b * V, (size_t)V * sizeof(float));
+            }
+            s->row = s->logits;
+            int r2 = sample_row(s);
+            if (r2 != 0) {
+                s->rc = r2;
+                s->phase = PH_DONE;
+            }
+        }
+        free(logits);
+    }
+    free(seqs);
+    free(run);
+    return 0;
+}
+
+void lkv_worker_job_finish(lkv_worker_job *s)
+{
+    lkv_worker *w = s->w;
+    lkv_rag_result *res = s->res;
+    const lkv_rag_request *q = s->req;
+    if (res->n_out > 1) {
+        res->tpot_ms = (now_ms() - s->t_first) / (res->n_out - 1);
+    }
+    if (s->rc == 0 && s->phase == PH_DONE && s->use_daemon && s->status != NULL &&
+        s->next_doc >= q->n_docs && check_pages(s) == 0) {
+        s->t_phase = now_ms(); /* Put and Release get a deadline of their own. */
+        step_put(s, s->refs);
+    }
+    s->t_phase = now_ms();
+    release_lease(s);
     w->st.hit_docs += (uint64_t)res->hit_docs;
     w->st.miss_docs += (uint64_t)res->miss_docs;
     w->st.hit_tokens += res->hit_tokens;
     w->st.miss_tokens += res->miss_tokens;
-    if (rc != 0) {
+    if (s->rc != 0) {
         w->st.failed++;
     }
-    res->total_ms = now_ms() - s.t0;
-    free(ids);
-    free(refs);
-    free(s.segs);
-    free(s.miss_src);
-    free(s.status);
+    res->total_ms = now_ms() - s->t0;
+    job_free(s);
+}
+
+int lkv_worker_run(lkv_worker *w, const lkv_rag_request *q, lkv_rag_result *res)
+{
+    lkv_worker_job *j;
+    int rc = lkv_worker_job_start(w, q, res, NULL, 0, 0, &j);
+    while (rc == 0 && lkv_worker_job_state(j) == LKV_JOB_PREFILL) {
+        rc = lkv_worker_job_prefill(j);
+    }
+    while (rc == 0 && lkv_worker_job_state(j) == LKV_JOB_DECODE) {
+        lkv_worker_decode_batch(w, &j, 1, NULL);
+        rc = lkv_worker_job_rc(j);
+    }
+    lkv_worker_job_finish(j);
     return rc;
 }

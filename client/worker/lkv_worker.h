@@ -52,7 +52,9 @@ typedef struct lkv_worker lkv_worker; /* Opaque. */
 typedef struct lkv_worker_opts {
     const char *target;         /* lazykvd "host:port"; NULL or "": local only (no cache). */
     const char *profile;        /* Profile name; NULL: "stories260k". */
-    const char *model_path;     /* llama2.c checkpoint (required). */
+    const char *model_path;     /* llama2.c checkpoint (required unless synth). */
+    const char *synth;          /* "PRESET[:SEED]": a random-weight model (lkv_synth.h) instead
+                                   of a checkpoint; NULL: none. */
     const char *tokenizer_path; /* llama2.c tokenizer; NULL: token requests only. */
     const char *model_id;       /* Expected revision when the profile's model_id is not a
                                    "blake2b:" hash; NULL: such profiles are refused. */
@@ -68,7 +70,11 @@ typedef struct lkv_worker_opts {
     uint32_t local_pages;       /* Worker pages (misses, question, copies); 0: 2048. */
     int max_position;           /* Largest prompt + output length; 0: the model's seq_len. */
     int threads;                /* Attention threads (lkv_attn_cpu_set_threads); 0: all. */
-    const lkv_backend *backend; /* NULL: the CPU backend. Borrowed. */
+    const lkv_backend *backend; /* NULL: the CPU backend. Borrowed. A device backend (not
+                                   "cpu") keeps the worker pages in its memory and runs
+                                   without a daemon (target must be NULL) for now. */
+    int round_weights_bf16;     /* 1: round the loaded fp32 weights to bf16 values (so a CPU
+                                   run uses the bf16 weights a GPU run uses). */
     /* Fault injection (tests): called between a request's Lookup and its Attach, e.g. to evict
      * a document there. NULL: none. */
     void (*after_lookup)(void *arg);
@@ -160,6 +166,69 @@ void lkv_worker_destroy(lkv_worker *w);
  * both cases. Nothing stays pinned after the call returns (the lease is released, or expires by
  * itself if the daemon cannot be reached). */
 int lkv_worker_run(lkv_worker *w, const lkv_rag_request *req, lkv_rag_result *res);
+
+/* ---- Stepwise requests (the serving engine, lkv_engine.h) --------------------------------
+ * lkv_worker_run is these calls in a row for one request; the engine interleaves them across
+ * requests on one thread (the worker is still single-threaded):
+ *   lkv_worker_job_start      check, Lookup, Attach (the blocking daemon calls), pages set up
+ *   lkv_worker_job_prefill    one unit of prefill per call: one missing document, or the
+ *                             question (and, in materialise mode, the copies) plus the first
+ *                             sampled token
+ *   lkv_worker_decode_batch   one decode step of every job given that is decoding, batched
+ *   lkv_worker_job_finish     Put of the misses (only after a generation that completed), then
+ *                             Release; frees the job
+ * A job runs in its own pages: NULL pages is the worker's own bump allocator (one job at a
+ * time), else the n_pages worker-page indices given (0 .. lkv_worker_local_pages - 1, distinct
+ * from every other live job's), at least lkv_worker_pages_needed of them. */
+typedef struct lkv_worker_job lkv_worker_job; /* Opaque. */
+
+enum lkv_job_state {
+    LKV_JOB_PREFILL = 0, /* Needs lkv_worker_job_prefill. */
+    LKV_JOB_DECODE = 1,  /* Needs a decode step. */
+    LKV_JOB_DONE = 2,    /* Generation over or failed: finish it. */
+};
+
+/* Worker pages a request can need at most: every document a miss (twice in materialise mode),
+ * plus the question and max_tokens. */
+uint32_t lkv_worker_pages_needed(const lkv_worker *w, const lkv_rag_request *q);
+
+/* The worker's own pages (opts.local_pages) and the bytes of one. */
+uint32_t lkv_worker_local_pages(const lkv_worker *w);
+uint64_t lkv_worker_page_bytes(const lkv_worker *w);
+
+/* The monotonic clock in ms that results are timed with. */
+double lkv_worker_now_ms(void);
+
+/* Starts a job for q (borrowed until finish) writing into res (cleared here; the caller frees
+ * it with lkv_rag_result_free after finish). pages: see above (borrowed for the call, copied).
+ * t_arrive (lkv_worker_now_ms; 0: now) is when the request arrived: TTFT counts from there.
+ * *out is always set (finish it even on error). Returns 0 or the error lkv_worker_run would
+ * return (res->error says why; the job is then LKV_JOB_DONE). */
+int lkv_worker_job_start(lkv_worker *w, const lkv_rag_request *q, lkv_rag_result *res,
+                         const uint32_t *pages, uint32_t n_pages, double t_arrive,
+                         lkv_worker_job **out);
+
+/* One unit of prefill (see above). Returns 0 or the job's error (it is then DONE). */
+int lkv_worker_job_prefill(lkv_worker_job *j);
+
+/* One decode step for every job of jobs[0..n) in state DECODE (others are skipped), as one
+ * batched pass (lkv_runner_decode_batch), then one token sampled per job (appended to its
+ * result; a job that reached max_tokens or an end token becomes DONE). A job that fails (its
+ * lease cannot be renewed, its pages are full) becomes DONE with its error; the others go on.
+ * *n_run (optional) gets the batch size actually run. Returns 0. */
+int lkv_worker_decode_batch(lkv_worker *w, lkv_worker_job **jobs, int n, int *n_run);
+
+/* enum lkv_job_state of j, and its error (0 while none). */
+int lkv_worker_job_state(const lkv_worker_job *j);
+int lkv_worker_job_rc(const lkv_worker_job *j);
+
+/* Ends j with rc (e.g. LKV_ECANCELLED, LKV_ETIMEDOUT) and message msg unless it already failed;
+ * it becomes DONE (its misses are then not stored). Returns its error. */
+int lkv_worker_job_fail(lkv_worker_job *j, int rc, const char *msg);
+
+/* Stores the misses (a job that generated to the end), releases the lease, counts, times the
+ * result and frees j (NULL is not allowed). */
+void lkv_worker_job_finish(lkv_worker_job *j);
 
 /* Frees what res owns and zeroes it. */
 void lkv_rag_result_free(lkv_rag_result *res);

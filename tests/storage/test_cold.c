@@ -2,10 +2,12 @@
  * test_cold.c: the RocksDB cold tier: round trip through blob files (checked on disk), record
  * and block checksums (a flipped byte written through the raw RocksDB API is LKV_ECORRUPT),
  * atomic batches (the record is what makes a document visible), delete, snapshots, scan after
- * reopen, injected write failures.
+ * reopen, injected write failures, data of the previous format (dropped as misses, never
+ * corrupt), the tag on disk.
  */
 #include <dirent.h>
 #include <rocksdb/c.h>
+#include <sodium.h>
 
 #include "lkv_cold.h"
 #include "storage_util.h"
@@ -147,8 +149,8 @@ static void test_corrupt(void)
     rocksdb_readoptions_t *ro = rocksdb_readoptions_create();
     size_t vlen;
     char *v = rocksdb_get(db, ro, (const char *)bk, sizeof bk, &vlen, &err);
-    ASSERT_TRUE(err == NULL && v != NULL && vlen == 1000 + 16);
-    v[16 + 500] ^= 0x01;
+    ASSERT_TRUE(err == NULL && v != NULL && vlen == 1000 + LKV_COLD_BLOCK_HDR_BYTES);
+    v[LKV_COLD_BLOCK_HDR_BYTES + 500] ^= 0x01;
     rocksdb_writeoptions_t *wo = rocksdb_writeoptions_create();
     rocksdb_put(db, wo, (const char *)bk, sizeof bk, v, vlen, &err);
     ASSERT_TRUE(err == NULL);
@@ -182,6 +184,137 @@ static void test_corrupt(void)
     ASSERT_EQ(bad, 1);
     ASSERT_ERR(lkv_cold_get_doc(c, NULL, &k2, &m, NULL), LKV_ENOTFOUND);
     lkv_cold_close(c);
+    su_rmdir(dir);
+}
+
+/* The previous on-disk format (1), written here byte by byte as it was: a block value is a
+ * BLAKE2b-128 tag over (block key | payload) then the payload; a record is version 1, the
+ * fields, the tokens, and a BLAKE2b-128 tag over (doc key | record). */
+static void v1_tag(const uint8_t *k, size_t kl, const uint8_t *v, size_t vl, uint8_t out[16])
+{
+    crypto_generichash_state st;
+    crypto_generichash_init(&st, NULL, 0, 16);
+    crypto_generichash_update(&st, k, kl);
+    crypto_generichash_update(&st, v, vl);
+    crypto_generichash_final(&st, out, 16);
+}
+
+static void put_v1_doc(rocksdb_t *db, const lkv_dockey *k, uint32_t nb, uint32_t bb, int bad_tag)
+{
+    char *err = NULL;
+    rocksdb_writeoptions_t *wo = rocksdb_writeoptions_create();
+    uint8_t *val = malloc(16 + bb);
+    for (uint32_t i = 0; i < nb; i++) {
+        uint8_t bk[37];
+        lkv_cold_block_key(k, i, bk);
+        memset(val + 16, (int)(i + 1), bb);
+        v1_tag(bk, sizeof bk, val + 16, bb, val);
+        rocksdb_put(db, wo, (const char *)bk, sizeof bk, (const char *)val, 16 + bb, &err);
+        ASSERT_TRUE(err == NULL);
+    }
+    uint32_t n_tokens = 5;
+    uint8_t rec[61 + 4 * 5 + 16];
+    memset(rec, 0, sizeof rec);
+    rec[0] = 1;
+    rec[41] = (uint8_t)n_tokens;
+    rec[45] = (uint8_t)nb;
+    rec[49] = (uint8_t)bb;
+    rec[50] = (uint8_t)(bb >> 8);
+    for (uint32_t i = 0; i < n_tokens; i++) {
+        rec[61 + 4 * i] = (uint8_t)(i + 1);
+    }
+    uint8_t dk[33] = {'D'};
+    memcpy(dk + 1, k->b, 32);
+    v1_tag(dk, sizeof dk, rec, 61 + 4 * n_tokens, rec + 61 + 4 * n_tokens);
+    if (bad_tag) {
+        rec[61 + 4 * n_tokens] ^= 1;
+    }
+    rocksdb_put(db, wo, (const char *)dk, sizeof dk, (const char *)rec, sizeof rec, &err);
+    ASSERT_TRUE(err == NULL);
+    rocksdb_writeoptions_destroy(wo);
+    free(val);
+}
+
+/* Data of the previous format is dropped cleanly at open: not served, not counted corrupt,
+ * deleted; a record of the old version whose old tag fails is corrupt. Documents of the
+ * current format beside them are untouched. */
+static void test_old_format(void)
+{
+    char *dir = su_tmpdir();
+    lkv_cold *c;
+    lkv_dockey k_new, k_old, k_bad;
+    memset(&k_new, 1, sizeof k_new);
+    memset(&k_old, 2, sizeof k_old);
+    memset(&k_bad, 3, sizeof k_bad);
+    ASSERT_OK(lkv_cold_open(dir, 512, &c));
+    write_doc(c, &k_new, 2, 1000, 9);
+    lkv_cold_close(c);
+    char *err = NULL;
+    rocksdb_options_t *o = rocksdb_options_create();
+    rocksdb_options_set_enable_blob_files(o, 1);
+    rocksdb_options_set_min_blob_size(o, 512);
+    rocksdb_t *db = rocksdb_open(o, dir, &err);
+    ASSERT_TRUE(err == NULL);
+    put_v1_doc(db, &k_old, 3, 1000, 0);
+    put_v1_doc(db, &k_bad, 1, 1000, 1);
+    rocksdb_close(db);
+
+    ASSERT_OK(lkv_cold_open(dir, 512, &c));
+    int n = 0;
+    uint64_t bad = 0;
+    ASSERT_OK(lkv_cold_scan(c, scan_count, &n, &bad));
+    ASSERT_EQ(n, 1);   /* Only the current-format document. */
+    ASSERT_EQ(bad, 1); /* The old record with a broken old tag; the valid old one is not. */
+    lkv_cold_doc m;
+    uint8_t buf[1000];
+    ASSERT_ERR(lkv_cold_get_doc(c, NULL, &k_old, &m, NULL), LKV_ENOTFOUND);
+    ASSERT_ERR(lkv_cold_get_block(c, NULL, &k_old, 0, buf, sizeof buf), LKV_ENOTFOUND);
+    ASSERT_OK(lkv_cold_get_doc(c, NULL, &k_new, &m, NULL));
+    ASSERT_OK(lkv_cold_get_block(c, NULL, &k_new, 1, buf, sizeof buf));
+    lkv_cold_close(c);
+    /* Deleted: raw RocksDB finds none of the old document's keys. */
+    db = rocksdb_open(o, dir, &err);
+    ASSERT_TRUE(err == NULL);
+    rocksdb_readoptions_t *ro = rocksdb_readoptions_create();
+    uint8_t bk[37];
+    lkv_cold_block_key(&k_old, 2, bk);
+    size_t vl = 0;
+    char *v = rocksdb_get(db, ro, (const char *)bk, sizeof bk, &vl, &err);
+    ASSERT_TRUE(v == NULL);
+    rocksdb_readoptions_destroy(ro);
+    rocksdb_close(db);
+    rocksdb_options_destroy(o);
+    su_rmdir(dir);
+}
+
+/* The stored tag is XXH3-128 as documented (lkv_cold_block_tag), checked on the raw bytes. */
+static void test_tag_on_disk(void)
+{
+    char *dir = su_tmpdir();
+    lkv_cold *c;
+    lkv_dockey k;
+    memset(&k, 4, sizeof k);
+    ASSERT_OK(lkv_cold_open(dir, 512, &c));
+    write_doc(c, &k, 1, 1000, 3);
+    lkv_cold_close(c);
+    char *err = NULL;
+    rocksdb_options_t *o = rocksdb_options_create();
+    rocksdb_options_set_enable_blob_files(o, 1);
+    rocksdb_t *db = rocksdb_open(o, dir, &err);
+    ASSERT_TRUE(err == NULL);
+    rocksdb_readoptions_t *ro = rocksdb_readoptions_create();
+    uint8_t bk[37], t[16];
+    lkv_cold_block_key(&k, 0, bk);
+    size_t vl = 0;
+    char *v = rocksdb_get(db, ro, (const char *)bk, sizeof bk, &vl, &err);
+    ASSERT_TRUE(v != NULL && vl == 1000 + LKV_COLD_BLOCK_HDR_BYTES);
+    ASSERT_EQ((uint8_t)v[0], 2); /* Format version. */
+    lkv_cold_block_tag(bk, v + LKV_COLD_BLOCK_HDR_BYTES, 1000, t);
+    ASSERT_TRUE(memcmp(t, v + 16, 16) == 0);
+    rocksdb_free(v);
+    rocksdb_readoptions_destroy(ro);
+    rocksdb_close(db);
+    rocksdb_options_destroy(o);
     su_rmdir(dir);
 }
 
@@ -222,5 +355,7 @@ int main(void)
     LKV_RUN(test_roundtrip_blob);
     LKV_RUN(test_corrupt);
     LKV_RUN(test_snapshot_and_faults);
+    LKV_RUN(test_old_format);
+    LKV_RUN(test_tag_on_disk);
     return 0;
 }

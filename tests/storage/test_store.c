@@ -213,6 +213,7 @@ static void test_enospc(void)
     lkv_store_stats before = su_stats(s);
     ASSERT_ERR(lkv_store_put_begin(s, salt, "tiny", t, 8, &tx2, NULL, NULL), LKV_ENOSPC);
     lkv_store_stats after = su_stats(s);
+    before.disk_free_bytes = after.disk_free_bytes = 0; /* Other processes write too. */
     ASSERT_TRUE(memcmp(&before, &after, sizeof before) == 0);
     lkv_store_put_abort(tx);
     ASSERT_OK(lkv_store_put_begin(s, salt, "tiny", t, 8, &tx2, NULL, NULL));
@@ -225,6 +226,7 @@ static void test_enospc(void)
     before = su_stats(s);
     ASSERT_ERR(su_put(s, 4, 4, NULL), LKV_ENOSPC);
     after = su_stats(s);
+    before.disk_free_bytes = after.disk_free_bytes = 0; /* Other processes write too. */
     ASSERT_TRUE(memcmp(&before, &after, sizeof before) == 0);
     ASSERT_ERR(lkv_store_delete(s, &k), LKV_EBUSY);
     ASSERT_ERR(lkv_store_demote(s, &k), LKV_EBUSY);
@@ -436,8 +438,8 @@ static void corrupt_block(const char *dir, const lkv_dockey *key, uint32_t index
     rocksdb_writeoptions_t *wo = rocksdb_writeoptions_create();
     size_t vlen;
     char *v = rocksdb_get(db, ro, (const char *)bk, sizeof bk, &vlen, &err);
-    ASSERT_TRUE(err == NULL && v != NULL && vlen == TINY_BB + LKV_COLD_TAG_BYTES);
-    v[LKV_COLD_TAG_BYTES + 100] ^= 0x40;
+    ASSERT_TRUE(err == NULL && v != NULL && vlen == TINY_BB + LKV_COLD_BLOCK_HDR_BYTES);
+    v[LKV_COLD_BLOCK_HDR_BYTES + 100] ^= 0x40;
     rocksdb_put(db, wo, (const char *)bk, sizeof bk, v, vlen, &err);
     ASSERT_TRUE(err == NULL);
     rocksdb_free(v);
@@ -464,10 +466,10 @@ static void test_corrupt(void)
     /* Promotion path: the corrupt block is found while promoting; a miss, deleted, counted. */
     ASSERT_OK(lkv_store_lookup(s, &k1, 1, &in));
     ASSERT_EQ(in.present, 1); /* Lookups read metadata only. */
-    ASSERT_ERR(su_check(s, &k1, 30, 12), LKV_ENOTFOUND);
+    ASSERT_ERR(su_check(s, &k1, 30, 12), LKV_ECORRUPT);
     ASSERT_OK(lkv_store_lookup(s, &k1, 1, &in));
     ASSERT_EQ(in.present, 0);
-    ASSERT_EQ(in.miss_cause, LKV_MISS_DELETED);
+    ASSERT_EQ(in.miss_cause, LKV_MISS_CORRUPT);
     ASSERT_EQ(su_stats(s).corrupt_blocks, 1);
 
     /* Streaming path: the hot tier is held by a pinned doc, so the get streams from RocksDB and
@@ -483,6 +485,7 @@ static void test_corrupt(void)
     lkv_store_get_end(rd);
     ASSERT_OK(lkv_store_lookup(s, &k2, 1, &in));
     ASSERT_EQ(in.present, 0);
+    ASSERT_EQ(in.miss_cause, LKV_MISS_CORRUPT);
     ASSERT_EQ(su_stats(s).corrupt_blocks, 2);
     ASSERT_OK(lkv_store_unpin(s, &big));
     ASSERT_OK(su_check(s, &big, 32, 32));
@@ -572,6 +575,41 @@ static void test_faults(void)
 #define T_THREADS 4
 #define T_OPS     300
 
+/* Walks the visible documents (lkv_store_foreach) and compares the tier sizes with the
+ * store's counters (kept incrementally, never walked). */
+typedef struct recount {
+    uint64_t hot_docs, hot_blocks, cold_docs, cold_blocks, cold_bytes;
+} recount;
+
+static int recount_cb(void *ctx, const lkv_dockey *k, const lkv_doc_info *in)
+{
+    recount *r = ctx;
+    (void)k;
+    if (in->tier == LKV_TIER_HOT) {
+        r->hot_docs++;
+        r->hot_blocks += in->n_blocks;
+    }
+    if (in->persisted) {
+        r->cold_docs++;
+        r->cold_blocks += in->n_blocks;
+        r->cold_bytes += (uint64_t)in->n_blocks * in->block_bytes;
+    }
+    return 0;
+}
+
+static void recount_check(lkv_store *s)
+{
+    recount r;
+    memset(&r, 0, sizeof r);
+    ASSERT_OK(lkv_store_foreach(s, recount_cb, &r));
+    lkv_store_stats st = su_stats(s);
+    ASSERT_EQ(st.hot_docs, r.hot_docs);
+    ASSERT_EQ(st.hot_blocks, r.hot_blocks);
+    ASSERT_EQ(st.cold_docs, r.cold_docs);
+    ASSERT_EQ(st.cold_blocks, r.cold_blocks);
+    ASSERT_EQ(st.cold_bytes, r.cold_bytes);
+}
+
 typedef struct targ {
     lkv_store *s;
     uint64_t seed;
@@ -593,6 +631,7 @@ static void *worker(void *arg)
         case 1: {
             int rc = su_put(a->s, doc, n, &k);
             if (rc != 0 && rc != LKV_ENOSPC) {
+                fprintf(stderr, "   put: %s\n", lkv_err_name(rc));
                 a->fails++;
             }
             break;
@@ -603,6 +642,7 @@ static void *worker(void *arg)
             /* Absent is fine; su_check fails the test on different bytes. */
             int rc = su_check(a->s, &k, doc, n);
             if (rc != 0 && rc != LKV_ENOTFOUND) {
+                fprintf(stderr, "   get: %s\n", lkv_err_name(rc));
                 a->fails++;
             }
             break;
@@ -615,6 +655,7 @@ static void *worker(void *arg)
             su_key(a->s, doc, n, &k);
             int rc = lkv_store_delete(a->s, &k);
             if (rc != 0 && rc != LKV_ENOTFOUND && rc != LKV_EBUSY) {
+                fprintf(stderr, "   delete: %s\n", lkv_err_name(rc));
                 a->fails++;
             }
             break;
@@ -657,6 +698,7 @@ static void test_threads(void)
         ASSERT_EQ(st.hot_bytes, st.hot_page_bytes * (st.hot_pages_total - st.hot_pages_free));
         ASSERT_EQ(st.hot_bytes_pinned, 0);
         ASSERT_EQ(st.corrupt_blocks, 0); /* Also counts visible documents with missing data. */
+        recount_check(s);                /* The O(1) tier counters agree with a walk. */
         ASSERT_OK(lkv_store_close(s));
         /* Everything that survived a restart reads back intact. */
         s = su_open(dir, 12, 20 * TINY_BB, mode ? WT : WB);
@@ -890,6 +932,149 @@ static void test_stats_registry(void)
     su_rmdir(dir2);
 }
 
+/* Concurrent puts of the same new document: one stores it, the other reports it existed. */
+static void test_same_doc_puts(void)
+{
+    char *dir = su_tmpdir();
+    lkv_store *s = su_open(dir, 16, 0, WB);
+    uint8_t salt[32];
+    uint32_t t[20];
+    lkv_kv_shape sh = tiny_profile("x").shape;
+    uint8_t kv[3 * TINY_BB];
+    lkv_store_put *a, *b;
+    int ea, eb;
+    lkv_tenant_salt_default(salt);
+    su_doc_tokens(5, 10, t);
+    su_fill_doc(&sh, 10, 5, kv);
+    ASSERT_OK(lkv_store_put_begin(s, salt, "tiny", t, 10, &a, NULL, &ea));
+    ASSERT_OK(lkv_store_put_begin(s, salt, "tiny", t, 10, &b, NULL, &eb));
+    ASSERT_EQ(ea, 0);
+    ASSERT_EQ(eb, 0); /* Neither is stored yet: both stage. */
+    for (uint32_t i = 0; i < 3; i++) {
+        ASSERT_OK(lkv_store_put_block(a, i, kv + i * TINY_BB, TINY_BB));
+        ASSERT_OK(lkv_store_put_block(b, i, kv + i * TINY_BB, TINY_BB));
+    }
+    lkv_put_result ra, rb;
+    ASSERT_OK(lkv_store_put_finish(a, &ra));
+    ASSERT_OK(lkv_store_put_finish(b, &rb));
+    ASSERT_EQ(ra.existed, 0);
+    ASSERT_EQ(rb.existed, 1);
+    ASSERT_EQ(rb.tier, LKV_TIER_HOT);
+    lkv_store_stats st = su_stats(s);
+    ASSERT_EQ(st.puts, 1);
+    ASSERT_EQ(st.puts_existing, 1);
+    ASSERT_EQ(st.hot_docs, 1);
+    ASSERT_EQ(st.hot_bytes, 3 * 4096); /* The loser's pages went back. */
+    recount_check(s);
+    ASSERT_OK(lkv_store_close(s));
+    su_rmdir(dir);
+}
+
+/* The writer never blocks callers: with a hot tier of exactly one document, every put of a new
+ * document right after the previous one succeeds (the writer persisting the previous one holds
+ * it only while it copies it), and evicting a document nothing pins never says busy. */
+static void test_writer_never_blocks(void)
+{
+    char *dir = su_tmpdir();
+    lkv_store *s = su_open(dir, 4, 0, WB);
+    lkv_dockey k[40];
+    for (int i = 0; i < 40; i++) {
+        ASSERT_OK(su_put(s, 100 + (uint64_t)i, 16, &k[i])); /* 4 blocks: the whole arena. */
+        if (i % 2 == 1) {
+            ASSERT_OK(lkv_store_demote(s, &k[i])); /* Never EBUSY: nothing pins it. */
+        }
+    }
+    ASSERT_OK(lkv_store_flush(s));
+    for (int i = 0; i < 40; i++) {
+        ASSERT_OK(su_check(s, &k[i], 100 + (uint64_t)i, 16)); /* All demoted, none dropped. */
+    }
+    lkv_store_stats st = su_stats(s);
+    ASSERT_EQ(st.drops, 0);
+    ASSERT_EQ(st.corrupt_blocks, 0);
+    recount_check(s);
+    ASSERT_OK(lkv_store_close(s));
+    su_rmdir(dir);
+}
+
+/* Write-through: re-putting a document the cold budget evicted while it stayed hot persists it
+ * again, so the result's "persisted" (the reply's DURABLE) is the truth. */
+static void test_put_result_persisted(void)
+{
+    char *dir = su_tmpdir();
+    lkv_store *s = su_open(dir, 32, 2 * 3 * TINY_BB, WT); /* Cold: two 3-block documents. */
+    lkv_dockey k1, k2, k3;
+    ASSERT_OK(su_put(s, 1, 10, &k1));
+    ASSERT_OK(su_put(s, 2, 10, &k2));
+    ASSERT_OK(su_put(s, 3, 10, &k3)); /* Evicts doc 1 from the cold tier; it stays hot. */
+    lkv_doc_info in;
+    ASSERT_OK(lkv_store_lookup(s, &k1, 1, &in));
+    ASSERT_EQ(in.present, 1);
+    ASSERT_EQ(in.persisted, 0);
+    uint8_t salt[32];
+    uint32_t t[20];
+    lkv_kv_shape sh = tiny_profile("x").shape;
+    uint8_t kv[3 * TINY_BB];
+    lkv_store_put *tx;
+    int exists;
+    lkv_tenant_salt_default(salt);
+    su_doc_tokens(1, 10, t);
+    su_fill_doc(&sh, 10, 1, kv);
+    ASSERT_OK(lkv_store_put_begin(s, salt, "tiny", t, 10, &tx, NULL, &exists));
+    ASSERT_EQ(exists, 1);
+    for (uint32_t i = 0; i < 3; i++) {
+        ASSERT_OK(lkv_store_put_block(tx, i, kv + i * TINY_BB, TINY_BB));
+    }
+    lkv_put_result r;
+    ASSERT_OK(lkv_store_put_finish(tx, &r));
+    ASSERT_EQ(r.existed, 1);
+    ASSERT_EQ(r.persisted, 1);
+    ASSERT_OK(lkv_store_lookup(s, &k1, 1, &in));
+    ASSERT_EQ(in.persisted, 1);
+    ASSERT_OK(lkv_store_close(s));
+    s = su_open(dir, 32, 2 * 3 * TINY_BB, WT);
+    ASSERT_OK(su_check(s, &k1, 1, 10)); /* On disk indeed. */
+    ASSERT_OK(lkv_store_close(s));
+    su_rmdir(dir);
+}
+
+/* A put refused at its first block changes nothing: the room it needs (evicting, hence
+ * demoting, a hot document) is only made once a block passed its checks. */
+static void test_refused_put_changes_nothing(void)
+{
+    char *dir = su_tmpdir();
+    lkv_store *s = su_open(dir, 4, 0, WB);
+    lkv_dockey ka;
+    ASSERT_OK(su_put(s, 1, 16, &ka)); /* 4 pages: the whole arena. */
+    uint8_t salt[32];
+    uint32_t t[20];
+    lkv_store_put *tx;
+    lkv_tenant_salt_default(salt);
+    su_doc_tokens(2, 20, t);
+    lkv_store_stats before = su_stats(s);
+    ASSERT_OK(lkv_store_put_begin(s, salt, "tiny", t, 3, &tx, NULL, NULL)); /* 1 page. */
+    uint8_t bad[TINY_BB];
+    memset(bad, 0x11, sizeof bad); /* Nonzero token slots past the document's end. */
+    ASSERT_ERR(lkv_store_put_block(tx, 0, bad, sizeof bad), LKV_EINVAL);
+    ASSERT_ERR(lkv_store_put_block(tx, 0, bad, 100), LKV_EINVAL);
+    lkv_store_put_abort(tx);
+    lkv_store_stats after = su_stats(s);
+    ASSERT_EQ(after.evictions_hot, before.evictions_hot);
+    ASSERT_EQ(after.demotions, before.demotions);
+    ASSERT_EQ(after.hot_docs, 1);
+    lkv_doc_info in;
+    ASSERT_OK(lkv_store_lookup(s, &ka, 1, &in));
+    ASSERT_EQ(in.tier, LKV_TIER_HOT);
+    /* A valid put makes the room then (doc 1 is demoted, not lost). */
+    lkv_dockey kb;
+    ASSERT_OK(su_put(s, 2, 3, &kb));
+    ASSERT_OK(lkv_store_lookup(s, &ka, 1, &in));
+    ASSERT_EQ(in.present, 1);
+    ASSERT_EQ(in.tier, LKV_TIER_COLD);
+    ASSERT_OK(su_check(s, &ka, 1, 16));
+    ASSERT_OK(lkv_store_close(s));
+    su_rmdir(dir);
+}
+
 int main(void)
 {
     LKV_RUN(test_basic);
@@ -906,5 +1091,9 @@ int main(void)
     LKV_RUN(test_misc);
     LKV_RUN(test_pin_counts);
     LKV_RUN(test_stats_registry);
+    LKV_RUN(test_same_doc_puts);
+    LKV_RUN(test_writer_never_blocks);
+    LKV_RUN(test_put_result_persisted);
+    LKV_RUN(test_refused_put_changes_nothing);
     return 0;
 }
