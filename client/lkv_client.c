@@ -224,14 +224,22 @@ int lkv_client_create(const char *target, const lkv_client_options *opt, lkv_cli
     args[1].type = GRPC_ARG_INTEGER;
     args[1].key = GRPC_ARG_MAX_SEND_MESSAGE_LENGTH;
     args[1].value.integer = (int)c->max_msg;
+    grpc_arg args4[4];
+    memcpy(args4, args, sizeof(args));
     size_t nargs = 2;
     if (tls && o.tls_server_name != NULL && o.tls_server_name[0] != '\0') {
-        args[2].type = GRPC_ARG_STRING;
-        args[2].key = GRPC_SSL_TARGET_NAME_OVERRIDE_ARG;
-        args[2].value.string = (char *)o.tls_server_name;
+        args4[2].type = GRPC_ARG_STRING;
+        args4[2].key = GRPC_SSL_TARGET_NAME_OVERRIDE_ARG;
+        args4[2].value.string = (char *)o.tls_server_name;
         nargs = 3;
     }
-    grpc_channel_args cargs = {nargs, args};
+    if (o.own_connection) {
+        args4[nargs].type = GRPC_ARG_INTEGER;
+        args4[nargs].key = GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL; /* No shared subchannel. */
+        args4[nargs].value.integer = 1;
+        nargs++;
+    }
+    grpc_channel_args cargs = {nargs, args4};
     grpc_channel_credentials *creds;
     if (tls) {
         grpc_ssl_pem_key_cert_pair pair = {.private_key = pem[2], .cert_chain = pem[1]};

@@ -46,6 +46,9 @@ typedef struct lkv_client_options {
     size_t max_message_bytes; /* Max message sent and received; 0: 64 MiB. */
     int default_deadline_ms;  /* Deadline of calls made with deadline_ms 0; 0: 30000. */
     const char *bearer_token; /* Sent as "authorization: Bearer <token>"; NULL: none. Copied. */
+    int own_connection;       /* 1: this handle opens its own connection; 0: handles of one
+                               * process with the same target and options share one (gRPC's
+                               * global subchannel pool). */
     /* TLS (all paths borrowed during create; the files are read there). tls_ca_file set: the
      * channel uses TLS and verifies the daemon's certificate against it. tls_cert_file and
      * tls_key_file (both or neither, only with tls_ca_file): the client certificate presented

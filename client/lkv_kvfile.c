@@ -120,6 +120,17 @@ static int read_full(FILE *f, void *buf, size_t n)
     return fread(buf, 1, n, f) == n ? 0 : -1;
 }
 
+/* 1 if p[0..n) are all zero bytes. */
+static int zeros(const uint8_t *p, size_t n)
+{
+    for (size_t i = 0; i < n; i++) {
+        if (p[i] != 0) {
+            return 0;
+        }
+    }
+    return 1;
+}
+
 int lkv_kvfile_read(const char *path, lkv_kvfile *out, char *err, int errlen)
 {
     int rc = 0;
@@ -188,8 +199,10 @@ int lkv_kvfile_read(const char *path, lkv_kvfile *out, char *err, int errlen)
     }
     memcpy(out->profile, name_buf, name_len);
     out->profile[name_len] = '\0';
-    if (!name_ok(out->profile, name_len)) {
-        seterr(err, errlen, "%s: bad profile name in header", path);
+    /* Padding must be zero: a file has one form (found by tests/fuzz/fuzz_kvfile). */
+    if (!name_ok(out->profile, name_len) ||
+        !zeros(name_buf + name_len, pad8(name_len) - name_len)) {
+        seterr(err, errlen, "%s: bad profile name in header (or non-zero padding after it)", path);
         rc = LKV_ECORRUPT;
         goto out;
     }
@@ -199,6 +212,12 @@ int lkv_kvfile_read(const char *path, lkv_kvfile *out, char *err, int errlen)
         if (read_full(f, tb, tok_bytes) != 0) {
             free(tb);
             goto short_read;
+        }
+        if (!zeros(tb + 4 * (size_t)n_tokens, tok_bytes - 4 * (size_t)n_tokens)) {
+            free(tb);
+            seterr(err, errlen, "%s: non-zero padding after the token ids", path);
+            rc = LKV_ECORRUPT;
+            goto out;
         }
         out->tokens = lkv_xmalloc((size_t)n_tokens * sizeof(uint32_t));
         for (uint32_t i = 0; i < n_tokens; i++) {

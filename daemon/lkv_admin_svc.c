@@ -690,6 +690,9 @@ void lkv_admin_svc_set_server(lkv_admin_svc *a, lkv_server *srv)
     atomic_store(&a->server, srv);
 }
 
+/* Admin requests are a few strings and a key: 64 KiB is ample (lkv_method.max_request_bytes). */
+#define ADMIN_REQUEST_BYTES (64u << 10)
+
 int lkv_admin_svc_methods(lkv_admin_svc *a, lkv_method *out)
 {
     lkv_method ms[LKV_ADMIN_SVC_METHODS] = {
@@ -697,27 +700,32 @@ int lkv_admin_svc_methods(lkv_admin_svc *a, lkv_method *out)
          .kind = LKV_RPC_UNARY,
          .req_desc = &lazykv__v1__stats_request__descriptor,
          .svc = a,
-         .unary = stats},
+         .unary = stats,
+         .max_request_bytes = ADMIN_REQUEST_BYTES},
         {.path = "/lazykv.v1.Admin/List",
          .kind = LKV_RPC_UNARY,
          .req_desc = &lazykv__v1__list_request__descriptor,
          .svc = a,
-         .unary = list},
+         .unary = list,
+         .max_request_bytes = ADMIN_REQUEST_BYTES},
         {.path = "/lazykv.v1.Admin/Evict",
          .kind = LKV_RPC_UNARY,
          .req_desc = &lazykv__v1__evict_request__descriptor,
          .svc = a,
-         .unary = evict},
+         .unary = evict,
+         .max_request_bytes = ADMIN_REQUEST_BYTES},
         {.path = "/lazykv.v1.Admin/Hold",
          .kind = LKV_RPC_UNARY,
          .req_desc = &lazykv__v1__hold_request__descriptor,
          .svc = a,
-         .unary = hold},
+         .unary = hold,
+         .max_request_bytes = ADMIN_REQUEST_BYTES},
         {.path = "/lazykv.v1.Admin/EvictClass",
          .kind = LKV_RPC_UNARY,
          .req_desc = &lazykv__v1__evict_class_request__descriptor,
          .svc = a,
-         .unary = evict_class},
+         .unary = evict_class,
+         .max_request_bytes = ADMIN_REQUEST_BYTES},
     };
     memcpy(out, ms, sizeof(ms));
     return LKV_ADMIN_SVC_METHODS;

@@ -49,8 +49,10 @@
 #include "lkv_err.h"
 #include "lkv_log.h"
 
-#define GET_TARGET_BYTES (1u << 20) /* Block payload per Get message (>= 1 block). */
-#define MAX_LOOKUP_DOCS  65536u
+#define GET_TARGET_BYTES    (1u << 20) /* Block payload per Get message (>= 1 block). */
+#define MAX_LOOKUP_DOCS     65536u
+#define SMALL_REQUEST_BYTES (4u << 20)  /* Default request bound of the calls other than Put. */
+#define TINY_REQUEST_BYTES  (64u << 10) /* Release: a 16-byte lease id. */
 
 /* ---- Shared helpers ------------------------------------------------------------------- */
 
@@ -1811,6 +1813,8 @@ void lkv_cache_svc_init(lkv_cache_svc *svc, lkv_store *store, int durability)
     svc->durability = durability;
     svc->get_target_bytes = GET_TARGET_BYTES;
     svc->max_lookup_docs = MAX_LOOKUP_DOCS;
+    svc->max_request_bytes = SMALL_REQUEST_BYTES;
+    svc->max_docref_bytes = SMALL_REQUEST_BYTES;
 }
 
 int lkv_cache_svc_methods(lkv_cache_svc *svc, lkv_method *out)
@@ -1827,45 +1831,53 @@ int lkv_cache_svc_methods(lkv_cache_svc *svc, lkv_method *out)
          .kind = LKV_RPC_UNARY,
          .req_desc = &lazykv__v1__lookup_request__descriptor,
          .svc = svc,
-         .unary = lookup},
+         .unary = lookup,
+         .max_request_bytes = svc->max_request_bytes},
         {.path = "/lazykv.v1.Cache/Get",
          .kind = LKV_RPC_SERVER_STREAM,
          .req_desc = &lazykv__v1__get_request__descriptor,
          .svc = svc,
          .start = get_start,
          .next = get_next,
-         .cleanup = get_cleanup},
+         .cleanup = get_cleanup,
+         .max_request_bytes = svc->max_docref_bytes},
         {.path = "/lazykv.v1.Cache/Delete",
          .kind = LKV_RPC_UNARY,
          .req_desc = &lazykv__v1__delete_request__descriptor,
          .svc = svc,
-         .unary = delete_doc},
+         .unary = delete_doc,
+         .max_request_bytes = svc->max_docref_bytes},
         {.path = "/lazykv.v1.Cache/Attach",
          .kind = LKV_RPC_UNARY,
          .req_desc = &lazykv__v1__attach_request__descriptor,
          .svc = svc,
-         .unary = attach},
+         .unary = attach,
+         .max_request_bytes = svc->max_request_bytes},
         {.path = "/lazykv.v1.Cache/Release",
          .kind = LKV_RPC_UNARY,
          .req_desc = &lazykv__v1__release_request__descriptor,
          .svc = svc,
-         .unary = release},
+         .unary = release,
+         .max_request_bytes = TINY_REQUEST_BYTES},
         {.path = "/lazykv.v1.Cache/Reserve",
          .kind = LKV_RPC_UNARY,
          .req_desc = &lazykv__v1__reserve_request__descriptor,
          .svc = svc,
          .unary = reserve,
-         .cleanup = reserve_cleanup},
+         .cleanup = reserve_cleanup,
+         .max_request_bytes = svc->max_docref_bytes},
         {.path = "/lazykv.v1.Cache/Commit",
          .kind = LKV_RPC_UNARY,
          .req_desc = &lazykv__v1__commit_request__descriptor,
          .svc = svc,
-         .unary = commit},
+         .unary = commit,
+         .max_request_bytes = TINY_REQUEST_BYTES},
         {.path = "/lazykv.v1.Cache/Abort",
          .kind = LKV_RPC_UNARY,
          .req_desc = &lazykv__v1__abort_request__descriptor,
          .svc = svc,
-         .unary = abort_resv},
+         .unary = abort_resv,
+         .max_request_bytes = TINY_REQUEST_BYTES},
     };
     memcpy(out, ms, sizeof(ms));
     return LKV_CACHE_SVC_METHODS;

@@ -40,6 +40,10 @@ typedef struct lkv_cache_svc {
     int durability;               /* enum lkv_durability, reported in PutResponse. */
     uint64_t get_target_bytes;    /* Block payload per Get message (at least one block). */
     uint32_t max_lookup_docs;     /* Documents per Lookup. */
+    /* Request size bounds (lkv_method.max_request_bytes): Lookup and Attach; Get and Delete
+     * (one document). 0: the server's max_message_bytes. Put always gets the server's. */
+    uint64_t max_request_bytes;
+    uint64_t max_docref_bytes;
     /* Optional: the document-key salt of a call's principal (lkv_rpc_principal, attached by the
      * server's admit hook), e.g. its tenant's salt. NULL, or a NULL principal or result: the
      * default tenant's salt. The returned bytes must outlive the call. */

@@ -220,6 +220,17 @@ static const opt opts[] = {
      "worker threads for blocking RocksDB work of whole documents (0 = on the polling threads)"},
     {"max_message_bytes", OPT_SIZE, OFF(max_message_bytes), 0, 4096, 2047ull * MIB, "64MiB",
      "largest gRPC message received or sent, bytes (clients must allow as much)"},
+    {"max_request_bytes", OPT_SIZE, OFF(max_request_bytes), 0, 4096, 2047ull * MIB, "4MiB",
+     "largest Lookup or Attach request, bytes (Put: max_message_bytes; Get, Delete: one "
+     "document's worth; admin and health calls: 64KiB)"},
+    {"max_lookup_docs", OPT_U32, OFF(max_lookup_docs), 0, 1, 1u << 20, "65536",
+     "documents one Lookup may name"},
+    {"max_connections", OPT_U32, OFF(max_connections), 0, 0, 1u << 24, "0",
+     "client connections open at once (0 = the descriptor limit minus 256, at least 16)"},
+    {"max_connections_per_peer", OPT_U32, OFF(max_connections_per_peer), 0, 0, 1u << 24, "1024",
+     "client connections open at once from one IP address (0 = no cap)"},
+    {"grpc_listener", OPT_BOOL, OFF(grpc_listener), 0, 0, 0, "false",
+     "accept with gRPC's own listener (no caps, no recovery from descriptor exhaustion)"},
     {"log_level", OPT_LOGLEVEL, OFF(log_level), 0, 0, 0, "info", "debug, info, warn, error"},
     {"shutdown_grace", OPT_DURATION, OFF(shutdown_grace_ms), 0, 0, 3600000, "5s",
      "on SIGTERM/SIGINT, time in-flight calls get to finish before they are cancelled"},
@@ -608,6 +619,17 @@ static void builtin_llama31_8b(lkv_profile *p)
     p->vocab_size = 128256;
 }
 
+uint64_t lkv_config_docref_bytes(const lkv_config *c)
+{
+    uint64_t most = 0;
+    for (int i = 0; i < c->n_profiles; i++) {
+        uint64_t t = c->profiles[i].max_doc_tokens;
+        most = t > most ? t : most;
+    }
+    uint64_t n = most * 5 + 4096; /* A uint32 varint is at most 5 bytes. */
+    return n < c->max_request_bytes ? n : c->max_request_bytes;
+}
+
 const lkv_profile *lkv_config_profile(const lkv_config *c, const char *name)
 {
     for (int i = 0; i < c->n_profiles; i++) {
@@ -816,8 +838,10 @@ int lkv_config_set(lkv_config *c, const char *profile, const char *key, const ch
                    char *err, size_t errlen)
 {
     if (profile == NULL) {
+        /* "profile.NAME.field" / "tenant.NAME.field": field names have no dots, names may
+         * ("llama-3.1-8b"), so NAME runs to the LAST dot. */
         const char *dot;
-        if (strncmp(key, "profile.", 8) == 0 && (dot = strchr(key + 8, '.')) != NULL) {
+        if (strncmp(key, "profile.", 8) == 0 && (dot = strrchr(key + 8, '.')) != NULL) {
             char name[LKV_PROFILE_NAME_MAX + 1];
             size_t n = (size_t)(dot - (key + 8));
             if (n == 0 || n >= sizeof(name)) {
@@ -827,7 +851,7 @@ int lkv_config_set(lkv_config *c, const char *profile, const char *key, const ch
             name[n] = '\0';
             return lkv_config_set(c, name, dot + 1, value, err, errlen);
         }
-        if (strncmp(key, "tenant.", 7) == 0 && (dot = strchr(key + 7, '.')) != NULL) {
+        if (strncmp(key, "tenant.", 7) == 0 && (dot = strrchr(key + 7, '.')) != NULL) {
             char name[LKV_TENANT_NAME_MAX + 1];
             size_t n = (size_t)(dot - (key + 7));
             if (n == 0 || n >= sizeof(name)) {

@@ -44,26 +44,31 @@
 #define LKV_CONFIG_ERR_MAX      512 /* Suggested size of err buffers. */
 
 typedef struct lkv_config {
-    char listen[256];              /* host:port to bind; port 0 picks a free port. */
-    char data_dir[1024];           /* Cold tier (RocksDB) directory, created if absent. */
-    int hot_backend;               /* enum lkv_hot_backend. */
-    int cuda_device;               /* CUDA device ordinal for the hot arena. */
-    uint64_t hot_bytes;            /* Hot tier budget (arena size), bytes. */
-    uint64_t cold_bytes;           /* Cold tier budget, bytes of block payload; 0 = unlimited. */
-    int policy_kind;               /* enum lkv_policy_kind, both tiers. */
-    int policy_cost_bytes;         /* 1: GDSF cost = bytes (byte hit rate); 0: cost 1 per doc. */
-    int durability;                /* enum lkv_durability. */
-    int threads;                   /* gRPC polling threads (one completion queue each). */
-    int pool_threads;              /* Worker threads for blocking work (0: run it inline). */
-    uint64_t max_message_bytes;    /* Largest gRPC message received or sent, bytes. */
-    int log_level;                 /* enum lkv_log_level. */
-    uint64_t shutdown_grace_ms;    /* SIGTERM: how long in-flight calls may finish, ms. */
-    uint32_t evicted_memory;       /* Evicted/deleted keys remembered for miss causes. */
-    uint64_t cold_min_blob_bytes;  /* RocksDB min_blob_size, bytes. */
-    uint64_t cold_min_free_bytes;  /* Disk headroom kept free under data_dir, bytes. */
-    int cold_on_corruption;        /* enum lkv_cold_on_corruption. */
-    uint64_t wb_max_backlog_bytes; /* Write-back backlog bound, bytes (0 = unbounded). */
-    int n_profiles;                /* Profiles in use (built-in + configured). */
+    char listen[256];           /* host:port to bind; port 0 picks a free port. */
+    char data_dir[1024];        /* Cold tier (RocksDB) directory, created if absent. */
+    int hot_backend;            /* enum lkv_hot_backend. */
+    int cuda_device;            /* CUDA device ordinal for the hot arena. */
+    uint64_t hot_bytes;         /* Hot tier budget (arena size), bytes. */
+    uint64_t cold_bytes;        /* Cold tier budget, bytes of block payload; 0 = unlimited. */
+    int policy_kind;            /* enum lkv_policy_kind, both tiers. */
+    int policy_cost_bytes;      /* 1: GDSF cost = bytes (byte hit rate); 0: cost 1 per doc. */
+    int durability;             /* enum lkv_durability. */
+    int threads;                /* gRPC polling threads (one completion queue each). */
+    int pool_threads;           /* Worker threads for blocking work (0: run it inline). */
+    uint64_t max_message_bytes; /* Largest gRPC message received or sent, bytes. */
+    uint64_t max_request_bytes; /* Largest Lookup/Attach request, bytes (lkv_method). */
+    uint32_t max_lookup_docs;   /* Documents per Lookup. */
+    uint32_t max_connections;   /* Connections open at once (0: from RLIMIT_NOFILE). */
+    uint32_t max_connections_per_peer; /* ... from one IP address (0: no cap). */
+    int grpc_listener;                 /* 1: gRPC's own accept loop (lkv_server_opts). */
+    int log_level;                     /* enum lkv_log_level. */
+    uint64_t shutdown_grace_ms;        /* SIGTERM: how long in-flight calls may finish, ms. */
+    uint32_t evicted_memory;           /* Evicted/deleted keys remembered for miss causes. */
+    uint64_t cold_min_blob_bytes;      /* RocksDB min_blob_size, bytes. */
+    uint64_t cold_min_free_bytes;      /* Disk headroom kept free under data_dir, bytes. */
+    int cold_on_corruption;            /* enum lkv_cold_on_corruption. */
+    uint64_t wb_max_backlog_bytes;     /* Write-back backlog bound, bytes (0 = unbounded). */
+    int n_profiles;                    /* Profiles in use (built-in + configured). */
     lkv_profile profiles[LKV_CONFIG_MAX_PROFILES]; /* Finished by lkv_config_validate. */
     char source[1024]; /* The config file read, or "" for embedded defaults only. */
     /* Tenants and authentication (daemon/lkv_auth.h). */
@@ -163,6 +168,11 @@ void lkv_config_to_store(const lkv_config *c, lkv_store_config *out);
 /* Builds the tenant table of *c (after lkv_config_validate): *out is owned by the caller and
  * freed with lkv_auth_destroy. LKV_ECONFIG (err) on a table error. */
 int lkv_config_auth(const lkv_config *c, lkv_auth **out, char *err, size_t errlen);
+
+/* The largest request that names one document (GetRequest, DeleteRequest: a DocRef of at most
+ * max_doc_tokens token ids of the longest profile, 5 bytes each, plus 4 KiB for the rest), capped
+ * by max_request_bytes. Call after lkv_config_validate (max_doc_tokens is filled in then). */
+uint64_t lkv_config_docref_bytes(const lkv_config *c);
 
 /* Returns the profile named name (borrowed from c) or NULL. */
 const lkv_profile *lkv_config_profile(const lkv_config *c, const char *name);

@@ -29,7 +29,8 @@ static int check(void *arg, lkv_rpc *rpc, const ProtobufCMessage *m)
                               list);
     }
     Grpc__Health__V1__HealthCheckResponse resp = GRPC__HEALTH__V1__HEALTH_CHECK_RESPONSE__INIT;
-    resp.status = lkv_rpc_server_draining(rpc)
+    int ready = h->ready == NULL || atomic_load_explicit(h->ready, memory_order_acquire);
+    resp.status = lkv_rpc_server_draining(rpc) || !ready
                       ? GRPC__HEALTH__V1__HEALTH_CHECK_RESPONSE__SERVING_STATUS__NOT_SERVING
                       : GRPC__HEALTH__V1__HEALTH_CHECK_RESPONSE__SERVING_STATUS__SERVING;
     return lkv_rpc_reply(rpc, &resp.base);
@@ -38,6 +39,7 @@ static int check(void *arg, lkv_rpc *rpc, const ProtobufCMessage *m)
 void lkv_health_init(lkv_health *h, const char *const *services)
 {
     h->services = services;
+    h->ready = NULL;
 }
 
 int lkv_health_methods(lkv_health *h, lkv_method *out)
@@ -46,7 +48,9 @@ int lkv_health_methods(lkv_health *h, lkv_method *out)
                     .kind = LKV_RPC_UNARY,
                     .req_desc = &grpc__health__v1__health_check_request__descriptor,
                     .svc = h,
-                    .unary = check};
+                    .unary = check,
+                    /* A service name: 4 KiB is ample (lkv_method.max_request_bytes). */
+                    .max_request_bytes = 4096};
     out[0] = m;
     return LKV_HEALTH_METHODS;
 }

@@ -2,12 +2,16 @@
  * lkv_health.h: the standard grpc.health.v1.Health service (Debian grpc-proto's health.proto).
  *
  * Check answers SERVING for the whole server (service "") and for each lazykv service name while
- * the daemon runs, NOT_SERVING once it drains, and NOT_FOUND for any other service name. Watch
+ * the daemon takes calls, NOT_SERVING while it starts (ready is 0: the cold index loads) and
+ * once it drains, and NOT_FOUND for any other service name. Readiness probes ask this
+ * (daemon/README.md, "Kubernetes probes"). Watch
  * is not registered: the engine answers it UNIMPLEMENTED, which the health protocol tells
  * clients to treat as "not supported, do not retry".
  */
 #ifndef LKV_HEALTH_H
 #define LKV_HEALTH_H
+
+#include <stdatomic.h>
 
 #include "lkv_server.h"
 
@@ -15,6 +19,7 @@
 
 typedef struct lkv_health {
     const char *const *services; /* NULL-terminated names reported SERVING (borrowed, static). */
+    const atomic_int *ready;     /* Optional (NULL: always ready): NOT_SERVING while 0. */
 } lkv_health;
 
 /* Initialises *h (caller-owned) for services (borrowed, NULL-terminated). */

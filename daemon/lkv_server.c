@@ -48,12 +48,27 @@
  *   Pool: pool_threads threads over one FIFO (the call itself is the queue node: a parked call
  *   has at most one job); stopped once no context is left, before the queues shut down.
  *
- * Shutdown (DESIGN.md 9.3): draining=1; grpc_server_shutdown_and_notify on worker 0's
- * queue; wait up to the grace period for the shutdown tag and for every context to be freed;
- * then grpc_server_cancel_all_calls and wait again; then shut the queues down, join the
- * workers (each drains to GRPC_QUEUE_SHUTDOWN), destroy the server, the queues, grpc_shutdown.
- * Contexts are counted (n_ctx) so no queue is shut down while a call could still start a batch
- * on it (gRPC core asserts on that).
+ * Connections. For plaintext listeners the engine owns the accept loop (lkv_listener.h: caps
+ * in total and per peer, EMFILE shedding and back-off; gRPC 1.51's own loop can stop accepting
+ * for good after an EMFILE) and hands each socket to the core with
+ * grpc_server_add_channel_from_fd. The core then names the connection "fd:N", so the engine
+ * keeps the peer string of each descriptor number it handed out (peers[N], written by the
+ * accept thread under peer_mu) and lkv_rpc_peer translates. A number is reused once the core
+ * closes it, so an entry may name a later connection; the listener puts loopback peers on odd
+ * numbers and others on even ones, and the translation is used only when the entry's
+ * loopback-ness matches the number's, so the loopback decision of the admission hook can never
+ * come from another class of peer (a stale entry can only mislabel a log line). With
+ * opts.grpc_listener (the TLS seam: add_channel_from_fd takes insecure credentials only in
+ * 1.51) the core's own listener is used, with the core's own peer strings.
+ *
+ * Shutdown (DESIGN.md 9.3): draining=1; the accept loop stops (new connections are refused by
+ * the kernel); grpc_server_shutdown_and_notify on worker 0's queue; wait up to the grace period
+ * for the calls in flight; as soon as none is left, grpc_server_cancel_all_calls, which also
+ * drops idle connections (without it the core holds the shutdown for ~5 s per idle connection's
+ * GOAWAY); then wait for the shutdown tag and for every context to be freed; then shut the queues
+ * down, join the workers (each drains to GRPC_QUEUE_SHUTDOWN), destroy the server, the queues,
+ * grpc_shutdown. Contexts are counted (n_ctx) so no queue is shut down while a call could still
+ * start a batch on it (gRPC core asserts on that).
  */
 #include "lkv_server.h"
 
@@ -69,22 +84,55 @@
 #include <sys/stat.h>
 #include <time.h>
 
+#include <arpa/inet.h>
+#include <netinet/in.h>
+
 #include <grpc/byte_buffer.h>
 #include <grpc/grpc.h>
+#include <grpc/grpc_posix.h>
 #include <grpc/grpc_security.h>
 #include <grpc/slice.h>
 #include <grpc/support/alloc.h>
 #include <grpc/support/time.h>
 
 #include "lkv_err.h"
+#include "lkv_listener.h"
 #include "lkv_log.h"
 #include "lkv_pb.h"
 #include "lkv_status.h"
 #include "lkv_tls.h"
 
+/* ThreadSanitizer and the completion queue. A tag handed to the core (a batch, a requested
+ * call, a wake-up, the shutdown) comes back from grpc_completion_queue_next on a polling thread,
+ * often another thread than the one that handed it over (arm() at create runs on the main
+ * thread; post_wake on a pool or resuming thread). The core orders the two, but Debian's
+ * libgrpc is not instrumented and its locks are absl ones on raw futexes, which TSan cannot
+ * see; what TSan does see today is incidental (the eventfd write that kicks a sleeping poller
+ * is modelled as a release on that descriptor), and there is no kick when the poller is
+ * awake. TSAN_RELEASE(tag) just before each hand-over and TSAN_ACQUIRE(tag) just after the
+ * event returns state exactly the edge the queue guarantees, independent of how the core
+ * wakes its pollers (the TSan stage runs daemon.server with them). No-ops without TSan. */
+#if defined(__SANITIZE_THREAD__)
+#define LKV_HAVE_TSAN 1
+#elif defined(__has_feature)
+#if __has_feature(thread_sanitizer)
+#define LKV_HAVE_TSAN 1
+#endif
+#endif
+#ifdef LKV_HAVE_TSAN
+void __tsan_acquire(void *addr);
+void __tsan_release(void *addr);
+#define TSAN_ACQUIRE(p) __tsan_acquire((void *)(p))
+#define TSAN_RELEASE(p) __tsan_release((void *)(p))
+#else
+#define TSAN_ACQUIRE(p) ((void)(p))
+#define TSAN_RELEASE(p) ((void)(p))
+#endif
+
 #define ARMED         4   /* Outstanding requests per (worker, method). */
 #define ARMED_GENERIC 1   /* Outstanding generic requests per worker. */
 #define MSG_MAX       512 /* Status message bytes. */
+#define PEER_MAX      64  /* "ipv6:[full v6 address]:65535" fits. */
 
 enum step { STEP_NEW, STEP_RECV, STEP_SEND, STEP_CLOSE, STEP_FINAL, STEP_WAKE, STEP__N };
 
@@ -220,6 +268,14 @@ struct lkv_server {
 
     lkv_stats *registry;         /* opts.stats (borrowed), or NULL. */
     lkv_stat_group *stats_group; /* The per-method counters there, or NULL. */
+    lkv_stat_group *conn_group;  /* The accept loop's counters there, or NULL. */
+
+    /* The accept loop (plaintext; NULL with opts.grpc_listener). See "Connections". */
+    lkv_listener *listener;
+    grpc_server_credentials *fd_creds; /* Insecure: all add_channel_from_fd accepts in 1.51. */
+    pthread_mutex_t peer_mu;           /* Guards peers. */
+    char (*peers)[PEER_MAX];           /* Peer string by descriptor number ("" unknown). */
+    size_t n_peers;                    /* Entries of peers. */
     /* The per-method latency histograms there, or NULL: set once after the threads start
      * (hence atomic), unregistered only after they stopped. */
     _Atomic(lkv_stat_group *) hist_group;
@@ -292,7 +348,11 @@ static void free_rpc(lkv_rpc *rpc)
                 lkv_stat_hist_observe(h, (uint64_t)us);
             }
         }
-        atomic_fetch_sub(&s->n_calls, 1);
+        if (atomic_fetch_sub(&s->n_calls, 1) == 1 && atomic_load(&s->draining)) {
+            pthread_mutex_lock(&s->mu);
+            pthread_cond_broadcast(&s->cv); /* lkv_server_shutdown waits for no call left. */
+            pthread_mutex_unlock(&s->mu);
+        }
         grpc_call_unref(rpc->call);
     }
     if (rpc->payload != NULL) {
@@ -329,6 +389,7 @@ static void maybe_free(lkv_rpc *rpc)
 static int start_batch(lkv_rpc *rpc, const grpc_op *ops, size_t n, int step)
 {
     rpc->pending++;
+    TSAN_RELEASE(&rpc->tags[step]);
     grpc_call_error e = grpc_call_start_batch(rpc->call, ops, n, &rpc->tags[step], NULL);
     if (e != GRPC_CALL_OK) {
         rpc->pending--;
@@ -353,6 +414,7 @@ static void arm(lkv_server *s, worker *w, int mi)
     grpc_metadata_array_init(&rpc->md);
     atomic_fetch_add(&s->n_ctx, 1);
     grpc_call_error e;
+    TSAN_RELEASE(&rpc->tags[STEP_NEW]);
     if (mi < 0) {
         grpc_call_details_init(&rpc->details);
         e = grpc_server_request_call(s->server, &rpc->call, &rpc->details, &rpc->md, w->cq, w->cq,
@@ -386,10 +448,17 @@ static int unpack(lkv_rpc *rpc, ProtobufCMessage **out)
 {
     const lkv_method *m = &rpc->srv->methods[rpc->mi];
     char err[MSG_MAX];
-    int rc = lkv_pb_unpack(m->req_desc, rpc->payload, rpc->srv->max_msg, out, err, sizeof(err));
+    uint64_t limit = rpc->srv->max_msg;
+    if (m->max_request_bytes != 0 && m->max_request_bytes < limit) {
+        limit = m->max_request_bytes; /* The method's own bound (lkv_method.max_request_bytes). */
+    }
+    int rc = lkv_pb_unpack(m->req_desc, rpc->payload, (size_t)limit, out, err, sizeof(err));
     if (rpc->payload != NULL) {
         grpc_byte_buffer_destroy(rpc->payload);
         rpc->payload = NULL;
+    }
+    if (rc == LKV_ETOOBIG && limit < rpc->srv->max_msg) {
+        return lkv_rpc_errorf(rpc, rc, "%s (the request bound of %s)", err, m->path);
     }
     if (rc != 0) {
         return lkv_rpc_errorf(rpc, rc, "%s", err);
@@ -577,6 +646,7 @@ static wake wake_of(lkv_rpc *rpc)
  * connectivity watch on the lame channel with a deadline in the past completes at once). */
 static void post_wake(wake k)
 {
+    TSAN_RELEASE(k.tag);
     grpc_channel_watch_connectivity_state(k.lame, GRPC_CHANNEL_IDLE,
                                           gpr_inf_past(GPR_CLOCK_MONOTONIC), k.cq, k.tag);
 }
@@ -904,6 +974,7 @@ static void *worker_main(void *arg)
             continue;
         }
         tag *t = ev.tag;
+        TSAN_ACQUIRE(t); /* Pairs with the TSAN_RELEASE before the hand-over. */
         if (t->rpc == NULL) {
             pthread_mutex_lock(&s->mu);
             s->shutdown_done = 1;
@@ -1078,10 +1149,47 @@ const char *lkv_rpc_method(const lkv_rpc *rpc)
     return method_path(rpc);
 }
 
+/* The peer of a connection the accept loop handed over, for the core's "fd:N" (see
+ * "Connections"); NULL if unknown (then "fd:N" stays, which no rule takes for loopback). */
+static char *fd_peer(lkv_server *s, const char *core_peer)
+{
+    char *end;
+    long n = strtol(core_peer + 3, &end, 10);
+    if (*end != '\0' || n < 0) {
+        return NULL;
+    }
+    char buf[PEER_MAX];
+    buf[0] = '\0';
+    pthread_mutex_lock(&s->peer_mu);
+    if ((size_t)n < s->n_peers) {
+        memcpy(buf, s->peers[n], PEER_MAX);
+    }
+    pthread_mutex_unlock(&s->peer_mu);
+    if (buf[0] == '\0') {
+        return NULL;
+    }
+    int lo = strncmp(buf, "ipv4:127.", 9) == 0 || strncmp(buf, "ipv6:[::1]", 10) == 0 ||
+             strncmp(buf, "ipv6:[::ffff:127.", 17) == 0;
+    if (lo != lkv_listener_fd_is_loopback((int)n)) {
+        return NULL; /* Cannot happen (the listener places by class); fail closed anyway. */
+    }
+    size_t len = strlen(buf) + 1;
+    char *p = gpr_malloc(len);
+    memcpy(p, buf, len);
+    return p;
+}
+
 const char *lkv_rpc_peer(lkv_rpc *rpc)
 {
     if (rpc->peer == NULL && rpc->call != NULL) {
         rpc->peer = grpc_call_get_peer(rpc->call);
+        if (rpc->peer != NULL && rpc->srv->listener != NULL && strncmp(rpc->peer, "fd:", 3) == 0) {
+            char *p = fd_peer(rpc->srv, rpc->peer);
+            if (p != NULL) {
+                gpr_free(rpc->peer);
+                rpc->peer = p;
+            }
+        }
     }
     return rpc->peer != NULL ? rpc->peer : "?";
 }
@@ -1299,6 +1407,51 @@ static void method_stats_read(void *ctx, double *vals, int n)
     }
 }
 
+/* Section "connections" of Admin Stats: the accept loop's counters (lkv_listener_stats). */
+#define CONN_STATS 7
+
+static void conn_stats_read(void *ctx, double *vals, int n)
+{
+    lkv_server *s = ctx;
+    lkv_listener_stats st;
+    lkv_listener_stats_get(s->listener, &st);
+    double v[CONN_STATS] = {(double)st.open,          (double)st.accepted,
+                            (double)st.refused_total, (double)st.refused_peer,
+                            (double)st.fd_exhausted,  (double)st.shed_exhausted,
+                            (double)st.backoffs};
+    for (int i = 0; i < n && i < CONN_STATS; i++) {
+        vals[i] = v[i];
+    }
+}
+
+static int conn_stats_register(lkv_server *s, lkv_stats *r)
+{
+    static const lkv_stat_desc d[CONN_STATS] = {
+        {"conn_open", "", LKV_STAT_GAUGE, "connections",
+         "Connections open now (as of the "
+         "accept loop's last sweep).",
+         "connections", "open"},
+        {"conn_accepted", "", LKV_STAT_COUNTER, "connections", "Connections handed to gRPC.",
+         "connections", "accepted"},
+        {"conn_refused", "cap=total", LKV_STAT_COUNTER, "connections",
+         "Connections closed at once: max_connections reached.", "connections",
+         "refused_total_cap"},
+        {"conn_refused", "cap=peer", LKV_STAT_COUNTER, "connections",
+         "Connections closed at once: max_connections_per_peer reached.", "connections",
+         "refused_peer_cap"},
+        {"conn_fd_exhausted", "", LKV_STAT_COUNTER, "events",
+         "Accepts that failed for lack of descriptors (EMFILE, ENFILE).", "connections",
+         "fd_exhausted"},
+        {"conn_shed", "", LKV_STAT_COUNTER, "connections",
+         "Waiting connections closed while out of descriptors.", "connections", "shed"},
+        {"conn_backoffs", "", LKV_STAT_COUNTER, "events",
+         "Back-off sleeps of the accept loop (EMFILE, ENFILE, ENOBUFS, ENOMEM).", "connections",
+         "backoffs"},
+    };
+    s->registry = r;
+    return lkv_stats_register(r, d, CONN_STATS, conn_stats_read, s, &s->conn_group);
+}
+
 static int method_stats_register(lkv_server *s, lkv_stats *r)
 {
     static const char *const names[4] = {"rpc_calls", "rpc_errors", "rpc_usec_per_call",
@@ -1367,6 +1520,44 @@ static int method_stats_register(lkv_server *s, lkv_stats *r)
     free(tx);
     free(d);
     return rc;
+}
+
+/* lkv_listener's hand-off (the accept thread): remember the peer of descriptor fd, then give
+ * the connection to the core. */
+static int on_conn(void *ctx, int fd, const struct sockaddr *peer, socklen_t len)
+{
+    (void)len;
+    lkv_server *s = ctx;
+    if (atomic_load(&s->draining)) {
+        return LKV_ESHUTDOWN;
+    }
+    char host[INET6_ADDRSTRLEN] = "?", str[PEER_MAX];
+    int port = 0;
+    if (peer->sa_family == AF_INET) {
+        const struct sockaddr_in *a = (const struct sockaddr_in *)peer;
+        inet_ntop(AF_INET, &a->sin_addr, host, sizeof(host));
+        port = ntohs(a->sin_port);
+        snprintf(str, sizeof(str), "ipv4:%s:%d", host, port);
+    } else {
+        const struct sockaddr_in6 *a = (const struct sockaddr_in6 *)peer;
+        inet_ntop(AF_INET6, &a->sin6_addr, host, sizeof(host));
+        port = ntohs(a->sin6_port);
+        snprintf(str, sizeof(str), "ipv6:[%s]:%d", host, port);
+    }
+    pthread_mutex_lock(&s->peer_mu);
+    if ((size_t)fd >= s->n_peers) {
+        size_t n = s->n_peers != 0 ? s->n_peers : 1024;
+        while (n <= (size_t)fd) {
+            n *= 2;
+        }
+        s->peers = lkv_xrealloc(s->peers, n * PEER_MAX);
+        memset(s->peers + s->n_peers, 0, (n - s->n_peers) * PEER_MAX);
+        s->n_peers = n;
+    }
+    memcpy(s->peers[fd], str, PEER_MAX);
+    pthread_mutex_unlock(&s->peer_mu);
+    grpc_server_add_channel_from_fd(s->server, fd, s->fd_creds); /* Takes fd. */
+    return 0;
 }
 
 /* ---- TLS listener ---------------------------------------------------------------------- */
@@ -1663,6 +1854,7 @@ int lkv_server_create(const lkv_server_opts *opts, const lkv_method *methods, in
     pthread_cond_init(&s->cv, &ca);
     pthread_condattr_destroy(&ca);
     pthread_mutex_init(&s->park_mu, NULL);
+    pthread_mutex_init(&s->peer_mu, NULL);
     pthread_mutex_init(&s->pool_mu, NULL);
     pthread_cond_init(&s->pool_cv, NULL);
     s->n_pool = opts->pool_threads;
@@ -1708,6 +1900,8 @@ int lkv_server_create(const lkv_server_opts *opts, const lkv_method *methods, in
         grpc_server_register_completion_queue(s->server, s->workers[i].cq, NULL);
     }
     if (opts->tls != NULL) {
+        /* TLS: gRPC 1.51 serves it only through its own listener (grpc_server_add_channel_from_fd
+         * takes insecure credentials only), so a TLS port has gRPC's limits, not ours. */
         s->port = add_listener_tls(s, opts->listen, opts->tls, err, errlen);
         if (s->port < 0) {
             int rc = s->port;
@@ -1715,10 +1909,23 @@ int lkv_server_create(const lkv_server_opts *opts, const lkv_method *methods, in
             fail_rc = rc; /* err says why. */
             goto fail_cqs;
         }
-    } else {
+    } else if (opts->grpc_listener) {
+        /* The core's own plaintext listener (diagnosis: no caps, no EMFILE recovery). */
         grpc_server_credentials *creds = grpc_insecure_server_credentials_create();
         s->port = grpc_server_add_http2_port(s->server, opts->listen, creds);
         grpc_server_credentials_release(creds);
+    } else {
+        lkv_listener_opts lo = {.listen = opts->listen,
+                                .max_conns = opts->max_conns,
+                                .max_conns_per_peer = opts->max_conns_per_peer,
+                                .loopback_parity = 1,
+                                .on_conn = on_conn,
+                                .ctx = s};
+        if (lkv_listener_create(&lo, &s->listener, err, errlen) != 0) {
+            goto fail_cqs;
+        }
+        s->port = lkv_listener_port(s->listener);
+        s->fd_creds = grpc_insecure_server_credentials_create();
     }
     if (s->port == 0) {
         snprintf(err, errlen, "option 'listen': cannot bind %s (address in use or invalid)",
@@ -1757,9 +1964,15 @@ int lkv_server_create(const lkv_server_opts *opts, const lkv_method *methods, in
         }
         s->workers[i].started = 1;
     }
+    if (s->listener != NULL) {
+        lkv_listener_start(s->listener); /* Calls can be served now: hand connections over. */
+    }
     if (opts->stats != NULL) {
         tls_stats_register(s, opts->stats);
         int rc = method_stats_register(s, opts->stats);
+        if (rc == 0 && s->listener != NULL) {
+            rc = conn_stats_register(s, opts->stats);
+        }
         if (rc != 0) {
             snprintf(err, errlen, "cannot register the per-method stats: %s", lkv_strerror(rc));
             lkv_server_destroy(s);
@@ -1794,6 +2007,11 @@ fail_server:
     if (s->server != NULL) {
         grpc_server_destroy(s->server);
     }
+    lkv_listener_destroy(s->listener);
+    if (s->fd_creds != NULL) {
+        grpc_server_credentials_release(s->fd_creds);
+    }
+    pthread_mutex_destroy(&s->peer_mu);
     pthread_mutex_destroy(&s->mu);
     pthread_cond_destroy(&s->cv);
     pthread_mutex_destroy(&s->park_mu);
@@ -1869,6 +2087,8 @@ void lkv_server_shutdown(lkv_server *s, uint64_t grace_ms)
     atomic_store(&s->draining, 1);
     LKV_LOGI("shutdown: refusing new calls; %ld in flight get %.1fs to finish",
              atomic_load(&s->n_calls), (double)grace_ms / 1000.0);
+    lkv_listener_stop(s->listener); /* No new connection from here on. */
+    TSAN_RELEASE(&s->shutdown_tag);
     grpc_server_shutdown_and_notify(s->server, s->workers[0].cq, &s->shutdown_tag);
     struct timespec dl;
     clock_gettime(CLOCK_MONOTONIC, &dl);
@@ -1877,6 +2097,20 @@ void lkv_server_shutdown(lkv_server *s, uint64_t grace_ms)
     if (dl.tv_nsec >= 1000000000L) {
         dl.tv_sec++;
         dl.tv_nsec -= 1000000000L;
+    }
+    pthread_mutex_lock(&s->mu);
+    /* First the calls in flight (up to the grace); once none is left, cancel_all_calls drops
+     * the idle connections too, so the shutdown tag need not wait for their GOAWAYs. */
+    int calls_done = 1;
+    while (atomic_load(&s->n_calls) > 0) {
+        if (pthread_cond_timedwait(&s->cv, &s->mu, &dl) == ETIMEDOUT) {
+            calls_done = atomic_load(&s->n_calls) == 0;
+            break;
+        }
+    }
+    pthread_mutex_unlock(&s->mu);
+    if (calls_done) {
+        grpc_server_cancel_all_calls(s->server); /* None in flight: closes idle connections. */
     }
     pthread_mutex_lock(&s->mu);
     int done = wait_drained(s, &dl);
@@ -1916,6 +2150,7 @@ void lkv_server_destroy(lkv_server *s)
         return;
     }
     lkv_stats_unregister(s->registry, s->stats_group); /* No method_stats_read after this. */
+    lkv_stats_unregister(s->registry, s->conn_group);  /* Nor conn_stats_read. */
     if (s->tls != NULL && s->tls->group != NULL) {
         lkv_stats_unregister(s->registry, s->tls->group);
         s->tls->group = NULL;
@@ -1923,6 +2158,12 @@ void lkv_server_destroy(lkv_server *s)
     lkv_server_shutdown(s, 0);
     lkv_stats_unregister(s->registry, atomic_load(&s->hist_group)); /* No call ends any more. */
     grpc_server_destroy(s->server);
+    lkv_listener_destroy(s->listener);
+    if (s->fd_creds != NULL) {
+        grpc_server_credentials_release(s->fd_creds);
+    }
+    free(s->peers);
+    pthread_mutex_destroy(&s->peer_mu);
     grpc_channel_destroy(s->lame);
     for (int i = 0; i < s->n_workers; i++) {
         grpc_completion_queue_destroy(s->workers[i].cq);

@@ -36,12 +36,13 @@
  * callback that parks copies what its continuation needs).
  *
  * The engine checks the call's deadline before every callback (DEADLINE_EXCEEDED), stops a
- * stream whose client went away (cleanup only), unpacks with the size limit (malformed:
- * INVALID_ARGUMENT), answers methods it does not know with UNIMPLEMENTED, maps LKV_* codes to
- * gRPC status codes in one place (proto/lkv_status.h), sends the exact LKV_* code of every failed
- * call as "lkv-code" trailing metadata (its name, e.g. "LKV_ENOSPC"), and logs every refused
- * call once (client errors at info, server errors at warn) with the method, the peer and the
- * message.
+ * stream whose client went away (cleanup only), unpacks with the method's size limit (over it:
+ * RESOURCE_EXHAUSTED) through lkv_pb_unpack, whose wire scanner keeps decoding linear in the
+ * size (malformed, repeated singular fields, bad strings: INVALID_ARGUMENT), answers methods it
+ * does not know with UNIMPLEMENTED, maps LKV_* codes to gRPC status codes in one place
+ * (proto/lkv_status.h), sends the exact LKV_* code of every failed call as "lkv-code" trailing
+ * metadata (its name, e.g. "LKV_ENOSPC"), and logs every refused call once (client errors at
+ * info, server errors at warn) with the method, the peer and the message.
  *
  * Shutdown is a drain (lkv_server_shutdown): stop accepting calls, let in-flight calls finish
  * for a grace period, cancel the rest, wait for every callback and cleanup, stop the threads.
@@ -76,6 +77,11 @@ typedef struct lkv_method {
     int (*start)(void *svc, lkv_rpc *rpc, const ProtobufCMessage *req);
     int (*next)(void *svc, lkv_rpc *rpc);
     void (*cleanup)(void *svc, lkv_rpc *rpc);
+    /* Largest request message of this method, bytes (each message of a client stream); 0 means
+     * the server's max_message_bytes, and a larger value is capped by it. Only Put carries block
+     * payloads; the small calls set a small bound so no caller makes the daemon buffer and scan
+     * megabytes for a Lookup. A bigger message fails with RESOURCE_EXHAUSTED, unread. */
+    uint64_t max_request_bytes;
 } lkv_method;
 
 /* Admission hook (authentication / authorisation), see lkv_server_opts.admit. */
@@ -116,7 +122,19 @@ typedef struct lkv_server_opts {
      * "<Service>.<Method>.calls", ".errors", ".usec_per_call") and rpc_usec (not in INFO),
      * labelled service=lazykv.v1.Cache,method=Put. */
     lkv_stats *stats;
-    /* Optional (NULL: plaintext). TLS of the listener, see lkv_tls_opts. */
+    /* Connections (plaintext listeners: the engine's own accept loop, lkv_listener.h). Caps on
+     * connections open at once, in total and from one peer IP (0: none); a connection over a
+     * cap is closed at once. */
+    uint32_t max_conns;
+    uint32_t max_conns_per_peer;
+    /* 1: a plaintext listener uses gRPC core's own accept loop instead (no caps, no EMFILE
+     * recovery: gRPC 1.51 may stop accepting after one); for diagnosis. */
+    int grpc_listener;
+    /* Optional (NULL: plaintext). TLS of the listener, see lkv_tls_opts. gRPC 1.51 serves TLS
+     * only through its own listener (grpc_server_add_channel_from_fd takes insecure
+     * credentials only), so a TLS port has gRPC's limits (concurrent streams, handshake and
+     * idle timeouts) and the per-call admission hook, not max_conns / max_conns_per_peer or
+     * the EMFILE recovery. */
     const lkv_tls_opts *tls;
 } lkv_server_opts;
 

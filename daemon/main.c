@@ -13,6 +13,20 @@
  * get shutdown_grace to finish, the rest are cancelled), then lkv_store_close (persists queued
  * write-back documents, closes RocksDB cleanly), then exit 0. SIGPIPE is ignored.
  *
+ * Privacy: the umask is 077 from the start, so everything the daemon and RocksDB create (WAL,
+ * SST and blob files, LOG, the wire-key secret) is 0600 / 0700. The data dir must belong to the
+ * daemon's user (else exit 2); a looser existing mode (e.g. 0755) is tightened to 0700 with a
+ * warning, which also hides any older 0644 files inside it from other users.
+ *
+ * Descriptors: the soft RLIMIT_NOFILE is raised to the hard limit at start (both logged), so
+ * the descriptor cap is the one the operator set, not the shell's default of 1024.
+ *
+ * Readiness: before the store opens (the cold index loads, which can take long), a starting
+ * server binds the listen address and answers Health NOT_SERVING and every other Cache/Admin
+ * call UNAVAILABLE ("starting"); once the store, tenancy, leases and cluster are ready it is
+ * shut down and the real server binds the same address (a gap of milliseconds in which
+ * connections are refused). Health is SERVING from then on, NOT_SERVING again while draining.
+ *
  * Exit status: 0 clean shutdown (or --help/--version/--check-config), 1 runtime failure (store
  * cannot open, address cannot be bound, flush failed), 2 bad configuration or usage.
  */
@@ -20,9 +34,13 @@
 #include <inttypes.h>
 #include <pthread.h>
 #include <signal.h>
+#include <stdatomic.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "lkv_admin_svc.h"
@@ -122,6 +140,114 @@ static int mkdirs(const char *path)
         }
     }
     return 0;
+}
+
+/* Makes the data dir private to the daemon's user (see the file comment). Returns 0, or 2 (bad
+ * configuration: not a directory, another user's) or 1 (chmod failed) after logging why. */
+static int secure_data_dir(const char *dir)
+{
+    struct stat st;
+    if (stat(dir, &st) != 0) {
+        LKV_LOGE("option 'data_dir': cannot stat %s: %s", dir, strerror(errno));
+        return 1;
+    }
+    if (!S_ISDIR(st.st_mode)) {
+        LKV_LOGE("option 'data_dir': %s is not a directory", dir);
+        return 2;
+    }
+    if (st.st_uid != geteuid()) {
+        LKV_LOGE("option 'data_dir': %s belongs to uid %u, not to lazykvd's uid %u: refusing to "
+                 "keep cached data there (chown it to this user, or choose another data_dir)",
+                 dir, (unsigned)st.st_uid, (unsigned)geteuid());
+        return 2;
+    }
+    if ((st.st_mode & 077) != 0) {
+        if (chmod(dir, 0700) != 0) {
+            LKV_LOGE("option 'data_dir': %s is mode 0%03o and cannot be made 0700: %s", dir,
+                     (unsigned)(st.st_mode & 0777), strerror(errno));
+            return 1;
+        }
+        LKV_LOGW("data_dir %s was mode 0%03o (readable by other users): tightened to 0700", dir,
+                 (unsigned)(st.st_mode & 0777));
+    }
+    return 0;
+}
+
+/* Raises the soft descriptor limit to the hard one and logs both. Returns the soft limit. */
+static uint64_t raise_nofile(void)
+{
+    struct rlimit rl;
+    if (getrlimit(RLIMIT_NOFILE, &rl) != 0) {
+        LKV_LOGW("getrlimit(RLIMIT_NOFILE): %s", strerror(errno));
+        return 1024;
+    }
+    rlim_t soft = rl.rlim_cur;
+    if (rl.rlim_cur < rl.rlim_max) {
+        rl.rlim_cur = rl.rlim_max;
+        if (setrlimit(RLIMIT_NOFILE, &rl) != 0) {
+            LKV_LOGW("setrlimit(RLIMIT_NOFILE, %llu): %s; keeping %llu",
+                     (unsigned long long)rl.rlim_max, strerror(errno), (unsigned long long)soft);
+            rl.rlim_cur = soft;
+        }
+    }
+    LKV_LOGI("descriptors: soft limit %llu (was %llu), hard limit %llu",
+             (unsigned long long)rl.rlim_cur, (unsigned long long)soft,
+             (unsigned long long)rl.rlim_max);
+    return (uint64_t)rl.rlim_cur;
+}
+
+/* ---- The starting server (readiness; see the file comment) ------------------------------ */
+
+static atomic_int g_ready; /* 0 until the real server takes calls (lkv_health.ready). */
+
+static int starting_refuse(lkv_rpc *rpc)
+{
+    return lkv_rpc_errorf(rpc, LKV_EUNAVAIL,
+                          "lazykvd is starting: the cold index is still loading; retry");
+}
+
+static int starting_unary(void *svc, lkv_rpc *rpc, const ProtobufCMessage *req)
+{
+    (void)svc;
+    (void)req;
+    return starting_refuse(rpc);
+}
+
+static int starting_next(void *svc, lkv_rpc *rpc)
+{
+    (void)svc;
+    return starting_refuse(rpc);
+}
+
+/* The starting server's table: Health (NOT_SERVING: g_ready is 0) and every Cache and Admin
+ * method refused with UNAVAILABLE, as the same kinds and request types as the real ones (the
+ * request is read, bounded, and dropped; a Put is refused at its first message). */
+static int starting_methods(lkv_health *health, lkv_method *out)
+{
+    lkv_cache_svc c;
+    lkv_admin_svc a;
+    lkv_cache_svc_init(&c, NULL, 0);
+    lkv_admin_svc_init(&a, NULL, "", 0);
+    int n = lkv_cache_svc_methods(&c, out);
+    n += lkv_admin_svc_methods(&a, out + n);
+    for (int i = 0; i < n; i++) {
+        lkv_method m = {.path = out[i].path,
+                        .kind = out[i].kind,
+                        .req_desc = out[i].req_desc,
+                        .max_request_bytes = 4096};
+        if (m.kind == LKV_RPC_UNARY) {
+            m.unary = starting_unary;
+        } else if (m.kind == LKV_RPC_SERVER_STREAM) {
+            m.start = starting_unary;
+            m.next = starting_next;
+        } else {
+            m.on_message = starting_unary;
+            m.on_end = starting_next;
+        }
+        out[i] = m;
+    }
+    n += lkv_health_methods(health, out + n);
+    return n;
 }
 
 /* SIGHUP: re-reads the config (the same --config file and command-line overrides), applies
@@ -231,13 +357,63 @@ int main(int argc, char **argv)
     pthread_sigmask(SIG_BLOCK, &sigs, NULL);
     signal(SIGPIPE, SIG_IGN);
 
+    umask(077); /* Before any file exists: RocksDB, the secret, logs are private. */
     LKV_LOGI("lazykvd %s starting (pid %d)", LAZYKVD_VERSION, (int)getpid());
     LKV_LOGI("config: %s", summary);
+    uint64_t nofile = raise_nofile();
+    /* max_connections 0: what the descriptors allow, keeping 256 for RocksDB, the arena, logs. */
+    uint32_t max_conns = cfg.max_connections;
+    if (max_conns == 0) {
+        uint64_t m = nofile > 256 + 16 ? nofile - 256 : 16;
+        max_conns = m > (1u << 24) ? (1u << 24) : (uint32_t)m;
+    }
+    LKV_LOGI("connections: at most %u open, %u per peer (%s accept loop)", max_conns,
+             cfg.max_connections_per_peer,
+             cfg.tls_cert_file[0] != '\0' || cfg.grpc_listener ? "gRPC's" : "lazykvd's");
 
     int rc = mkdirs(cfg.data_dir);
     if (rc != 0) {
         LKV_LOGE("option 'data_dir': cannot create %s: %s", cfg.data_dir, strerror(-rc));
         return 1;
+    }
+    rc = secure_data_dir(cfg.data_dir);
+    if (rc != 0) {
+        return rc;
+    }
+    lkv_tls_opts tls = {.cert_file = cfg.tls_cert_file,
+                        .key_file = cfg.tls_key_file,
+                        .client_ca_file = cfg.tls_client_ca_file};
+    /* The starting server (readiness): Health NOT_SERVING while the store opens. */
+    static const char *const services[] = {"lazykv.v1.Cache", "lazykv.v1.Admin", NULL};
+    lkv_health start_health;
+    lkv_health_init(&start_health, services);
+    start_health.ready = &g_ready;
+    lkv_method start_m[LKV_CACHE_SVC_METHODS + LKV_ADMIN_SVC_METHODS + LKV_HEALTH_METHODS];
+    int start_n = starting_methods(&start_health, start_m);
+    lkv_server_opts sso = {.listen = cfg.listen,
+                           .threads = 1,
+                           .max_message_bytes = cfg.max_message_bytes,
+                           .max_conns = max_conns,
+                           .max_conns_per_peer = cfg.max_connections_per_peer,
+                           .grpc_listener = cfg.grpc_listener,
+                           .tls = cfg.tls_cert_file[0] != '\0' ? &tls : NULL};
+    lkv_server *start_srv = NULL;
+    rc = lkv_server_create(&sso, start_m, start_n, &start_srv, err, sizeof(err));
+    if (rc != 0) {
+        LKV_LOGE("%s", err);
+        return rc == LKV_ECONFIG ? 2 : 1;
+    }
+    char listen_addr[sizeof(cfg.listen) + 16];
+    snprintf(listen_addr, sizeof(listen_addr), "%s", lkv_server_address(start_srv));
+    LKV_LOGI("health: NOT_SERVING on %s until the store is open (other calls: UNAVAILABLE)",
+             listen_addr);
+    /* Fault injection (tests): a slow cold-index load. */
+    const char *delay = getenv("LKV_FAULT_OPEN_DELAY_MS");
+    if (delay != NULL && atoi(delay) > 0) {
+        LKV_LOGW("fault injection: the store opens %d ms late (LKV_FAULT_OPEN_DELAY_MS)",
+                 atoi(delay));
+        struct timespec ts = {atoi(delay) / 1000, (long)(atoi(delay) % 1000) * 1000000L};
+        nanosleep(&ts, NULL);
     }
     /* One statistics registry for the process: the store, the lease table and the RPC engine
      * register in it; Admin Stats reads it. */
@@ -251,6 +427,7 @@ int main(int argc, char **argv)
     if (rc != 0) {
         LKV_LOGE("cannot open the store in %s: %s (%s)", cfg.data_dir, lkv_strerror(rc),
                  lkv_err_name(rc));
+        lkv_server_destroy(start_srv);
         lkv_stats_destroy(stats);
         return rc == LKV_ECONFIG ? 2 : 1;
     }
@@ -283,12 +460,14 @@ int main(int argc, char **argv)
     }
     register_tier_ratios(stats, store);
 
-    static const char *const services[] = {"lazykv.v1.Cache", "lazykv.v1.Admin", NULL};
     lkv_cache_svc cache;
     lkv_admin_svc admin;
     lkv_health health;
     lkv_cache_svc_init(&cache, store, cfg.durability);
     lkv_tenancy_wire_cache(ten, &cache);
+    cache.max_lookup_docs = cfg.max_lookup_docs;
+    cache.max_request_bytes = cfg.max_request_bytes;
+    cache.max_docref_bytes = lkv_config_docref_bytes(&cfg);
 
     lkv_lease_limits lim = {.max_leases = cfg.max_leases,
                             .max_docs = cfg.max_lease_docs,
@@ -352,19 +531,24 @@ int main(int argc, char **argv)
     n += lkv_admin_svc_methods(&admin, methods + n);
     n += lkv_health_methods(&health, methods + n);
 
-    lkv_server_opts so = {.listen = cfg.listen,
+    lkv_server_opts so = {.listen = listen_addr, /* The starting server's (real port). */
                           .threads = cfg.threads,
                           .pool_threads = cfg.pool_threads,
                           .max_message_bytes = cfg.max_message_bytes,
+                          .max_conns = max_conns,
+                          .max_conns_per_peer = cfg.max_connections_per_peer,
+                          .grpc_listener = cfg.grpc_listener,
                           .admit = admit,
                           .admit_ctx = ten,
                           .stats = stats};
-    lkv_tls_opts tls = {.cert_file = cfg.tls_cert_file,
-                        .key_file = cfg.tls_key_file,
-                        .client_ca_file = cfg.tls_client_ca_file};
     if (cfg.tls_cert_file[0] != '\0') {
         so.tls = &tls;
     }
+    /* Hand the address over: the starting server goes (its connections are dropped, clients
+     * reconnect), the real one binds the same port; Health is SERVING from here. */
+    lkv_server_shutdown(start_srv, 0);
+    lkv_server_destroy(start_srv);
+    atomic_store(&g_ready, 1);
     lkv_server *srv = NULL;
     rc = lkv_server_create(&so, methods, n, &srv, err, sizeof(err));
     if (rc != 0) {

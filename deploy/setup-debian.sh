@@ -7,7 +7,8 @@ pkgs=(build-essential cmake pkg-config git
       libgrpc-dev libprotobuf-c-dev protobuf-c-compiler librocksdb-dev libsodium-dev
       protobuf-compiler protobuf-compiler-grpc grpc-proto python3 python3-grpcio
       gnuplot-nox procps clang-format libjansson-dev etcd-server etcd-client
-      libmicrohttpd-dev libssl-dev prometheus openssl systemd libxxhash-dev)
+      libmicrohttpd-dev libssl-dev prometheus openssl systemd libxxhash-dev
+      clang libclang-rt-14-dev)  # clang + its runtime: the libFuzzer stage (tests/fuzz)
 missing=()
 for p in "${pkgs[@]}"; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

@@ -5,6 +5,8 @@
  *   - grpc_raw_byte_buffer_create takes its own reference on the slice, so ours is dropped.
  *   - grpc_byte_buffer_reader_init returns 0 on failure (bad compressed payload); the reader is
  *     destroyed on every path after a successful init; readall returns a slice we must unref.
+ * Every message taken off the wire goes through lkv_pb_unpack_bytes, which runs the wire
+ * scanner (lkv_wire.h) before protobuf-c: that is what keeps decoding linear in the size.
  */
 #include "lkv_pb.h"
 
@@ -15,6 +17,7 @@
 #include <grpc/slice.h>
 
 #include "lkv_err.h"
+#include "lkv_wire.h"
 
 static void seterr(char *err, size_t errlen, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
@@ -73,13 +76,25 @@ int lkv_pb_unpack(const ProtobufCMessageDescriptor *desc, grpc_byte_buffer *bb, 
     }
     grpc_slice s = grpc_byte_buffer_reader_readall(&reader);
     grpc_byte_buffer_reader_destroy(&reader);
-    ProtobufCMessage *m =
-        protobuf_c_message_unpack(desc, NULL, GRPC_SLICE_LENGTH(s), GRPC_SLICE_START_PTR(s));
-    size_t got = GRPC_SLICE_LENGTH(s);
+    int rc =
+        lkv_pb_unpack_bytes(desc, GRPC_SLICE_START_PTR(s), GRPC_SLICE_LENGTH(s), out, err, errlen);
     grpc_slice_unref(s);
+    return rc;
+}
+
+int lkv_pb_unpack_bytes(const ProtobufCMessageDescriptor *desc, const uint8_t *buf, size_t len,
+                        ProtobufCMessage **out, char *err, size_t errlen)
+{
+    /* The scanner first: protobuf-c then only ever sees messages it decodes in linear time. */
+    lkv_wire_limits lim = lkv_wire_limits_default();
+    int rc = lkv_wire_scan(desc, buf, len, &lim, NULL, NULL, NULL, err, errlen);
+    if (rc != 0) {
+        return rc;
+    }
+    ProtobufCMessage *m = protobuf_c_message_unpack(desc, NULL, len, buf);
     if (m == NULL) {
         seterr(err, errlen, "malformed %s message (%zu bytes): not a valid protobuf encoding",
-               desc->name, got);
+               desc->name, len);
         return LKV_EPROTO;
     }
     *out = m;

@@ -5,8 +5,9 @@
  *
  * Sending: lkv_pb_pack packs a message into one freshly allocated slice wrapped in a new raw
  * grpc_byte_buffer. Receiving: lkv_pb_unpack reads a (possibly fragmented or compressed) byte
- * buffer into one contiguous slice and unpacks it with protobuf-c, which copies bytes fields, so
- * the result does not borrow from the buffer.
+ * buffer into one contiguous slice, checks it with the wire scanner (lkv_wire.h: linear time,
+ * refuses repeated singular fields and non-UTF-8 strings) and unpacks it with protobuf-c, which
+ * copies bytes fields, so the result does not borrow from the buffer.
  *
  * Both enforce a byte limit (the same max_message_bytes the channel/server was created with), so
  * an oversize message is a clear LKV_ETOOBIG, never an allocation of attacker-chosen size.
@@ -17,6 +18,7 @@
 #define LKV_PB_H
 
 #include <stddef.h>
+#include <stdint.h>
 
 #include <grpc/byte_buffer.h>
 #include <protobuf-c/protobuf-c.h>
@@ -44,6 +46,18 @@ int lkv_pb_pack(const ProtobufCMessage *msg, size_t max_bytes, grpc_byte_buffer 
  * read (e.g. a bad compressed payload) or is not a valid encoding of desc's message. */
 int lkv_pb_unpack(const ProtobufCMessageDescriptor *desc, grpc_byte_buffer *bb, size_t max_bytes,
                   ProtobufCMessage **out, char *err, size_t errlen);
+
+/* The decode step of lkv_pb_unpack on a contiguous buffer (the one path every received message
+ * takes; the fuzzers call it too): lkv_wire_scan with lkv_wire_limits_default() (refuses
+ * repeated singular fields, bad UTF-8 or NULs in strings, deep nesting, malformed records;
+ * lkv_wire.h), then protobuf_c_message_unpack.
+ * @param[in]  buf  borrowed; not modified; the message does not borrow from it.
+ * @param[out] out  on success a new message owned by the caller (lkv_pb_free). Untouched on
+ *                  error.
+ * Returns 0, LKV_EPROTO (malformed or refused; err says where and why), or LKV_ETOOBIG (over
+ * the scanner's record bound). */
+int lkv_pb_unpack_bytes(const ProtobufCMessageDescriptor *desc, const uint8_t *buf, size_t len,
+                        ProtobufCMessage **out, char *err, size_t errlen);
 
 /* Frees a message returned by lkv_pb_unpack (NULL is a no-op). */
 void lkv_pb_free(ProtobufCMessage *msg);

@@ -105,6 +105,9 @@ static void test_damage(void)
     damage(0, NULL, 0, 3000, LKV_ECORRUPT);                 /* truncated */
     damage(0, NULL, 0, 20, LKV_ECORRUPT);                   /* truncated header */
     damage(0, NULL, 0, 40 + 16 + 152 + 3001, LKV_ECORRUPT); /* trailing byte */
+    /* Non-zero padding: one file, one form (tests/fuzz/fuzz_kvfile found these accepted). */
+    damage(40 + 12, "\x40", 1, -1, LKV_ECORRUPT);       /* after the 12-byte name */
+    damage(40 + 16 + 148, "\x01", 1, -1, LKV_ECORRUPT); /* after the 37 token ids */
     lkv_kvfile b;
     char err[256];
     ASSERT_ERR(lkv_kvfile_read("/nonexistent/x.kv", &b, err, sizeof(err)), LKV_EIO);

@@ -242,6 +242,36 @@ static void bad_args(const char **args, const char *n1, const char *n2)
     }
 }
 
+/* Profile (and tenant) names with dots work on the command line: NAME runs to the last dot.
+ * Issue 12: "--set profile.llama-3.1-8b.max_doc_tokens=1024" used to address profile "llama-3"
+ * (created from the template) with field "1-8b.max_doc_tokens". */
+static void test_dotted_names(void)
+{
+    static lkv_config c;
+    int action;
+    const char *args[] = {"--set",          "profile.llama-3.1-8b.max_doc_tokens=1024",
+                          "--set",          "profile.my.model.v2.n_layers=2",
+                          "--set",          "profile.my.model.v2.n_q_heads=4",
+                          "--set",          "profile.my.model.v2.n_kv_heads=2",
+                          "--set",          "profile.my.model.v2.head_dim=8",
+                          "--set",          "profile.my.model.v2.vocab_size=100",
+                          "--check-config", NULL};
+    if (from_args(&c, &action, args) != 0) {
+        LKV_FAIL("%s", err);
+    }
+    ASSERT_EQ(lkv_config_profile(&c, "llama-3.1-8b")->max_doc_tokens, 1024);
+    ASSERT_EQ(lkv_config_profile(&c, "llama-3.1-8b")->shape.n_layers, 32); /* The built-in. */
+    ASSERT_TRUE(lkv_config_profile(&c, "llama-3") == NULL);
+    const lkv_profile *p = lkv_config_profile(&c, "my.model.v2");
+    ASSERT_TRUE(p != NULL);
+    ASSERT_EQ(p->shape.n_layers, 2);
+    ASSERT_EQ(p->vocab_size, 100);
+    ASSERT_EQ(c.n_profiles, 3);
+    /* The same through the file syntax, and an unknown field of a dotted name names it. */
+    const char *bad[] = {"--set", "profile.llama-3.1-8b.no_such_field=1", NULL};
+    bad_args(bad, "llama-3.1-8b", "no_such_field");
+}
+
 static void bad_text(const char *text, const char *n1, const char *n2)
 {
     static lkv_config c;
@@ -605,6 +635,7 @@ int main(void)
     LKV_RUN(test_region_plan);
     LKV_RUN(test_failed_set_changes_nothing);
     LKV_RUN(test_summary_and_format);
+    LKV_RUN(test_dotted_names);
     LKV_RUN(test_tenants);
     LKV_RUN(test_bad_tenants);
     LKV_RUN(test_hold_lists);
