@@ -809,7 +809,7 @@ static int try_pull(lkv_cluster *c, lkv_rpc *rpc, const Lazykv__V1__GetRequest *
     memcpy(p->tokens, td->token_ids, p->n * sizeof(*p->tokens));
     int rc = lkv_rpc_defer(rpc, &p->t);
     void *sink =
-        lkv_transfer_store_sink(c->store, t->salt, p->profile, p->tokens, p->n, pull_done, p);
+        lkv_transfer_store_sink(c->store, t->salt, p->profile, p->tokens, p->n, 0, pull_done, p);
     lkv_transfer_doc d = {.profile = p->profile,
                           .tokens = p->tokens,
                           .n_tokens = p->n,
@@ -969,8 +969,9 @@ static int route_attach(lkv_cluster *c, lkv_rpc *rpc, const Lazykv__V1__AttachRe
         rslot *sl = lkv_xcalloc(1, sizeof(*sl));
         sl->rp = rp;
         sl->i = j;
-        void *sink = lkv_transfer_store_sink(c->store, t->salt, td->profile, td->token_ids,
-                                             td->n_token_ids, rslot_done, sl);
+        void *sink =
+            lkv_transfer_store_sink(c->store, t->salt, td->profile, td->token_ids, td->n_token_ids,
+                                    -1, rslot_done, sl); /* A replica: evicted first. */
         lkv_transfer_doc doc = {.profile = td->profile,
                                 .tokens = td->token_ids,
                                 .n_tokens = td->n_token_ids,

@@ -147,13 +147,14 @@ typedef struct store_sink {
     char *profile;
     uint32_t *tokens;
     size_t n_tokens;
+    int prio; /* lkv_put_opts.prio of the put. */
     lkv_store_put *tx;
     void (*done)(void *arg, int rc);
     void *arg;
 } store_sink;
 
 void *lkv_transfer_store_sink(lkv_store *store, const uint8_t *salt, const char *profile,
-                              const uint32_t *tokens, size_t n_tokens,
+                              const uint32_t *tokens, size_t n_tokens, int prio,
                               void (*done)(void *arg, int rc), void *arg)
 {
     store_sink *k = lkv_xcalloc(1, sizeof(*k));
@@ -163,6 +164,7 @@ void *lkv_transfer_store_sink(lkv_store *store, const uint8_t *salt, const char 
     k->tokens = lkv_xmalloc((n_tokens + 1) * sizeof(*k->tokens));
     memcpy(k->tokens, tokens, n_tokens * sizeof(*tokens));
     k->n_tokens = n_tokens;
+    k->prio = prio;
     k->done = done;
     k->arg = arg;
     return k;
@@ -172,8 +174,9 @@ static int ss_begin(void *ctx, uint32_t n_blocks, uint64_t block_bytes)
 {
     store_sink *k = ctx;
     int exists = 0;
-    int rc = lkv_store_put_begin(k->store, k->salt, k->profile, k->tokens, (uint32_t)k->n_tokens,
-                                 &k->tx, NULL, &exists);
+    lkv_put_opts o = {.prio = k->prio};
+    int rc = lkv_store_put_begin_ex(k->store, k->salt, k->profile, k->tokens, (uint32_t)k->n_tokens,
+                                    &o, &k->tx, NULL, &exists);
     if (rc != 0) {
         k->tx = NULL;
         return rc;

@@ -64,10 +64,12 @@ void lkv_transfer_grpc(lkv_transport *out, lkv_peer_chan *(*chan_of)(void *ctx, 
 void lkv_transport_free(lkv_transport *t);
 
 /* A sink that stores the document in store under salt (32 bytes, copied) and profile/tokens
- * (copied); on end it commits (rc 0) or aborts, then calls done(arg, rc) with the final code.
- * Returns the sink's ctx (freed after done). */
+ * (copied) with eviction priority prio (-1..1, lkv_put_opts.prio: a local replica is stored
+ * with -1, evicted before owned documents; a document moved to us is 0); on end it commits
+ * (rc 0) or aborts, then calls done(arg, rc) with the final code. A document already stored
+ * keeps its priority. Returns the sink's ctx (freed after done). */
 void *lkv_transfer_store_sink(lkv_store *store, const uint8_t *salt, const char *profile,
-                              const uint32_t *tokens, size_t n_tokens,
+                              const uint32_t *tokens, size_t n_tokens, int prio,
                               void (*done)(void *arg, int rc), void *arg);
 extern const lkv_transfer_sink lkv_transfer_store_sink_ops;
 

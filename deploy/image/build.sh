@@ -14,5 +14,5 @@ fi
 cmake -S "$src" -B "$out" -DCMAKE_BUILD_TYPE=Release -DLKV_CUDA="$cuda" \
       -DCMAKE_CUDA_ARCHITECTURES="${LKV_CUDA_ARCH:-90}" \
       -DCMAKE_CUDA_COMPILER="$(command -v nvcc || echo /usr/local/cuda/bin/nvcc)" >/dev/null
-cmake --build "$out" -j"$jobs" --target lazykvd lazykv
-echo "image build: $out/bin/lazykvd $out/bin/lazykv (CUDA $cuda)"
+cmake --build "$out" -j"$jobs" --target lazykvd lazykv lazykv-worker
+echo "image build: $out/bin/lazykvd $out/bin/lazykv $out/bin/lazykv-worker (CUDA $cuda)"

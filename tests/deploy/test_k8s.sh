@@ -32,6 +32,11 @@ mutations=(
     's/cluster_mode = etcd/cluster_mode = zookeeper/'                          # bad daemon option
     '0,/exec:/s//grpc: {port: 7070}\n            x-exec:/'                       # gRPC probe
     's/targetPort: grpc/targetPort: grpcx/'                                    # named port missing
+    '0,/image: lazykv:0.1.0/!s/image: lazykv:0.1.0/image: lazykv-worker:0.1.0/' # worker's own image
+    's/- 127.0.0.1:7070$/- lazykv:7070/'                                       # worker not on loopback
+    's/- --serve$/- --verbose/'                                                # worker serves nothing
+    's/name: LAZYKV_TLS_CA$/name: LAZYKV_TLS_CAFILE/'                          # probes without TLS env
+    's/secretName: lazykv-tls$/secretName: lazykv-tlz/;s/optional: true$/optional: false/' # required Secret missing
 )
 n=0
 for m in "${mutations[@]}"; do

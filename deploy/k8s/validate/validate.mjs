@@ -150,7 +150,8 @@ function consistency(file, docs) {
       if (v.configMap && !named("ConfigMap", v.configMap.name)) err(file, `${n}: volume ${v.name}: no ConfigMap ${v.configMap.name}`);
       if (v.secret) {
         const s = named("Secret", v.secret.secretName);
-        if (!s) err(file, `${n}: volume ${v.name}: no Secret ${v.secret.secretName}`);
+        // An optional Secret may be absent (Kubernetes then mounts an empty volume).
+        if (!s && v.secret.optional !== true) err(file, `${n}: volume ${v.name}: no Secret ${v.secret.secretName}`);
         for (const it of v.secret.items || []) if (s && !(it.key in { ...(s.data || {}), ...(s.stringData || {}) })) err(file, `${n}: volume ${v.name}: Secret has no key ${it.key}`);
       }
     }
@@ -165,6 +166,15 @@ function consistency(file, docs) {
       if (!d) err(file, `${n}: no lazykvd container`);
       else if (!d.resources?.limits?.["nvidia.com/gpu"]) err(file, `${n}: lazykvd requests no GPU`);
       if (!w) err(file, `${n}: no worker sidecar`);
+      // The sidecar runs lazykv-worker from the daemon's own image against the daemon on loopback.
+      if (d && w && w.image !== d.image) err(file, `${n}: the worker's image ${w.image} is not the daemon's ${d.image}`);
+      const wcmd = w ? [...(w.command || []), ...(w.args || [])].join(" ") : "";
+      if (w && !/(^|\/)lazykv-worker .*--daemon 127\.0\.0\.1:\d+/.test(wcmd)) err(file, `${n}: the worker does not run lazykv-worker --daemon on loopback: ${wcmd}`);
+      if (w && !/--serve \S+:\d+/.test(wcmd)) err(file, `${n}: the worker serves no lazykv.v1.Worker port (--serve): ${wcmd}`);
+      // The probes' lazykv takes its TLS options from LAZYKV_TLS_* (empty: plaintext).
+      for (const k of ["LAZYKV_TLS_CA", "LAZYKV_TLS_CERT", "LAZYKV_TLS_KEY", "LAZYKV_TLS_SERVER_NAME"]) {
+        if (d && !(d.env || []).some((e) => e.name === k)) err(file, `${n}: lazykvd sets no ${k} for its probes (TLS)`);
+      }
       const shm = (pod.spec.volumes || []).find((v) => v.emptyDir?.medium === "Memory");
       if (!shm) err(file, `${n}: no memory-backed volume for the shared-memory arena`);
       for (const c of [d, w]) if (c && shm && !(c.volumeMounts || []).some((m) => m.name === shm.name && m.mountPath === "/dev/shm")) err(file, `${n}: ${c.name} does not mount ${shm.name} at /dev/shm`);
