@@ -458,8 +458,10 @@ static void test_evict_unpersisted(void)
     }
     uint64_t nh = 0, nc = 0;
     ASSERT_OK(lkv_store_evict_class(s, 3, NULL, 0, &nh, &nc));
-    /* All but the one the writer may be copying right now (pinned: it stays, as documented). */
-    ASSERT_TRUE(nh >= 11 && nh <= 12);
+    /* All but those the writer was copying when the sweep reached them (pinned: they stay, as
+     * documented; one at a time, but the sweep lets the lock go between batches, so on a
+     * loaded machine the writer may pin several in turn). */
+    ASSERT_TRUE(nh >= 1 && nh <= 12);
     ASSERT_EQ(nc, 0);
     uint64_t cold = 0;
     for (int i = 0; i < 12; i++) {
@@ -472,6 +474,13 @@ static void test_evict_unpersisted(void)
     }
     ASSERT_EQ(cold, nh);
     ASSERT_OK(lkv_store_flush(s));
+    /* Once the writer is idle nothing is pinned: a second sweep takes exactly the rest. */
+    uint64_t nh2 = 0;
+    ASSERT_OK(lkv_store_evict_class(s, 3, NULL, 0, &nh2, NULL));
+    ASSERT_EQ(nh + nh2, 12);
+    for (int i = 0; i < 12; i++) {
+        ASSERT_EQ(info_of(s, &k[i]).tier, LKV_TIER_COLD);
+    }
     for (int i = 0; i < 12; i++) {
         ASSERT_OK(su_check(s, &k[i], 500 + (uint64_t)i, 4));
     }
