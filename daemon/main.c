@@ -395,6 +395,10 @@ int main(int argc, char **argv)
                            .max_message_bytes = cfg.max_message_bytes,
                            .max_conns = max_conns,
                            .max_conns_per_peer = cfg.max_connections_per_peer,
+                           .max_calls_per_peer = cfg.max_calls_per_peer,
+                           .tls_max_streams = cfg.tls_max_streams,
+                           .tls_handshake_timeout_ms = cfg.tls_handshake_timeout_ms,
+                           .tls_idle_timeout_ms = cfg.tls_idle_timeout_ms,
                            .grpc_listener = cfg.grpc_listener,
                            .tls = cfg.tls_cert_file[0] != '\0' ? &tls : NULL};
     lkv_server *start_srv = NULL;
@@ -537,6 +541,10 @@ int main(int argc, char **argv)
                           .max_message_bytes = cfg.max_message_bytes,
                           .max_conns = max_conns,
                           .max_conns_per_peer = cfg.max_connections_per_peer,
+                          .max_calls_per_peer = cfg.max_calls_per_peer,
+                          .tls_max_streams = cfg.tls_max_streams,
+                          .tls_handshake_timeout_ms = cfg.tls_handshake_timeout_ms,
+                          .tls_idle_timeout_ms = cfg.tls_idle_timeout_ms,
                           .grpc_listener = cfg.grpc_listener,
                           .admit = admit,
                           .admit_ctx = ten,
