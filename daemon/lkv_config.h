@@ -60,6 +60,10 @@ typedef struct lkv_config {
     uint32_t max_lookup_docs;   /* Documents per Lookup. */
     uint32_t max_connections;   /* Connections open at once (0: from RLIMIT_NOFILE). */
     uint32_t max_connections_per_peer; /* ... from one IP address (0: no cap). */
+    uint32_t max_calls_per_peer;       /* Calls in flight from one IP address (0: no cap). */
+    uint32_t tls_max_streams;          /* TLS: streams open at once per connection (0: gRPC's). */
+    uint64_t tls_handshake_timeout_ms; /* TLS: handshake deadline, ms (0: gRPC's, 120 s). */
+    uint64_t tls_idle_timeout_ms;      /* TLS: idle connections closed after, ms (0: never). */
     int grpc_listener;                 /* 1: gRPC's own accept loop (lkv_server_opts). */
     int log_level;                     /* enum lkv_log_level. */
     uint64_t shutdown_grace_ms;        /* SIGTERM: how long in-flight calls may finish, ms. */

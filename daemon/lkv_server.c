@@ -59,7 +59,12 @@
  * loopback-ness matches the number's, so the loopback decision of the admission hook can never
  * come from another class of peer (a stale entry can only mislabel a log line). With
  * opts.grpc_listener (the TLS seam: add_channel_from_fd takes insecure credentials only in
- * 1.51) the core's own listener is used, with the core's own peer strings.
+ * 1.51) the core's own listener is used, with the core's own peer strings. On every listener
+ * the engine also caps calls in flight per peer IP at admission (opts.max_calls_per_peer): a
+ * table of peer -> count under calls_mu, an entry per peer with calls, a call counted from its
+ * admission until free_rpc (refused after admission, cancelled or parked alike); that is the
+ * one per-peer limit a TLS port has, with gRPC's channel args (streams per connection,
+ * handshake and idle timeouts).
  *
  * Shutdown (DESIGN.md 9.3): draining=1; the accept loop stops (new connections are refused by
  * the kernel); grpc_server_shutdown_and_notify on worker 0's queue; wait up to the grace period
@@ -133,6 +138,7 @@ void __tsan_release(void *addr);
 #define ARMED_GENERIC 1   /* Outstanding generic requests per worker. */
 #define MSG_MAX       512 /* Status message bytes. */
 #define PEER_MAX      64  /* "ipv6:[full v6 address]:65535" fits. */
+#define PEER_BUCKETS  256 /* Buckets of the calls-per-peer table. */
 
 enum step { STEP_NEW, STEP_RECV, STEP_SEND, STEP_CLOSE, STEP_FINAL, STEP_WAKE, STEP__N };
 
@@ -192,6 +198,7 @@ struct lkv_rpc {
     char *peer;                 /* gpr_malloc'd peer string, lazily. */
     void *state;                /* Service state (lkv_rpc_set_state). */
     const void *principal;      /* Set by the admit hook (borrowed). */
+    struct peer_calls *pc;      /* The peer's entry while this call counts there, or NULL. */
     struct timespec t0;         /* Start (monotonic), for method stats. */
     tag tags[STEP__N];          /* One tag per step. */
     char generic_path[128];     /* Generic calls: the method asked for. */
@@ -207,6 +214,13 @@ struct lkv_rpc {
     lkv_work_fn work;    /* Pool job: the work function. */
     struct lkv_rpc *job; /* Next in the pool queue. */
 };
+
+/* Calls in flight from one peer IP (opts.max_calls_per_peer), in srv->calls_mu's table. */
+typedef struct peer_calls {
+    struct peer_calls *next; /* Bucket chain. */
+    uint32_t n;              /* Calls counted (> 0: an entry is freed when it drops to 0). */
+    char ip[PEER_MAX];       /* The peer without its port ("ipv4:127.0.0.1"). */
+} peer_calls;
 
 typedef struct park_slot {
     uint32_t gen;        /* Bumped whenever the slot is freed: stale tickets miss. */
@@ -279,9 +293,18 @@ struct lkv_server {
     /* The per-method latency histograms there, or NULL: set once after the threads start
      * (hence atomic), unregistered only after they stopped. */
     _Atomic(lkv_stat_group *) hist_group;
+
+    /* Calls in flight per peer (opts.max_calls_per_peer; see "Connections"). */
+    uint32_t max_calls_per_peer;       /* 0: no cap (nothing counted). */
+    pthread_mutex_t calls_mu;          /* Guards buckets and every entry's n. */
+    peer_calls *buckets[PEER_BUCKETS]; /* Chains of the entries with n > 0. */
+    atomic_ulong calls_refused_peer;   /* Calls refused over the cap. */
+    lkv_stat_group *peer_group;        /* calls_refused_peer in the registry, or NULL. */
 };
 
 static void finish(lkv_rpc *rpc, int rc);
+static int peer_admit(lkv_rpc *rpc);
+static void peer_release(lkv_rpc *rpc);
 
 /* ---- Status mapping (the one table is proto/lkv_status.c) ---------------------------- */
 
@@ -367,6 +390,7 @@ static void free_rpc(lkv_rpc *rpc)
     if (rpc->status_slice_set) {
         grpc_slice_unref(rpc->status_slice);
     }
+    peer_release(rpc);
     if (rpc->peer != NULL) {
         gpr_free(rpc->peer);
     }
@@ -830,6 +854,11 @@ static void on_new(lkv_rpc *rpc, int success)
     const lkv_method *m = &s->methods[rpc->mi];
     ProtobufCMessage *req = NULL;
     int rc;
+    rc = peer_admit(rpc);
+    if (rc < 0) {
+        finish(rpc, rc);
+        return;
+    }
     if (s->admit != NULL) {
         rc = s->admit(s->admit_ctx, rpc);
         if (rc < 0) {
@@ -1194,6 +1223,103 @@ const char *lkv_rpc_peer(lkv_rpc *rpc)
     return rpc->peer != NULL ? rpc->peer : "?";
 }
 
+/* The peer string without its port: "ipv4:10.0.0.1:5000" -> "ipv4:10.0.0.1", "ipv6:[::1]:5000"
+ * -> "ipv6:[::1]"; a string with no ":port" after its scheme ("fd:7", "unix:/s") stays whole. */
+static void peer_ip(const char *peer, char out[PEER_MAX])
+{
+    snprintf(out, PEER_MAX, "%s", peer);
+    char *first = strchr(out, ':');
+    char *last = strrchr(out, ':');
+    if (first == NULL || last == first || last[1] == '\0') {
+        return;
+    }
+    for (const char *p = last + 1; *p != '\0'; p++) {
+        if (*p < '0' || *p > '9') {
+            return;
+        }
+    }
+    *last = '\0';
+}
+
+static uint32_t peer_hash(const char *k)
+{
+    uint32_t h = 2166136261u; /* FNV-1a. */
+    for (; *k != '\0'; k++) {
+        h = (h ^ (uint8_t)*k) * 16777619u;
+    }
+    return h % PEER_BUCKETS;
+}
+
+/* Counts the call against its peer's cap (opts.max_calls_per_peer), or refuses it (LKV_ERATE)
+ * when the peer already has that many in flight. Health calls are exempt. */
+static int peer_admit(lkv_rpc *rpc)
+{
+    lkv_server *s = rpc->srv;
+    uint32_t max = s->max_calls_per_peer;
+    if (max == 0 || strncmp(method_path(rpc), "/grpc.health.v1.Health/", 23) == 0) {
+        return 0;
+    }
+    char ip[PEER_MAX];
+    peer_ip(lkv_rpc_peer(rpc), ip);
+    uint32_t b = peer_hash(ip);
+    pthread_mutex_lock(&s->calls_mu);
+    peer_calls *e = s->buckets[b];
+    while (e != NULL && strcmp(e->ip, ip) != 0) {
+        e = e->next;
+    }
+    if (e == NULL) {
+        e = lkv_xcalloc(1, sizeof(*e));
+        memcpy(e->ip, ip, PEER_MAX);
+        e->next = s->buckets[b];
+        s->buckets[b] = e;
+    } else if (e->n >= max) {
+        pthread_mutex_unlock(&s->calls_mu);
+        atomic_fetch_add(&s->calls_refused_peer, 1);
+        return lkv_rpc_errorf(rpc, LKV_ERATE,
+                              "too many calls in flight from %s (max_calls_per_peer = %" PRIu32 ")",
+                              ip, max);
+    }
+    e->n++;
+    rpc->pc = e;
+    pthread_mutex_unlock(&s->calls_mu);
+    return 0;
+}
+
+/* Uncounts a counted call (once: from free_rpc), freeing its peer's entry at 0. */
+static void peer_release(lkv_rpc *rpc)
+{
+    peer_calls *e = rpc->pc;
+    if (e == NULL) {
+        return;
+    }
+    lkv_server *s = rpc->srv;
+    rpc->pc = NULL;
+    pthread_mutex_lock(&s->calls_mu);
+    if (--e->n == 0) {
+        peer_calls **pp = &s->buckets[peer_hash(e->ip)];
+        while (*pp != e) {
+            pp = &(*pp)->next;
+        }
+        *pp = e->next;
+        free(e);
+    }
+    pthread_mutex_unlock(&s->calls_mu);
+}
+
+uint32_t lkv_server_peer_calls(lkv_server *s, const char *ip)
+{
+    uint32_t n = 0;
+    pthread_mutex_lock(&s->calls_mu);
+    for (const peer_calls *e = s->buckets[peer_hash(ip)]; e != NULL; e = e->next) {
+        if (strcmp(e->ip, ip) == 0) {
+            n = e->n;
+            break;
+        }
+    }
+    pthread_mutex_unlock(&s->calls_mu);
+    return n;
+}
+
 int lkv_rpc_metadata(const lkv_rpc *rpc, const char *key, char *buf, size_t len)
 {
     for (size_t i = 0; i < rpc->md.count; i++) {
@@ -1422,6 +1548,27 @@ static void conn_stats_read(void *ctx, double *vals, int n)
     for (int i = 0; i < n && i < CONN_STATS; i++) {
         vals[i] = v[i];
     }
+}
+
+/* Section "connections", every listener: calls refused over max_calls_per_peer. */
+static void peer_stats_read(void *ctx, double *vals, int n)
+{
+    lkv_server *s = ctx;
+    if (n > 0) {
+        vals[0] = (double)atomic_load(&s->calls_refused_peer);
+    }
+}
+
+static int peer_stats_register(lkv_server *s, lkv_stats *r)
+{
+    static const lkv_stat_desc d = {"calls_refused",
+                                    "cap=peer",
+                                    LKV_STAT_COUNTER,
+                                    "calls",
+                                    "Calls refused at admission: max_calls_per_peer reached.",
+                                    "connections",
+                                    "calls_refused_peer"};
+    return lkv_stats_register(r, &d, 1, peer_stats_read, s, &s->peer_group);
 }
 
 static int conn_stats_register(lkv_server *s, lkv_stats *r)
@@ -1855,6 +2002,8 @@ int lkv_server_create(const lkv_server_opts *opts, const lkv_method *methods, in
     pthread_condattr_destroy(&ca);
     pthread_mutex_init(&s->park_mu, NULL);
     pthread_mutex_init(&s->peer_mu, NULL);
+    pthread_mutex_init(&s->calls_mu, NULL);
+    s->max_calls_per_peer = opts->max_calls_per_peer;
     pthread_mutex_init(&s->pool_mu, NULL);
     pthread_cond_init(&s->pool_cv, NULL);
     s->n_pool = opts->pool_threads;
@@ -1865,7 +2014,7 @@ int lkv_server_create(const lkv_server_opts *opts, const lkv_method *methods, in
                  s->fault_job_delay_ms);
     }
 
-    grpc_arg args[3];
+    grpc_arg args[6];
     memset(args, 0, sizeof(args));
     args[0].type = GRPC_ARG_INTEGER;
     args[0].key = (char *)GRPC_ARG_MAX_RECEIVE_MESSAGE_LENGTH;
@@ -1877,7 +2026,25 @@ int lkv_server_create(const lkv_server_opts *opts, const lkv_method *methods, in
     args[2].type = GRPC_ARG_INTEGER;
     args[2].key = (char *)GRPC_ARG_ALLOW_REUSEPORT;
     args[2].value.integer = 0;
-    grpc_channel_args cargs = {3, args};
+    size_t n_args = 3;
+    if (opts->tls != NULL) {
+        /* gRPC's own listener serves TLS: the limits it has (see lkv_server_opts). */
+        const struct {
+            const char *key;
+            uint64_t v;
+        } lim[] = {{GRPC_ARG_MAX_CONCURRENT_STREAMS, opts->tls_max_streams},
+                   {GRPC_ARG_SERVER_HANDSHAKE_TIMEOUT_MS, opts->tls_handshake_timeout_ms},
+                   {GRPC_ARG_MAX_CONNECTION_IDLE_MS, opts->tls_idle_timeout_ms}};
+        for (size_t i = 0; i < sizeof(lim) / sizeof(lim[0]); i++) {
+            if (lim[i].v != 0) {
+                args[n_args].type = GRPC_ARG_INTEGER;
+                args[n_args].key = (char *)lim[i].key;
+                args[n_args].value.integer = lim[i].v > INT32_MAX ? INT32_MAX : (int)lim[i].v;
+                n_args++;
+            }
+        }
+    }
+    grpc_channel_args cargs = {n_args, args};
     s->server = grpc_server_create(&cargs, NULL);
 
     s->handles = lkv_xcalloc((size_t)(n > 0 ? n : 1), sizeof(void *));
@@ -1973,6 +2140,9 @@ int lkv_server_create(const lkv_server_opts *opts, const lkv_method *methods, in
         if (rc == 0 && s->listener != NULL) {
             rc = conn_stats_register(s, opts->stats);
         }
+        if (rc == 0) {
+            rc = peer_stats_register(s, opts->stats);
+        }
         if (rc != 0) {
             snprintf(err, errlen, "cannot register the per-method stats: %s", lkv_strerror(rc));
             lkv_server_destroy(s);
@@ -2012,6 +2182,7 @@ fail_server:
         grpc_server_credentials_release(s->fd_creds);
     }
     pthread_mutex_destroy(&s->peer_mu);
+    pthread_mutex_destroy(&s->calls_mu);
     pthread_mutex_destroy(&s->mu);
     pthread_cond_destroy(&s->cv);
     pthread_mutex_destroy(&s->park_mu);
@@ -2151,6 +2322,7 @@ void lkv_server_destroy(lkv_server *s)
     }
     lkv_stats_unregister(s->registry, s->stats_group); /* No method_stats_read after this. */
     lkv_stats_unregister(s->registry, s->conn_group);  /* Nor conn_stats_read. */
+    lkv_stats_unregister(s->registry, s->peer_group);  /* Nor peer_stats_read. */
     if (s->tls != NULL && s->tls->group != NULL) {
         lkv_stats_unregister(s->registry, s->tls->group);
         s->tls->group = NULL;
@@ -2164,6 +2336,10 @@ void lkv_server_destroy(lkv_server *s)
     }
     free(s->peers);
     pthread_mutex_destroy(&s->peer_mu);
+    for (int b = 0; b < PEER_BUCKETS; b++) {
+        assert(s->buckets[b] == NULL); /* Every context was freed, so every call uncounted. */
+    }
+    pthread_mutex_destroy(&s->calls_mu);
     grpc_channel_destroy(s->lame);
     for (int i = 0; i < s->n_workers; i++) {
         grpc_completion_queue_destroy(s->workers[i].cq);

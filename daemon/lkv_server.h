@@ -136,6 +136,20 @@ typedef struct lkv_server_opts {
      * idle timeouts) and the per-call admission hook, not max_conns / max_conns_per_peer or
      * the EMFILE recovery. */
     const lkv_tls_opts *tls;
+    /* Calls in flight at once from one peer IP address (the peer without its port), on every
+     * listener, checked at admission before opts.admit (0: no cap). A call over it fails with
+     * RESOURCE_EXHAUSTED (LKV_ERATE, the message names the cap), counted in the registry
+     * (section "connections", key calls_refused_peer). Health (/grpc.health.v1.Health/...)
+     * calls are neither counted nor refused, so probes always answer. A call counts from its
+     * admission until its context is freed (a parked call counts while parked). */
+    uint32_t max_calls_per_peer;
+    /* TLS listeners only (gRPC core's channel args; 0: gRPC's default): HTTP/2 streams open at
+     * once per connection (GRPC_ARG_MAX_CONCURRENT_STREAMS), the handshake deadline, ms
+     * (GRPC_ARG_SERVER_HANDSHAKE_TIMEOUT_MS) and the idle time after which a connection without
+     * calls is closed, ms (GRPC_ARG_MAX_CONNECTION_IDLE_MS). */
+    uint32_t tls_max_streams;
+    uint64_t tls_handshake_timeout_ms;
+    uint64_t tls_idle_timeout_ms;
 } lkv_server_opts;
 
 /* Creates the server, registers methods[0..n) (the array and what it points to are borrowed
@@ -168,6 +182,10 @@ int lkv_server_method_stats(const lkv_server *s, int i, const char **path, uint6
 
 /* Calls in progress now. Thread-safe. */
 long lkv_server_calls_in_flight(const lkv_server *s);
+
+/* Calls counted against max_calls_per_peer for peer ip (the peer string without its port:
+ * "ipv4:127.0.0.1", "ipv6:[::1]"); 0 for a peer with none (or with no cap). Thread-safe. */
+uint32_t lkv_server_peer_calls(lkv_server *s, const char *ip);
 
 /* 1 once lkv_server_shutdown has begun (services report NOT_SERVING then). Thread-safe. */
 int lkv_server_draining(const lkv_server *s);

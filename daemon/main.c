@@ -367,9 +367,18 @@ int main(int argc, char **argv)
         uint64_t m = nofile > 256 + 16 ? nofile - 256 : 16;
         max_conns = m > (1u << 24) ? (1u << 24) : (uint32_t)m;
     }
-    LKV_LOGI("connections: at most %u open, %u per peer (%s accept loop)", max_conns,
-             cfg.max_connections_per_peer,
-             cfg.tls_cert_file[0] != '\0' || cfg.grpc_listener ? "gRPC's" : "lazykvd's");
+    if (cfg.tls_cert_file[0] != '\0') {
+        LKV_LOGI("connections: TLS, gRPC's accept loop: no connection caps; %u streams per "
+                 "connection, handshake timeout %" PRIu64 " ms, idle timeout %" PRIu64
+                 " ms (0: gRPC's defaults); %u calls in flight per peer",
+                 cfg.tls_max_streams, cfg.tls_handshake_timeout_ms, cfg.tls_idle_timeout_ms,
+                 cfg.max_calls_per_peer);
+    } else {
+        LKV_LOGI("connections: at most %u open, %u per peer (%s accept loop); %u calls in flight "
+                 "per peer",
+                 max_conns, cfg.max_connections_per_peer,
+                 cfg.grpc_listener ? "gRPC's" : "lazykvd's", cfg.max_calls_per_peer);
+    }
 
     int rc = mkdirs(cfg.data_dir);
     if (rc != 0) {
@@ -395,6 +404,10 @@ int main(int argc, char **argv)
                            .max_message_bytes = cfg.max_message_bytes,
                            .max_conns = max_conns,
                            .max_conns_per_peer = cfg.max_connections_per_peer,
+                           .max_calls_per_peer = cfg.max_calls_per_peer,
+                           .tls_max_streams = cfg.tls_max_streams,
+                           .tls_handshake_timeout_ms = cfg.tls_handshake_timeout_ms,
+                           .tls_idle_timeout_ms = cfg.tls_idle_timeout_ms,
                            .grpc_listener = cfg.grpc_listener,
                            .tls = cfg.tls_cert_file[0] != '\0' ? &tls : NULL};
     lkv_server *start_srv = NULL;
@@ -537,6 +550,10 @@ int main(int argc, char **argv)
                           .max_message_bytes = cfg.max_message_bytes,
                           .max_conns = max_conns,
                           .max_conns_per_peer = cfg.max_connections_per_peer,
+                          .max_calls_per_peer = cfg.max_calls_per_peer,
+                          .tls_max_streams = cfg.tls_max_streams,
+                          .tls_handshake_timeout_ms = cfg.tls_handshake_timeout_ms,
+                          .tls_idle_timeout_ms = cfg.tls_idle_timeout_ms,
                           .grpc_listener = cfg.grpc_listener,
                           .admit = admit,
                           .admit_ctx = ten,

@@ -57,6 +57,10 @@ static void test_defaults(void)
     ASSERT_EQ(c.pool_threads, 4);
     ASSERT_EQ(c.log_level, LKV_LOG_INFO);
     ASSERT_EQ(c.shutdown_grace_ms, 5000);
+    ASSERT_EQ(c.max_calls_per_peer, 4096);
+    ASSERT_EQ(c.tls_max_streams, 1024);
+    ASSERT_EQ(c.tls_handshake_timeout_ms, 10000);
+    ASSERT_EQ(c.tls_idle_timeout_ms, 30 * 60000);
     ASSERT_EQ(c.n_profiles, 2);
     const lkv_profile *s = lkv_config_profile(&c, "stories260k");
     ASSERT_TRUE(s != NULL);
@@ -106,6 +110,11 @@ static void test_shipped_file_equals_defaults(void)
     ASSERT_EQ(a.log_level, b.log_level);
     ASSERT_EQ(a.shutdown_grace_ms, b.shutdown_grace_ms);
     ASSERT_EQ(a.evicted_memory, b.evicted_memory);
+    ASSERT_EQ(a.max_connections_per_peer, b.max_connections_per_peer);
+    ASSERT_EQ(a.max_calls_per_peer, b.max_calls_per_peer);
+    ASSERT_EQ(a.tls_max_streams, b.tls_max_streams);
+    ASSERT_EQ(a.tls_handshake_timeout_ms, b.tls_handshake_timeout_ms);
+    ASSERT_EQ(a.tls_idle_timeout_ms, b.tls_idle_timeout_ms);
     ASSERT_EQ(a.cold_min_blob_bytes, b.cold_min_blob_bytes);
     ASSERT_EQ(a.loopback_roles, b.loopback_roles);
     ASSERT_EQ(a.allow_insecure_bind, b.allow_insecure_bind);
@@ -138,6 +147,8 @@ static void test_good_text(void)
                        "max_message_bytes = 128m\n"
                        "log_level = debug\n"
                        "shutdown_grace = 250ms\n"
+                       "max_calls_per_peer = 2\n"
+                       "tls_idle_timeout = 90s\n"
                        "[profile tiny]\n"
                        "n_layers = 2\n"
                        "n_q_heads = 4\n"
@@ -165,6 +176,8 @@ static void test_good_text(void)
     ASSERT_EQ(c.max_message_bytes, 128ull << 20);
     ASSERT_EQ(c.log_level, LKV_LOG_DEBUG);
     ASSERT_EQ(c.shutdown_grace_ms, 250);
+    ASSERT_EQ(c.max_calls_per_peer, 2);
+    ASSERT_EQ(c.tls_idle_timeout_ms, 90000);
     ASSERT_EQ(c.n_profiles, 3);
     const lkv_profile *t = lkv_config_profile(&c, "tiny");
     ASSERT_TRUE(t != NULL);
@@ -303,6 +316,10 @@ static void test_bad_values_name_the_option(void)
     bad_text("hot_backend = tpu\n", "'hot_backend'", "cuda");
     bad_text("log_level = loud\n", "'log_level'", "debug");
     bad_text("shutdown_grace = 5 parsecs\n", "'shutdown_grace'", NULL);
+    bad_text("max_calls_per_peer = -1\n", "'max_calls_per_peer'", NULL);
+    bad_text("max_calls_per_peer = 16777217\n", "'max_calls_per_peer'", "16777216");
+    bad_text("tls_handshake_timeout = 2h\n", "'tls_handshake_timeout'", NULL);
+    bad_text("tls_idle_timeout = 25h\n", "'tls_idle_timeout'", NULL);
     bad_text("max_message_bytes = 1K\n", "'max_message_bytes'", NULL);
     bad_text("listen = localhost\n", "'listen'", "host:port");
     bad_text("listen = 127.0.0.1:70000\n", "'listen'", NULL);

@@ -462,7 +462,7 @@ static int wait_for(atomic_int *v, int want)
     return atomic_load(v);
 }
 
-static lkv_client_t *client(const char *token)
+static lkv_client_t *client_at(const char *address, const char *token)
 {
     lkv_client_options o;
     memset(&o, 0, sizeof(o));
@@ -470,8 +470,13 @@ static lkv_client_t *client(const char *token)
     o.default_deadline_ms = 5000;
     o.bearer_token = token;
     lkv_client_t *c = NULL;
-    ASSERT_OK(lkv_client_create(addr, &o, &c));
+    ASSERT_OK(lkv_client_create(address, &o, &c));
     return c;
+}
+
+static lkv_client_t *client(const char *token)
+{
+    return client_at(addr, token);
 }
 
 static void test_admission(void)
@@ -1217,6 +1222,145 @@ static void test_shutdown_parked(void)
     }
 }
 
+/* The value of trailing metadata key (a copy in buf), or "" when absent. */
+static const char *trailer(const raw_call *c, const char *key, char *buf, size_t len)
+{
+    buf[0] = '\0';
+    for (size_t i = 0; i < c->md_trail.count; i++) {
+        const grpc_metadata *m = &c->md_trail.metadata[i];
+        if (grpc_slice_str_cmp(m->key, key) == 0) {
+            size_t n =
+                GRPC_SLICE_LENGTH(m->value) < len - 1 ? GRPC_SLICE_LENGTH(m->value) : len - 1;
+            memcpy(buf, GRPC_SLICE_START_PTR(m->value), n);
+            buf[n] = '\0';
+        }
+    }
+    return buf;
+}
+
+static int refused_peer_visit(void *ctx, const lkv_stat_desc *d, double v)
+{
+    if (strcmp(d->key, "calls_refused_peer") == 0) {
+        ASSERT_TRUE(strcmp(d->section, "connections") == 0);
+        *(double *)ctx = v;
+    }
+    return 0;
+}
+
+/* Waits until peer ip of server s2 counts want calls (a call is uncounted when its context is
+ * freed, just after the client saw its status). */
+static uint32_t wait_peer_calls(lkv_server *s2, const char *ip, uint32_t want)
+{
+    for (int i = 0; i < WAIT_TRIES && lkv_server_peer_calls(s2, ip) != want; i++) {
+        sleep_ms(10);
+    }
+    return lkv_server_peer_calls(s2, ip);
+}
+
+/* max_calls_per_peer = 2 on a server of its own: two calls parked from this peer, a third is
+ * refused RESOURCE_EXHAUSTED / LKV_ERATE before its handler, Health still answers, a cancelled
+ * parked call and finished ones are uncounted (back to 0), and the peer is admitted again. */
+static void test_peer_call_cap(void)
+{
+    enum { ID = 1000 };
+    const char *ip = "ipv4:127.0.0.1";
+    lkv_stats *reg;
+    ASSERT_OK(lkv_stats_create(&reg));
+    lkv_server_opts o = {.listen = "127.0.0.1:0",
+                         .threads = 2,
+                         .max_message_bytes = MAX_MSG,
+                         .admit = admit,
+                         .pool_threads = 1,
+                         .stats = reg,
+                         .max_calls_per_peer = 2};
+    lkv_server *s2 = NULL;
+    char err[256];
+    ASSERT_OK(lkv_server_create(&o, methods, (int)(sizeof(methods) / sizeof(methods[0])), &s2, err,
+                                sizeof(err)));
+    grpc_channel *saved = raw_ch;
+    grpc_channel_credentials *cr = grpc_insecure_credentials_create();
+    raw_ch = grpc_channel_create(lkv_server_address(s2), cr, NULL);
+    grpc_channel_credentials_release(cr);
+    lkv_client_t *hc = client_at(lkv_server_address(s2), NULL);
+
+    raw_call a, b, c;
+    raw_start(&a, "hold", ID, 0);
+    wait_parked(ID);
+    raw_start(&b, "hold", ID + 1, 0);
+    wait_parked(ID + 1);
+    ASSERT_EQ(lkv_server_peer_calls(s2, ip), 2);
+    int entered = atomic_load(&n_park_enter);
+    raw_start(&c, "hold", ID + 2, 0);
+    raw_wait(1);
+    ASSERT_TRUE(c.done && !a.done && !b.done);
+    ASSERT_EQ(c.status, GRPC_STATUS_RESOURCE_EXHAUSTED);
+    char buf[128];
+    ASSERT_TRUE(strcmp(trailer(&c, "lkv-code", buf, sizeof(buf)), "LKV_ERATE") == 0);
+    char *d = grpc_slice_to_c_string(c.details);
+    ASSERT_TRUE(strstr(d, "max_calls_per_peer = 2") != NULL && strstr(d, ip) != NULL);
+    gpr_free(d);
+    ASSERT_EQ(atomic_load(&n_park_enter), entered); /* Its handler never ran. */
+    ASSERT_EQ(atomic_load(&ticket_set[ID + 2]), 0);
+    raw_free(&c);
+    ASSERT_EQ(wait_peer_calls(s2, ip, 2), 2); /* The refused call was never counted. */
+    for (int i = 0; i < 5; i++) {
+        ASSERT_OK(lkv_client_ping(hc, "", 2000)); /* Health: exempt, answers at the cap. */
+    }
+    double refused = -1;
+    ASSERT_OK(lkv_stats_foreach(reg, "connections", refused_peer_visit, &refused));
+    ASSERT_NEAR(refused, 1, 0);
+
+    /* A parked call cancelled by its client is uncounted too. */
+    grpc_call_cancel(a.call, NULL);
+    raw_wait(1);
+    ASSERT_TRUE(a.done && !b.done);
+    ASSERT_EQ(a.status, GRPC_STATUS_CANCELLED);
+    ASSERT_EQ(wait_peer_calls(s2, ip, 1), 1);
+    raw_free(&a);
+    /* Room for one: admitted, parked; then the cap holds again. */
+    raw_start(&a, "hold", ID + 3, 0);
+    wait_parked(ID + 3);
+    ASSERT_EQ(lkv_server_peer_calls(s2, ip), 2);
+    raw_start(&c, "hold", ID + 4, 0);
+    raw_wait(1);
+    ASSERT_TRUE(c.done && !a.done && !b.done);
+    ASSERT_EQ(c.status, GRPC_STATUS_RESOURCE_EXHAUSTED);
+    raw_free(&c);
+
+    /* Both parked calls finish: the count goes back to 0 (the entry is gone). */
+    ASSERT_OK(lkv_rpc_finish_deferred(tickets[ID + 1], LKV_EBUSY, NULL, "busy"));
+    uint8_t key[32] = {3};
+    Lazykv__V1__DeleteResponse r = LAZYKV__V1__DELETE_RESPONSE__INIT;
+    r.key.data = key;
+    r.key.len = 32;
+    ASSERT_OK(lkv_rpc_finish_deferred(tickets[ID + 3], 0, &r.base, NULL));
+    raw_wait(2);
+    ASSERT_TRUE(a.done && b.done);
+    ASSERT_EQ(a.status, GRPC_STATUS_OK);
+    ASSERT_EQ(b.status, GRPC_STATUS_FAILED_PRECONDITION);
+    raw_free(&a);
+    raw_free(&b);
+    ASSERT_EQ(wait_peer_calls(s2, ip, 0), 0);
+
+    /* Admitted again: three calls in a row (each ends before the next), a parked one too. */
+    for (int i = 0; i < 3; i++) {
+        raw_start(&c, i == 2 ? "later:5" : "now", ID + 5 + (uint32_t)i, 0);
+        raw_wait(1);
+        ASSERT_EQ(c.status, GRPC_STATUS_OK);
+        raw_free(&c);
+    }
+    ASSERT_EQ(wait_peer_calls(s2, ip, 0), 0);
+    ASSERT_OK(lkv_stats_foreach(reg, "connections", refused_peer_visit, &refused));
+    ASSERT_NEAR(refused, 2, 0);
+
+    lkv_client_destroy(hc);
+    grpc_channel_destroy(raw_ch);
+    raw_ch = saved;
+    lkv_server_shutdown(s2, 1000);
+    lkv_server_destroy(s2);
+    lkv_stats_destroy(reg);
+}
+
 /* The accept loop's counters (section "connections") as the registry shows them. */
 typedef struct conn_seen {
     int n;
@@ -1311,6 +1455,7 @@ int main(void)
     LKV_RUN(test_park_many);
     LKV_RUN(test_pool);
     LKV_RUN(test_health_while_parked);
+    LKV_RUN(test_peer_call_cap);
     ASSERT_EQ(atomic_load(&n_bad_order), 0);
 
     ASSERT_TRUE(atomic_load(&n_admit) > 0);
@@ -1333,10 +1478,11 @@ int main(void)
     /* The same counters through the registry (4 stats per method, 3 of them in INFO, plus one
      * latency histogram per method whose total is the method's calls). */
     int n_methods = (int)(sizeof(methods) / sizeof(methods[0]));
-    ASSERT_EQ(lkv_stats_count(reg), 5 * n_methods + 7); /* + the accept loop's 7. */
+    /* + the accept loop's 7 and calls_refused_peer. */
+    ASSERT_EQ(lkv_stats_count(reg), 5 * n_methods + 8);
     conn_seen cs = {0};
     ASSERT_OK(lkv_stats_foreach(reg, "connections", conn_visit, &cs));
-    ASSERT_EQ(cs.n, 7);
+    ASSERT_EQ(cs.n, 8);
     ASSERT_TRUE(cs.accepted >= 3); /* This test's clients, each with its own handle. */
     hist_get hg = {0};
     ASSERT_OK(lkv_stats_foreach_hist(reg, hist_get_visit, &hg));

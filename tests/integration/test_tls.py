@@ -16,6 +16,9 @@
   4. Bearer tokens over plaintext from a non-loopback peer are refused (UNAUTHENTICATED, and the
      message says to use TLS) unless allow_plaintext_tokens is set; over TLS from the same peer
      they are accepted. Skipped (reported) if the host has no non-loopback address.
+  5. gRPC's limits on a TLS port (issue 12): with tls_handshake_timeout=1s a connection that
+     never starts its handshake is closed by the daemon after about 1 s (gRPC's default would
+     hold it 120 s), and a real TLS client is still served.
 """
 import hashlib
 import os
@@ -244,10 +247,37 @@ def part_plaintext_tokens(tmp):
             check(ok, "the same token over TLS from a non-loopback peer is accepted")
 
 
+def part_handshake_timeout(tmp):
+    ca, _ = certs.make_ca(tmp, "hca")
+    pem, key = certs.make_cert(tmp, "server-h", "hca")
+    args = ["--set", "tls_cert_file=" + pem, "--set", "tls_key_file=" + key,
+            "--set", "tls_handshake_timeout=1s"]
+    with H.Daemon(args) as d:
+        d.start()
+        host, port = d.addr.rsplit(":", 1)
+        silent = [socket.create_connection((host.strip("[]"), int(port)), timeout=H.timeout(10))
+                  for _ in range(3)]
+        t0 = time.monotonic()
+        closed = 0
+        for s in silent:
+            try:
+                closed += s.recv(1) == b""
+            except (ConnectionResetError, socket.timeout):
+                pass
+            s.close()
+        took = time.monotonic() - t0
+        check(closed == 3, "silent connections closed by the daemon (%d of 3)" % closed)
+        check(0.7 <= took <= H.timeout(6.0),
+              "closed at the handshake timeout (1 s), after %.2f s" % took)
+        check(health_raw(tls_channel(d.addr, certs.read(ca))),
+              "a TLS client is served with tls_handshake_timeout set")
+
+
 def main():
     t0 = time.monotonic()
     tmp = tempfile.mkdtemp(prefix="lkv-tls-")
-    for part in (part_basic_and_reload, part_client_certs, part_plaintext_tokens):
+    for part in (part_basic_and_reload, part_client_certs, part_plaintext_tokens,
+                 part_handshake_timeout):
         t1 = time.monotonic()
         part(tmp)
         sys.stderr.write("%s: %.1f s\n" % (part.__name__, time.monotonic() - t1))
