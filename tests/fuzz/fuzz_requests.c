@@ -23,17 +23,22 @@
 #include "grpc/health/v1/health.pb-c.h"
 #include "lazykv/v1/admin.pb-c.h"
 #include "lazykv/v1/cache.pb-c.h"
+#include "lazykv/v1/worker.pb-c.h"
 #include "lkv_err.h"
 #include "lkv_log.h"
 #include "lkv_pb.h"
 #include "lkv_wire.h"
 
 static const ProtobufCMessageDescriptor *const requests[] = {
-    &lazykv__v1__put_request__descriptor,    &lazykv__v1__lookup_request__descriptor,
-    &lazykv__v1__get_request__descriptor,    &lazykv__v1__delete_request__descriptor,
-    &lazykv__v1__attach_request__descriptor, &lazykv__v1__release_request__descriptor,
-    &lazykv__v1__stats_request__descriptor,  &lazykv__v1__list_request__descriptor,
-    &lazykv__v1__evict_request__descriptor,  &grpc__health__v1__health_check_request__descriptor,
+    &lazykv__v1__put_request__descriptor,      &lazykv__v1__lookup_request__descriptor,
+    &lazykv__v1__get_request__descriptor,      &lazykv__v1__delete_request__descriptor,
+    &lazykv__v1__attach_request__descriptor,   &lazykv__v1__release_request__descriptor,
+    &lazykv__v1__stats_request__descriptor,    &lazykv__v1__list_request__descriptor,
+    &lazykv__v1__evict_request__descriptor,    &grpc__health__v1__health_check_request__descriptor,
+    &lazykv__v1__reserve_request__descriptor,  &lazykv__v1__commit_request__descriptor,
+    &lazykv__v1__abort_request__descriptor,    &lazykv__v1__cluster_request__descriptor,
+    &lazykv__v1__hold_request__descriptor,     &lazykv__v1__evict_class_request__descriptor,
+    &lazykv__v1__generate_request__descriptor,
 };
 #define N_REQUESTS (sizeof(requests) / sizeof(requests[0]))
 
