@@ -279,6 +279,7 @@ static void reload(int argc, char **argv, lkv_config *cur, lkv_tenancy *ten, lkv
         lkv_log_set_level(next.log_level);
         LKV_LOGI("reload: log_level changed");
     }
+    lkv_cluster_set_auth(g_cluster, lkv_tenancy_auth(ten)); /* Tenants added live: also here. */
     int tls = lkv_server_tls_check(srv);
     LKV_LOGI("reload done%s", tls == 1 ? " (new TLS certificate loaded)" : "");
     /* Keep what was applied; the rest stays as started (logged by lkv_tenancy_reload). */
@@ -514,8 +515,8 @@ int main(int argc, char **argv)
     admin.tenant_lookups = lkv_tenancy_lookups(ten);
     admin.n_named = lkv_tenancy_named;
     lkv_health_init(&health, services);
-    /* Cluster-internal calls name their tenant in the table of start-up (tables replaced by a
-     * reload stay allocated, and tenant slots are stable across reloads). */
+    /* Cluster-internal calls name their tenant in the current table (reload passes the new one
+     * on: lkv_cluster_set_auth; replaced tables stay allocated, tenant slots are stable). */
     rc = lkv_cluster_create(&cfg, store, lkv_tenancy_auth(ten), LAZYKVD_VERSION, &g_cluster, err,
                             sizeof(err));
     if (rc != 0) {

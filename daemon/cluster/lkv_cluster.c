@@ -51,7 +51,8 @@ struct lkv_cluster {
     int mode; /* enum lkv_cluster_mode. */
     const lkv_config *cfg;
     lkv_store *store;
-    const lkv_auth *auth;
+    _Atomic(const lkv_auth *)
+        auth; /* The tenant table (replaced on reload, lkv_cluster_set_auth). */
     char version[32];
     char self_addr[LKV_MEMBER_ADDR_MAX];
     char token[TOKEN_MAX]; /* The cluster token ("" in mode none). */
@@ -128,7 +129,7 @@ int lkv_cluster_create(const lkv_config *cfg, lkv_store *store, const lkv_auth *
     lkv_cluster *c = lkv_xcalloc(1, sizeof(*c));
     c->cfg = cfg;
     c->store = store;
-    c->auth = auth;
+    atomic_store(&c->auth, auth);
     c->mode = mode_of(cfg->cluster_mode);
     pthread_mutex_init(&c->mu, NULL);
     pthread_mutex_init(&c->rmu, NULL);
@@ -364,12 +365,13 @@ int lkv_cluster_admit(lkv_cluster *c, lkv_rpc *rpc, const char *authz, const lkv
     }
     char name[LKV_TENANT_NAME_MAX];
     const lkv_tenant *t;
+    const lkv_auth *auth = atomic_load(&c->auth);
     if (lkv_rpc_metadata(rpc, LKV_CLUSTER_TENANT_MD, name, sizeof(name)) < 0) {
-        t = lkv_auth_default_tenant(c->auth);
+        t = lkv_auth_default_tenant(auth);
     } else if (strcmp(name, LKV_AUTH_DEFAULT_TENANT) == 0) {
-        t = lkv_auth_default_tenant(c->auth);
+        t = lkv_auth_default_tenant(auth);
     } else {
-        t = lkv_auth_find(c->auth, name);
+        t = lkv_auth_find(auth, name);
     }
     if (t == NULL) {
         return lkv_rpc_errorf(rpc, LKV_EUNAUTH, "cluster call for unknown tenant \"%.64s\"", name);
@@ -1123,4 +1125,11 @@ int lkv_cluster_methods(lkv_cluster *c, lkv_method *out)
                     .unary = cluster_rpc};
     out[0] = m;
     return LKV_CLUSTER_METHODS;
+}
+
+void lkv_cluster_set_auth(lkv_cluster *c, const lkv_auth *auth)
+{
+    if (c != NULL) {
+        atomic_store(&c->auth, auth);
+    }
 }

@@ -66,6 +66,11 @@ void lkv_cluster_destroy(lkv_cluster *c);
 /* 1 if the cluster runs (mode other than none). */
 int lkv_cluster_enabled(const lkv_cluster *c);
 
+/* Replaces the tenant table cluster-internal calls name their tenant in (auth borrowed: it must
+ * outlive c; the tenancy keeps every table it published until exit), after a SIGHUP reload, so a
+ * tenant added live is known to forwarded calls too. c may be NULL. Thread-safe. */
+void lkv_cluster_set_auth(lkv_cluster *c, const lkv_auth *auth);
+
 /* Admission of cluster-internal calls (call first in the admit hook). authz is the
  * authorization header value (NUL-terminated) or NULL. Returns 1 if authz is the cluster
  * token: then the call is admitted acting as the tenant named in "lkv-tenant" (absent: the
