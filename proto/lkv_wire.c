@@ -125,8 +125,13 @@ static int read_record(const uint8_t *base, size_t end, size_t *pos, lkv_wire_fi
     }
     case LKV_WIRE_LEN: {
         uint64_t n;
+        size_t lp = p;
         if (lkv_wire_varint(base, end, &p, &n) != 0) {
             *why = "truncated or overlong length varint";
+            return LKV_EPROTO;
+        }
+        if (p - lp > 5) { /* protobuf-c reads at most 5 bytes of a length prefix. */
+            *why = "length varint longer than 5 bytes";
             return LKV_EPROTO;
         }
         if (n > end - p) {

@@ -64,7 +64,10 @@ static int tokens_of(const json_t *a, const char *what, int **out, int *n, char 
         return bad(err, len, "%s: \"tokens\" must be an array of token ids", what);
     }
     size_t k = json_array_size(a);
-    *out = lkv_xmalloc((k ? k : 1) * sizeof(int));
+    if (k == 0) {
+        return bad(err, len, "%s is empty (a document or question needs some tokens)", what);
+    }
+    *out = lkv_xmalloc(k * sizeof(int));
     *n = (int)k;
     for (size_t i = 0; i < k; i++) {
         const json_t *v = json_array_get(a, i);
