@@ -1281,13 +1281,14 @@ static void why_cold(lkv_store *s, const doc *d, int rc)
  * that an acknowledgement of it says the truth (lock held; dropped during the write). */
 static int repersist_locked(lkv_store *s, doc *e)
 {
+    e->refs++; /* Before the wait: the lock is dropped there and e may be evicted meanwhile. */
     while (e->state == ST_VISIBLE && e->cold_busy) {
         pthread_cond_wait(&s->cv, &s->mu); /* Someone else is writing it: wait for the end. */
     }
     if (e->state != ST_VISIBLE || e->cold || !e->hot || e->promoting) {
+        lkv__unref(s, e);
         return 0;
     }
-    e->refs++;
     lkv__hot_pin(s, e);
     int rc = lkv__write_through(s, e);
     if (rc != 0) {
@@ -1360,11 +1361,16 @@ static int commit_tx(lkv_store_put *tx, lkv_put_result *res, int pin, uint32_t *
     if (d == NULL) {
         doc *e = lkv__kidx_find(s, &tx->key);
         s->st.puts_existing++;
-        if (e != NULL && wt) {
+        int held = e != NULL && wt;
+        if (held) {
+            e->refs++; /* repersist_locked may drop the lock: e must outlive put_result. */
             rc = repersist_locked(s, e);
         }
         put_result(s, e, 1, res);
         *pin_later = pin && rc == 0;
+        if (held) {
+            lkv__unref(s, e);
+        }
         goto out;
     }
     for (;;) {
@@ -1377,6 +1383,7 @@ static int commit_tx(lkv_store_put *tx, lkv_put_result *res, int pin, uint32_t *
             discard_locked(s, d);
             s->st.puts_existing++;
             wake = unreserve_locked(s, tx);
+            e->refs++; /* repersist_locked may drop the lock: e must outlive what follows. */
             if (wt) {
                 rc = repersist_locked(s, e);
             }
@@ -1386,6 +1393,7 @@ static int commit_tx(lkv_store_put *tx, lkv_put_result *res, int pin, uint32_t *
                 *pin_later = pin && rc == 0;
             }
             put_result(s, e, 1, res);
+            lkv__unref(s, e);
             goto out;
         }
         /* Another write-through commit of the same key is syncing: wait for its outcome. */
