@@ -32,6 +32,8 @@
 #include "lkv_half.h"
 #include "lkv_log.h"
 #include "lkv_pagespace.h"
+#include "lkv_policy.h"
+#include "lkv_prefix.h"
 #include "lkv_runner.h"
 #include "lkv_synth.h"
 
@@ -61,6 +63,9 @@ struct lkv_worker {
     void *dev_pages;       /* Worker pages in backend memory (non-host backends), owned. */
     lkv_worker_stats st;   /* Totals (arena_maps read from ps). */
     int inplace_off;       /* 1: the daemon refused Reserve (role, leases off): Put only. */
+    lkv_prefix *prefix;    /* Prefix pool (LKV_RAG_PREFIX), or NULL. Owned. */
+    uint32_t prefix_pages; /* Its pages: the last prefix_pages worker pages. */
+    uint64_t copy_next;    /* Placeholder documents made for Block-Attention copies. */
 };
 
 static double now_ms(void)
@@ -253,6 +258,7 @@ void lkv_worker_destroy(lkv_worker *w)
         return;
     }
     lkv_client_destroy(w->cl);
+    lkv_prefix_destroy(w->prefix);
     lkv_pagespace_free(&w->ps);
     if (w->dev_pages != NULL) {
         w->be->release(w->be->ctx, w->dev_pages);
@@ -334,6 +340,14 @@ typedef struct lkv_worker_job {
     lkv_reservation *resv;  /* [n_docs] put in place: the reservation of a miss. */
     int *resv_state;        /* [n_docs]: 0 none, 1 reserved (compute, commit), 2 cached
                                meanwhile (attached by the Reserve: read in place). */
+    lkv_reservation *copy;  /* [n_docs] copy_budget: the placeholder reserved for a copy. */
+    int *copy_state;        /* [n_docs]: 0 none, 1 copy reserved, -1 refused (recomputed, not
+                               stored again). */
+    uint64_t *pfx;          /* Prefix mode: pool blocks pinned by this request. Owned. */
+    int n_pfx, cap_pfx;
+    uint64_t pfx_chain; /* Chain value after the last block looked at. */
+    int pfx_hitting;    /* 1 while every block so far was found. */
+    int pfx_caching;    /* 1 while every computed block so far was admitted. */
 } req_state;
 
 enum job_phase {
@@ -639,6 +653,8 @@ static int doc_fits(const lkv_worker *w, const lkv_attached_doc *d, uint64_t n_t
     return 1;
 }
 
+static int step_reserve_docs(req_state *s, const lkv_docref *refs);
+
 /* Step 2b, put in place: reserves each miss (a repeat once) under the request's lease (made by
  * the Reserve when nothing was attached) before it is computed, so that step 3 computes it
  * straight into the daemon's pages and step 5 commits it: its KV never crosses gRPC. A refused
@@ -648,13 +664,23 @@ static int doc_fits(const lkv_worker *w, const lkv_attached_doc *d, uint64_t n_t
 static int step_reserve(req_state *s, const lkv_docref *refs)
 {
     lkv_worker *w = s->w;
-    const lkv_rag_request *q = s->req;
     lkv_rag_result *res = s->res;
     if (w->o.no_inplace || w->inplace_off) {
         return 0;
     }
+    double t0 = now_ms();
+    int rc = step_reserve_docs(s, refs);
+    res->reserve_ms += now_ms() - t0;
+    return rc;
+}
+
+static int step_reserve_docs(req_state *s, const lkv_docref *refs)
+{
+    lkv_worker *w = s->w;
+    const lkv_rag_request *q = s->req;
+    lkv_rag_result *res = s->res;
     for (int i = 0; i < q->n_docs && s->use_daemon; i++) {
-        int dup = res->docs[i].hit;
+        int dup = res->docs[i].hit || s->copy_state[i] < 0; /* A refused copy: cached. */
         for (int j = 0; j < i && !dup; j++) {
             dup = s->resv_state[j] != 0 && strcmp(res->docs[j].key_hex, res->docs[i].key_hex) == 0;
         }
@@ -750,6 +776,215 @@ static int renew_lease(req_state *s)
     return 0;
 }
 
+/* With opts.sync_phases, waits until the backend has done everything queued (a 4-byte read
+ * back synchronises the CUDA backend's stream), so the phase just timed is timed whole. */
+static void phase_sync(const lkv_worker *w)
+{
+    if (w->o.sync_phases) {
+        float x;
+        w->be->to_host(w->be->ctx, &x, w->run.x, sizeof(x));
+    }
+}
+
+/* Step 2c, Block-Attention with copy_budget: for every hit, Reserves a placeholder document of
+ * the same length (token ids drawn from a per-worker counter, so its key is new) under the
+ * request's lease; its pages will hold the hit's re-rotated copy, so the copy takes the daemon's
+ * budget (evicting as a Put would) until the lease is released (the reservation is never
+ * committed: Release frees it). A copy the daemon has no room for (ENOSPC or any refusal but a
+ * down daemon) turns its document into a miss, recomputed in worker pages and not stored again
+ * (it is cached). */
+static int step_copy_reserve(req_state *s)
+{
+    lkv_worker *w = s->w;
+    const lkv_rag_request *q = s->req;
+    lkv_rag_result *res = s->res;
+    const uint32_t V = (uint32_t)w->m->cfg.vocab_size;
+    double t0 = now_ms();
+    int rc = 0;
+    for (int i = 0; i < q->n_docs && rc == 0; i++) {
+        if (!res->docs[i].hit || !s->lease.live) {
+            continue;
+        }
+        uint32_t n = (uint32_t)q->docs[i].n_tokens;
+        uint32_t *ph = lkv_xmalloc((size_t)n * sizeof(uint32_t));
+        uint64_t c = ++w->copy_next ^ ((uint64_t)getpid() << 32);
+        for (uint32_t k = 0; k < n; k++) {
+            uint64_t z = c * 0x9e3779b97f4a7c15ull + (uint64_t)k * 0xbf58476d1ce4e5b9ull;
+            z = (z ^ (z >> 31)) * 0x94d049bb133111ebull;
+            ph[k] = 1 + (uint32_t)((z ^ (z >> 29)) % (V - 1));
+        }
+        lkv_reservation *r = &s->copy[i];
+        int dl = left_ms(s);
+        int r1 = dl > 0 ? lkv_client_reserve(w->cl, w->profile, ph, n, s->lease.id,
+                                             w->o.lease_ttl_ms, 0, NULL, dl, r)
+                        : LKV_ETIMEDOUT;
+        free(ph);
+        if (r1 == 0 && !r->already_present) {
+            rc = lkv_pagespace_map(&w->ps, &r->arena, w->profile);
+            if (rc != 0) {
+                rc = errf(res->error, sizeof(res->error), rc,
+                          "cannot map the arena of lazykvd at %s: %s", w->target, w->ps.err);
+                break;
+            }
+            char why[320];
+            if (!doc_fits(w, &r->doc, n, why, sizeof(why))) {
+                rc = errf(res->error, sizeof(res->error), LKV_EPROTO,
+                          "Reserve reply for the copy of document %d: %s", i, why);
+                break;
+            }
+            s->copy_state[i] = 1;
+            res->copies++;
+            continue;
+        }
+        if (r1 != 0 && daemon_down(r1)) {
+            rc = daemon_failed(s, "Reserve (copy)", r1);
+            break;
+        }
+        lkv_reservation_free(r);
+        s->copy_state[i] = -1; /* No room for the copy: recompute (a miss). */
+        res->docs[i].hit = 0;
+        res->zero_copy_blocks -= res->docs[i].n_blocks;
+        res->copies_refused++;
+    }
+    res->reserve_ms += now_ms() - t0;
+    return rc;
+}
+
+static void pfx_push(req_state *s, uint64_t h)
+{
+    if (s->n_pfx == s->cap_pfx) {
+        s->cap_pfx = s->cap_pfx ? s->cap_pfx * 2 : 256;
+        s->pfx = lkv_xrealloc(s->pfx, (size_t)s->cap_pfx * sizeof(uint64_t));
+    }
+    s->pfx[s->n_pfx++] = h;
+}
+
+/* Step 3, prefix mode, document i: its blocks are named by the chain (lkv_prefix.h); while the
+ * prompt's prefix is cached they come from the pool (pinned, read in place); from the first
+ * absent block on, the rest of the document is computed (appended after its cached part), into
+ * pool pages admitted for those blocks while the pool has room, then into the request's pages. */
+static int step_prefix_one(req_state *s, int i)
+{
+    lkv_worker *w = s->w;
+    const lkv_rag_request *q = s->req;
+    lkv_rag_result *res = s->res;
+    const int B = w->shape.block_tokens, n = q->docs[i].n_tokens, nb = (n + B - 1) / B;
+    const int *tok = q->docs[i].tokens;
+    const uint64_t bb = lkv_block_bytes(&w->shape);
+    uint64_t h[LKV_MODEL_SEG_MAX_BLOCKS];
+    lkv_model_seg *g = &s->segs[i];
+    memset(g, 0, sizeof(*g));
+    s->miss_src[i] = -1;
+    int m = 0;
+    for (int b = 0; b < nb; b++) {
+        int len = n - b * B < B ? n - b * B : B;
+        s->pfx_chain = lkv_prefix_chain(s->pfx_chain, tok + (size_t)b * B, len, b == 0);
+        h[b] = s->pfx_chain;
+        uint32_t pg;
+        if (s->pfx_hitting && lkv_prefix_get(w->prefix, h[b], &pg)) {
+            pfx_push(s, h[b]);
+            g->pages[b] = w->ps.first_local + pg;
+            m++;
+        } else {
+            s->pfx_hitting = 0;
+        }
+    }
+    res->prefix_hit_blocks += (uint64_t)m;
+    res->prefix_blocks += (uint64_t)nb;
+    res->docs[i].hit = m == nb;
+    if (m == nb) {
+        g->n_tokens = n;
+        g->n_blocks = nb;
+        res->hit_docs++;
+        res->hit_tokens += (uint64_t)n;
+        return 0;
+    }
+    res->miss_docs++;
+    res->hit_tokens += (uint64_t)m * B;
+    res->miss_tokens += (uint64_t)(n - m * B);
+    int k = m, first_put = s->n_pfx;
+    while (s->pfx_caching && k < nb) {
+        uint32_t pg;
+        if (lkv_prefix_put(w->prefix, h[k], &pg) != 0) {
+            s->pfx_caching = 0; /* Later blocks could never be reached by a lookup. */
+            break;
+        }
+        pfx_push(s, h[k]);
+        g->pages[k] = w->ps.first_local + pg;
+        w->be->fill_zero(w->be->ctx, s->kv.base + (uint64_t)g->pages[k] * s->kv.page_bytes, bb);
+        k++;
+    }
+    g->n_blocks = k;
+    g->n_tokens = m * B;
+    double t = now_ms();
+    int rc =
+        lkv_runner_forward(&w->run, &s->kv, NULL, 0, g, tok + (size_t)m * B, n - m * B, NULL, NULL);
+    phase_sync(w);
+    res->miss_ms += now_ms() - t;
+    if (rc != 0) {
+        /* The blocks admitted for this document hold no valid KV: take them out. */
+        for (int j = first_put; j < s->n_pfx; j++) {
+            lkv_prefix_unpin(w->prefix, s->pfx[j]);
+            lkv_prefix_remove(w->prefix, s->pfx[j]);
+        }
+        s->n_pfx = first_put;
+        return errf(res->error, sizeof(res->error), rc, "computing document %d (%d tokens): %s%s",
+                    i, n, lkv_strerror(rc),
+                    rc == LKV_ENOSPC ? " (worker pages exhausted: raise --local-pages)" : "");
+    }
+    return 0;
+}
+
+int lkv_worker_retarget(lkv_worker *w, const char *target)
+{
+    lkv_client_destroy(w->cl);
+    w->cl = NULL;
+    free(w->target);
+    w->target = dup_or_null(target);
+    w->o.target = w->target;
+    w->inplace_off = 0;
+    if (w->target != NULL && !w->o.no_inplace) {
+        w->ps.writable = 1; /* Used at the next map. */
+    }
+    if (w->target == NULL) {
+        return 0;
+    }
+    lkv_client_options co = {.default_deadline_ms = w->o.deadline_ms, .bearer_token = w->token};
+    int rc = lkv_client_create(w->target, &co, &w->cl);
+    if (rc != 0) {
+        w->cl = NULL;
+    }
+    return rc;
+}
+
+int lkv_worker_prefix_setup(lkv_worker *w, uint32_t n_pages, int policy_kind)
+{
+    if (n_pages >= w->o.local_pages || policy_kind < 0 || policy_kind >= LKV_POLICY__COUNT) {
+        return LKV_EINVAL;
+    }
+    lkv_prefix_destroy(w->prefix);
+    w->prefix = NULL;
+    w->prefix_pages = 0;
+    if (n_pages == 0) {
+        return 0;
+    }
+    int rc = lkv_prefix_create(policy_kind, w->o.local_pages - n_pages, n_pages,
+                               lkv_block_bytes(&w->shape), &w->prefix);
+    if (rc == 0) {
+        w->prefix_pages = n_pages;
+    }
+    return rc;
+}
+
+void lkv_worker_prefix_stats(const lkv_worker *w, struct lkv_prefix_stats *st)
+{
+    if (w->prefix == NULL) {
+        memset(st, 0, sizeof(*st));
+        return;
+    }
+    lkv_prefix_stats_get(w->prefix, st);
+}
+
 /* Step 3, one document: document i alone from position 0 into worker pages unless it is a hit
  * or a repeat (which reuses the first computation). */
 static int step_miss_one(req_state *s, int i)
@@ -795,6 +1030,7 @@ static int step_miss_one(req_state *s, int i)
     }
     int rc = lkv_runner_forward(&s->w->run, &s->kv, NULL, 0, g, q->docs[i].tokens,
                                 q->docs[i].n_tokens, NULL, NULL);
+    phase_sync(s->w);
     res->miss_ms += now_ms() - t;
     if (rc != 0) {
         return errf(res->error, sizeof(res->error), rc, "computing document %d (%d tokens): %s%s",
@@ -816,8 +1052,8 @@ static void step_put(req_state *s, const lkv_docref *refs)
     uint8_t *buf = NULL;
     size_t cap = 0;
     for (int i = 0; i < q->n_docs && s->use_daemon; i++) {
-        if (res->docs[i].hit || s->miss_src[i] >= 0) {
-            continue;
+        if (res->docs[i].hit || s->miss_src[i] >= 0 || s->copy_state[i] < 0) {
+            continue; /* A refused copy's document is cached already. */
         }
         const lkv_model_seg *g = &s->segs[i];
         size_t need = (size_t)g->n_blocks * bb;
@@ -875,13 +1111,18 @@ static int step_materialise(req_state *s)
     const lkv_backend *be = s->w->be;
     for (int i = 0; i < q->n_docs; i++) {
         lkv_model_seg *g = &s->segs[i];
-        if ((uint32_t)g->n_blocks > lkv_model_kv_room(&s->kv)) {
-            return errf(s->res->error, sizeof(s->res->error), LKV_ENOSPC,
-                        "materialise: worker pages exhausted (raise --local-pages)");
-        }
         uint32_t dst[LKV_MODEL_SEG_MAX_BLOCKS];
-        for (int b = 0; b < g->n_blocks; b++) {
-            dst[b] = lkv_model_kv_take(&s->kv);
+        if (s->copy_state[i] == 1) {
+            /* Into the pages reserved for it in the daemon's budget. */
+            memcpy(dst, s->copy[i].doc.pages, (size_t)g->n_blocks * sizeof(uint32_t));
+        } else {
+            if ((uint32_t)g->n_blocks > lkv_model_kv_room(&s->kv)) {
+                return errf(s->res->error, sizeof(s->res->error), LKV_ENOSPC,
+                            "materialise: worker pages exhausted (raise --local-pages)");
+            }
+            for (int b = 0; b < g->n_blocks; b++) {
+                dst[b] = lkv_model_kv_take(&s->kv);
+            }
         }
         lkv_materialise_args a = {.shape = s->kv.shape,
                                   .pe = &s->w->m->pe,
@@ -952,7 +1193,7 @@ static int check_request(const lkv_worker *w, const lkv_rag_request *q, lkv_rag_
             "max_tokens %d reaches position %" PRId64 ", past the model's maximum position %d",
             total, q->n_docs, q->max_tokens, total + q->max_tokens - 1, w->o.max_position - 1);
     }
-    if (q->mode != LKV_RAG_LAZY && q->mode != LKV_RAG_MATERIALISE) {
+    if (q->mode != LKV_RAG_LAZY && q->mode != LKV_RAG_MATERIALISE && q->mode != LKV_RAG_PREFIX) {
         return errf(res->error, sizeof(res->error), LKV_EINVAL, "unknown mode %d", q->mode);
     }
     return 0;
@@ -1019,11 +1260,15 @@ static int step_question(req_state *s)
         s->segs[i].start = res->docs[i].start;
     }
     if (q->mode == LKV_RAG_MATERIALISE) {
+        double t = now_ms();
         int rc = step_materialise(s);
+        phase_sync(w);
+        res->copy_ms += now_ms() - t;
         if (rc != 0) {
             return rc;
         }
     }
+    double t = now_ms();
     lkv_model_seg *qs = &s->segs[nd];
     memset(qs, 0, sizeof(*qs));
     qs->start = res->n_prompt - q->n_question;
@@ -1034,7 +1279,9 @@ static int step_question(req_state *s)
                     rc == LKV_ENOSPC ? " (worker pages exhausted: raise --local-pages)" : "");
     }
     s->row = s->logits + (size_t)(q->n_question - 1) * w->m->cfg.vocab_size;
-    return sample_row(s);
+    rc = sample_row(s);
+    res->question_ms += now_ms() - t;
+    return rc;
 }
 
 uint32_t lkv_worker_pages_needed(const lkv_worker *w, const lkv_rag_request *q)
@@ -1079,6 +1326,12 @@ static void job_free(req_state *s)
     }
     free(s->resv);
     free(s->resv_state);
+    for (int i = 0; s->copy != NULL && i < s->req->n_docs; i++) {
+        lkv_reservation_free(&s->copy[i]);
+    }
+    free(s->copy);
+    free(s->copy_state);
+    free(s->pfx);
     free(s->grant);
     free(s->logits);
     free(s);
@@ -1110,6 +1363,10 @@ int lkv_worker_job_start(lkv_worker *w, const lkv_rag_request *q, lkv_rag_result
     s->status = lkv_xcalloc((size_t)(nd ? nd : 1), sizeof(*s->status));
     s->resv = lkv_xcalloc((size_t)(nd ? nd : 1), sizeof(*s->resv));
     s->resv_state = lkv_xcalloc((size_t)(nd ? nd : 1), sizeof(int));
+    s->copy = lkv_xcalloc((size_t)(nd ? nd : 1), sizeof(*s->copy));
+    s->copy_state = lkv_xcalloc((size_t)(nd ? nd : 1), sizeof(int));
+    s->pfx_chain = LKV_PREFIX_CHAIN0;
+    s->pfx_hitting = s->pfx_caching = 1;
     s->logits = lkv_xmalloc((size_t)q->n_question * V * sizeof(float));
     res->tokens = lkv_xmalloc((size_t)q->max_tokens * sizeof(int));
     res->vocab = V;
@@ -1121,8 +1378,13 @@ int lkv_worker_job_start(lkv_worker *w, const lkv_rag_request *q, lkv_rag_result
     res->text[0] = '\0';
     s->rng = lkv_sampling_seed(q->sampling.seed);
     s->prev = q->question[q->n_question - 1];
-    s->use_daemon = w->cl != NULL && !q->no_cache && nd > 0;
+    s->use_daemon = w->cl != NULL && !q->no_cache && nd > 0 && q->mode != LKV_RAG_PREFIX;
     res->local_only = !s->use_daemon;
+    if (q->mode == LKV_RAG_PREFIX && w->prefix == NULL) {
+        s->phase = PH_DONE;
+        return s->rc = errf(res->error, sizeof(res->error), LKV_EINVAL,
+                            "prefix mode needs the worker's prefix pool (lkv_worker_prefix_setup)");
+    }
     s->refs = make_refs(s, &s->ids);
     int64_t pos = 0;
     for (int i = 0; i < nd; i++) {
@@ -1134,6 +1396,10 @@ int lkv_worker_job_start(lkv_worker *w, const lkv_rag_request *q, lkv_rag_result
     res->n_prompt = (int)pos + q->n_question;
     if (s->use_daemon) {
         rc = step_cache(s, s->refs);
+        /* Copies first: serving the hits comes before caching the misses. */
+        if (rc == 0 && s->use_daemon && q->mode == LKV_RAG_MATERIALISE && w->o.copy_budget) {
+            rc = step_copy_reserve(s);
+        }
         if (rc == 0 && s->use_daemon) {
             rc = step_reserve(s, s->refs);
         }
@@ -1159,7 +1425,7 @@ int lkv_worker_job_start(lkv_worker *w, const lkv_rag_request *q, lkv_rag_result
         s->kv.grant = s->grant;
         s->kv.n_grant = n_pages;
     }
-    for (int i = 0; i < nd; i++) {
+    for (int i = 0; i < nd && q->mode != LKV_RAG_PREFIX; i++) {
         if (res->docs[i].hit) {
             res->hit_docs++;
             res->hit_tokens += (uint64_t)q->docs[i].n_tokens;
@@ -1190,7 +1456,22 @@ int lkv_worker_job_prefill(lkv_worker_job *s)
         return s->rc;
     }
     int rc = check_pages(s);
-    if (rc == 0 && s->phase == PH_MISSES) {
+    if (rc == 0 && s->phase == PH_MISSES && s->req->mode == LKV_RAG_PREFIX) {
+        /* Documents the pool serves whole cost nothing: go on to the next computed one. */
+        while (rc == 0 && s->next_doc < s->req->n_docs) {
+            uint64_t before = s->res->miss_tokens;
+            rc = step_prefix_one(s, s->next_doc++);
+            if (s->res->miss_tokens != before) {
+                break;
+            }
+        }
+        if (rc == 0 && s->next_doc >= s->req->n_docs) {
+            s->phase = PH_QUESTION;
+        }
+        if (rc == 0) {
+            return 0;
+        }
+    } else if (rc == 0 && s->phase == PH_MISSES) {
         while (s->next_doc < s->req->n_docs && s->res->docs[s->next_doc].hit) {
             s->miss_src[s->next_doc++] = -1;
         }
@@ -1319,6 +1600,9 @@ void lkv_worker_job_finish(lkv_worker_job *s)
     }
     s->t_phase = now_ms();
     release_lease(s);
+    for (int j = 0; j < s->n_pfx; j++) {
+        lkv_prefix_unpin(w->prefix, s->pfx[j]);
+    }
     w->st.hit_docs += (uint64_t)res->hit_docs;
     w->st.miss_docs += (uint64_t)res->miss_docs;
     w->st.hit_tokens += res->hit_tokens;
