@@ -60,7 +60,6 @@ struct lkv_worker {
     lkv_pagespace ps;      /* Daemon arena + worker pages. */
     lkv_kv_shape shape;    /* The profile's layout for this model. */
     char hash[80];         /* "blake2b:<hex>" of the checkpoint. */
-    void *dev_pages;       /* Worker pages in backend memory (non-host backends), owned. */
     lkv_worker_stats st;   /* Totals (arena_maps read from ps). */
     int inplace_off;       /* 1: the daemon refused Reserve (role, leases off): Put only. */
     lkv_prefix *prefix;    /* Prefix pool (LKV_RAG_PREFIX), or NULL. Owned. */
@@ -224,19 +223,17 @@ int lkv_worker_create(const lkv_worker_opts *o, lkv_worker **out, char *err, siz
     lkv_pagespace_init(&w->ps, w->o.local_pages);
     w->ps.writable = w->target != NULL && !w->o.no_inplace; /* Misses computed in place. */
     if (strcmp(w->be->name, "cpu") != 0) {
-        /* A device backend keeps the worker pages in its own memory. Reading lazykvd's HBM
-         * arena in place needs the CUDA IPC mapping of the page space (not wired yet). */
-        if (w->target != NULL) {
+        /* A device backend keeps the worker pages in its own memory and maps the daemon's
+         * device arena through its devmap ops (lkv_pagespace.h, "Device arenas"). */
+        if (w->be->devmap == NULL && w->target != NULL) {
             rc = errf(err, errlen, LKV_ENOTSUP,
-                      "worker: the %s backend runs without lazykvd for now (local only): "
-                      "mapping the daemon's HBM arena is not wired yet",
+                      "worker: the %s backend cannot map lazykvd's arena (no device mapping "
+                      "ops): run it without a daemon",
                       w->be->name);
             goto fail;
         }
-        w->dev_pages =
-            w->be->alloc(w->be->ctx, (size_t)w->o.local_pages * lkv_block_bytes(&w->shape));
-        lkv_pagespace_use(&w->ps, w->dev_pages, lkv_block_bytes(&w->shape));
     }
+    w->ps.dev = w->be->devmap; /* NULL for the CPU backend: host (shm) arenas. */
     if (w->target != NULL) {
         lkv_client_options co = {.default_deadline_ms = w->o.deadline_ms, .bearer_token = w->token};
         rc = lkv_client_create(w->target, &co, &w->cl);
@@ -260,9 +257,6 @@ void lkv_worker_destroy(lkv_worker *w)
     lkv_client_destroy(w->cl);
     lkv_prefix_destroy(w->prefix);
     lkv_pagespace_free(&w->ps);
-    if (w->dev_pages != NULL) {
-        w->be->release(w->be->ctx, w->dev_pages);
-    }
     lkv_runner_free(&w->run);
     if (w->have_tok) {
         lkv_tokenizer_free(&w->tok);
@@ -295,6 +289,7 @@ void lkv_worker_stats_get(const lkv_worker *w, lkv_worker_stats *st)
 {
     *st = w->st;
     st->arena_maps = w->ps.n_maps;
+    st->placement = w->ps.placement;
 }
 
 void lkv_rag_result_free(lkv_rag_result *res)
@@ -485,6 +480,47 @@ static int layout_matches(const lkv_worker *w, const lkv_attached_doc *d, char *
     return 1;
 }
 
+static uint64_t fnv(uint64_t h, const void *p, size_t n)
+{
+    const uint8_t *b = p;
+    for (size_t i = 0; i < n; i++) {
+        h = (h ^ b[i]) * 0x100000001b3ull;
+    }
+    return h;
+}
+
+/* Records where document i's pages are (region pages: page0, pages_hash) and, with hash_kv,
+ * the hash of its block bytes read back through the page space (backend to_host). */
+static void note_pages(req_state *s, int i)
+{
+    lkv_worker *w = s->w;
+    const lkv_model_seg *g = &s->segs[i];
+    lkv_rag_doc_result *d = &s->res->docs[i];
+    d->page0 = -1;
+    d->pages_hash = 0;
+    if (g->n_blocks > 0 && lkv_pagespace_is_daemon(&w->ps, g->pages[0])) {
+        d->page0 = (int64_t)(g->pages[0] - w->ps.daemon0);
+        uint64_t h = 0xcbf29ce484222325ull;
+        for (int b = 0; b < g->n_blocks; b++) {
+            uint32_t p = g->pages[b] - w->ps.daemon0;
+            h = fnv(h, &p, sizeof(p));
+        }
+        d->pages_hash = h;
+    }
+    if (!w->o.hash_kv || g->n_blocks <= 0) {
+        return;
+    }
+    size_t bb = lkv_block_bytes(&w->shape);
+    uint8_t *buf = lkv_xmalloc(bb);
+    uint64_t h = 0xcbf29ce484222325ull;
+    for (int b = 0; b < g->n_blocks; b++) {
+        w->be->to_host(w->be->ctx, buf, s->kv.base + (uint64_t)g->pages[b] * s->kv.page_bytes, bb);
+        h = fnv(h, buf, bb);
+    }
+    free(buf);
+    d->kv_hash = h;
+}
+
 /* Replaces the client by a fresh one (a new channel, connecting at once). */
 static int reconnect(lkv_worker *w)
 {
@@ -608,7 +644,8 @@ static int step_cache(req_state *s, const lkv_docref *refs)
                               w->ps.n_daemon);
                     goto out;
                 }
-                g->pages[b] = d->pages[b]; /* The daemon's page: read in place. */
+                /* The daemon's page: read in place. */
+                g->pages[b] = lkv_pagespace_daemon_page(&w->ps, d->pages[b]);
             }
             g->n_blocks = (int32_t)d->n_pages;
             g->n_tokens = (int32_t)d->n_tokens;
@@ -728,7 +765,9 @@ static int step_reserve_docs(req_state *s, const lkv_docref *refs)
         }
         if (r->already_present) {
             lkv_model_seg *g = &s->segs[i];
-            memcpy(g->pages, r->doc.pages, r->doc.n_pages * sizeof(uint32_t));
+            for (uint32_t b = 0; b < r->doc.n_pages; b++) {
+                g->pages[b] = lkv_pagespace_daemon_page(&w->ps, r->doc.pages[b]);
+            }
             g->n_blocks = (int32_t)r->doc.n_pages;
             g->n_tokens = (int32_t)r->doc.n_tokens;
             res->docs[i].hit = 1;
@@ -1012,6 +1051,9 @@ static int step_miss_one(req_state *s, int i)
     lkv_model_seg *g = &s->segs[i];
     if (s->miss_src[i] >= 0) {
         *g = s->segs[s->miss_src[i]];
+        res->docs[i].page0 = res->docs[s->miss_src[i]].page0;
+        res->docs[i].pages_hash = res->docs[s->miss_src[i]].pages_hash;
+        res->docs[i].kv_hash = res->docs[s->miss_src[i]].kv_hash;
         return 0;
     }
     double t = now_ms();
@@ -1021,9 +1063,9 @@ static int step_miss_one(req_state *s, int i)
          * allocates no page for a segment that has its pages. */
         const lkv_attached_doc *d = &s->resv[i].doc;
         for (uint32_t b = 0; b < d->n_pages; b++) {
-            g->pages[b] = d->pages[b];
+            g->pages[b] = lkv_pagespace_daemon_page(&s->w->ps, d->pages[b]);
             s->w->be->fill_zero(s->w->be->ctx,
-                                s->kv.base + (uint64_t)d->pages[b] * s->kv.page_bytes,
+                                s->kv.base + (uint64_t)g->pages[b] * s->kv.page_bytes,
                                 lkv_block_bytes(&s->w->shape));
         }
         g->n_blocks = (int32_t)d->n_pages;
@@ -1037,6 +1079,7 @@ static int step_miss_one(req_state *s, int i)
                     i, q->docs[i].n_tokens, lkv_strerror(rc),
                     rc == LKV_ENOSPC ? " (worker pages exhausted: raise --local-pages)" : "");
     }
+    note_pages(s, i);
     return 0;
 }
 
@@ -1114,7 +1157,9 @@ static int step_materialise(req_state *s)
         uint32_t dst[LKV_MODEL_SEG_MAX_BLOCKS];
         if (s->copy_state[i] == 1) {
             /* Into the pages reserved for it in the daemon's budget. */
-            memcpy(dst, s->copy[i].doc.pages, (size_t)g->n_blocks * sizeof(uint32_t));
+            for (int b = 0; b < g->n_blocks; b++) {
+                dst[b] = lkv_pagespace_daemon_page(&s->w->ps, s->copy[i].doc.pages[b]);
+            }
         } else {
             if ((uint32_t)g->n_blocks > lkv_model_kv_room(&s->kv)) {
                 return errf(s->res->error, sizeof(s->res->error), LKV_ENOSPC,
@@ -1420,13 +1465,18 @@ int lkv_worker_job_start(lkv_worker *w, const lkv_rag_request *q, lkv_rag_result
     if (pages != NULL) {
         s->grant = lkv_xmalloc((size_t)(n_pages ? n_pages : 1) * sizeof(uint32_t));
         for (uint32_t k = 0; k < n_pages; k++) {
-            s->grant[k] = w->ps.n_daemon + pages[k];
+            s->grant[k] = w->ps.first_local + pages[k];
         }
         s->kv.grant = s->grant;
         s->kv.n_grant = n_pages;
     }
-    for (int i = 0; i < nd && q->mode != LKV_RAG_PREFIX; i++) {
+    for (int i = 0; i < nd; i++) {
+        res->docs[i].page0 = -1;
+        if (q->mode == LKV_RAG_PREFIX) {
+            continue; /* Counted as the pool serves them (step_prefix_one). */
+        }
         if (res->docs[i].hit) {
+            note_pages(s, i);
             res->hit_docs++;
             res->hit_tokens += (uint64_t)q->docs[i].n_tokens;
         } else {

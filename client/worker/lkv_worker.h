@@ -75,8 +75,9 @@ typedef struct lkv_worker_opts {
     int max_position;           /* Largest prompt + output length; 0: the model's seq_len. */
     int threads;                /* Attention threads (lkv_attn_cpu_set_threads); 0: all. */
     const lkv_backend *backend; /* NULL: the CPU backend. Borrowed. A device backend (not
-                                   "cpu") keeps the worker pages in its memory and runs
-                                   without a daemon (target must be NULL) for now. */
+                                   "cpu") keeps the worker pages in its memory and maps the
+                                   daemon's device arena through backend->devmap (without
+                                   devmap it runs without a daemon: target must be NULL). */
     int round_weights_bf16;     /* 1: round the loaded fp32 weights to bf16 values (so a CPU
                                    run uses the bf16 weights a GPU run uses). */
     int copy_budget;            /* 1: Block-Attention copies (LKV_RAG_MATERIALISE) take the
@@ -89,6 +90,9 @@ typedef struct lkv_worker_opts {
     int sync_phases;            /* 1: wait for the backend at the end of each timed phase (miss,
                                    copy, question), so that the phase times of an asynchronous
                                    (GPU) backend are device times. */
+    int hash_kv;                /* 1: each document's result gets kv_hash, a hash of its KV
+                                   bytes read back from the pages the request used (a check
+                                   that a hit reads what a miss wrote; copies the KV out). */
     /* Fault injection (tests): called between a request's Lookup and its Attach, e.g. to evict
      * a document there. NULL: none. */
     void (*after_lookup)(void *arg);
@@ -125,14 +129,19 @@ typedef struct lkv_rag_request {
 
 /* What happened to one document. */
 typedef struct lkv_rag_doc_result {
-    int hit;           /* 1: attached and read in place from the daemon's arena. */
-    int tier;          /* enum lkv_wire_tier at Lookup (HOT, COLD, ABSENT; 0 local). */
-    int n_tokens;      /* Tokens. */
-    int64_t start;     /* Position of its first token in this prompt. */
-    uint32_t n_blocks; /* Blocks. */
-    int stored;        /* Miss: 1 stored (Put or in place), 0 not tried, < 0 the error. */
-    int inplace;       /* Miss: 1 computed into reserved pages and committed (no Put). */
-    char key_hex[65];  /* Document key (wire form) as hex, "" in local mode. */
+    int hit;             /* 1: attached and read in place from the daemon's arena. */
+    int tier;            /* enum lkv_wire_tier at Lookup (HOT, COLD, ABSENT; 0 local). */
+    int n_tokens;        /* Tokens. */
+    int64_t start;       /* Position of its first token in this prompt. */
+    uint32_t n_blocks;   /* Blocks. */
+    int stored;          /* Miss: 1 stored (Put or in place), 0 not tried, < 0 the error. */
+    int inplace;         /* Miss: 1 computed into reserved pages and committed (no Put). */
+    char key_hex[65];    /* Document key (wire form) as hex, "" in local mode. */
+    int64_t page0;       /* Page of its block 0 in the daemon's region when it was read in place
+                            (hit) or computed in place (reserved), else -1 (worker pages). */
+    uint64_t pages_hash; /* FNV-1a of its region page list (0 with page0 -1). */
+    uint64_t kv_hash;    /* opts.hash_kv: FNV-1a of its block bytes as read back through the
+                            page space, else 0. */
 } lkv_rag_doc_result;
 
 /* Result of lkv_worker_run. Free with lkv_rag_result_free. */
@@ -175,6 +184,8 @@ typedef struct lkv_worker_stats {
     uint64_t reconnects;       /* Fresh channels made after UNAVAILABLE. */
     uint64_t inplace_docs;     /* Misses stored in place (Reserve + Commit). */
     uint64_t put_docs;         /* Misses stored by Put. */
+    int placement;             /* enum lkv_ps_placement of the page space now (lkv_pagespace.h:
+                                  host, or where device worker pages sit next to the arena). */
 } lkv_worker_stats;
 
 /* Creates a worker: loads and hashes the checkpoint, loads the tokenizer, connects (lazily) to
