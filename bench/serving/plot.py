@@ -131,9 +131,11 @@ def markdown(d):
     if c:
         out += ["", "Correctness (first %d requests of %s, %d tokens; greedy vs no cache): " % (
             c["requests"], c["workload"], c["tokens"]) + "; ".join(
-                "%s cold %d/%d requests (%.1f%% tokens), warm %d/%d (%.1f%%)" % (
+                "%s cold %d/%d requests (%.1f%% tokens), warm %d/%d (%.1f%%), first-token logits "
+                "rel L2 <= %.1e" % (
                     m, c[m]["cold_same_requests"], c["requests"], 100 * c[m]["cold_token_agreement"],
-                    c[m]["warm_same_requests"], c["requests"], 100 * c[m]["warm_token_agreement"])
+                    c[m]["warm_same_requests"], c["requests"], 100 * c[m]["warm_token_agreement"],
+                    max(c[m]["cold_first_logits_rel_l2"], c[m]["warm_first_logits_rel_l2"]))
                 for m in ("prefix", "block", "lazy") if m in c) +
             "; lazy warm == cold bitwise %d/%d (%d hits warm)." % (
                 c["lazy_warm_eq_cold"], c["lazy_pairs"], c["lazy_warm_hits"])]

@@ -84,6 +84,11 @@ typedef struct cfg {
     uint32_t pool, doc_tokens, k, short_median, short_k, trace_tokens;
     double short_sigma;
     int question, out_tokens, warmup, requests, tput_requests, check;
+    int ttft_tokens; /* Tokens generated in the TTFT phase (TTFT needs 1); B = 1 throughput is
+                        then measured by the engine at max_batch 1 with out_tokens. */
+    const char *cold_bytes; /* lazykvd's cold tier (default 4KiB: nothing fits, an evicted
+                               document is gone; this measures the hot tier). */
+    const char *plan;       /* --plan: the points to run (see usage), or NULL: the full product. */
     int batches[MAXL], n_batches;
     uint64_t seed;
     uint32_t local_pages;
@@ -249,7 +254,8 @@ static void free_workload(workload *wl)
 }
 
 /* Request r of the trace (wrapping around) as an engine request (owned arrays). */
-static lkv_request *make_request(const ctx *x, const workload *wl, uint64_t r, int mode)
+static lkv_request *make_request(const ctx *x, const workload *wl, uint64_t r, int mode,
+                                 int max_tokens)
 {
     const lkv_sim_trace *t = &wl->t;
     uint64_t q = r % t->nreq;
@@ -275,7 +281,7 @@ static lkv_request *make_request(const ctx *x, const workload *wl, uint64_t r, i
     g->docs = req->docs;
     g->question = req->question;
     g->n_question = x->c.question;
-    g->max_tokens = x->c.out_tokens;
+    g->max_tokens = max_tokens;
     g->stop_at_eos = 0;
     g->mode = mode == M_BLOCK    ? LKV_RAG_MATERIALISE
               : mode == M_PREFIX ? LKV_RAG_PREFIX
@@ -318,7 +324,7 @@ static int start_daemon(ctx *x, uint64_t budget, int policy)
     const char *extra[] = {key,
                            region,
                            "--cold_bytes",
-                           "1MiB",
+                           x->c.cold_bytes,
                            "--policy",
                            pol,
                            "--hot_backend",
@@ -418,16 +424,17 @@ typedef struct point {
     double lookup, attach, reserve, miss, copy, question, decode, other;
     tput tp[MAXL];
     int n_tp;
+    int b1_from_ttft; /* 1: the TTFT phase generated out_tokens, so it is the B = 1 run. */
 } point;
 
 static double sim_prediction(const ctx *x, const workload *wl, int mode, uint64_t budget,
-                             int policy)
+                             int policy, int n_req)
 {
     if (mode == M_NONE) {
         return 0;
     }
     lkv_sim_trace t = wl->t;
-    uint64_t upto = wl->next_req + (uint64_t)x->c.warmup + (uint64_t)x->c.requests;
+    uint64_t upto = wl->next_req + (uint64_t)x->c.warmup + (uint64_t)n_req;
     if (upto > t.nreq) {
         return -1;
     }
@@ -449,10 +456,9 @@ static double sim_prediction(const ctx *x, const workload *wl, int mode, uint64_
     return 100.0 * (double)r.hit_tokens / (double)r.tokens;
 }
 
-static int run_ttft(ctx *x, workload *wl, point *p)
+static int run_ttft(ctx *x, workload *wl, point *p, int n)
 {
     const cfg *c = &x->c;
-    int n = c->requests;
     double *tt = lkv_xcalloc((size_t)n + 1, sizeof(double));
     double *h1 = lkv_xcalloc((size_t)n + 1, sizeof(double));
     double *h2 = lkv_xcalloc((size_t)n + 1, sizeof(double));
@@ -465,7 +471,7 @@ static int run_ttft(ctx *x, workload *wl, point *p)
         if (i == c->warmup) {
             t_start = now_ms();
         }
-        lkv_request *rq = make_request(x, wl, wl->next_req++, p->mode);
+        lkv_request *rq = make_request(x, wl, wl->next_req++, p->mode, c->ttft_tokens);
         lkv_rag_result res;
         int rc = lkv_worker_run(x->w, &rq->rag, &res);
         if (rc != 0) {
@@ -534,7 +540,7 @@ static int run_ttft(ctx *x, workload *wl, point *p)
     return 0;
 }
 
-static void run_tput(ctx *x, workload *wl, point *p, int batch, tput *tp)
+static void run_tput(ctx *x, workload *wl, point *p, int batch, int n, tput *tp)
 {
     const cfg *c = &x->c;
     memset(tp, 0, sizeof(*tp));
@@ -543,22 +549,19 @@ static void run_tput(ctx *x, workload *wl, point *p, int batch, tput *tp)
     if (p->mode == M_PREFIX) {
         kv_pages -= (uint32_t)(p->budget / x->page_bytes);
     }
-    lkv_engine_opts eo = {.max_batch = batch,
-                          .kv_pages = kv_pages,
-                          .max_queue = c->tput_requests + 1,
-                          .prefill_units = 1};
+    lkv_engine_opts eo = {
+        .max_batch = batch, .kv_pages = kv_pages, .max_queue = n + 1, .prefill_units = 1};
     lkv_engine *e;
     if (lkv_engine_create(x->w, &eo, &e) != 0) {
-        tp->failed = c->tput_requests;
+        tp->failed = n;
         return;
     }
-    int n = c->tput_requests;
     lkv_engine_req **rs = lkv_xcalloc((size_t)n, sizeof(*rs));
     double *tt = lkv_xcalloc((size_t)n, sizeof(double));
     double t0 = now_ms();
     for (int i = 0; i < n; i++) {
         char msg[256];
-        lkv_request *rq = make_request(x, wl, wl->next_req++, p->mode);
+        lkv_request *rq = make_request(x, wl, wl->next_req++, p->mode, c->out_tokens);
         if (lkv_engine_submit(e, rq, 0, NULL, NULL, &rs[i], msg, sizeof(msg)) != 0) {
             fprintf(stderr, "serving_bench: submit refused: %s\n", msg);
             rs[i] = NULL;
@@ -610,7 +613,8 @@ static void print_point(ctx *x, const point *p)
     double hit = p->doc_tokens ? 100.0 * (double)p->hit_tokens / (double)p->doc_tokens : 0;
     printf("%-10s %5.1f %6s %-6s %-8s %4d %9.1f %9.1f %7.1f %6.2f %6.1f %6.1f %5d", p->workload,
            p->alpha, b, mode_names[p->mode], lkv_policy_name(p->policy), p->n, p->ttft_p50,
-           p->ttft_p99, p->spread, p->rps1, hit, p->sim_hit, p->copies_refused);
+           p->ttft_p99, p->spread, p->b1_from_ttft ? p->rps1 : 0.0, hit, p->sim_hit,
+           p->copies_refused);
     for (int i = 0; i < p->n_tp; i++) {
         printf("  B%d %.2f r/s %.0f tok/s", p->tp[i].batch, p->tp[i].rps, p->tp[i].tok_s);
     }
@@ -635,16 +639,19 @@ static void print_point(ctx *x, const point *p)
             p->docs ? 100.0 * (double)p->hit_docs / (double)p->docs : 0.0, p->sim_hit, p->copies,
             p->copies_refused, (unsigned long long)p->cache_bytes_max, p->n_all_hit, p->all_hit_p50,
             p->lookup, p->attach, p->reserve, p->miss, p->copy, p->question, p->other, p->decode);
-    fprintf(j, "{\"batch\": 1, \"requests\": %d, \"rps\": %.4f, \"tok_s\": %.2f}", p->n, p->rps1,
-            p->tok_s1);
+    if (p->b1_from_ttft) {
+        fprintf(j, "{\"batch\": 1, \"requests\": %d, \"rps\": %.4f, \"tok_s\": %.2f}", p->n,
+                p->rps1, p->tok_s1);
+    }
     for (int i = 0; i < p->n_tp; i++) {
         const tput *t = &p->tp[i];
         fprintf(j,
-                ", {\"batch\": %d, \"requests\": %d, \"failed\": %d, \"wall_ms\": %.1f, \"rps\": "
+                "%s{\"batch\": %d, \"requests\": %d, \"failed\": %d, \"wall_ms\": %.1f, \"rps\": "
                 "%.4f, \"tok_s\": %.2f, \"ttft_p50_ms\": %.2f, \"ttft_p99_ms\": %.2f, "
                 "\"worker_kv_bytes_max\": %llu, \"max_batch_seen\": %d}",
-                t->batch, t->n, t->failed, t->wall_ms, t->rps, t->tok_s, t->ttft_p50, t->ttft_p99,
-                (unsigned long long)t->worker_kv_bytes, t->max_batch_seen);
+                p->b1_from_ttft || i > 0 ? ", " : "", t->batch, t->n, t->failed, t->wall_ms, t->rps,
+                t->tok_s, t->ttft_p50, t->ttft_p99, (unsigned long long)t->worker_kv_bytes,
+                t->max_batch_seen);
     }
     fprintf(j, "]}");
     fflush(j);
@@ -658,7 +665,8 @@ static void print_point(ctx *x, const point *p)
     x->n_points++;
 }
 
-static int run_point(ctx *x, workload *wl, uint64_t budget, int mode, int policy, point *p)
+static int run_point(ctx *x, workload *wl, uint64_t budget, int mode, int policy, int n_req,
+                     int n_tput, point *p)
 {
     memset(p, 0, sizeof(*p));
     p->workload = wl->name;
@@ -667,17 +675,20 @@ static int run_point(ctx *x, workload *wl, uint64_t budget, int mode, int policy
     p->mode = mode;
     p->policy = policy;
     wl->next_req = 0; /* Every point serves the same requests from an empty cache. */
-    p->sim_hit = sim_prediction(x, wl, mode, budget, policy);
+    p->sim_hit = sim_prediction(x, wl, mode, budget, policy, n_req);
     int rc = reset_cache(x, mode, budget, policy);
     if (rc != 0) {
         fprintf(stderr, "serving_bench: cannot set up the %s cache (%s)\n", mode_names[mode],
                 lkv_strerror(rc));
         return rc;
     }
-    run_ttft(x, wl, p);
+    run_ttft(x, wl, p, n_req);
+    p->b1_from_ttft = x->c.ttft_tokens == x->c.out_tokens;
     for (int i = 0; i < x->c.n_batches; i++) {
-        if (x->c.batches[i] > 1 && x->c.tput_requests > 0) {
-            run_tput(x, wl, p, x->c.batches[i], &p->tp[p->n_tp++]);
+        int b = x->c.batches[i];
+        if ((b > 1 || !p->b1_from_ttft) && n_tput > 0) {
+            int n = b == 1 && n_tput > 16 ? 16 : n_tput < b ? b : n_tput; /* >= B in flight. */
+            run_tput(x, wl, p, b, n, &p->tp[p->n_tp++]);
         }
     }
     print_point(x, p);
@@ -699,7 +710,7 @@ typedef struct run_out {
 
 static int run_one(ctx *x, const workload *wl, uint64_t r, int mode, run_out *o)
 {
-    lkv_request *rq = make_request(x, wl, r, mode);
+    lkv_request *rq = make_request(x, wl, r, mode, x->c.out_tokens);
     rq->rag.keep_logits = 1;
     lkv_rag_result res;
     int rc = lkv_worker_run(x->w, &rq->rag, &res);
@@ -717,6 +728,21 @@ static int run_one(ctx *x, const workload *wl, uint64_t r, int mode, run_out *o)
     lkv_rag_result_free(&res);
     free_request(rq);
     return rc;
+}
+
+/* Relative L2 distance of a's first-token logits from b's (the same prompt in both). */
+static double rel_l2(const run_out *a, const run_out *b, int vocab)
+{
+    if (a->n_out < 1 || b->n_out < 1) {
+        return 1;
+    }
+    double d = 0, n = 0;
+    for (int i = 0; i < vocab; i++) {
+        double e = (double)a->logits[i] - (double)b->logits[i];
+        d += e * e;
+        n += (double)b->logits[i] * b->logits[i];
+    }
+    return n > 0 ? sqrt(d / n) : sqrt(d);
 }
 
 /* Tokens of a agreeing with b up to the first difference. */
@@ -748,6 +774,7 @@ static int run_check(ctx *x, workload *wl)
     run_out o;
     int total = 0, agree_tok[M__COUNT][2] = {{0}}, same_req[M__COUNT][2] = {{0}};
     int lazy_bitwise = 0, lazy_pairs = 0, warm_hits = 0;
+    double l2[M__COUNT][2] = {{0}}; /* Largest first-token logits rel L2 vs no cache. */
     for (int r = 0; r < K; r++) {
         if (run_one(x, wl, (uint64_t)r, M_NONE, &base[r]) != 0) {
             fail = 1;
@@ -767,6 +794,8 @@ static int run_check(ctx *x, workload *wl)
                     continue;
                 }
                 int a = agree(&o, &base[r]);
+                double e = rel_l2(&o, &base[r], x->vocab);
+                l2[mode][pass] = e > l2[mode][pass] ? e : l2[mode][pass];
                 agree_tok[mode][pass] += a;
                 same_req[mode][pass] += a == base[r].n_out && o.n_out == base[r].n_out;
                 if (pass == 0) {
@@ -796,15 +825,18 @@ static int run_check(ctx *x, workload *wl)
     fprintf(x->json, "\n  ],\n  \"check\": {\"requests\": %d, \"workload\": \"%s\", \"tokens\": %d",
             K, wl->name, total);
     for (int mode = M_PREFIX; mode < M__COUNT; mode++) {
-        printf("  %-6s cold: %d/%d requests identical, %.2f%% tokens agree; warm: %d/%d, %.2f%%\n",
+        printf("  %-6s cold: %d/%d requests identical, %.2f%% tokens agree; warm: %d/%d, %.2f%%; "
+               "first-token logits rel L2 <= %.2e cold, %.2e warm\n",
                mode_names[mode], same_req[mode][0], K,
                total ? 100.0 * agree_tok[mode][0] / total : 0, same_req[mode][1], K,
-               total ? 100.0 * agree_tok[mode][1] / total : 0);
+               total ? 100.0 * agree_tok[mode][1] / total : 0, l2[mode][0], l2[mode][1]);
         fprintf(x->json,
                 ", \"%s\": {\"cold_same_requests\": %d, \"cold_token_agreement\": %.4f, "
-                "\"warm_same_requests\": %d, \"warm_token_agreement\": %.4f}",
+                "\"warm_same_requests\": %d, \"warm_token_agreement\": %.4f, "
+                "\"cold_first_logits_rel_l2\": %.3e, \"warm_first_logits_rel_l2\": %.3e}",
                 mode_names[mode], same_req[mode][0], total ? (double)agree_tok[mode][0] / total : 0,
-                same_req[mode][1], total ? (double)agree_tok[mode][1] / total : 0);
+                same_req[mode][1], total ? (double)agree_tok[mode][1] / total : 0, l2[mode][0],
+                l2[mode][1]);
     }
     printf("  lazy warm == lazy cold (tokens and logits bitwise): %d/%d (warm run: %d document "
            "hits)\n",
@@ -823,6 +855,58 @@ static int run_check(ctx *x, workload *wl)
 
 /* ---- main ----------------------------------------------------------------------------------- */
 
+/* One point of the run: a workload at a budget, for some modes. */
+typedef struct entry {
+    char workload[400];
+    double alpha;
+    uint64_t budget;
+    int n_req, n_tput;
+    int modes[M__COUNT];
+} entry;
+
+/* --plan "W:ALPHA:BUDGET[:REQUESTS[:TPUT[:MODE+MODE...]]];...": W is paper, short or
+ * trace=FILE. Missing fields take the flags' values. Returns the count, or -1. */
+static int parse_plan(const cfg *c, entry *out, int cap)
+{
+    char *dup = lkv_xstrdup(c->plan), *save = NULL;
+    int n = 0;
+    for (char *it = strtok_r(dup, ";", &save); it != NULL && n < cap;
+         it = strtok_r(NULL, ";", &save)) {
+        char *f[6] = {0}, *s2 = NULL;
+        int nf = 0;
+        for (char *t = strtok_r(it, ":", &s2); t != NULL && nf < 6; t = strtok_r(NULL, ":", &s2)) {
+            f[nf++] = t;
+        }
+        if (nf < 3) {
+            free(dup);
+            return -1;
+        }
+        entry *e = &out[n++];
+        memset(e, 0, sizeof(*e));
+        if (strncmp(f[0], "trace=", 6) == 0) {
+            snprintf(e->workload, sizeof(e->workload), "trace:%s", f[0] + 6);
+        } else {
+            snprintf(e->workload, sizeof(e->workload), "%s", f[0]);
+        }
+        e->alpha = atof(f[1]);
+        e->budget = parse_bytes(f[2]);
+        e->n_req = nf > 3 ? atoi(f[3]) : c->requests;
+        e->n_tput = nf > 4 ? atoi(f[4]) : c->tput_requests;
+        if (nf > 5) {
+            char *s3 = NULL;
+            for (char *t = strtok_r(f[5], "+", &s3); t != NULL; t = strtok_r(NULL, "+", &s3)) {
+                for (int m = 0; m < M__COUNT; m++) {
+                    e->modes[m] |= strcmp(t, mode_names[m]) == 0;
+                }
+            }
+        } else {
+            memcpy(e->modes, c->modes, sizeof(e->modes));
+        }
+    }
+    free(dup);
+    return n;
+}
+
 static void usage(void)
 {
     fprintf(stderr,
@@ -832,7 +916,8 @@ static void usage(void)
             "  [--short-median N] [--short-sigma S] [--short-docs K] [--question N]\n"
             "  [--out-tokens N] [--warmup N] [--requests N] [--batches 1,8,32]\n"
             "  [--tput-requests N] [--check N] [--local-pages N] [--dtype f32|bf16]\n"
-            "  [--daemon-bin F] [--hot-backend host|cuda] [--out DIR] [--seed S]\n");
+            "  [--daemon-bin F] [--hot-backend host|cuda] [--out DIR] [--seed S]\n"
+            "  [--ttft-tokens N] [--plan 'W:ALPHA:BUDGET[:REQ[:TPUT[:MODE+...]]];...']\n");
 }
 
 int main(int argc, char **argv)
@@ -844,6 +929,7 @@ int main(int argc, char **argv)
     c->daemon_bin = LKV_DAEMON_BIN;
     c->out = "bench/out";
     c->hot_backend = "host";
+    c->cold_bytes = "4KiB";
     c->pool = 100;
     c->doc_tokens = 2048;
     c->k = 5;
@@ -868,10 +954,11 @@ int main(int argc, char **argv)
             workloads = "paper";
             alphas = "2.1";
             budgets = "1GiB";
-            batches = "1,8";
-            c->warmup = 3;
-            c->requests = 10;
+            batches = "8";
+            c->warmup = 2;
+            c->requests = 6;
             c->tput_requests = 8;
+            c->ttft_tokens = 1;
             c->check = 1;
         }
     }
@@ -933,6 +1020,12 @@ int main(int argc, char **argv)
             c->hot_backend = v;
         } else if (ARG("--out")) {
             c->out = v;
+        } else if (ARG("--ttft-tokens")) {
+            c->ttft_tokens = atoi(v);
+        } else if (ARG("--cold-bytes")) {
+            c->cold_bytes = v;
+        } else if (ARG("--plan")) {
+            c->plan = v;
         } else if (ARG("--seed")) {
             c->seed = strtoull(v, NULL, 10);
         } else {
@@ -960,6 +1053,9 @@ int main(int argc, char **argv)
     c->n_batches = split(batches, parts);
     for (int i = 0; i < c->n_batches; i++) {
         c->batches[i] = atoi(parts[i]);
+    }
+    if (c->ttft_tokens <= 0 || c->ttft_tokens > c->out_tokens) {
+        c->ttft_tokens = c->out_tokens;
     }
     int gpu = strcmp(c->backend, "cuda") == 0;
     if (c->model == NULL && c->synth == NULL) {
@@ -997,6 +1093,7 @@ int main(int argc, char **argv)
                           .deadline_ms = 60000,
                           .lease_ttl_ms = 600000,
                           .copy_budget = 1,
+                          .no_put_when_full = 1,
                           .sync_phases = 1,
                           .local_pages = 1};
     /* A first worker to learn the layout is cheap for the tiny model only; compute it here. */
@@ -1078,45 +1175,60 @@ int main(int argc, char **argv)
     printf("\n%-10s %5s %6s %-6s %-8s %4s %9s %9s %7s %6s %6s %6s %5s  throughput\n", "workload",
            "alpha", "budget", "mode", "policy", "n", "TTFT p50", "TTFT p99", "spread", "r/s B1",
            "hit%", "sim%", "nocpy");
-    uint64_t nreq = (uint64_t)c->warmup + (uint64_t)c->requests +
-                    (uint64_t)c->tput_requests * (uint64_t)c->n_batches + 1;
-    int fail = 0;
-    workload first;
-    int have_first = 0;
-    for (int wi = 0; wi < c->n_workloads; wi++) {
-        int is_trace = strncmp(c->workloads[wi], "trace:", 6) == 0;
-        int na = is_trace ? 1 : c->n_alphas;
-        for (int ai = 0; ai < na; ai++) {
-            workload wl;
-            if (make_workload(&x, c->workloads[wi], c->alphas[ai], nreq, &wl) != 0) {
-                fail = 1;
-                continue;
-            }
-            for (int bi = 0; bi < c->n_budgets; bi++) {
-                for (int m = 0; m < M__COUNT; m++) {
-                    if (!c->modes[m]) {
-                        continue;
-                    }
-                    if (m == M_NONE && bi > 0) {
-                        continue; /* No cache: the budget does not matter. */
-                    }
-                    point p;
-                    fail |= run_point(&x, &wl, c->budgets[bi], m, c->policy, &p) != 0;
-                    if (c->lru && (m == M_PREFIX || m == M_BLOCK) && c->policy != LKV_POLICY_LRU) {
-                        fail |= run_point(&x, &wl, c->budgets[bi], m, LKV_POLICY_LRU, &p) != 0;
-                    }
+    /* The points: the product of the lists, or --plan. */
+    entry ents[64];
+    int ne = 0;
+    if (c->plan != NULL) {
+        ne = parse_plan(c, ents, 64);
+        if (ne <= 0) {
+            fprintf(stderr, "serving_bench: bad --plan '%s'\n", c->plan);
+            return 2;
+        }
+    } else {
+        for (int wi = 0; wi < c->n_workloads; wi++) {
+            int na = strncmp(c->workloads[wi], "trace:", 6) == 0 ? 1 : c->n_alphas;
+            for (int ai = 0; ai < na; ai++) {
+                for (int bi = 0; bi < c->n_budgets && ne < 64; bi++) {
+                    entry *e = &ents[ne++];
+                    snprintf(e->workload, sizeof(e->workload), "%s", c->workloads[wi]);
+                    e->alpha = c->alphas[ai];
+                    e->budget = c->budgets[bi];
+                    e->n_req = c->requests;
+                    e->n_tput = c->tput_requests;
+                    memcpy(e->modes, c->modes, sizeof(e->modes));
+                    e->modes[M_NONE] &= bi == 0; /* No cache: the budget does not matter. */
                 }
-            }
-            if (!have_first) {
-                first = wl;
-                have_first = 1;
-            } else {
-                free_workload(&wl);
             }
         }
     }
-    if (have_first) {
-        first.next_req = 0;
+    int fail = 0;
+    for (int i = 0; i < ne; i++) {
+        const entry *e = &ents[i];
+        uint64_t nreq = (uint64_t)c->warmup + (uint64_t)e->n_req + 1;
+        for (int b = 0; b < c->n_batches; b++) {
+            nreq += (uint64_t)(e->n_tput > c->batches[b] ? e->n_tput : c->batches[b]);
+        }
+        workload wl;
+        if (make_workload(&x, e->workload, e->alpha, nreq, &wl) != 0) {
+            fail = 1;
+            continue;
+        }
+        for (int m = 0; m < M__COUNT; m++) {
+            if (!e->modes[m]) {
+                continue;
+            }
+            point p;
+            fail |= run_point(&x, &wl, e->budget, m, c->policy, e->n_req, e->n_tput, &p) != 0;
+            if (c->lru && (m == M_PREFIX || m == M_BLOCK) && c->policy != LKV_POLICY_LRU) {
+                fail |=
+                    run_point(&x, &wl, e->budget, m, LKV_POLICY_LRU, e->n_req, e->n_tput, &p) != 0;
+            }
+        }
+        free_workload(&wl);
+    }
+    workload first;
+    if (ne > 0 && c->check > 0 &&
+        make_workload(&x, ents[0].workload, ents[0].alpha, (uint64_t)c->check + 1, &first) == 0) {
         fail |= run_check(&x, &first);
         free_workload(&first);
     } else {

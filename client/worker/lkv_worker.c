@@ -217,6 +217,7 @@ int lkv_worker_create(const lkv_worker_opts *o, lkv_worker **out, char *err, siz
         errf(err, errlen, rc, "worker: runner: %s", lkv_strerror(rc));
         goto fail;
     }
+    w->run.last_logits = 1; /* Sampling reads the question's last row only. */
     if (o->threads > 0) {
         lkv_attn_cpu_set_threads(o->threads);
     }
@@ -334,7 +335,8 @@ typedef struct lkv_worker_job {
     int rc;                 /* First failure, or 0. */
     lkv_reservation *resv;  /* [n_docs] put in place: the reservation of a miss. */
     int *resv_state;        /* [n_docs]: 0 none, 1 reserved (compute, commit), 2 cached
-                               meanwhile (attached by the Reserve: read in place). */
+                               meanwhile (attached by the Reserve: read in place), -1 no room
+                               (no_put_when_full: not stored). */
     lkv_reservation *copy;  /* [n_docs] copy_budget: the placeholder reserved for a copy. */
     int *copy_state;        /* [n_docs]: 0 none, 1 copy reserved, -1 refused (recomputed, not
                                stored again). */
@@ -740,6 +742,11 @@ static int step_reserve_docs(req_state *s, const lkv_docref *refs)
             if (daemon_down(rc)) {
                 return daemon_failed(s, "Reserve", rc);
             }
+            if (rc == LKV_ENOSPC && w->o.no_put_when_full) {
+                s->resv_state[i] = -1; /* No room now: not cached (step_put skips it). */
+                note(res, "no room to cache document %d (Reserve: ENOSPC): not stored", i);
+                continue;
+            }
             note(res, "Reserve of document %d refused (%s): it is stored by Put", i,
                  lkv_err_name(rc));
             continue;
@@ -1095,8 +1102,9 @@ static void step_put(req_state *s, const lkv_docref *refs)
     uint8_t *buf = NULL;
     size_t cap = 0;
     for (int i = 0; i < q->n_docs && s->use_daemon; i++) {
-        if (res->docs[i].hit || s->miss_src[i] >= 0 || s->copy_state[i] < 0) {
-            continue; /* A refused copy's document is cached already. */
+        if (res->docs[i].hit || s->miss_src[i] >= 0 || s->copy_state[i] < 0 ||
+            s->resv_state[i] < 0) {
+            continue; /* A refused copy's document is cached already; or no room. */
         }
         const lkv_model_seg *g = &s->segs[i];
         size_t need = (size_t)g->n_blocks * bb;
@@ -1323,7 +1331,7 @@ static int step_question(req_state *s)
         return errf(res->error, sizeof(res->error), rc, "question prefill: %s%s", lkv_strerror(rc),
                     rc == LKV_ENOSPC ? " (worker pages exhausted: raise --local-pages)" : "");
     }
-    s->row = s->logits + (size_t)(q->n_question - 1) * w->m->cfg.vocab_size;
+    s->row = s->logits; /* The last question token's row (the runner's last_logits). */
     rc = sample_row(s);
     res->question_ms += now_ms() - t;
     return rc;

@@ -87,6 +87,10 @@ typedef struct lkv_worker_opts {
                                    at Release); a copy that finds no room makes its document a
                                    miss, recomputed here (not stored again). 0: copies in
                                    worker pages. */
+    int no_put_when_full;       /* 1: a miss whose Reserve found no room (ENOSPC: the budget is
+                                   pinned) is not stored by Put afterwards (as a cache that
+                                   cannot admit it would; the hit-rate simulator's rule). 0: it
+                                   is Put after the last token (the daemon makes room then). */
     int sync_phases;            /* 1: wait for the backend at the end of each timed phase (miss,
                                    copy, question), so that the phase times of an asynchronous
                                    (GPU) backend are device times. */
