@@ -35,11 +35,21 @@ nvidia-smi --query-gpu=name,memory.total,memory.used --format=csv,noheader
 COMMON="--backend cuda --synth llama3-8b:1 --hot-backend cuda --daemon-bin bin/lazykvd --out $OUT"
 case "${MODE:-quick}" in
   quick) FLAGS="--quick" ;;
-  full) FLAGS="--workloads paper,short --alpha 1.1,2.1 --budget 1GiB,32GiB --batches 1,8,32 --lru" ;;
+  # The full grid within the device budget: the headline point (paper, alpha 2.1, 1 GiB) with
+  # 100 counted requests per mode, LRU rows, B = 1, 8, 32; the other points with 30.
+  full) FLAGS="--warmup 5 --ttft-tokens 1 --check 2 --local-pages 38000 --deadline-s ${DEADLINE:-270}"
+        PLAN="paper:2.1:1GiB:100:16:none+prefix+block+lazy+lru:1+8+32"
+        PLAN="$PLAN;short:2.1:1GiB:30:16:none+prefix+block+lazy:8"
+        PLAN="$PLAN;paper:2.1:32GiB:30:16:prefix+block+lazy:8"
+        PLAN="$PLAN;paper:1.1:1GiB:30:0:prefix+block+lazy" ;;
   *) echo "MODE is quick or full"; exit 2 ;;
 esac
 t0=$SECONDS
-./bin/serving_bench $COMMON $FLAGS ${ARGS:-}
+if [ -n "${PLAN:-}" ]; then
+  ./bin/serving_bench $COMMON $FLAGS --plan "$PLAN" ${ARGS:-}
+else
+  ./bin/serving_bench $COMMON $FLAGS ${ARGS:-}
+fi
 rc=$?
 echo "serving_bench: rc $rc, $((SECONDS - t0)) s"
 nvidia-smi --query-gpu=memory.used --format=csv,noheader

@@ -88,6 +88,7 @@ typedef struct cfg {
                         then measured by the engine at max_batch 1 with out_tokens. */
     const char *cold_bytes; /* lazykvd's cold tier (default 4KiB: nothing fits, an evicted
                                document is gone; this measures the hot tier). */
+    double deadline_s;      /* Points not started after this many seconds are skipped. */
     const char *plan;       /* --plan: the points to run (see usage), or NULL: the full product. */
     int batches[MAXL], n_batches;
     uint64_t seed;
@@ -666,7 +667,7 @@ static void print_point(ctx *x, const point *p)
 }
 
 static int run_point(ctx *x, workload *wl, uint64_t budget, int mode, int policy, int n_req,
-                     int n_tput, point *p)
+                     int n_tput, const int *batches, int n_batches, point *p)
 {
     memset(p, 0, sizeof(*p));
     p->workload = wl->name;
@@ -684,10 +685,10 @@ static int run_point(ctx *x, workload *wl, uint64_t budget, int mode, int policy
     }
     run_ttft(x, wl, p, n_req);
     p->b1_from_ttft = x->c.ttft_tokens == x->c.out_tokens;
-    for (int i = 0; i < x->c.n_batches; i++) {
-        int b = x->c.batches[i];
+    for (int i = 0; i < n_batches; i++) {
+        int b = batches[i];
         if ((b > 1 || !p->b1_from_ttft) && n_tput > 0) {
-            int n = b == 1 && n_tput > 16 ? 16 : n_tput < b ? b : n_tput; /* >= B in flight. */
+            int n = b == 1 && n_tput > 8 ? 8 : n_tput < b ? b : n_tput; /* >= B in flight. */
             run_tput(x, wl, p, b, n, &p->tp[p->n_tp++]);
         }
     }
@@ -822,8 +823,8 @@ static int run_check(ctx *x, workload *wl)
     printf("\ncorrectness: first %d requests of %s, greedy tokens vs no cache (cold run / warm "
            "run):\n",
            K, wl->name);
-    fprintf(x->json, "\n  ],\n  \"check\": {\"requests\": %d, \"workload\": \"%s\", \"tokens\": %d",
-            K, wl->name, total);
+    fprintf(x->json, "  \"check\": {\"requests\": %d, \"workload\": \"%s\", \"tokens\": %d", K,
+            wl->name, total);
     for (int mode = M_PREFIX; mode < M__COUNT; mode++) {
         printf("  %-6s cold: %d/%d requests identical, %.2f%% tokens agree; warm: %d/%d, %.2f%%; "
                "first-token logits rel L2 <= %.2e cold, %.2e warm\n",
@@ -841,7 +842,9 @@ static int run_check(ctx *x, workload *wl)
     printf("  lazy warm == lazy cold (tokens and logits bitwise): %d/%d (warm run: %d document "
            "hits)\n",
            lazy_bitwise, lazy_pairs, warm_hits);
-    fprintf(x->json, ", \"lazy_warm_eq_cold\": %d, \"lazy_pairs\": %d, \"lazy_warm_hits\": %d}",
+    fprintf(x->json,
+            ", \"lazy_warm_eq_cold\": %d, \"lazy_pairs\": %d, \"lazy_warm_hits\": %d},\n  "
+            "\"points\": [",
             lazy_bitwise, lazy_pairs, warm_hits);
     for (int r = 0; r < K; r++) {
         free(base[r].logits);
@@ -862,19 +865,22 @@ typedef struct entry {
     uint64_t budget;
     int n_req, n_tput;
     int modes[M__COUNT];
+    int lru; /* LRU rows for prefix and block (n_req / 3 requests, no throughput). */
+    int batches[MAXL], n_batches;
 } entry;
 
-/* --plan "W:ALPHA:BUDGET[:REQUESTS[:TPUT[:MODE+MODE...]]];...": W is paper, short or
- * trace=FILE. Missing fields take the flags' values. Returns the count, or -1. */
+/* --plan "W:ALPHA:BUDGET[:REQUESTS[:TPUT[:MODE+MODE...[:B+B...]]]];...": W is paper, short or
+ * trace=FILE; a MODE "lru" adds LRU rows for prefix and block. Missing fields take the flags'
+ * values. Returns the count, or -1. */
 static int parse_plan(const cfg *c, entry *out, int cap)
 {
     char *dup = lkv_xstrdup(c->plan), *save = NULL;
     int n = 0;
     for (char *it = strtok_r(dup, ";", &save); it != NULL && n < cap;
          it = strtok_r(NULL, ";", &save)) {
-        char *f[6] = {0}, *s2 = NULL;
+        char *f[7] = {0}, *s2 = NULL;
         int nf = 0;
-        for (char *t = strtok_r(it, ":", &s2); t != NULL && nf < 6; t = strtok_r(NULL, ":", &s2)) {
+        for (char *t = strtok_r(it, ":", &s2); t != NULL && nf < 7; t = strtok_r(NULL, ":", &s2)) {
             f[nf++] = t;
         }
         if (nf < 3) {
@@ -898,9 +904,21 @@ static int parse_plan(const cfg *c, entry *out, int cap)
                 for (int m = 0; m < M__COUNT; m++) {
                     e->modes[m] |= strcmp(t, mode_names[m]) == 0;
                 }
+                e->lru |= strcmp(t, "lru") == 0;
             }
         } else {
             memcpy(e->modes, c->modes, sizeof(e->modes));
+            e->lru = c->lru;
+        }
+        if (nf > 6) {
+            char *s3 = NULL;
+            for (char *t = strtok_r(f[6], "+", &s3); t != NULL && e->n_batches < MAXL;
+                 t = strtok_r(NULL, "+", &s3)) {
+                e->batches[e->n_batches++] = atoi(t);
+            }
+        } else {
+            memcpy(e->batches, c->batches, sizeof(e->batches));
+            e->n_batches = c->n_batches;
         }
     }
     free(dup);
@@ -1024,6 +1042,8 @@ int main(int argc, char **argv)
             c->ttft_tokens = atoi(v);
         } else if (ARG("--cold-bytes")) {
             c->cold_bytes = v;
+        } else if (ARG("--deadline-s")) {
+            c->deadline_s = atof(v);
         } else if (ARG("--plan")) {
             c->plan = v;
         } else if (ARG("--seed")) {
@@ -1129,7 +1149,7 @@ int main(int argc, char **argv)
     }
     wo.local_pages = c->local_pages;
     char err[512];
-    double t_load = now_ms();
+    double t_load = now_ms(), t_run = t_load;
     if (lkv_worker_create(&wo, &x.w, err, sizeof(err)) != 0) {
         fprintf(stderr, "serving_bench: %s\n", err);
         return 1;
@@ -1165,16 +1185,13 @@ int main(int argc, char **argv)
             "\"warmup\": %d, \"requests\": %d, \"tput_requests\": %d, \"question_tokens\": %d, "
             "\"output_tokens\": %d, \"pool\": %u, \"doc_tokens\": %u, \"docs\": %u, "
             "\"short_median\": %u, \"short_sigma\": %g, \"short_docs\": %u, \"seed\": %llu,\n"
-            "  \"points\": [",
+            "",
             date, c->backend, c->synth != NULL ? c->synth : c->model,
             (unsigned long long)x.page_bytes, c->warmup, c->requests, c->tput_requests, c->question,
             c->out_tokens, c->pool, c->doc_tokens, c->k, c->short_median, c->short_sigma,
             c->short_k, (unsigned long long)c->seed);
     fprintf(x.tsv,
             "workload\talpha\tbudget\tmode\tpolicy\tttft_p50\tttft_p99\trps_b1\ttput...\thit\n");
-    printf("\n%-10s %5s %6s %-6s %-8s %4s %9s %9s %7s %6s %6s %6s %5s  throughput\n", "workload",
-           "alpha", "budget", "mode", "policy", "n", "TTFT p50", "TTFT p99", "spread", "r/s B1",
-           "hit%", "sim%", "nocpy");
     /* The points: the product of the lists, or --plan. */
     entry ents[64];
     int ne = 0;
@@ -1197,16 +1214,31 @@ int main(int argc, char **argv)
                     e->n_tput = c->tput_requests;
                     memcpy(e->modes, c->modes, sizeof(e->modes));
                     e->modes[M_NONE] &= bi == 0; /* No cache: the budget does not matter. */
+                    e->lru = c->lru;
+                    memcpy(e->batches, c->batches, sizeof(e->batches));
+                    e->n_batches = c->n_batches;
                 }
             }
         }
     }
     int fail = 0;
+    /* The correctness check first (cheap, and kept if a deadline cuts the points short). */
+    workload first;
+    if (ne > 0 && c->check > 0 &&
+        make_workload(&x, ents[0].workload, ents[0].alpha, (uint64_t)c->check + 1, &first) == 0) {
+        fail |= run_check(&x, &first);
+        free_workload(&first);
+    } else {
+        fprintf(x.json, "  \"check\": null,\n  \"points\": [");
+    }
+    printf("\n%-10s %5s %6s %-6s %-8s %4s %9s %9s %7s %6s %6s %6s %5s  throughput\n", "workload",
+           "alpha", "budget", "mode", "policy", "n", "TTFT p50", "TTFT p99", "spread", "r/s B1",
+           "hit%", "sim%", "nocpy");
     for (int i = 0; i < ne; i++) {
         const entry *e = &ents[i];
         uint64_t nreq = (uint64_t)c->warmup + (uint64_t)e->n_req + 1;
-        for (int b = 0; b < c->n_batches; b++) {
-            nreq += (uint64_t)(e->n_tput > c->batches[b] ? e->n_tput : c->batches[b]);
+        for (int b = 0; b < e->n_batches; b++) {
+            nreq += (uint64_t)(e->n_tput > e->batches[b] ? e->n_tput : e->batches[b]);
         }
         workload wl;
         if (make_workload(&x, e->workload, e->alpha, nreq, &wl) != 0) {
@@ -1217,23 +1249,23 @@ int main(int argc, char **argv)
             if (!e->modes[m]) {
                 continue;
             }
+            if (c->deadline_s > 0 && (now_ms() - t_run) / 1000 > c->deadline_s) {
+                printf("(deadline: %s %s alpha %g skipped)\n", e->workload, mode_names[m],
+                       e->alpha);
+                continue;
+            }
             point p;
-            fail |= run_point(&x, &wl, e->budget, m, c->policy, e->n_req, e->n_tput, &p) != 0;
-            if (c->lru && (m == M_PREFIX || m == M_BLOCK) && c->policy != LKV_POLICY_LRU) {
-                fail |=
-                    run_point(&x, &wl, e->budget, m, LKV_POLICY_LRU, e->n_req, e->n_tput, &p) != 0;
+            fail |= run_point(&x, &wl, e->budget, m, c->policy, e->n_req, e->n_tput, e->batches,
+                              e->n_batches, &p) != 0;
+            if (e->lru && (m == M_PREFIX || m == M_BLOCK) && c->policy != LKV_POLICY_LRU) {
+                int nl = e->n_req / 3 > 10 ? e->n_req / 3 : 10;
+                fail |= run_point(&x, &wl, e->budget, m, LKV_POLICY_LRU, nl, 0, e->batches,
+                                  e->n_batches, &p) != 0;
             }
         }
         free_workload(&wl);
     }
-    workload first;
-    if (ne > 0 && c->check > 0 &&
-        make_workload(&x, ents[0].workload, ents[0].alpha, (uint64_t)c->check + 1, &first) == 0) {
-        fail |= run_check(&x, &first);
-        free_workload(&first);
-    } else {
-        fprintf(x.json, "\n  ], \"check\": null");
-    }
+    fprintf(x.json, "\n  ]");
     fprintf(x.json, "\n}\n");
     fclose(x.json);
     fclose(x.tsv);
