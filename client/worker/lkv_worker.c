@@ -1090,9 +1090,25 @@ static int step_miss_one(req_state *s, int i)
     return 0;
 }
 
-/* Step 5: Commit each miss computed in place; Put each other computed miss (blocks gathered
- * from its pages; also when a Commit fails: the blocks are gathered before the Abort frees the
- * pages). */
+/* Copies the blocks of g out of its pages (backend memory, through the backend) into *buf
+ * (grown as needed; *cap its size). */
+static void gather(req_state *s, const lkv_model_seg *g, uint8_t **buf, size_t *cap)
+{
+    const size_t bb = lkv_block_bytes(&s->w->shape);
+    size_t need = (size_t)g->n_blocks * bb;
+    if (need > *cap) {
+        *buf = lkv_xrealloc(*buf, need);
+        *cap = need;
+    }
+    for (int b = 0; b < g->n_blocks; b++) {
+        s->w->be->to_host(s->w->be->ctx, *buf + (size_t)b * bb,
+                          s->kv.base + (uint64_t)g->pages[b] * s->kv.page_bytes, bb);
+    }
+}
+
+/* Step 5: Commit each miss computed in place (nothing is copied: its KV is in the daemon's
+ * pages already); Put each other computed miss (blocks gathered from its pages; also when a
+ * Commit fails: the blocks are gathered before the Abort frees the pages). */
 static void step_put(req_state *s, const lkv_docref *refs)
 {
     const lkv_rag_request *q = s->req;
@@ -1107,16 +1123,6 @@ static void step_put(req_state *s, const lkv_docref *refs)
             continue; /* A refused copy's document is cached already; or no room. */
         }
         const lkv_model_seg *g = &s->segs[i];
-        size_t need = (size_t)g->n_blocks * bb;
-        if (need > cap) {
-            buf = lkv_xrealloc(buf, need);
-            cap = need;
-        }
-        for (int b = 0; b < g->n_blocks; b++) {
-            /* Worker pages are backend memory: copied out through the backend. */
-            s->w->be->to_host(s->w->be->ctx, buf + (size_t)b * bb,
-                              s->kv.base + (uint64_t)g->pages[b] * s->kv.page_bytes, bb);
-        }
         int dl = left_ms(s);
         if (s->resv_state[i] == 1) {
             const uint8_t *key = s->resv[i].doc.key;
@@ -1135,8 +1141,11 @@ static void step_put(req_state *s, const lkv_docref *refs)
                 res->docs[i].stored = rc;
                 break;
             }
+            gather(s, g, &buf, &cap); /* Before the Abort frees the pages. */
             lkv_client_abort(s->w->cl, s->lease.id, key, dl);
             dl = left_ms(s);
+        } else {
+            gather(s, g, &buf, &cap);
         }
         int rc = dl > 0 ? lkv_client_put(s->w->cl, s->w->profile, refs[i].tokens, refs[i].n_tokens,
                                          buf, (uint32_t)g->n_blocks, bb, dl, NULL)
