@@ -33,6 +33,7 @@
 #include "lkv_err.h"
 #include "lkv_pagespace.h"
 #include "lkv_log.h"
+#include "lkv_policy.h"
 #include "lkv_request.h"
 #include "lkv_server.h"
 #include "lkv_worker.h"
@@ -62,8 +63,11 @@ static void usage(FILE *f)
             "  --temperature T       0 = greedy (default 0)\n"
             "  --top-p P             nucleus mass (default 1)\n"
             "  --seed N              sampling seed (default 0)\n"
-            "  --mode lazy|materialise   attention over cached pages, or the Block-Attention\n"
-            "                        baseline (re-rotated copies)\n"
+            "  --mode lazy|materialise|prefix   attention over cached pages, the Block-Attention\n"
+            "                        baseline (re-rotated copies) or the prefix-caching baseline\n"
+            "  --prefix-pages N      worker pages of the prefix pool (mode prefix; the last N of\n"
+            "                        --local-pages)\n"
+            "  --copy-budget         Block-Attention copies take the daemon's budget (Reserve)\n"
             "  --json                print results as JSON lines\n"
             "  --local-fallback      if the daemon is unreachable, compute locally (and say so)\n"
             "  --no-inplace          store misses by Put (default: compute them into pages\n"
@@ -250,6 +254,8 @@ int main(int argc, char **argv)
         O_JSON,
         O_FALLBACK,
         O_NO_INPLACE,
+        O_PREFIX_PAGES,
+        O_COPY_BUDGET,
         O_DEADLINE,
         O_TTL,
         O_PAGES,
@@ -288,6 +294,8 @@ int main(int argc, char **argv)
         {"json", no_argument, NULL, O_JSON},
         {"local-fallback", no_argument, NULL, O_FALLBACK},
         {"no-inplace", no_argument, NULL, O_NO_INPLACE},
+        {"prefix-pages", required_argument, NULL, O_PREFIX_PAGES},
+        {"copy-budget", no_argument, NULL, O_COPY_BUDGET},
         {"deadline-ms", required_argument, NULL, O_DEADLINE},
         {"lease-ttl-ms", required_argument, NULL, O_TTL},
         {"local-pages", required_argument, NULL, O_PAGES},
@@ -316,6 +324,7 @@ int main(int argc, char **argv)
     int n_docs = 0, json = 0, stats = 0, c, use_engine = 0, rpc_threads = 2;
     const char *serve_addr = NULL;
     int use_cuda = 0, cuda_f32 = 0;
+    uint32_t prefix_pages = 0;
     lkv_engine_opts eo = {0};
     char model[4096], tokp[4096];
     snprintf(model, sizeof(model), "%s/stories260K.bin", LKV_DEFAULT_MODEL_DIR);
@@ -418,8 +427,11 @@ int main(int argc, char **argv)
                 def.mode = LKV_RAG_LAZY;
             } else if (strcmp(optarg, "materialise") == 0 || strcmp(optarg, "materialize") == 0) {
                 def.mode = LKV_RAG_MATERIALISE;
+            } else if (strcmp(optarg, "prefix") == 0) {
+                def.mode = LKV_RAG_PREFIX;
             } else {
-                fprintf(stderr, "lazykv-worker: --mode: '%s' is not lazy or materialise\n", optarg);
+                fprintf(stderr, "lazykv-worker: --mode: '%s' is not lazy, materialise or prefix\n",
+                        optarg);
                 return 2;
             }
             break;
@@ -431,6 +443,12 @@ int main(int argc, char **argv)
             break;
         case O_NO_INPLACE:
             wo.no_inplace = 1;
+            break;
+        case O_PREFIX_PAGES:
+            prefix_pages = (uint32_t)strtoul(optarg, NULL, 10);
+            break;
+        case O_COPY_BUDGET:
+            wo.copy_budget = 1;
             break;
         case O_STATS:
             stats = 1;
@@ -531,6 +549,11 @@ int main(int argc, char **argv)
     int rc = lkv_worker_create(&wo, &w, err, sizeof(err));
     if (rc != 0) {
         fprintf(stderr, "lazykv-worker: %s\n", err);
+        return 2;
+    }
+    if (prefix_pages > 0 && lkv_worker_prefix_setup(w, prefix_pages, LKV_POLICY_ADAPTIVE) != 0) {
+        fprintf(stderr, "lazykv-worker: --prefix-pages %u must be below --local-pages\n",
+                prefix_pages);
         return 2;
     }
     int failed = 0;
