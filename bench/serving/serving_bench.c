@@ -174,10 +174,25 @@ static void fmt_bytes(uint64_t b, char *out, size_t n)
     }
 }
 
-/* Splits a comma list into at most MAXL parts (pointers into a strdup'ed copy). */
+/* Copies made by split (freed at exit by free_splits). */
+static char *split_copies[16];
+static int n_split_copies;
+
+static void free_splits(void)
+{
+    while (n_split_copies > 0) {
+        free(split_copies[--n_split_copies]);
+    }
+}
+
+/* Splits a comma list into at most MAXL parts (pointers into a copy freed by free_splits). */
 static int split(const char *s, const char **out)
 {
     char *c = lkv_xstrdup(s);
+    if (n_split_copies == 16) {
+        lkv_panic("serving_bench: too many lists");
+    }
+    split_copies[n_split_copies++] = c;
     int n = 0;
     for (char *tok = strtok(c, ","); tok != NULL && n < MAXL; tok = strtok(NULL, ",")) {
         out[n++] = tok;
@@ -1274,6 +1289,7 @@ int main(int argc, char **argv)
 #ifdef LKV_WORKER_HAVE_CUDA
     lkv_backend_cuda_destroy(cb);
 #endif
+    free_splits();
     printf("serving_bench: %s (JSON %s/serving.json)\n", fail ? "FAILED" : "done", c->out);
     return fail;
 }

@@ -826,7 +826,7 @@ static int renew_lease(req_state *s)
  * back synchronises the CUDA backend's stream), so the phase just timed is timed whole. */
 static void phase_sync(const lkv_worker *w)
 {
-    if (w->o.sync_phases) {
+    if (w->o.sync_phases && w->run.x != NULL) { /* (Scratch exists after the first pass.) */
         float x;
         w->be->to_host(w->be->ctx, &x, w->run.x, sizeof(x));
     }
