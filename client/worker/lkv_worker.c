@@ -516,13 +516,16 @@ static void note_pages(req_state *s, int i)
     }
     size_t bb = lkv_block_bytes(&w->shape);
     uint8_t *buf = lkv_xmalloc(bb);
-    uint64_t h = 0xcbf29ce484222325ull;
+    crypto_generichash_state st;
+    crypto_generichash_init(&st, NULL, 0, sizeof(d->kv_hash));
     for (int b = 0; b < g->n_blocks; b++) {
         w->be->to_host(w->be->ctx, buf, s->kv.base + (uint64_t)g->pages[b] * s->kv.page_bytes, bb);
-        h = fnv(h, buf, bb);
+        crypto_generichash_update(&st, buf, bb);
     }
     free(buf);
-    d->kv_hash = h;
+    uint8_t h[sizeof(d->kv_hash)];
+    crypto_generichash_final(&st, h, sizeof(h));
+    memcpy(&d->kv_hash, h, sizeof(h));
 }
 
 /* Replaces the client by a fresh one (a new channel, connecting at once). */

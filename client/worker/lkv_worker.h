@@ -127,8 +127,9 @@ typedef struct lkv_rag_doc_result {
     int64_t page0;       /* Page of its block 0 in the daemon's region when it was read in place
                             (hit) or computed in place (reserved), else -1 (worker pages). */
     uint64_t pages_hash; /* FNV-1a of its region page list (0 with page0 -1). */
-    uint64_t kv_hash;    /* opts.hash_kv: FNV-1a of its block bytes as read back through the
-                            page space, else 0. */
+    uint64_t kv_hash;    /* opts.hash_kv: BLAKE2b-64 of its block bytes (all blocks in order)
+                            as read back through the page space (the 8 digest bytes in memory
+                            order), else 0. */
 } lkv_rag_doc_result;
 
 /* Result of lkv_worker_run. Free with lkv_rag_result_free. */
