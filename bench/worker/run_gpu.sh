@@ -36,7 +36,7 @@ cd "$(dirname "$0")/../.."
 mode=${1:-run}
 if [ "$mode" = build ]; then
   dest=${2:-$PWD}
-  cmake -S . -B build-cuda -DLKV_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90 -DCMAKE_BUILD_TYPE=Release \
+  cmake -S . -B build-cuda -DLKV_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90 -DCMAKE_BUILD_TYPE=RelWithDebInfo \
     >/dev/null && cmake --build build-cuda -j2 --target lazykv-worker lazykvd lazykv inplace_bench \
     || exit 1
   if [ "$dest" != "$PWD" ]; then
