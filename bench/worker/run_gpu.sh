@@ -205,7 +205,7 @@ fi
 if has inplace && [ -n "$ADDR" ]; then
   DEV=--device; [ "$HOT" = cuda ] || DEV=
   for tk in 512 2048; do
-    .gpu/bin/inplace_bench --target "$ADDR" $DEV --tokens $tk --docs 4 --reps 3 \
+    timeout 120 .gpu/bin/inplace_bench --target "$ADDR" $DEV --tokens $tk --docs 3 --reps 3 \
       --json $OUT/inplace_${tk}.json || fail=1
   done
 fi
