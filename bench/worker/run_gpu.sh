@@ -212,5 +212,5 @@ fi
 stop_daemon
 echo "run_gpu.sh: $([ $fail = 0 ] && echo ALL PASS || echo SOME CHECKS FAILED)"
 # At most a few files come back from the device: keep the log and the reference JSON, pack the rest.
-(cd "$OUT" && tar czf rest.tgz $(ls | grep -v -e '^worker_gpu.log$' -e '^synth_ref.json$' -e '^inplace_.*json$' -e '^rest.tgz$') 2>/dev/null)
+(cd "$OUT" && tar czf rest.tgz --remove-files $(ls | grep -v -e '^worker_gpu.log$' -e '^synth_ref.json$' -e '^inplace_.*json$' -e '^rest.tgz$' -e '^lazykvd_hbm.log$') 2>/dev/null)
 exit $fail
