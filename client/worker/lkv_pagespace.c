@@ -24,6 +24,7 @@
 #include <unistd.h>
 
 #include "lkv_err.h"
+#include "lkv_log.h"
 
 void lkv_pagespace_init(lkv_pagespace *ps, uint32_t n_local)
 {
@@ -225,6 +226,9 @@ static int place_dev(lkv_pagespace *ps, uintptr_t b, uint64_t abytes, uintptr_t 
         return rc;
     }
     /* 3. Anywhere, one page more, at a whole-page offset from the region. */
+    LKV_LOGI("page space: worker pages not placed next to the daemon's arena (%s): a plain "
+             "allocation at a whole-page offset",
+             why[0] ? why : lkv_err_name(rc));
     bytes = lb + pb;
     rc = d->alloc(d->ctx, bytes, &p, why, sizeof(why));
     if (rc != 0) {

@@ -16,6 +16,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <sodium.h>
+
 #include "lkv_backend_cpu.h"
 #include "lkv_client.h"
 #include "lkv_daemon_harness.h"
@@ -71,24 +73,28 @@ static void same_tokens(const lkv_rag_result *a, const lkv_rag_result *b)
 static int hash_block(void *ctx, const lkv_get_header *h, uint32_t index, const void *data,
                       size_t len)
 {
-    uint64_t *acc = ctx;
-    const uint8_t *b = data;
-    for (size_t i = 0; data != NULL && i < len; i++) {
-        *acc = (*acc ^ b[i]) * 0x100000001b3ull;
+    if (data != NULL) {
+        crypto_generichash_update(ctx, data, len);
     }
     return 0;
     (void)h;
     (void)index;
 }
 
-/* FNV-1a of the blocks a Get of document key returns (the daemon's own read of its pages). */
+/* BLAKE2b-64 of the blocks a Get of document key returns (the daemon's own read of its pages),
+ * as the worker's kv_hash. */
 static uint64_t get_hash(lkv_client_t *c, const char *key_hex)
 {
     uint8_t key[32];
     ASSERT_OK(lkv_key_from_hex(key_hex, key));
     lkv_docref ref = {.key = key};
-    uint64_t h = 0xcbf29ce484222325ull;
-    ASSERT_OK(lkv_client_get(c, &ref, 5000, NULL, hash_block, &h));
+    crypto_generichash_state st;
+    crypto_generichash_init(&st, NULL, 0, 8);
+    ASSERT_OK(lkv_client_get(c, &ref, 5000, NULL, hash_block, &st));
+    uint8_t d[8];
+    crypto_generichash_final(&st, d, sizeof(d));
+    uint64_t h;
+    memcpy(&h, d, sizeof(h));
     return h;
 }
 
