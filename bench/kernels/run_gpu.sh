@@ -41,7 +41,10 @@ if has sass; then
   if command -v cuobjdump >/dev/null && [ -n "$o" ]; then
     cuobjdump --dump-sass "$o" >/tmp/wg.sass 2>&1
     echo "sass: $(grep -c HGMMA /tmp/wg.sass) HGMMA, $(grep -c UTMALDG /tmp/wg.sass) UTMALDG," \
-      "$(grep -c USETMAXREG /tmp/wg.sass) USETMAXREG, $(grep -c -E 'LDL|STL' /tmp/wg.sass) LDL/STL"
+      "$(grep -c USETMAXREG /tmp/wg.sass) USETMAXREG, $(grep -c -E 'LDL|STL' /tmp/wg.sass) LDL/STL" |
+      tee -a "$OUT/build.log"
+    # Where the local-memory accesses are (function and neighbourhood), into build.log.
+    grep -n -E "Function :|LDL|STL" /tmp/wg.sass | head -60 >>"$OUT/build.log"
   else echo "sass: no cuobjdump or object"; fi
 fi
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm,clocks.mem,power.draw --format=csv,noheader || true

@@ -200,8 +200,8 @@ __global__ void __launch_bounds__(WG_THREADS, 1)
     }
     if (tid == 0) {
         for (int s = 0; s < WG_STAGES; s++) {
-            mbar_init(full_bar(s), 1);
-            mbar_init(empty_bar(s), 8); /* one arrival per consumer warp */
+            mbar_init(full_bar(s), 129); /* 128 producer threads + the metadata writer */
+            mbar_init(empty_bar(s), 8);  /* one arrival per consumer warp */
         }
         asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
     }
@@ -209,10 +209,7 @@ __global__ void __launch_bounds__(WG_THREADS, 1)
 
     if (wg == 0) {
         /* ------------------------------------------------------------ producer */
-        asm volatile("setmaxnreg.dec.sync.aligned.u32 40;\n");
-        if (tid >= 32) {
-            return;
-        }
+        asm volatile("setmaxnreg.dec.sync.aligned.u32 72;\n");
         const int r_lo = min(p.n_refs, split * p.refs_per_split);
         const int r_hi =
             split == p.n_splits - 1 ? p.n_refs : min(p.n_refs, r_lo + p.refs_per_split);
@@ -220,25 +217,29 @@ __global__ void __launch_bounds__(WG_THREADS, 1)
         const int kend = min(p.n_new, (min(R, row0 + WG_BM) - 1) / g + 1);
         const int B = p.B;
         const int nbmax = WG_BN / B;
-        const int row_k = (p.layer * 2 * p.n_kv + kvh) * B; /* K slab's first row in a page */
-        const int row_v = row_k + p.n_kv * B;
+        const size_t slab_k = ((size_t)(p.layer * 2) * p.n_kv + kvh) * p.slab_bytes;
+        const size_t kv_off = (size_t)p.n_kv * p.slab_bytes; /* K slab -> V slab */
+        /* cp.async work split: TPR threads per key row (one 16-byte chunk each), so a warp
+         * reads 512 contiguous bytes of a block's slab; RSTEP rows per pass. */
+        constexpr int TPR = D / 8, RSTEP = 128 / TPR;
+        const int ch = tid % TPR, rsub = tid / TPR;
         int w0 = r_lo, wcnt = min(WG_REF_WIN, r_hi - r_lo);
-        for (int i = lane; i < wcnt; i += 32) {
+        for (int i = tid; i < wcnt; i += 128) {
             rbuf[i] = p.refs[r_lo + i];
         }
-        __syncwarp();
+        named_bar(3, 128);
         int r = r_lo, j0 = 0;
         for (int it = 0;; it++) {
-            int kind = -1, start = 0, nb = 0, full = 0, zero = 0;
+            int kind = -1, start = 0, nb = 0, full = 0;
             if (r < r_hi) {
-                if (r >= w0 + wcnt) {
-                    __syncwarp();
+                if (r >= w0 + wcnt) { /* slide the reference window */
+                    named_bar(3, 128);
                     w0 = r;
                     wcnt = min(WG_REF_WIN, r_hi - r);
-                    for (int i = lane; i < wcnt; i += 32) {
+                    for (int i = tid; i < wcnt; i += 128) {
                         rbuf[i] = p.refs[r + i];
                     }
-                    __syncwarp();
+                    named_bar(3, 128);
                 }
                 kind = 0;
                 start = (int)lkv_ref_start(rbuf[r - w0]);
@@ -249,9 +250,7 @@ __global__ void __launch_bounds__(WG_THREADS, 1)
                     all = all && (int)lkv_ref_valid(rbuf[r + nb - w0]) >= B;
                     nb++;
                 }
-                const bool dense = all && nb * B == WG_BN;
-                full = dense && !alibi;
-                zero = !dense;
+                full = all && nb * B == WG_BN && !alibi;
             } else if (do_new && j0 < kend) {
                 kind = 1;
                 start = p.new_start;
@@ -259,60 +258,75 @@ __global__ void __launch_bounds__(WG_THREADS, 1)
             }
             const int s = it % WG_STAGES;
             mbar_wait(empty_bar(s), (uint32_t)(((it / WG_STAGES) & 1) ^ 1));
-            wg_meta *m = meta + s;
-            if (lane == 0) {
-                m->kind = kind;
-                m->start = start;
-                m->full = full;
-                m->zero = zero;
-            }
-            for (int c = lane; c < WG_BN; c += 32) {
-                int cp = -1;
-                if (kind == 0) {
-                    const int bi = c / B, t = c - bi * B;
+            if (kind == 0) {
+                /* Cached blocks: every row of the stage, invalid slots zero-filled (so the
+                 * tile never holds NaN or stale values), completion tracked by the barrier. */
+                T *kd = ks + s * (WG_BN * D);
+                T *vd = vs + s * (WG_BN * D);
+#pragma unroll 1
+                for (int row = rsub; row < WG_BN; row += RSTEP) {
+                    const int bi = row / B, t = row - bi * B;
+                    const char *src = p.arena;
+                    bool ok = false;
                     if (bi < nb) {
                         const uint64_t ref = rbuf[r + bi - w0];
-                        if (t < min((int)lkv_ref_valid(ref), B)) {
-                            cp = start + (int)lkv_ref_block(ref) * B + t;
-                        }
+                        ok = t < min((int)lkv_ref_valid(ref), B);
+                        src = p.arena + (size_t)lkv_ref_page(ref) * p.page_bytes + slab_k +
+                              (size_t)t * (D * 2) + ch * 16;
                     }
-                } else if (kind == 1) {
-                    cp = j0 + c < p.n_new ? p.new_start + j0 + c : -1;
+                    const int o = pswz<WG_BN>(row, ch * 8);
+                    lkv__cp_async16(kd + o, src, ok);
+                    lkv__cp_async16(vd + o, src + (ok ? kv_off : 0), ok);
                 }
-                m->colpos[c] = cp;
+                asm volatile(
+                    "cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];\n" ::"r"(full_bar(s))
+                    : "memory");
+            } else {
+                mbar_arrive(full_bar(s));
             }
-            __syncwarp();
-            if (kind < 0) {
+            if (tid < 32) {
+                wg_meta *m = meta + s;
                 if (lane == 0) {
-                    mbar_arrive(full_bar(s));
+                    m->kind = kind;
+                    m->start = start;
+                    m->full = full;
+                    m->zero = 0;
                 }
-                break;
-            }
-            if (lane == 0) {
-                const uint32_t kdst = lkv__smem_u32(ks) + (uint32_t)(s * L::KV_BYTES);
-                const uint32_t vdst = lkv__smem_u32(vs) + (uint32_t)(s * L::KV_BYTES);
-                if (kind == 0) {
-                    mbar_expect_tx(full_bar(s), (uint32_t)(nb * B * D * 2 * 2));
-                    for (int bi = 0; bi < nb; bi++) {
-                        const int page = (int)lkv_ref_page(rbuf[r + bi - w0]);
+                for (int c = lane; c < WG_BN; c += 32) {
+                    int cp = -1;
+                    if (kind == 0) {
+                        const int bi = c / B, t = c - bi * B;
+                        if (bi < nb) {
+                            const uint64_t ref = rbuf[r + bi - w0];
+                            if (t < min((int)lkv_ref_valid(ref), B)) {
+                                cp = start + (int)lkv_ref_block(ref) * B + t;
+                            }
+                        }
+                    } else if (kind == 1) {
+                        cp = j0 + c < p.n_new ? p.new_start + j0 + c : -1;
+                    }
+                    m->colpos[c] = cp;
+                }
+                __syncwarp();
+                if (lane == 0) {
+                    if (kind == 1) {
+                        const uint32_t kdst = lkv__smem_u32(ks) + (uint32_t)(s * L::KV_BYTES);
+                        const uint32_t vdst = lkv__smem_u32(vs) + (uint32_t)(s * L::KV_BYTES);
+                        mbar_expect_tx(full_bar(s), (uint32_t)(WG_BN * D * 2 * 2));
 #pragma unroll
                         for (int pn = 0; pn < D / 64; pn++) {
-                            const uint32_t off = (uint32_t)((pn * WG_BN + bi * B) * 128);
-                            tma_load_3d(kdst + off, &tm_arena, full_bar(s), pn * 64, row_k, page);
-                            tma_load_3d(vdst + off, &tm_arena, full_bar(s), pn * 64, row_v, page);
+                            const uint32_t off = (uint32_t)(pn * WG_BN * 128);
+                            tma_load_3d(kdst + off, &tm_knew, full_bar(s), pn * 64, kvh, j0);
+                            tma_load_3d(vdst + off, &tm_vnew, full_bar(s), pn * 64, kvh, j0);
                         }
-                    }
-                } else {
-                    mbar_expect_tx(full_bar(s), (uint32_t)(WG_BN * D * 2 * 2));
-#pragma unroll
-                    for (int pn = 0; pn < D / 64; pn++) {
-                        const uint32_t off = (uint32_t)(pn * WG_BN * 128);
-                        tma_load_3d(kdst + off, &tm_knew, full_bar(s), pn * 64, kvh, j0);
-                        tma_load_3d(vdst + off, &tm_vnew, full_bar(s), pn * 64, kvh, j0);
+                    } else {
+                        mbar_arrive(full_bar(s)); /* the metadata is written */
                     }
                 }
             }
-            __syncwarp();
+            if (kind < 0) {
+                break;
+            }
             if (kind == 0) {
                 r += nb;
             } else {
@@ -323,7 +337,7 @@ __global__ void __launch_bounds__(WG_THREADS, 1)
     }
 
     /* ---------------------------------------------------------------- consumers */
-    asm volatile("setmaxnreg.inc.sync.aligned.u32 232;\n");
+    asm volatile("setmaxnreg.inc.sync.aligned.u32 216;\n");
     const int c = wg - 1;            /* consumer index 0 / 1 */
     const int ct = tid - 128 * wg;   /* thread within the warpgroup */
     const int cw = ct >> 5;          /* warp within the warpgroup */
@@ -418,6 +432,7 @@ __global__ void __launch_bounds__(WG_THREADS, 1)
     for (int it = 0;; it++) {
         const int s = it % WG_STAGES;
         mbar_wait(full_bar(s), (uint32_t)((it / WG_STAGES) & 1));
+        fence_proxy_async(); /* cp.async (generic proxy) data -> wgmma (async proxy) */
         const wg_meta *m = meta + s;
         const int kind = m->kind;
         if (kind < 0) {
@@ -430,16 +445,6 @@ __global__ void __launch_bounds__(WG_THREADS, 1)
         if (tstart != rot_start) {
             rot_start = tstart;
             rotate(tstart);
-            sync = true;
-        }
-        if (m->zero) {
-            /* Zero the V rows of invalid slots (16 bytes per thread per step). */
-            for (int idx = ct; idx < WG_BN * (D / 8); idx += 128) {
-                const int row = idx / (D / 8), ch = idx % (D / 8);
-                if (m->colpos[row] < 0) {
-                    *(uint4 *)(vt + pswz<WG_BN>(row, ch * 8)) = make_uint4(0u, 0u, 0u, 0u);
-                }
-            }
             sync = true;
         }
         if (sync) {
