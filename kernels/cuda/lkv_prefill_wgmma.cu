@@ -56,8 +56,8 @@ extern "C" {
 }
 
 #define WG_BM      LKV__WG_BM
-#define WG_BN      128
-#define WG_STAGES  2
+#define WG_BN      64
+#define WG_STAGES  4
 #define WG_THREADS 384
 #define WG_REF_WIN 256
 
@@ -200,8 +200,8 @@ __global__ void __launch_bounds__(WG_THREADS, 1)
     }
     if (tid == 0) {
         for (int s = 0; s < WG_STAGES; s++) {
-            mbar_init(full_bar(s), 129); /* 128 producer threads + the metadata writer */
-            mbar_init(empty_bar(s), 8);  /* one arrival per consumer warp */
+            mbar_init(full_bar(s), 1);
+            mbar_init(empty_bar(s), 8); /* one arrival per consumer warp */
         }
         asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
     }
@@ -209,7 +209,10 @@ __global__ void __launch_bounds__(WG_THREADS, 1)
 
     if (wg == 0) {
         /* ------------------------------------------------------------ producer */
-        asm volatile("setmaxnreg.dec.sync.aligned.u32 72;\n");
+        asm volatile("setmaxnreg.dec.sync.aligned.u32 40;\n");
+        if (tid >= 32) {
+            return;
+        }
         const int r_lo = min(p.n_refs, split * p.refs_per_split);
         const int r_hi =
             split == p.n_splits - 1 ? p.n_refs : min(p.n_refs, r_lo + p.refs_per_split);
@@ -217,29 +220,25 @@ __global__ void __launch_bounds__(WG_THREADS, 1)
         const int kend = min(p.n_new, (min(R, row0 + WG_BM) - 1) / g + 1);
         const int B = p.B;
         const int nbmax = WG_BN / B;
-        const size_t slab_k = ((size_t)(p.layer * 2) * p.n_kv + kvh) * p.slab_bytes;
-        const size_t kv_off = (size_t)p.n_kv * p.slab_bytes; /* K slab -> V slab */
-        /* cp.async work split: TPR threads per key row (one 16-byte chunk each), so a warp
-         * reads 512 contiguous bytes of a block's slab; RSTEP rows per pass. */
-        constexpr int TPR = D / 8, RSTEP = 128 / TPR;
-        const int ch = tid % TPR, rsub = tid / TPR;
+        const int row_k = (p.layer * 2 * p.n_kv + kvh) * B; /* K slab's first row in a page */
+        const int row_v = row_k + p.n_kv * B;
         int w0 = r_lo, wcnt = min(WG_REF_WIN, r_hi - r_lo);
-        for (int i = tid; i < wcnt; i += 128) {
+        for (int i = lane; i < wcnt; i += 32) {
             rbuf[i] = p.refs[r_lo + i];
         }
-        named_bar(3, 128);
+        __syncwarp();
         int r = r_lo, j0 = 0;
         for (int it = 0;; it++) {
-            int kind = -1, start = 0, nb = 0, full = 0;
+            int kind = -1, start = 0, nb = 0, full = 0, zero = 0;
             if (r < r_hi) {
-                if (r >= w0 + wcnt) { /* slide the reference window */
-                    named_bar(3, 128);
+                if (r >= w0 + wcnt) {
+                    __syncwarp();
                     w0 = r;
                     wcnt = min(WG_REF_WIN, r_hi - r);
-                    for (int i = tid; i < wcnt; i += 128) {
+                    for (int i = lane; i < wcnt; i += 32) {
                         rbuf[i] = p.refs[r + i];
                     }
-                    named_bar(3, 128);
+                    __syncwarp();
                 }
                 kind = 0;
                 start = (int)lkv_ref_start(rbuf[r - w0]);
@@ -250,7 +249,9 @@ __global__ void __launch_bounds__(WG_THREADS, 1)
                     all = all && (int)lkv_ref_valid(rbuf[r + nb - w0]) >= B;
                     nb++;
                 }
-                full = all && nb * B == WG_BN && !alibi;
+                const bool dense = all && nb * B == WG_BN;
+                full = dense && !alibi;
+                zero = !dense;
             } else if (do_new && j0 < kend) {
                 kind = 1;
                 start = p.new_start;
@@ -258,75 +259,60 @@ __global__ void __launch_bounds__(WG_THREADS, 1)
             }
             const int s = it % WG_STAGES;
             mbar_wait(empty_bar(s), (uint32_t)(((it / WG_STAGES) & 1) ^ 1));
-            if (kind == 0) {
-                /* Cached blocks: every row of the stage, invalid slots zero-filled (so the
-                 * tile never holds NaN or stale values), completion tracked by the barrier. */
-                T *kd = ks + s * (WG_BN * D);
-                T *vd = vs + s * (WG_BN * D);
-#pragma unroll 1
-                for (int row = rsub; row < WG_BN; row += RSTEP) {
-                    const int bi = row / B, t = row - bi * B;
-                    const char *src = p.arena;
-                    bool ok = false;
+            wg_meta *m = meta + s;
+            if (lane == 0) {
+                m->kind = kind;
+                m->start = start;
+                m->full = full;
+                m->zero = zero;
+            }
+            for (int c = lane; c < WG_BN; c += 32) {
+                int cp = -1;
+                if (kind == 0) {
+                    const int bi = c / B, t = c - bi * B;
                     if (bi < nb) {
                         const uint64_t ref = rbuf[r + bi - w0];
-                        ok = t < min((int)lkv_ref_valid(ref), B);
-                        src = p.arena + (size_t)lkv_ref_page(ref) * p.page_bytes + slab_k +
-                              (size_t)t * (D * 2) + ch * 16;
-                    }
-                    const int o = pswz<WG_BN>(row, ch * 8);
-                    lkv__cp_async16(kd + o, src, ok);
-                    lkv__cp_async16(vd + o, src + (ok ? kv_off : 0), ok);
-                }
-                asm volatile(
-                    "cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];\n" ::"r"(full_bar(s))
-                    : "memory");
-            } else {
-                mbar_arrive(full_bar(s));
-            }
-            if (tid < 32) {
-                wg_meta *m = meta + s;
-                if (lane == 0) {
-                    m->kind = kind;
-                    m->start = start;
-                    m->full = full;
-                    m->zero = 0;
-                }
-                for (int c = lane; c < WG_BN; c += 32) {
-                    int cp = -1;
-                    if (kind == 0) {
-                        const int bi = c / B, t = c - bi * B;
-                        if (bi < nb) {
-                            const uint64_t ref = rbuf[r + bi - w0];
-                            if (t < min((int)lkv_ref_valid(ref), B)) {
-                                cp = start + (int)lkv_ref_block(ref) * B + t;
-                            }
+                        if (t < min((int)lkv_ref_valid(ref), B)) {
+                            cp = start + (int)lkv_ref_block(ref) * B + t;
                         }
-                    } else if (kind == 1) {
-                        cp = j0 + c < p.n_new ? p.new_start + j0 + c : -1;
                     }
-                    m->colpos[c] = cp;
+                } else if (kind == 1) {
+                    cp = j0 + c < p.n_new ? p.new_start + j0 + c : -1;
                 }
-                __syncwarp();
-                if (lane == 0) {
-                    if (kind == 1) {
-                        const uint32_t kdst = lkv__smem_u32(ks) + (uint32_t)(s * L::KV_BYTES);
-                        const uint32_t vdst = lkv__smem_u32(vs) + (uint32_t)(s * L::KV_BYTES);
-                        mbar_expect_tx(full_bar(s), (uint32_t)(WG_BN * D * 2 * 2));
-#pragma unroll
-                        for (int pn = 0; pn < D / 64; pn++) {
-                            const uint32_t off = (uint32_t)(pn * WG_BN * 128);
-                            tma_load_3d(kdst + off, &tm_knew, full_bar(s), pn * 64, kvh, j0);
-                            tma_load_3d(vdst + off, &tm_vnew, full_bar(s), pn * 64, kvh, j0);
-                        }
-                    } else {
-                        mbar_arrive(full_bar(s)); /* the metadata is written */
-                    }
-                }
+                m->colpos[c] = cp;
             }
+            __syncwarp();
             if (kind < 0) {
+                if (lane == 0) {
+                    mbar_arrive(full_bar(s));
+                }
                 break;
             }
+            if (lane == 0) {
+                const uint32_t kdst = lkv__smem_u32(ks) + (uint32_t)(s * L::KV_BYTES);
+                const uint32_t vdst = lkv__smem_u32(vs) + (uint32_t)(s * L::KV_BYTES);
+                if (kind == 0) {
+                    mbar_expect_tx(full_bar(s), (uint32_t)(nb * B * D * 2 * 2));
+                    for (int bi = 0; bi < nb; bi++) {
+                        const int page = (int)lkv_ref_page(rbuf[r + bi - w0]);
+#pragma unroll
+                        for (int pn = 0; pn < D / 64; pn++) {
+                            const uint32_t off = (uint32_t)((pn * WG_BN + bi * B) * 128);
+                            tma_load_3d(kdst + off, &tm_arena, full_bar(s), pn * 64, row_k, page);
+                            tma_load_3d(vdst + off, &tm_arena, full_bar(s), pn * 64, row_v, page);
+                        }
+                    }
+                } else {
+                    mbar_expect_tx(full_bar(s), (uint32_t)(WG_BN * D * 2 * 2));
+#pragma unroll
+                    for (int pn = 0; pn < D / 64; pn++) {
+                        const uint32_t off = (uint32_t)(pn * WG_BN * 128);
+                        tma_load_3d(kdst + off, &tm_knew, full_bar(s), pn * 64, kvh, j0);
+                        tma_load_3d(vdst + off, &tm_vnew, full_bar(s), pn * 64, kvh, j0);
+                    }
+                }
+            }
+            __syncwarp();
             if (kind == 0) {
                 r += nb;
             } else {
@@ -337,7 +323,7 @@ __global__ void __launch_bounds__(WG_THREADS, 1)
     }
 
     /* ---------------------------------------------------------------- consumers */
-    asm volatile("setmaxnreg.inc.sync.aligned.u32 216;\n");
+    asm volatile("setmaxnreg.inc.sync.aligned.u32 232;\n");
     const int c = wg - 1;            /* consumer index 0 / 1 */
     const int ct = tid - 128 * wg;   /* thread within the warpgroup */
     const int cw = ct >> 5;          /* warp within the warpgroup */
@@ -429,42 +415,90 @@ __global__ void __launch_bounds__(WG_THREADS, 1)
     float mrow[2] = {-INFINITY, -INFINITY}, lrow[2] = {0.0f, 0.0f};
     int rot_start = INT_MIN;
 
+    /* Pipeline (FlashAttention-3's intra-warpgroup overlap): iteration it issues S(it) = Q K(it)
+     * and O += P(it - 1) V(it - 1) as two wgmma groups, waits for the first, runs the softmax of
+     * tile it while the tensor cores still work on P V, then waits for the second, releases
+     * tile it - 1's stage and rescales O. */
+    float sacc[WG_BN / 2];
+    uint32_t pa[WG_BN / 16][4];
+    int prev_s = -1; /* stage of the tile whose P V is pending, -1 none */
     for (int it = 0;; it++) {
         const int s = it % WG_STAGES;
         mbar_wait(full_bar(s), (uint32_t)((it / WG_STAGES) & 1));
-        fence_proxy_async(); /* cp.async (generic proxy) data -> wgmma (async proxy) */
         const wg_meta *m = meta + s;
         const int kind = m->kind;
-        if (kind < 0) {
-            break;
-        }
         const int tstart = m->start;
         const bool tfull = m->full != 0;
-        T *vt = vs + s * (WG_BN * D);
-        bool sync = false;
-        if (tstart != rot_start) {
-            rot_start = tstart;
-            rotate(tstart);
-            sync = true;
+        if (kind >= 0) {
+            T *vt = vs + s * (WG_BN * D);
+            bool sync = false;
+            if (tstart != rot_start) {
+                /* Q is free: S(it - 1) completed; the pending P V reads only V and pa. */
+                rot_start = tstart;
+                rotate(tstart);
+                sync = true;
+            }
+            if (m->zero) {
+                /* Zero the V rows of invalid slots (16 bytes per thread per step). */
+                for (int idx = ct; idx < WG_BN * (D / 8); idx += 128) {
+                    const int row = idx / (D / 8), ch = idx % (D / 8);
+                    if (m->colpos[row] < 0) {
+                        *(uint4 *)(vt + pswz<WG_BN>(row, ch * 8)) = make_uint4(0u, 0u, 0u, 0u);
+                    }
+                }
+                sync = true;
+            }
+            if (sync) {
+                fence_proxy_async();
+                named_bar(bar_id, 128);
+            }
         }
-        if (sync) {
-            fence_proxy_async();
-            named_bar(bar_id, 128);
-        }
-
-        /* S = Q K^T: 64 x 128 per warpgroup, D / 16 steps of k16. */
-        float sacc[WG_BN / 2];
-        const uint32_t k_addr = lkv__smem_u32(ks + s * (WG_BN * D));
-        lkv__wgmma_fence();
 #pragma unroll
-        for (int kk = 0; kk < D / 16; kk++) {
-            const uint32_t pn = (uint32_t)(kk >> 2), kb = (uint32_t)((kk & 3) * 32);
-            const uint64_t da = wg_desc(qw_addr + pn * (64 * 128) + kb, 16, 1024);
-            const uint64_t db = wg_desc(k_addr + pn * (WG_BN * 128) + kb, 16, 1024);
-            lkv__wgmma_ss<T, WG_BN>::run(sacc, da, db, kk > 0 ? 1 : 0);
+        for (int i = 0; i < D / 2; i++) {
+            lkv__reg_fence(o[i]);
         }
-        lkv__wgmma_commit();
-        lkv__wgmma_wait<0>();
+        lkv__wgmma_fence();
+        if (kind >= 0) {
+            /* S = Q K^T: 64 x BN per warpgroup, D / 16 steps of k16. */
+            const uint32_t k_addr = lkv__smem_u32(ks + s * (WG_BN * D));
+#pragma unroll
+            for (int kk = 0; kk < D / 16; kk++) {
+                const uint32_t pn = (uint32_t)(kk >> 2), kb = (uint32_t)((kk & 3) * 32);
+                const uint64_t da = wg_desc(qw_addr + pn * (64 * 128) + kb, 16, 1024);
+                const uint64_t db = wg_desc(k_addr + pn * (WG_BN * 128) + kb, 16, 1024);
+                lkv__wgmma_ss<T, WG_BN>::run(sacc, da, db, kk > 0 ? 1 : 0);
+            }
+            lkv__wgmma_commit();
+        }
+        if (prev_s >= 0) {
+            /* O += P V of the previous tile: P in the A register layout. */
+            const uint32_t v_addr = lkv__smem_u32(vs + prev_s * (WG_BN * D));
+#pragma unroll
+            for (int kc = 0; kc < WG_BN / 16; kc++) {
+                const uint64_t db = wg_desc(v_addr + (uint32_t)(kc * 16 * 128), WG_BN * 128, 1024);
+                lkv__wgmma_rs_t<T, D>::run(o, pa[kc], db);
+            }
+            lkv__wgmma_commit();
+        }
+        if (kind < 0) {
+            if (prev_s >= 0) {
+                lkv__wgmma_wait<0>();
+#pragma unroll
+                for (int i = 0; i < D / 2; i++) {
+                    lkv__reg_fence(o[i]);
+                }
+                __syncwarp();
+                if (lane == 0) {
+                    mbar_arrive(empty_bar(prev_s));
+                }
+            }
+            break;
+        }
+        if (prev_s >= 0) {
+            lkv__wgmma_wait<1>();
+        } else {
+            lkv__wgmma_wait<0>();
+        }
 #pragma unroll
         for (int i = 0; i < WG_BN / 2; i++) {
             lkv__reg_fence(sacc[i]);
@@ -490,6 +524,7 @@ __global__ void __launch_bounds__(WG_THREADS, 1)
                 }
             }
         }
+        float alpha[2];
 #pragma unroll
         for (int hf = 0; hf < 2; hf++) {
             float red[WG_BN / 8];
@@ -511,7 +546,7 @@ __global__ void __launch_bounds__(WG_THREADS, 1)
             mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
             const float mnew = fmaxf(mrow[hf], mx);
             const float muse = mnew == -INFINITY ? 0.0f : mnew;
-            const float alpha = lkv__ex2(mrow[hf] - muse);
+            alpha[hf] = lkv__ex2(mrow[hf] - muse);
             mrow[hf] = mnew;
 #pragma unroll
             for (int n = 0; n < WG_BN / 8; n++) {
@@ -528,16 +563,27 @@ __global__ void __launch_bounds__(WG_THREADS, 1)
                     }
                 }
             }
-            lrow[hf] = lrow[hf] * alpha + red[0];
+            lrow[hf] = lrow[hf] * alpha[hf] + red[0];
+        }
+        if (prev_s >= 0) {
+            /* The previous P V is done: its stage goes back, O and pa are free. */
+            lkv__wgmma_wait<0>();
 #pragma unroll
-            for (int n = 0; n < D / 8; n++) {
-                o[4 * n + 2 * hf] *= alpha;
-                o[4 * n + 2 * hf + 1] *= alpha;
+            for (int i = 0; i < D / 2; i++) {
+                lkv__reg_fence(o[i]);
+            }
+            __syncwarp();
+            if (lane == 0) {
+                mbar_arrive(empty_bar(prev_s));
             }
         }
-
-        /* O += P V: P in the A register layout (k16 step kc = n8 blocks 2 kc, 2 kc + 1). */
-        uint32_t pa[WG_BN / 16][4];
+#pragma unroll
+        for (int n = 0; n < D / 8; n++) {
+            o[4 * n] *= alpha[0];
+            o[4 * n + 1] *= alpha[0];
+            o[4 * n + 2] *= alpha[1];
+            o[4 * n + 3] *= alpha[1];
+        }
 #pragma unroll
         for (int kc = 0; kc < WG_BN / 16; kc++) {
             pa[kc][0] = lkv__elem<T>::pack2(sacc[8 * kc + 0], sacc[8 * kc + 1]);
@@ -545,27 +591,7 @@ __global__ void __launch_bounds__(WG_THREADS, 1)
             pa[kc][2] = lkv__elem<T>::pack2(sacc[8 * kc + 4], sacc[8 * kc + 5]);
             pa[kc][3] = lkv__elem<T>::pack2(sacc[8 * kc + 6], sacc[8 * kc + 7]);
         }
-        const uint32_t v_addr = lkv__smem_u32(vt);
-#pragma unroll
-        for (int i = 0; i < D / 2; i++) {
-            lkv__reg_fence(o[i]);
-        }
-        lkv__wgmma_fence();
-#pragma unroll
-        for (int kc = 0; kc < WG_BN / 16; kc++) {
-            const uint64_t db = wg_desc(v_addr + (uint32_t)(kc * 16 * 128), WG_BN * 128, 1024);
-            lkv__wgmma_rs_t<T, D>::run(o, pa[kc], db);
-        }
-        lkv__wgmma_commit();
-        lkv__wgmma_wait<0>();
-#pragma unroll
-        for (int i = 0; i < D / 2; i++) {
-            lkv__reg_fence(o[i]);
-        }
-        __syncwarp();
-        if (lane == 0) {
-            mbar_arrive(empty_bar(s));
-        }
+        prev_s = s;
     }
 
     /* Epilogue. */
