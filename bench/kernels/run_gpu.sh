@@ -12,6 +12,8 @@
 #                dev builds and runs the kernels/dev workshop programs (output in bench.log)
 #   QUICK=1      skip batches above 16 (bench and sdpa)
 #   BENCH_ONLY   LKV_BENCH_ONLY for bench_attn (e.g. "decode:1:4096,copy" or "prefill,copy")
+#   VARIANTS     with STEPS word "variants": space-separated items of comma-separated
+#                VAR=value knobs; each is checked and its prefill timed (bench.log)
 #   SDPA_ARGS    extra words for sdpa_bench.py ("prefill": skip its decode cases)
 #   CHECK_TIMEOUT, BENCH_TIMEOUT  seconds (default 240, 300): a hung kernel cannot eat the call
 #   NCU          space-separated "kernel-regex|LKV_BENCH_ONLY[|set]" items (set: a ncu --set name,
@@ -63,6 +65,20 @@ if has dev; then
   log "kernels/dev workshop"
   for v in decode_v1 decode_v4 decode_current; do
     "$BUILD/bin/dev_$v" 2>&1 | tee -a "$OUT/bench.log"
+  done
+fi
+
+if has variants && [ -n "${VARIANTS:-}" ]; then
+  # Kernel variants chosen by environment knobs (e.g. "LKV_ATTN_WG_BN=96,LKV_ATTN_WG_PP=1"):
+  # for each, the GPU check's result line and the prefill timings (lazy rows), in bench.log.
+  for v in $VARIANTS; do
+    log "variant $v"
+    envs=(${v//,/ })
+    r=$(env "${envs[@]}" LKV_GPU_CHECK_CASES=1 timeout ${CHECK_TIMEOUT:-240} \
+      "$BUILD/bin/test_attn_gpu" 2>&1 | grep -E "FAIL|test_attn_gpu:" | tail -4)
+    echo "variant $v check: $r" | tee -a "$OUT/bench.log"
+    env "${envs[@]}" LKV_BENCH_ONLY=prefill timeout ${BENCH_TIMEOUT:-300} "$BUILD/bin/bench_attn" \
+      /tmp/variant.jsonl 2>&1 | grep -E " lazy " | sed "s|^|variant $v: |" | tee -a "$OUT/bench.log"
   done
 fi
 

@@ -725,6 +725,12 @@ static void fill_params(prefill_params *p, const lkv_prefill_args *a)
     p->out = a->out;
     p->scale_log2 = a->sm_scale * LKV__LOG2E;
     p->dtype = a->shape.dtype;
+    /* wgmma kernel variants (test and benchmark knobs): LKV_ATTN_WG_BN=64|96 keys per tile,
+     * LKV_ATTN_WG_PP=0|1 ping-pong between its consumer warpgroups. */
+    const char *e = getenv("LKV_ATTN_WG_BN");
+    p->wg_bn = e != NULL && atoi(e) == 96 ? 96 : 64;
+    e = getenv("LKV_ATTN_WG_PP");
+    p->wg_pp = e != NULL ? atoi(e) != 0 : 0;
 }
 
 /* The kernel choice and split plan of a: sets *wg (wgmma kernel), p->n_splits and

@@ -29,6 +29,8 @@ struct prefill_params {
     int n_splits, refs_per_split;
     float scale_log2;
     int dtype; /* enum lkv_dtype (bf16 or f16) */
+    int wg_bn; /* wgmma kernel: keys per tile (64 or 96) */
+    int wg_pp; /* wgmma kernel: 1 = ping-pong between the consumer warpgroups */
 };
 
 /* Query rows per CTA of the wgmma kernel (two consumer warpgroups of 64 rows). */

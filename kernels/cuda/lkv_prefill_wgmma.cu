@@ -56,30 +56,28 @@ extern "C" {
 }
 
 #define WG_BM      LKV__WG_BM
-#define WG_BN      64
-#define WG_STAGES  4
 #define WG_THREADS 384
 #define WG_REF_WIN 256
 
 /* Per-stage tile metadata, written by the producer before it arms the stage's barrier. */
-struct wg_meta {
-    int kind;          /* 0 cached blocks, 1 new tokens, -1 done */
-    int start;         /* rotation origin */
-    int full;          /* every key valid and visible to every row, no bias: no masking */
-    int zero;          /* cached tile with invalid slots: zero their V rows */
-    int colpos[WG_BN]; /* key position, -1 = invalid slot */
+template <int BN> struct wg_meta {
+    int kind;       /* 0 cached blocks, 1 new tokens, -1 done */
+    int start;      /* rotation origin */
+    int full;       /* every key valid and visible to every row, no bias: no masking */
+    int zero;       /* cached tile with invalid slots: zero their V rows */
+    int colpos[BN]; /* key position, -1 = invalid slot */
 };
 
-template <int D> struct wg_smem {
+template <int D, int BN, int NST> struct wg_smem {
     static constexpr int Q_BYTES = WG_BM * D * 2;
-    static constexpr int KV_BYTES = WG_BN * D * 2; /* one K or V stage */
+    static constexpr int KV_BYTES = BN * D * 2; /* one K or V stage */
     static constexpr int OFF_K = Q_BYTES;
-    static constexpr int OFF_V = OFF_K + WG_STAGES * KV_BYTES;
-    static constexpr int OFF_META = OFF_V + WG_STAGES * KV_BYTES;
-    static constexpr int OFF_REFS = OFF_META + WG_STAGES * (int)sizeof(wg_meta);
+    static constexpr int OFF_V = OFF_K + NST * KV_BYTES;
+    static constexpr int OFF_META = OFF_V + NST * KV_BYTES;
+    static constexpr int OFF_REFS = OFF_META + NST * (int)sizeof(wg_meta<BN>);
     static constexpr int OFF_FREQ = OFF_REFS + WG_REF_WIN * 8;
     static constexpr int OFF_BAR = OFF_FREQ + 2 * 128 * 4;
-    static constexpr int TOTAL = OFF_BAR + 2 * WG_STAGES * 8;
+    static constexpr int TOTAL = OFF_BAR + 2 * NST * 8;
     static constexpr int ALLOC = TOTAL + 1024; /* base aligned up to 1024 in the kernel */
 };
 
@@ -152,6 +150,10 @@ static __device__ __forceinline__ void named_bar(int id, int n)
 {
     asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(n) : "memory");
 }
+static __device__ __forceinline__ void named_arrive(int id, int n)
+{
+    asm volatile("bar.arrive %0, %1;\n" ::"r"(id), "r"(n) : "memory");
+}
 
 /* wgmma shared-memory descriptor: 128-byte swizzle, start address, leading / stride byte
  * offsets (both multiples of 16). */
@@ -163,7 +165,7 @@ static __device__ __forceinline__ uint64_t wg_desc(uint32_t addr, uint32_t lbo, 
 
 /* ---------------------------------------------------------------- the kernel */
 
-template <typename T, int D>
+template <typename T, int D, int BN, int NST>
 __global__ void __launch_bounds__(WG_THREADS, 1)
     prefill_wgmma_kernel(const prefill_params p, const lkv__dev_pe pe, const lkv__dev_slopes sl,
                          const __grid_constant__ CUtensorMap tm_arena,
@@ -171,20 +173,20 @@ __global__ void __launch_bounds__(WG_THREADS, 1)
                          const __grid_constant__ CUtensorMap tm_vnew)
 {
 #if WG_ARCH_OK
-    using L = wg_smem<D>;
+    using L = wg_smem<D, BN, NST>;
     extern __shared__ __align__(1024) unsigned char smem_dyn[];
     unsigned char *sm =
         (unsigned char *)(((uintptr_t)smem_dyn + 1023) & ~(uintptr_t)1023); /* 1024-aligned */
     T *qs = (T *)sm;
     T *ks = (T *)(sm + L::OFF_K);
     T *vs = (T *)(sm + L::OFF_V);
-    wg_meta *meta = (wg_meta *)(sm + L::OFF_META);
+    wg_meta<BN> *meta = (wg_meta<BN> *)(sm + L::OFF_META);
     uint64_t *rbuf = (uint64_t *)(sm + L::OFF_REFS);
     float *fhi = (float *)(sm + L::OFF_FREQ);
     float *flo = fhi + 128;
     const uint32_t bar0 = lkv__smem_u32(sm + L::OFF_BAR);
     auto full_bar = [&](int s) { return bar0 + 8u * (uint32_t)s; };
-    auto empty_bar = [&](int s) { return bar0 + 8u * (uint32_t)(WG_STAGES + s); };
+    auto empty_bar = [&](int s) { return bar0 + 8u * (uint32_t)(NST + s); };
 
     const int tid = threadIdx.x, lane = tid & 31, wg = tid >> 7;
     const int mt = gridDim.x - 1 - blockIdx.x; /* heaviest (last) row tiles first */
@@ -199,7 +201,7 @@ __global__ void __launch_bounds__(WG_THREADS, 1)
         flo[j] = j < pe.n_pairs ? pe.freq_lo[j] : 0.0f;
     }
     if (tid == 0) {
-        for (int s = 0; s < WG_STAGES; s++) {
+        for (int s = 0; s < NST; s++) {
             mbar_init(full_bar(s), 1);
             mbar_init(empty_bar(s), 8); /* one arrival per consumer warp */
         }
@@ -219,7 +221,7 @@ __global__ void __launch_bounds__(WG_THREADS, 1)
         const bool do_new = split == p.n_splits - 1;
         const int kend = min(p.n_new, (min(R, row0 + WG_BM) - 1) / g + 1);
         const int B = p.B;
-        const int nbmax = WG_BN / B;
+        const int nbmax = BN / B;
         const int row_k = (p.layer * 2 * p.n_kv + kvh) * B; /* K slab's first row in a page */
         const int row_v = row_k + p.n_kv * B;
         int w0 = r_lo, wcnt = min(WG_REF_WIN, r_hi - r_lo);
@@ -249,24 +251,24 @@ __global__ void __launch_bounds__(WG_THREADS, 1)
                     all = all && (int)lkv_ref_valid(rbuf[r + nb - w0]) >= B;
                     nb++;
                 }
-                const bool dense = all && nb * B == WG_BN;
+                const bool dense = all && nb * B == BN;
                 full = dense && !alibi;
                 zero = !dense;
             } else if (do_new && j0 < kend) {
                 kind = 1;
                 start = p.new_start;
-                full = j0 + WG_BN <= p.n_new && j0 + WG_BN - 1 <= row0 / g && !alibi;
+                full = j0 + BN <= p.n_new && j0 + BN - 1 <= row0 / g && !alibi;
             }
-            const int s = it % WG_STAGES;
-            mbar_wait(empty_bar(s), (uint32_t)(((it / WG_STAGES) & 1) ^ 1));
-            wg_meta *m = meta + s;
+            const int s = it % NST;
+            mbar_wait(empty_bar(s), (uint32_t)(((it / NST) & 1) ^ 1));
+            wg_meta<BN> *m = meta + s;
             if (lane == 0) {
                 m->kind = kind;
                 m->start = start;
                 m->full = full;
                 m->zero = zero;
             }
-            for (int c = lane; c < WG_BN; c += 32) {
+            for (int c = lane; c < BN; c += 32) {
                 int cp = -1;
                 if (kind == 0) {
                     const int bi = c / B, t = c - bi * B;
@@ -297,16 +299,16 @@ __global__ void __launch_bounds__(WG_THREADS, 1)
                         const int page = (int)lkv_ref_page(rbuf[r + bi - w0]);
 #pragma unroll
                         for (int pn = 0; pn < D / 64; pn++) {
-                            const uint32_t off = (uint32_t)((pn * WG_BN + bi * B) * 128);
+                            const uint32_t off = (uint32_t)((pn * BN + bi * B) * 128);
                             tma_load_3d(kdst + off, &tm_arena, full_bar(s), pn * 64, row_k, page);
                             tma_load_3d(vdst + off, &tm_arena, full_bar(s), pn * 64, row_v, page);
                         }
                     }
                 } else {
-                    mbar_expect_tx(full_bar(s), (uint32_t)(WG_BN * D * 2 * 2));
+                    mbar_expect_tx(full_bar(s), (uint32_t)(BN * D * 2 * 2));
 #pragma unroll
                     for (int pn = 0; pn < D / 64; pn++) {
-                        const uint32_t off = (uint32_t)(pn * WG_BN * 128);
+                        const uint32_t off = (uint32_t)(pn * BN * 128);
                         tma_load_3d(kdst + off, &tm_knew, full_bar(s), pn * 64, kvh, j0);
                         tma_load_3d(vdst + off, &tm_vnew, full_bar(s), pn * 64, kvh, j0);
                     }
@@ -316,172 +318,266 @@ __global__ void __launch_bounds__(WG_THREADS, 1)
             if (kind == 0) {
                 r += nb;
             } else {
-                j0 += WG_BN;
+                j0 += BN;
             }
         }
-        return;
-    }
+    } else {
+        /* ---------------------------------------------------------------- consumers */
+        asm volatile("setmaxnreg.inc.sync.aligned.u32 232;\n");
+        const int c = wg - 1;            /* consumer index 0 / 1 */
+        const int ct = tid - 128 * wg;   /* thread within the warpgroup */
+        const int cw = ct >> 5;          /* warp within the warpgroup */
+        const int wrow0 = row0 + c * 64; /* first row of this warpgroup */
+        T *qw = qs + c * 64 * D;         /* this warpgroup's Q tile: [D / 64][64][64] */
+        const uint32_t qw_addr = lkv__smem_u32(qw);
+        const int bar_id = 1 + c;
 
-    /* ---------------------------------------------------------------- consumers */
-    asm volatile("setmaxnreg.inc.sync.aligned.u32 232;\n");
-    const int c = wg - 1;            /* consumer index 0 / 1 */
-    const int ct = tid - 128 * wg;   /* thread within the warpgroup */
-    const int cw = ct >> 5;          /* warp within the warpgroup */
-    const int wrow0 = row0 + c * 64; /* first row of this warpgroup */
-    T *qw = qs + c * 64 * D;         /* this warpgroup's Q tile: [D / 64][64][64] */
-    const uint32_t qw_addr = lkv__smem_u32(qw);
-    const int bar_id = 1 + c;
-
-    int rowpos[2];
-    float slope[2];
+        int rowpos[2];
+        float slope[2];
 #pragma unroll
-    for (int hf = 0; hf < 2; hf++) {
-        const int gr = wrow0 + cw * 16 + (lane >> 2) + hf * 8;
-        rowpos[hf] = p.new_start + (gr < R ? gr / g : 0);
-        slope[hf] = alibi && gr < R ? sl.s[kvh * g + gr % g] * LKV__LOG2E : 0.0f;
-    }
-
-    /* Rotates this warpgroup's 64 query rows for origin `start` into qw (see the file
-     * comment). The previous products that read qw have completed (each tile waits for its
-     * wgmma groups). */
-    const int tok_lo = wrow0 / g;
-    const int n_tok = (wrow0 + 63) / g - tok_lo + 1;
-    auto rotate = [&](int start) {
-        constexpr int NCH = 64 * (D / 8) / 128; /* 16-byte chunks per thread */
-        const T *qg = (const T *)p.q;
-#pragma unroll
-        for (int b0 = 0; b0 < NCH; b0 += 4) {
-            uint4 v[4];
-#pragma unroll
-            for (int u = 0; u < 4; u++) {
-                const int idx = ct + (b0 + u) * 128;
-                const int row = idx / (D / 8), ch = idx % (D / 8);
-                const int gr = wrow0 + row;
-                v[u] = make_uint4(0u, 0u, 0u, 0u);
-                if (gr < R) {
-                    const int tok = gr / g, head = kvh * g + gr % g;
-                    v[u] = __ldg((const uint4 *)(qg + ((size_t)tok * p.n_q + head) * D + ch * 8));
-                }
-            }
-#pragma unroll
-            for (int u = 0; u < 4; u++) {
-                const int idx = ct + (b0 + u) * 128;
-                const int row = idx / (D / 8), ch = idx % (D / 8);
-                *(uint4 *)(qw + pswz<64>(row, ch * 8)) = v[u];
-            }
+        for (int hf = 0; hf < 2; hf++) {
+            const int gr = wrow0 + cw * 16 + (lane >> 2) + hf * 8;
+            rowpos[hf] = p.new_start + (gr < R ? gr / g : 0);
+            slope[hf] = alibi && gr < R ? sl.s[kvh * g + gr % g] * LKV__LOG2E : 0.0f;
         }
-        named_bar(bar_id, 128);
-        const int np = pe.n_pairs;
-        const float sc = p.scale_log2;
-        for (int idx = ct; idx < n_tok * (D / 2); idx += 128) {
-            const int tk = idx / (D / 2), k = idx % (D / 2);
-            const int tok = tok_lo + tk;
-            const int rlo = max(0, tok * g - wrow0), rhi = min(64, tok * g + g - wrow0);
-            if (k < np) {
-                int i0, i1;
-                if (pe.pairing == LKV_ROPE_HALF) {
-                    i0 = k;
-                    i1 = k + np;
-                } else {
-                    i0 = 2 * k;
-                    i1 = 2 * k + 1;
-                }
-                const float delta = (float)(p.new_start + min(tok, p.n_new - 1) - start);
-                float s, cc;
-                lkv__turn_sincos(delta, fhi[k], flo[k], &s, &cc);
-                for (int row = rlo; row < rhi; row++) {
-                    const float x0 = lkv__elem<T>::to_f(qw[pswz<64>(row, i0)]);
-                    const float x1 = lkv__elem<T>::to_f(qw[pswz<64>(row, i1)]);
-                    qw[pswz<64>(row, i0)] = lkv__elem<T>::from_f((x0 * cc - x1 * s) * sc);
-                    qw[pswz<64>(row, i1)] = lkv__elem<T>::from_f(fmaf(x0, s, x1 * cc) * sc);
-                }
-            } else {
-                const int i0 = 2 * np + 2 * (k - np);
-                for (int row = rlo; row < rhi; row++) {
-                    qw[pswz<64>(row, i0)] =
-                        lkv__elem<T>::from_f(lkv__elem<T>::to_f(qw[pswz<64>(row, i0)]) * sc);
-                    qw[pswz<64>(row, i0 + 1)] =
-                        lkv__elem<T>::from_f(lkv__elem<T>::to_f(qw[pswz<64>(row, i0 + 1)]) * sc);
-                }
-            }
-        }
-    };
 
-    float o[D / 2];
+        /* Rotates this warpgroup's 64 query rows for origin `start` into qw (see the file
+         * comment). The previous products that read qw have completed (each tile waits for its
+         * wgmma groups). */
+        const int tok_lo = wrow0 / g;
+        const int n_tok = (wrow0 + 63) / g - tok_lo + 1;
+        auto rotate = [&](int start) {
+            constexpr int NCH = 64 * (D / 8) / 128; /* 16-byte chunks per thread */
+            const T *qg = (const T *)p.q;
 #pragma unroll
-    for (int i = 0; i < D / 2; i++) {
-        o[i] = 0.0f;
-    }
-    float mrow[2] = {-INFINITY, -INFINITY}, lrow[2] = {0.0f, 0.0f};
-    int rot_start = INT_MIN;
-
-    /* Pipeline (FlashAttention-3's intra-warpgroup overlap): iteration it issues S(it) = Q K(it)
-     * and O += P(it - 1) V(it - 1) as two wgmma groups, waits for the first, runs the softmax of
-     * tile it while the tensor cores still work on P V, then waits for the second, releases
-     * tile it - 1's stage and rescales O. */
-    float sacc[WG_BN / 2];
-    uint32_t pa[WG_BN / 16][4];
-    int prev_s = -1; /* stage of the tile whose P V is pending, -1 none */
-    for (int it = 0;; it++) {
-        const int s = it % WG_STAGES;
-        mbar_wait(full_bar(s), (uint32_t)((it / WG_STAGES) & 1));
-        const wg_meta *m = meta + s;
-        const int kind = m->kind;
-        const int tstart = m->start;
-        const bool tfull = m->full != 0;
-        if (kind >= 0) {
-            T *vt = vs + s * (WG_BN * D);
-            bool sync = false;
-            if (tstart != rot_start) {
-                /* Q is free: S(it - 1) completed; the pending P V reads only V and pa. */
-                rot_start = tstart;
-                rotate(tstart);
-                sync = true;
-            }
-            if (m->zero) {
-                /* Zero the V rows of invalid slots (16 bytes per thread per step). */
-                for (int idx = ct; idx < WG_BN * (D / 8); idx += 128) {
+            for (int b0 = 0; b0 < NCH; b0 += 4) {
+                uint4 v[4];
+#pragma unroll
+                for (int u = 0; u < 4; u++) {
+                    const int idx = ct + (b0 + u) * 128;
                     const int row = idx / (D / 8), ch = idx % (D / 8);
-                    if (m->colpos[row] < 0) {
-                        *(uint4 *)(vt + pswz<WG_BN>(row, ch * 8)) = make_uint4(0u, 0u, 0u, 0u);
+                    const int gr = wrow0 + row;
+                    v[u] = make_uint4(0u, 0u, 0u, 0u);
+                    if (gr < R) {
+                        const int tok = gr / g, head = kvh * g + gr % g;
+                        v[u] =
+                            __ldg((const uint4 *)(qg + ((size_t)tok * p.n_q + head) * D + ch * 8));
                     }
                 }
-                sync = true;
+#pragma unroll
+                for (int u = 0; u < 4; u++) {
+                    const int idx = ct + (b0 + u) * 128;
+                    const int row = idx / (D / 8), ch = idx % (D / 8);
+                    *(uint4 *)(qw + pswz<64>(row, ch * 8)) = v[u];
+                }
             }
-            if (sync) {
-                fence_proxy_async();
-                named_bar(bar_id, 128);
+            named_bar(bar_id, 128);
+            const int np = pe.n_pairs;
+            const float sc = p.scale_log2;
+            for (int idx = ct; idx < n_tok * (D / 2); idx += 128) {
+                const int tk = idx / (D / 2), k = idx % (D / 2);
+                const int tok = tok_lo + tk;
+                const int rlo = max(0, tok * g - wrow0), rhi = min(64, tok * g + g - wrow0);
+                if (k < np) {
+                    int i0, i1;
+                    if (pe.pairing == LKV_ROPE_HALF) {
+                        i0 = k;
+                        i1 = k + np;
+                    } else {
+                        i0 = 2 * k;
+                        i1 = 2 * k + 1;
+                    }
+                    const float delta = (float)(p.new_start + min(tok, p.n_new - 1) - start);
+                    float s, cc;
+                    lkv__turn_sincos(delta, fhi[k], flo[k], &s, &cc);
+                    for (int row = rlo; row < rhi; row++) {
+                        const float x0 = lkv__elem<T>::to_f(qw[pswz<64>(row, i0)]);
+                        const float x1 = lkv__elem<T>::to_f(qw[pswz<64>(row, i1)]);
+                        qw[pswz<64>(row, i0)] = lkv__elem<T>::from_f((x0 * cc - x1 * s) * sc);
+                        qw[pswz<64>(row, i1)] = lkv__elem<T>::from_f(fmaf(x0, s, x1 * cc) * sc);
+                    }
+                } else {
+                    const int i0 = 2 * np + 2 * (k - np);
+                    for (int row = rlo; row < rhi; row++) {
+                        qw[pswz<64>(row, i0)] =
+                            lkv__elem<T>::from_f(lkv__elem<T>::to_f(qw[pswz<64>(row, i0)]) * sc);
+                        qw[pswz<64>(row, i0 + 1)] = lkv__elem<T>::from_f(
+                            lkv__elem<T>::to_f(qw[pswz<64>(row, i0 + 1)]) * sc);
+                    }
+                }
             }
-        }
+        };
+
+        float o[D / 2];
 #pragma unroll
         for (int i = 0; i < D / 2; i++) {
-            lkv__reg_fence(o[i]);
+            o[i] = 0.0f;
         }
-        lkv__wgmma_fence();
-        if (kind >= 0) {
-            /* S = Q K^T: 64 x BN per warpgroup, D / 16 steps of k16. */
-            const uint32_t k_addr = lkv__smem_u32(ks + s * (WG_BN * D));
-#pragma unroll
-            for (int kk = 0; kk < D / 16; kk++) {
-                const uint32_t pn = (uint32_t)(kk >> 2), kb = (uint32_t)((kk & 3) * 32);
-                const uint64_t da = wg_desc(qw_addr + pn * (64 * 128) + kb, 16, 1024);
-                const uint64_t db = wg_desc(k_addr + pn * (WG_BN * 128) + kb, 16, 1024);
-                lkv__wgmma_ss<T, WG_BN>::run(sacc, da, db, kk > 0 ? 1 : 0);
+        float mrow[2] = {-INFINITY, -INFINITY}, lrow[2] = {0.0f, 0.0f};
+        int rot_start = INT_MIN;
+
+        /* Pipeline (FlashAttention-3's intra-warpgroup overlap): iteration it issues S(it) = Q
+         * K(it) and O += P(it - 1) V(it - 1) as two wgmma groups, waits for the first, runs the
+         * softmax of tile it while the tensor cores still work on P V, then waits for the second,
+         * releases tile it - 1's stage and rescales O. */
+        float sacc[BN / 2];
+        uint32_t pa[BN / 16][4];
+        /* Ping-pong (p.wg_pp): the two consumer warpgroups take turns issuing their products
+         * (named barriers 5 and 6), so one's softmax runs under the other's matrix work.
+         * Consumer 1 opens with one free turn for consumer 0; both walk the same tiles, so
+         * the turns match (consumer 1 skips its arrival after its last issue). */
+        const bool pp = p.wg_pp != 0;
+        if (pp && c == 1) {
+            named_arrive(5, 256);
+        }
+        int prev_s = -1; /* stage of the tile whose P V is pending, -1 none */
+        for (int it = 0;; it++) {
+            const int s = it % NST;
+            mbar_wait(full_bar(s), (uint32_t)((it / NST) & 1));
+            const wg_meta<BN> *m = meta + s;
+            const int kind = m->kind;
+            const int tstart = m->start;
+            const bool tfull = m->full != 0;
+            if (kind >= 0) {
+                T *vt = vs + s * (BN * D);
+                bool sync = false;
+                if (tstart != rot_start) {
+                    /* Q is free: S(it - 1) completed; the pending P V reads only V and pa. */
+                    rot_start = tstart;
+                    rotate(tstart);
+                    sync = true;
+                }
+                if (m->zero) {
+                    /* Zero the V rows of invalid slots (16 bytes per thread per step). */
+                    for (int idx = ct; idx < BN * (D / 8); idx += 128) {
+                        const int row = idx / (D / 8), ch = idx % (D / 8);
+                        if (m->colpos[row] < 0) {
+                            *(uint4 *)(vt + pswz<BN>(row, ch * 8)) = make_uint4(0u, 0u, 0u, 0u);
+                        }
+                    }
+                    sync = true;
+                }
+                if (sync) {
+                    fence_proxy_async();
+                    named_bar(bar_id, 128);
+                }
             }
-            lkv__wgmma_commit();
-        }
-        if (prev_s >= 0) {
-            /* O += P V of the previous tile: P in the A register layout. */
-            const uint32_t v_addr = lkv__smem_u32(vs + prev_s * (WG_BN * D));
 #pragma unroll
-            for (int kc = 0; kc < WG_BN / 16; kc++) {
-                const uint64_t db = wg_desc(v_addr + (uint32_t)(kc * 16 * 128), WG_BN * 128, 1024);
-                lkv__wgmma_rs_t<T, D>::run(o, pa[kc], db);
+            for (int i = 0; i < D / 2; i++) {
+                lkv__reg_fence(o[i]);
             }
-            lkv__wgmma_commit();
-        }
-        if (kind < 0) {
+            if (pp) {
+                named_bar(5 + c, 256);
+            }
+            lkv__wgmma_fence();
+            if (kind >= 0) {
+                /* S = Q K^T: 64 x BN per warpgroup, D / 16 steps of k16. */
+                const uint32_t k_addr = lkv__smem_u32(ks + s * (BN * D));
+#pragma unroll
+                for (int kk = 0; kk < D / 16; kk++) {
+                    const uint32_t pn = (uint32_t)(kk >> 2), kb = (uint32_t)((kk & 3) * 32);
+                    const uint64_t da = wg_desc(qw_addr + pn * (64 * 128) + kb, 16, 1024);
+                    const uint64_t db = wg_desc(k_addr + pn * (BN * 128) + kb, 16, 1024);
+                    lkv__wgmma_ss<T, BN>::run(sacc, da, db, kk > 0 ? 1 : 0);
+                }
+                lkv__wgmma_commit();
+            }
             if (prev_s >= 0) {
+                /* O += P V of the previous tile: P in the A register layout. */
+                const uint32_t v_addr = lkv__smem_u32(vs + prev_s * (BN * D));
+#pragma unroll
+                for (int kc = 0; kc < BN / 16; kc++) {
+                    const uint64_t db = wg_desc(v_addr + (uint32_t)(kc * 16 * 128), BN * 128, 1024);
+                    lkv__wgmma_rs_t<T, D>::run(o, pa[kc], db);
+                }
+                lkv__wgmma_commit();
+            }
+            if (pp && !(c == 1 && kind < 0)) {
+                named_arrive(6 - c, 256);
+            }
+            if (kind < 0) {
+                if (prev_s >= 0) {
+                    lkv__wgmma_wait<0>();
+#pragma unroll
+                    for (int i = 0; i < D / 2; i++) {
+                        lkv__reg_fence(o[i]);
+                    }
+                    __syncwarp();
+                    if (lane == 0) {
+                        mbar_arrive(empty_bar(prev_s));
+                    }
+                }
+                break;
+            }
+            if (prev_s >= 0) {
+                lkv__wgmma_wait<1>();
+            } else {
+                lkv__wgmma_wait<0>();
+            }
+#pragma unroll
+            for (int i = 0; i < BN / 2; i++) {
+                lkv__reg_fence(sacc[i]);
+            }
+
+            /* Mask and bias (already scaled, log2 domain); online softmax per row. sacc[4 n + e]:
+             * n8 block n, e = 0,1 row lane/4 (cols 8n + 2 (lane % 4) + e), e = 2,3 row + 8. */
+            if (!tfull) {
+#pragma unroll
+                for (int n = 0; n < BN / 8; n++) {
+                    const int2 kp2 = *(const int2 *)(m->colpos + n * 8 + (lane & 3) * 2);
+#pragma unroll
+                    for (int e = 0; e < 4; e++) {
+                        const int kp = (e & 1) ? kp2.y : kp2.x;
+                        const int hf = e >> 1;
+                        float sv = sacc[4 * n + e];
+                        if (kp < 0 || kp > rowpos[hf]) {
+                            sv = -INFINITY;
+                        } else if (alibi) {
+                            sv = fmaf(slope[hf], (float)(kp - rowpos[hf]), sv);
+                        }
+                        sacc[4 * n + e] = sv;
+                    }
+                }
+            }
+            float alpha[2];
+#pragma unroll
+            for (int hf = 0; hf < 2; hf++) {
+                float red[BN / 8];
+#pragma unroll
+                for (int n = 0; n < BN / 8; n++) {
+                    red[n] = fmaxf(sacc[4 * n + 2 * hf], sacc[4 * n + 2 * hf + 1]);
+                }
+#pragma unroll
+                for (int w = 1; w < BN / 8; w *= 2) {
+#pragma unroll
+                    for (int n = 0; n + w < BN / 8; n += 2 * w) {
+                        red[n] = fmaxf(red[n], red[n + w]);
+                    }
+                }
+                float mx = red[0];
+                mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+                mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+                const float mnew = fmaxf(mrow[hf], mx);
+                const float muse = mnew == -INFINITY ? 0.0f : mnew;
+                alpha[hf] = lkv__ex2(mrow[hf] - muse);
+                mrow[hf] = mnew;
+#pragma unroll
+                for (int n = 0; n < BN / 8; n++) {
+                    sacc[4 * n + 2 * hf] = lkv__ex2(sacc[4 * n + 2 * hf] - muse);
+                    sacc[4 * n + 2 * hf + 1] = lkv__ex2(sacc[4 * n + 2 * hf + 1] - muse);
+                    red[n] = sacc[4 * n + 2 * hf] + sacc[4 * n + 2 * hf + 1];
+                }
+#pragma unroll
+                for (int w = 1; w < BN / 8; w *= 2) {
+#pragma unroll
+                    for (int n = 0; n + w < BN / 8; n += 2 * w) {
+                        red[n] += red[n + w];
+                    }
+                }
+                lrow[hf] = lrow[hf] * alpha[hf] + red[0];
+            }
+            if (prev_s >= 0) {
+                /* The previous P V is done: its stage goes back, O and pa are free. */
                 lkv__wgmma_wait<0>();
 #pragma unroll
                 for (int i = 0; i < D / 2; i++) {
@@ -492,139 +588,56 @@ __global__ void __launch_bounds__(WG_THREADS, 1)
                     mbar_arrive(empty_bar(prev_s));
                 }
             }
-            break;
-        }
-        if (prev_s >= 0) {
-            lkv__wgmma_wait<1>();
-        } else {
-            lkv__wgmma_wait<0>();
-        }
 #pragma unroll
-        for (int i = 0; i < WG_BN / 2; i++) {
-            lkv__reg_fence(sacc[i]);
+            for (int n = 0; n < D / 8; n++) {
+                o[4 * n] *= alpha[0];
+                o[4 * n + 1] *= alpha[0];
+                o[4 * n + 2] *= alpha[1];
+                o[4 * n + 3] *= alpha[1];
+            }
+#pragma unroll
+            for (int kc = 0; kc < BN / 16; kc++) {
+                pa[kc][0] = lkv__elem<T>::pack2(sacc[8 * kc + 0], sacc[8 * kc + 1]);
+                pa[kc][1] = lkv__elem<T>::pack2(sacc[8 * kc + 2], sacc[8 * kc + 3]);
+                pa[kc][2] = lkv__elem<T>::pack2(sacc[8 * kc + 4], sacc[8 * kc + 5]);
+                pa[kc][3] = lkv__elem<T>::pack2(sacc[8 * kc + 6], sacc[8 * kc + 7]);
+            }
+            prev_s = s;
         }
 
-        /* Mask and bias (already scaled, log2 domain); online softmax per row. sacc[4 n + e]:
-         * n8 block n, e = 0,1 row lane/4 (cols 8n + 2 (lane % 4) + e), e = 2,3 row + 8. */
-        if (!tfull) {
-#pragma unroll
-            for (int n = 0; n < WG_BN / 8; n++) {
-                const int2 kp2 = *(const int2 *)(m->colpos + n * 8 + (lane & 3) * 2);
-#pragma unroll
-                for (int e = 0; e < 4; e++) {
-                    const int kp = (e & 1) ? kp2.y : kp2.x;
-                    const int hf = e >> 1;
-                    float sv = sacc[4 * n + e];
-                    if (kp < 0 || kp > rowpos[hf]) {
-                        sv = -INFINITY;
-                    } else if (alibi) {
-                        sv = fmaf(slope[hf], (float)(kp - rowpos[hf]), sv);
-                    }
-                    sacc[4 * n + e] = sv;
-                }
-            }
-        }
-        float alpha[2];
+        /* Epilogue. */
 #pragma unroll
         for (int hf = 0; hf < 2; hf++) {
-            float red[WG_BN / 8];
-#pragma unroll
-            for (int n = 0; n < WG_BN / 8; n++) {
-                red[n] = fmaxf(sacc[4 * n + 2 * hf], sacc[4 * n + 2 * hf + 1]);
+            float l = lrow[hf];
+            l += __shfl_xor_sync(0xffffffffu, l, 1);
+            l += __shfl_xor_sync(0xffffffffu, l, 2);
+            const int gr = wrow0 + cw * 16 + (lane >> 2) + hf * 8;
+            if (gr >= R) {
+                continue;
             }
+            const int tok = gr / g, head = kvh * g + gr % g;
+            const size_t orow = (size_t)tok * p.n_q + head;
+            const float inv = l > 0.0f ? 1.0f / l : 0.0f;
+            if (p.n_splits == 1) {
+                T *out = (T *)p.out + orow * D;
 #pragma unroll
-            for (int w = WG_BN / 16; w >= 1; w >>= 1) {
-#pragma unroll
-                for (int n = 0; n < WG_BN / 16; n++) {
-                    if (n < w) {
-                        red[n] = fmaxf(red[n], red[n + w]);
-                    }
+                for (int n = 0; n < D / 8; n++) {
+                    const int col = n * 8 + (lane & 3) * 2;
+                    *(uint32_t *)(out + col) =
+                        lkv__elem<T>::pack2(o[4 * n + 2 * hf] * inv, o[4 * n + 2 * hf + 1] * inv);
                 }
-            }
-            float mx = red[0];
-            mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
-            mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
-            const float mnew = fmaxf(mrow[hf], mx);
-            const float muse = mnew == -INFINITY ? 0.0f : mnew;
-            alpha[hf] = lkv__ex2(mrow[hf] - muse);
-            mrow[hf] = mnew;
+            } else {
+                float *po = p.part_o + (orow * p.n_splits + split) * D;
 #pragma unroll
-            for (int n = 0; n < WG_BN / 8; n++) {
-                sacc[4 * n + 2 * hf] = lkv__ex2(sacc[4 * n + 2 * hf] - muse);
-                sacc[4 * n + 2 * hf + 1] = lkv__ex2(sacc[4 * n + 2 * hf + 1] - muse);
-                red[n] = sacc[4 * n + 2 * hf] + sacc[4 * n + 2 * hf + 1];
-            }
-#pragma unroll
-            for (int w = WG_BN / 16; w >= 1; w >>= 1) {
-#pragma unroll
-                for (int n = 0; n < WG_BN / 16; n++) {
-                    if (n < w) {
-                        red[n] += red[n + w];
-                    }
+                for (int n = 0; n < D / 8; n++) {
+                    const int col = n * 8 + (lane & 3) * 2;
+                    *(float2 *)(po + col) =
+                        make_float2(o[4 * n + 2 * hf] * inv, o[4 * n + 2 * hf + 1] * inv);
                 }
-            }
-            lrow[hf] = lrow[hf] * alpha[hf] + red[0];
-        }
-        if (prev_s >= 0) {
-            /* The previous P V is done: its stage goes back, O and pa are free. */
-            lkv__wgmma_wait<0>();
-#pragma unroll
-            for (int i = 0; i < D / 2; i++) {
-                lkv__reg_fence(o[i]);
-            }
-            __syncwarp();
-            if (lane == 0) {
-                mbar_arrive(empty_bar(prev_s));
-            }
-        }
-#pragma unroll
-        for (int n = 0; n < D / 8; n++) {
-            o[4 * n] *= alpha[0];
-            o[4 * n + 1] *= alpha[0];
-            o[4 * n + 2] *= alpha[1];
-            o[4 * n + 3] *= alpha[1];
-        }
-#pragma unroll
-        for (int kc = 0; kc < WG_BN / 16; kc++) {
-            pa[kc][0] = lkv__elem<T>::pack2(sacc[8 * kc + 0], sacc[8 * kc + 1]);
-            pa[kc][1] = lkv__elem<T>::pack2(sacc[8 * kc + 2], sacc[8 * kc + 3]);
-            pa[kc][2] = lkv__elem<T>::pack2(sacc[8 * kc + 4], sacc[8 * kc + 5]);
-            pa[kc][3] = lkv__elem<T>::pack2(sacc[8 * kc + 6], sacc[8 * kc + 7]);
-        }
-        prev_s = s;
-    }
-
-    /* Epilogue. */
-#pragma unroll
-    for (int hf = 0; hf < 2; hf++) {
-        float l = lrow[hf];
-        l += __shfl_xor_sync(0xffffffffu, l, 1);
-        l += __shfl_xor_sync(0xffffffffu, l, 2);
-        const int gr = wrow0 + cw * 16 + (lane >> 2) + hf * 8;
-        if (gr >= R) {
-            continue;
-        }
-        const int tok = gr / g, head = kvh * g + gr % g;
-        const size_t orow = (size_t)tok * p.n_q + head;
-        const float inv = l > 0.0f ? 1.0f / l : 0.0f;
-        if (p.n_splits == 1) {
-            T *out = (T *)p.out + orow * D;
-#pragma unroll
-            for (int n = 0; n < D / 8; n++) {
-                const int col = n * 8 + (lane & 3) * 2;
-                *(uint32_t *)(out + col) =
-                    lkv__elem<T>::pack2(o[4 * n + 2 * hf] * inv, o[4 * n + 2 * hf + 1] * inv);
-            }
-        } else {
-            float *po = p.part_o + (orow * p.n_splits + split) * D;
-#pragma unroll
-            for (int n = 0; n < D / 8; n++) {
-                const int col = n * 8 + (lane & 3) * 2;
-                *(float2 *)(po + col) =
-                    make_float2(o[4 * n + 2 * hf] * inv, o[4 * n + 2 * hf + 1] * inv);
-            }
-            if ((lane & 3) == 0) {
-                p.part_lse[orow * p.n_splits + split] = l > 0.0f ? mrow[hf] + log2f(l) : -INFINITY;
+                if ((lane & 3) == 0) {
+                    p.part_lse[orow * p.n_splits + split] =
+                        l > 0.0f ? mrow[hf] + log2f(l) : -INFINITY;
+                }
             }
         }
     }
@@ -673,7 +686,8 @@ static int device_ok(void)
             cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) == cudaSuccess &&
             cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev) == cudaSuccess &&
             major == 9 && minor == 0 &&
-            cudaFuncGetAttributes(&fa, prefill_wgmma_kernel<__nv_bfloat16, 128>) == cudaSuccess &&
+            cudaFuncGetAttributes(&fa, prefill_wgmma_kernel<__nv_bfloat16, 128, 64, 4>) ==
+                cudaSuccess &&
             fa.binaryVersion == 90 && get_encode() != NULL;
         cudaGetLastError();
         cached[dev] = ok ? 1 : 2;
@@ -710,7 +724,7 @@ static int encode(CUtensorMap *m, int dtype, const void *base, cuuint64_t d1, cu
     return 0;
 }
 
-template <typename T, int D>
+template <typename T, int D, int BN, int NST>
 static int launch(const prefill_params &p, const lkv__dev_pe &pe, const lkv__dev_slopes &sl,
                   cudaStream_t st)
 {
@@ -726,21 +740,21 @@ static int launch(const prefill_params &p, const lkv__dev_pe &pe, const lkv__dev
     }
     /* New tokens: [n_new][n_kv][D]. */
     if (encode(&tk, p.dtype, p.k_new, (uint64_t)p.n_kv, (uint64_t)p.n_new, row,
-               row * (uint64_t)p.n_kv, 1, WG_BN, D) != 0 ||
+               row * (uint64_t)p.n_kv, 1, BN, D) != 0 ||
         encode(&tv, p.dtype, p.v_new, (uint64_t)p.n_kv, (uint64_t)p.n_new, row,
-               row * (uint64_t)p.n_kv, 1, WG_BN, D) != 0) {
+               row * (uint64_t)p.n_kv, 1, BN, D) != 0) {
         return LKV_ECUDA;
     }
-    const int smem = wg_smem<D>::ALLOC;
+    const int smem = wg_smem<D, BN, NST>::ALLOC;
     static bool attr_set;
     if (!attr_set) {
-        LKV__CUDA_CHECK(cudaFuncSetAttribute(prefill_wgmma_kernel<T, D>,
+        LKV__CUDA_CHECK(cudaFuncSetAttribute(prefill_wgmma_kernel<T, D, BN, NST>,
                                              cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
         attr_set = true;
     }
     const long rows = (long)p.n_new * p.group;
     dim3 grid((unsigned)((rows + WG_BM - 1) / WG_BM), (unsigned)p.n_kv, (unsigned)p.n_splits);
-    prefill_wgmma_kernel<T, D><<<grid, WG_THREADS, smem, st>>>(p, pe, sl, ta, tk, tv);
+    prefill_wgmma_kernel<T, D, BN, NST><<<grid, WG_THREADS, smem, st>>>(p, pe, sl, ta, tk, tv);
     LKV__CUDA_CHECK_LAUNCH();
     return 0;
 }
@@ -749,9 +763,19 @@ int lkv__prefill_wgmma_launch(const prefill_params *p, const lkv__dev_pe *pe,
                               const lkv__dev_slopes *sl, cudaStream_t st)
 {
     const bool bf = p->dtype == LKV_DTYPE_BF16;
+    const bool b96 = p->wg_bn == 96;
     if (p->d == 128) {
-        return bf ? launch<__nv_bfloat16, 128>(*p, *pe, *sl, st)
-                  : launch<__half, 128>(*p, *pe, *sl, st);
+        if (b96) {
+            return bf ? launch<__nv_bfloat16, 128, 96, 3>(*p, *pe, *sl, st)
+                      : launch<__half, 128, 96, 3>(*p, *pe, *sl, st);
+        }
+        return bf ? launch<__nv_bfloat16, 128, 64, 4>(*p, *pe, *sl, st)
+                  : launch<__half, 128, 64, 4>(*p, *pe, *sl, st);
     }
-    return bf ? launch<__nv_bfloat16, 64>(*p, *pe, *sl, st) : launch<__half, 64>(*p, *pe, *sl, st);
+    if (b96) {
+        return bf ? launch<__nv_bfloat16, 64, 96, 4>(*p, *pe, *sl, st)
+                  : launch<__half, 64, 96, 4>(*p, *pe, *sl, st);
+    }
+    return bf ? launch<__nv_bfloat16, 64, 64, 4>(*p, *pe, *sl, st)
+              : launch<__half, 64, 64, 4>(*p, *pe, *sl, st);
 }

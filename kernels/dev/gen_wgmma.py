@@ -54,6 +54,7 @@ template <typename T, int N> struct lkv__wgmma_rs_t;
 for ty, tn in (("__nv_bfloat16", "bf16"), ("__half", "f16")):
     out.append(ss(128, ty, tn))
     out.append(ss(64, ty, tn))
+    out.append(ss(96, ty, tn))
     out.append(rs(128, ty, tn))
     out.append(rs(64, ty, tn))
 out.append('''static __device__ __forceinline__ void lkv__wgmma_fence()
