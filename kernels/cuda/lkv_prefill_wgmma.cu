@@ -588,12 +588,16 @@ __global__ void __launch_bounds__(WG_THREADS, 1)
                     mbar_arrive(empty_bar(prev_s));
                 }
             }
+            /* Rescale O only when some row's running maximum moved (alpha == 1 exactly
+             * otherwise: after the first tiles, most tiles skip these D / 2 multiplies). */
+            if (__any_sync(0xffffffffu, alpha[0] != 1.0f || alpha[1] != 1.0f)) {
 #pragma unroll
-            for (int n = 0; n < D / 8; n++) {
-                o[4 * n] *= alpha[0];
-                o[4 * n + 1] *= alpha[0];
-                o[4 * n + 2] *= alpha[1];
-                o[4 * n + 3] *= alpha[1];
+                for (int n = 0; n < D / 8; n++) {
+                    o[4 * n] *= alpha[0];
+                    o[4 * n + 1] *= alpha[0];
+                    o[4 * n + 2] *= alpha[1];
+                    o[4 * n + 3] *= alpha[1];
+                }
             }
 #pragma unroll
             for (int kc = 0; kc < BN / 16; kc++) {
