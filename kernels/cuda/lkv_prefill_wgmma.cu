@@ -472,22 +472,25 @@ __global__ void __launch_bounds__(WG_THREADS, 1)
             lkv__wgmma_fence();
             if (kind >= 0) {
                 /* S = Q K^T: 64 x BN per warpgroup, D / 16 steps of k16. */
-                const uint32_t k_addr = lkv__smem_u32(ks + s * (BN * D));
+                /* Descriptors built once per tile; a k step adds its byte offset / 16 to the
+                 * start-address field (no carry: shared addresses stay below 2^18). */
+                const uint64_t da0 = wg_desc(qw_addr, 16, 1024);
+                const uint64_t db0 = wg_desc(lkv__smem_u32(ks + s * (BN * D)), 16, 1024);
 #pragma unroll
                 for (int kk = 0; kk < D / 16; kk++) {
                     const uint32_t pn = (uint32_t)(kk >> 2), kb = (uint32_t)((kk & 3) * 32);
-                    const uint64_t da = wg_desc(qw_addr + pn * (64 * 128) + kb, 16, 1024);
-                    const uint64_t db = wg_desc(k_addr + pn * (BN * 128) + kb, 16, 1024);
+                    const uint64_t da = da0 + ((pn * (64 * 128) + kb) >> 4);
+                    const uint64_t db = db0 + ((pn * (BN * 128) + kb) >> 4);
                     lkv__wgmma_ss<T, BN>::run(sacc, da, db, kk > 0 ? 1 : 0);
                 }
                 lkv__wgmma_commit();
             }
             if (prev_s >= 0) {
                 /* O += P V of the previous tile: P in the A register layout. */
-                const uint32_t v_addr = lkv__smem_u32(vs + prev_s * (BN * D));
+                const uint64_t dv0 = wg_desc(lkv__smem_u32(vs + prev_s * (BN * D)), BN * 128, 1024);
 #pragma unroll
                 for (int kc = 0; kc < BN / 16; kc++) {
-                    const uint64_t db = wg_desc(v_addr + (uint32_t)(kc * 16 * 128), BN * 128, 1024);
+                    const uint64_t db = dv0 + (uint64_t)((kc * 16 * 128) >> 4);
                     lkv__wgmma_rs_t<T, D>::run(o, pa[kc], db);
                 }
                 lkv__wgmma_commit();
