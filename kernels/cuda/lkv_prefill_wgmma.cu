@@ -430,100 +430,87 @@ __global__ void __launch_bounds__(WG_THREADS, 1)
         if (pp && c == 1) {
             named_arrive(5, 256);
         }
-        int prev_s = -1; /* stage of the tile whose P V is pending, -1 none */
-        for (int it = 0;; it++) {
-            const int s = it % NST;
+        /* Waits for tile it, rotates Q for its document if needed, zeroes its invalid V rows;
+         * returns its stage and metadata. No wgmma in here: ptxas serialises every wgmma
+         * (C7520) when one sits in a branch it cannot prove uniform, so the products below are
+         * issued only on straight-line paths (the loops exit before them). */
+        int s = 0, kind = -1;
+        bool tfull = false;
+        const wg_meta<BN> *m = meta;
+        auto prep = [&](int it) {
+            s = it % NST;
             mbar_wait(full_bar(s), (uint32_t)((it / NST) & 1));
-            const wg_meta<BN> *m = meta + s;
-            const int kind = m->kind;
-            const int tstart = m->start;
-            const bool tfull = m->full != 0;
-            if (kind >= 0) {
-                T *vt = vs + s * (BN * D);
-                bool sync = false;
-                if (tstart != rot_start) {
-                    /* Q is free: S(it - 1) completed; the pending P V reads only V and pa. */
-                    rot_start = tstart;
-                    rotate(tstart);
-                    sync = true;
-                }
-                if (m->zero) {
-                    /* Zero the V rows of invalid slots (16 bytes per thread per step). */
-                    for (int idx = ct; idx < BN * (D / 8); idx += 128) {
-                        const int row = idx / (D / 8), ch = idx % (D / 8);
-                        if (m->colpos[row] < 0) {
-                            *(uint4 *)(vt + pswz<BN>(row, ch * 8)) = make_uint4(0u, 0u, 0u, 0u);
-                        }
-                    }
-                    sync = true;
-                }
-                if (sync) {
-                    fence_proxy_async();
-                    named_bar(bar_id, 128);
-                }
+            m = meta + s;
+            kind = m->kind;
+            tfull = m->full != 0;
+            if (kind < 0) {
+                return;
             }
+            const int tstart = m->start;
+            T *vt = vs + s * (BN * D);
+            bool sync = false;
+            if (tstart != rot_start) {
+                /* Q is free: S of the last tile completed; a pending P V reads V and pa. */
+                rot_start = tstart;
+                rotate(tstart);
+                sync = true;
+            }
+            if (m->zero) {
+                /* Zero the V rows of invalid slots (16 bytes per thread per step). */
+                for (int idx = ct; idx < BN * (D / 8); idx += 128) {
+                    const int row = idx / (D / 8), ch = idx % (D / 8);
+                    if (m->colpos[row] < 0) {
+                        *(uint4 *)(vt + pswz<BN>(row, ch * 8)) = make_uint4(0u, 0u, 0u, 0u);
+                    }
+                }
+                sync = true;
+            }
+            if (sync) {
+                fence_proxy_async();
+                named_bar(bar_id, 128);
+            }
+        };
+        auto fence_o = [&]() {
 #pragma unroll
             for (int i = 0; i < D / 2; i++) {
                 lkv__reg_fence(o[i]);
             }
-            if (pp) {
-                named_bar(5 + c, 256);
-            }
-            lkv__wgmma_fence();
-            if (kind >= 0) {
-                /* S = Q K^T: 64 x BN per warpgroup, D / 16 steps of k16. */
-                /* Descriptors built once per tile; a k step adds its byte offset / 16 to the
-                 * start-address field (no carry: shared addresses stay below 2^18). */
-                const uint64_t da0 = wg_desc(qw_addr, 16, 1024);
-                const uint64_t db0 = wg_desc(lkv__smem_u32(ks + s * (BN * D)), 16, 1024);
+        };
+        /* S = Q K^T of the tile in stage st: 64 x BN per warpgroup, D / 16 steps of k16;
+         * descriptors built once, a k step adds its byte offset / 16 to the start-address
+         * field (no carry: shared addresses stay below 2^18). */
+        auto issue_s = [&](int st) {
+            const uint64_t da0 = wg_desc(qw_addr, 16, 1024);
+            const uint64_t db0 = wg_desc(lkv__smem_u32(ks + st * (BN * D)), 16, 1024);
 #pragma unroll
-                for (int kk = 0; kk < D / 16; kk++) {
-                    const uint32_t pn = (uint32_t)(kk >> 2), kb = (uint32_t)((kk & 3) * 32);
-                    const uint64_t da = da0 + ((pn * (64 * 128) + kb) >> 4);
-                    const uint64_t db = db0 + ((pn * (BN * 128) + kb) >> 4);
-                    lkv__wgmma_ss<T, BN>::run(sacc, da, db, kk > 0 ? 1 : 0);
-                }
-                lkv__wgmma_commit();
+            for (int kk = 0; kk < D / 16; kk++) {
+                const uint32_t pn = (uint32_t)(kk >> 2), kb = (uint32_t)((kk & 3) * 32);
+                const uint64_t da = da0 + ((pn * (64 * 128) + kb) >> 4);
+                const uint64_t db = db0 + ((pn * (BN * 128) + kb) >> 4);
+                lkv__wgmma_ss<T, BN>::run(sacc, da, db, kk > 0 ? 1 : 0);
             }
-            if (prev_s >= 0) {
-                /* O += P V of the previous tile: P in the A register layout. */
-                const uint64_t dv0 = wg_desc(lkv__smem_u32(vs + prev_s * (BN * D)), BN * 128, 1024);
+            lkv__wgmma_commit();
+        };
+        /* O += P V of the tile in stage st, P in the A register layout (pa). */
+        auto issue_pv = [&](int st) {
+            const uint64_t dv0 = wg_desc(lkv__smem_u32(vs + st * (BN * D)), BN * 128, 1024);
 #pragma unroll
-                for (int kc = 0; kc < BN / 16; kc++) {
-                    const uint64_t db = dv0 + (uint64_t)((kc * 16 * 128) >> 4);
-                    lkv__wgmma_rs_t<T, D>::run(o, pa[kc], db);
-                }
-                lkv__wgmma_commit();
+            for (int kc = 0; kc < BN / 16; kc++) {
+                const uint64_t db = dv0 + (uint64_t)((kc * 16 * 128) >> 4);
+                lkv__wgmma_rs_t<T, D>::run(o, pa[kc], db);
             }
-            if (pp && !(c == 1 && kind < 0)) {
-                named_arrive(6 - c, 256);
-            }
-            if (kind < 0) {
-                if (prev_s >= 0) {
-                    lkv__wgmma_wait<0>();
-#pragma unroll
-                    for (int i = 0; i < D / 2; i++) {
-                        lkv__reg_fence(o[i]);
-                    }
-                    __syncwarp();
-                    if (lane == 0) {
-                        mbar_arrive(empty_bar(prev_s));
-                    }
-                }
-                break;
-            }
-            if (prev_s >= 0) {
-                lkv__wgmma_wait<1>();
-            } else {
-                lkv__wgmma_wait<0>();
-            }
+            lkv__wgmma_commit();
+        };
+        auto fence_s = [&]() {
 #pragma unroll
             for (int i = 0; i < BN / 2; i++) {
                 lkv__reg_fence(sacc[i]);
             }
-
-            /* Mask and bias (already scaled, log2 domain); online softmax per row. sacc[4 n + e]:
-             * n8 block n, e = 0,1 row lane/4 (cols 8n + 2 (lane % 4) + e), e = 2,3 row + 8. */
+        };
+        /* Mask, bias and online softmax of sacc (scaled, log2 domain); sets alpha. sacc[4 n +
+         * e]: n8 block n, e = 0,1 row lane/4 (cols 8n + 2 (lane % 4) + e), e = 2,3 row + 8. */
+        float alpha[2];
+        auto softmax = [&]() {
             if (!tfull) {
 #pragma unroll
                 for (int n = 0; n < BN / 8; n++) {
@@ -542,7 +529,6 @@ __global__ void __launch_bounds__(WG_THREADS, 1)
                     }
                 }
             }
-            float alpha[2];
 #pragma unroll
             for (int hf = 0; hf < 2; hf++) {
                 float red[BN / 8];
@@ -579,20 +565,16 @@ __global__ void __launch_bounds__(WG_THREADS, 1)
                 }
                 lrow[hf] = lrow[hf] * alpha[hf] + red[0];
             }
-            if (prev_s >= 0) {
-                /* The previous P V is done: its stage goes back, O and pa are free. */
-                lkv__wgmma_wait<0>();
-#pragma unroll
-                for (int i = 0; i < D / 2; i++) {
-                    lkv__reg_fence(o[i]);
-                }
-                __syncwarp();
-                if (lane == 0) {
-                    mbar_arrive(empty_bar(prev_s));
-                }
+        };
+        /* After the pending P V completed: hand its stage back. */
+        auto release = [&](int st) {
+            __syncwarp();
+            if (lane == 0) {
+                mbar_arrive(empty_bar(st));
             }
-            /* Rescale O only when some row's running maximum moved (alpha == 1 exactly
-             * otherwise: after the first tiles, most tiles skip these D / 2 multiplies). */
+        };
+        /* Rescale O by alpha (exactly 1 when no row maximum moved: then skipped) and pack P. */
+        auto rescale_pack = [&]() {
             if (__any_sync(0xffffffffu, alpha[0] != 1.0f || alpha[1] != 1.0f)) {
 #pragma unroll
                 for (int n = 0; n < D / 8; n++) {
@@ -609,7 +591,69 @@ __global__ void __launch_bounds__(WG_THREADS, 1)
                 pa[kc][2] = lkv__elem<T>::pack2(sacc[8 * kc + 4], sacc[8 * kc + 5]);
                 pa[kc][3] = lkv__elem<T>::pack2(sacc[8 * kc + 6], sacc[8 * kc + 7]);
             }
-            prev_s = s;
+        };
+
+        for (int once = 0; once < 1; once++) {
+            prep(0);
+            if (kind < 0) {
+                if (pp && c == 0) {
+                    named_bar(5, 256); /* consume consumer 1's free turn */
+                }
+                break;
+            }
+            /* Tile 0: S only. */
+            fence_o();
+            if (pp) {
+                named_bar(5 + c, 256);
+            }
+            lkv__wgmma_fence();
+            issue_s(s);
+            if (pp) {
+                named_arrive(6 - c, 256);
+            }
+            lkv__wgmma_wait<0>();
+            fence_s();
+            softmax();
+            rescale_pack();
+            int prev_s = s;
+            for (int it = 1;; it++) {
+                prep(it);
+                if (kind < 0) {
+                    break;
+                }
+                /* S(it) and P V(it - 1) in flight together; softmax(it) under P V. */
+                fence_o();
+                if (pp) {
+                    named_bar(5 + c, 256);
+                }
+                lkv__wgmma_fence();
+                issue_s(s);
+                issue_pv(prev_s);
+                if (pp) {
+                    named_arrive(6 - c, 256);
+                }
+                lkv__wgmma_wait<1>();
+                fence_s();
+                softmax();
+                lkv__wgmma_wait<0>();
+                fence_o();
+                release(prev_s);
+                rescale_pack();
+                prev_s = s;
+            }
+            /* The last tile's P V. */
+            fence_o();
+            if (pp) {
+                named_bar(5 + c, 256);
+            }
+            lkv__wgmma_fence();
+            issue_pv(prev_s);
+            if (pp && c == 0) {
+                named_arrive(6, 256);
+            }
+            lkv__wgmma_wait<0>();
+            fence_o();
+            release(prev_s);
         }
 
         /* Epilogue. */
