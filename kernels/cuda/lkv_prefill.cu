@@ -30,6 +30,11 @@
  * Split-KV: when the grid of (row tiles x kv heads) is too small to fill the GPU, the
  * references are split over several CTAs and the partials merged by log-sum-exp.
  *
+ * Hopper: where lkv__prefill_wgmma_ok allows (compute capability 9.0, blocks of a multiple of 8
+ * tokens, aligned tensors), the launcher hands head_dim 64/128 to the warp-specialised wgmma +
+ * TMA kernel of lkv_prefill_wgmma.cu instead (same parameters, its own split plan: one CTA per
+ * SM); this kernel stays the path everywhere else.
+ *
  * Generic path (any other head_dim 8..256): one warp per (token, query head), CUDA cores,
  * fp32 rotated query, keys one by one. Correct everywhere, fast nowhere; it serves small
  * models (the tiny test model has head_dim 8).
@@ -750,11 +755,13 @@ extern "C" size_t lkv_attn_prefill_cuda_workspace(const lkv_prefill_args *a)
     if (a == NULL || !shape_ok(&a->shape) || a->n_new < 1 || a->n_refs < 0) {
         return 0;
     }
-    prefill_params p;
-    fill_params(&p, a);
-    bool wg;
-    plan_launch(a, &p, &wg);
-    const int ns = p.n_splits;
+    /* The larger of the two tensor-core kernels' plans, so that the size depends only on the
+     * shape, n_new and n_refs (not on the device or the pointers' alignment). */
+    int ns = 1, rps = 1;
+    plan_prefill(a, LKV__WG_BM, 1, &ns, &rps);
+    int ns2 = 1;
+    plan_prefill(a, PF_BM, 2, &ns2, &rps);
+    ns = ns2 > ns ? ns2 : ns;
     if (ns == 1) {
         return 0;
     }

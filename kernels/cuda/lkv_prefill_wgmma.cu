@@ -6,19 +6,24 @@
  *
  * CTA: 3 warpgroups (384 threads), one CTA per SM. Warpgroup 0 is the producer: its first warp
  * walks the split's block references (staged in shared memory in windows), forms key tiles of
- * BN = 128 keys (a run of up to BN / B references with the same document start; then the new
- * tokens in tiles of BN, causally only up to the CTA's last token), writes each tile's key
- * positions into the stage's metadata and issues the tensor copies (one box of B rows x 64
- * columns per block, per 64-column panel, for K and for V; new tokens: one box of BN rows) into
- * a ring of STAGES shared-memory stages, completing on the stage's "full" mbarrier. Its other
- * warps exit; the warpgroup gives its registers to the consumers (setmaxnreg 40 / 232).
+ * BN keys (template: 64, the default, or 96; a run of up to BN / B references with the same
+ * document start; then the new tokens in tiles of BN, causally only up to the CTA's last
+ * token), writes each tile's key positions into the stage's metadata and issues the tensor
+ * copies (one box of B rows x 64 columns per block, per 64-column panel, for K and for V; new
+ * tokens: one box of BN rows) into a ring of NST shared-memory stages (4; 3 at BN 96 and
+ * head_dim 128), completing on the stage's "full" mbarrier. Its other warps exit (setmaxnreg
+ * 40 / 232; ptxas still allocates the 168 registers of the launch bound everywhere).
  * Warpgroups 1 and 2 are consumers, 64 query rows each (BM = 128 per CTA, GQA rows packed as in
- * the mma.sync kernel: row = token * group + head-in-group). Per tile: wait "full", S = Q K^T
- * (wgmma m64n128k16, Q and K from shared memory), mask + online softmax in registers (scores
- * are in the log2 domain: the scale and log2(e) are folded into Q), O += P V (wgmma
- * m64nDk16, P from registers in the accumulator layout, V from shared memory MN-major), then
- * one arrival per warp on the stage's "empty" mbarrier, which hands the stage back to the
- * producer. The two consumer warpgroups interleave on the tensor cores on their own.
+ * the mma.sync kernel: row = token * group + head-in-group). Consumer pipeline, FlashAttention-3's
+ * intra-warpgroup overlap: iteration j issues S(j) = Q K(j) (wgmma m64nBNk16, Q and K from
+ * shared memory) and O += P(j-1) V(j-1) (wgmma m64nDk16, P from registers in the accumulator
+ * layout, V from shared memory MN-major) as two groups, waits for the first, runs the mask +
+ * online softmax of tile j (log2 domain: the scale and log2(e) are folded into Q) while P V
+ * runs, waits for the second, hands stage j-1 back (one arrival per warp on its "empty"
+ * mbarrier) and rescales O (only when a row maximum moved). Tile 0 is peeled and the last P V
+ * issued after the loop, so no wgmma sits under a data-dependent branch (ptxas serialises
+ * every wgmma of the function otherwise, C7520). Optional ping-pong (p.wg_pp): the two
+ * consumers take turns issuing their products through named barriers.
  *
  * Shared memory layouts: every tile is stored as 64-column panels of [rows][64] 16-bit
  * elements, 128 bytes a row, with the 128-byte swizzle (16-byte chunk c of row r at chunk
