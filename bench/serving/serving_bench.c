@@ -881,6 +881,7 @@ typedef struct entry {
     int n_req, n_tput;
     int modes[M__COUNT];
     int lru; /* LRU rows for prefix and block (n_req / 3 requests, no throughput). */
+    int order[M__COUNT], n_order; /* The modes in the order given (--plan), else none..lazy. */
     int batches[MAXL], n_batches;
 } entry;
 
@@ -917,7 +918,10 @@ static int parse_plan(const cfg *c, entry *out, int cap)
             char *s3 = NULL;
             for (char *t = strtok_r(f[5], "+", &s3); t != NULL; t = strtok_r(NULL, "+", &s3)) {
                 for (int m = 0; m < M__COUNT; m++) {
-                    e->modes[m] |= strcmp(t, mode_names[m]) == 0;
+                    if (strcmp(t, mode_names[m]) == 0 && !e->modes[m]) {
+                        e->modes[m] = 1;
+                        e->order[e->n_order++] = m;
+                    }
                 }
                 e->lru |= strcmp(t, "lru") == 0;
             }
@@ -1260,7 +1264,15 @@ int main(int argc, char **argv)
             fail = 1;
             continue;
         }
-        for (int m = 0; m < M__COUNT; m++) {
+        int order[M__COUNT], n_order = e->n_order;
+        memcpy(order, e->order, sizeof(order));
+        if (n_order == 0) {
+            for (int m = 0; m < M__COUNT; m++) {
+                order[n_order++] = m;
+            }
+        }
+        for (int k = 0; k < n_order; k++) {
+            int m = order[k];
             if (!e->modes[m]) {
                 continue;
             }
