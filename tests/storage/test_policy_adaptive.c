@@ -202,14 +202,15 @@ static int r_would_admit(const aref *r, int id, uint64_t bytes, double cost)
 
 static void r_record(aref *r)
 {
-    uint64_t sample = 8 * r->count;
+    uint64_t sample = 10 * HC_AGE * r->count;
     if (++r->req < (sample > HC_MIN_SAMPLE ? sample : HC_MIN_SAMPLE)) {
         return;
     }
     double rate = (double)r->hits / (double)r->req;
     if (r->prev >= 0) {
         double d = rate - r->prev;
-        if (d <= HC_Z * sqrt(2 * rate * (1 - rate) / (double)r->req)) { /* Not a clear gain. */
+        double z = r->dir > 0 ? HC_Z_UP : HC_Z_DOWN; /* Recency must show a clear gain. */
+        if (d <= z * sqrt(2 * rate * (1 - rate) / (double)r->req)) {
             r->dir = -r->dir;
         }
         r->step = fabs(d) >= HC_RESTART ? HC_STEP0 : r->step * HC_DECAY;
