@@ -150,7 +150,7 @@ struct lkv_policy {
     double hc_x;           /* Hill climber: position in [0, 1] (history, then window). */
     uint64_t hc_period;    /* Adaptive: records between sketch halvings (set by the climber). */
     int bypass;            /* Adaptive: the admit in progress skips the window. */
-    double hc_step;        /* Hill climber: current step of the window share. */
+    double hc_step;        /* Hill climber: current step of the position. */
     double hc_dir;         /* Hill climber: +1 or -1. */
     double hc_prev;        /* Hill climber: hit rate of the previous sample, < 0 before one. */
     uint64_t hc_req;       /* Hill climber: requests (records) in this sample. */
