@@ -55,7 +55,14 @@ static void usage(FILE *f)
             "  --tokenizer PATH      tokenizer (default %s/tok512.bin)\n"
             "  --model-id REV        the revision to confirm when the profile's model_id is not\n"
             "                        a blake2b: hash of the checkpoint\n"
-            "  --token TOKEN         bearer token for the daemon\n"
+            "  --token TOKEN         bearer token for the daemon (default $LAZYKV_TOKEN)\n"
+            "  --tls-ca FILE         talk TLS to the daemon, verifying it against this CA (PEM)\n"
+            "                        (default $LAZYKV_TLS_CA)\n"
+            "  --tls-cert FILE       client certificate (PEM) for a daemon that requires one\n"
+            "                        (default $LAZYKV_TLS_CERT)\n"
+            "  --tls-key FILE        its private key (PEM) (default $LAZYKV_TLS_KEY)\n"
+            "  --tls-server-name N   name to check in the daemon's certificate\n"
+            "                        (default $LAZYKV_TLS_SERVER_NAME, else the --daemon host)\n"
             "  --requests FILE|-     JSON-line requests (lkv_request.h), '-' for stdin\n"
             "  --doc TEXT            a document (repeat, in prompt order)\n"
             "  --question TEXT       the question\n"
@@ -274,6 +281,10 @@ int main(int argc, char **argv)
         O_HASH_KV,
         O_SYNTH,
         O_DUMP,
+        O_TLS_CA,
+        O_TLS_CERT,
+        O_TLS_KEY,
+        O_TLS_NAME,
         O_HELP
     };
     static const struct option opts[] = {
@@ -283,6 +294,10 @@ int main(int argc, char **argv)
         {"tokenizer", required_argument, NULL, O_TOK},
         {"model-id", required_argument, NULL, O_MODEL_ID},
         {"token", required_argument, NULL, O_TOKEN},
+        {"tls-ca", required_argument, NULL, O_TLS_CA},
+        {"tls-cert", required_argument, NULL, O_TLS_CERT},
+        {"tls-key", required_argument, NULL, O_TLS_KEY},
+        {"tls-server-name", required_argument, NULL, O_TLS_NAME},
         {"requests", required_argument, NULL, O_REQUESTS},
         {"doc", required_argument, NULL, O_DOC},
         {"question", required_argument, NULL, O_QUESTION},
@@ -352,6 +367,18 @@ int main(int argc, char **argv)
             break;
         case O_TOKEN:
             wo.bearer_token = optarg;
+            break;
+        case O_TLS_CA:
+            wo.tls_ca_file = optarg;
+            break;
+        case O_TLS_CERT:
+            wo.tls_cert_file = optarg;
+            break;
+        case O_TLS_KEY:
+            wo.tls_key_file = optarg;
+            break;
+        case O_TLS_NAME:
+            wo.tls_server_name = optarg;
             break;
         case O_REQUESTS:
             requests = optarg;
@@ -508,6 +535,18 @@ int main(int argc, char **argv)
         default:
             usage(stderr);
             return 2;
+        }
+    }
+    /* The daemon's credentials default to the CLI's environment (deploy/: the sidecar's
+     * ConfigMap and Secret set LAZYKV_TOKEN and LAZYKV_TLS_*). */
+    const char **envopt[5] = {&wo.bearer_token, &wo.tls_ca_file, &wo.tls_cert_file,
+                              &wo.tls_key_file, &wo.tls_server_name};
+    static const char *const envname[5] = {"LAZYKV_TOKEN", "LAZYKV_TLS_CA", "LAZYKV_TLS_CERT",
+                                           "LAZYKV_TLS_KEY", "LAZYKV_TLS_SERVER_NAME"};
+    for (int k = 0; k < 5; k++) {
+        if (*envopt[k] == NULL) {
+            const char *v = getenv(envname[k]);
+            *envopt[k] = v != NULL && v[0] != '\0' ? v : NULL;
         }
     }
     if (use_cuda) {

@@ -51,6 +51,7 @@ struct lkv_worker {
     char *model_path;      /* Checkpoint path (owned). */
     char *model_id;        /* Revision to confirm (owned), or NULL. */
     char *token;           /* Bearer token (owned), or NULL. */
+    char *tls[4];          /* TLS CA, cert, key, server name (owned), or NULL. */
     lkv_model *m;          /* The model (owned). */
     lkv_tokenizer tok;     /* The tokenizer, when have_tok. */
     int have_tok;          /* 1 if a tokenizer was loaded. */
@@ -122,6 +123,17 @@ int lkv_worker_hash_file(const char *path, char *out, size_t len)
     return 0;
 }
 
+/* The client options of every connection to the daemon (deadline, token, TLS). */
+static lkv_client_options client_opts(const lkv_worker *w)
+{
+    return (lkv_client_options){.default_deadline_ms = w->o.deadline_ms,
+                                .bearer_token = w->token,
+                                .tls_ca_file = w->tls[0],
+                                .tls_cert_file = w->tls[1],
+                                .tls_key_file = w->tls[2],
+                                .tls_server_name = w->tls[3]};
+}
+
 int lkv_worker_create(const lkv_worker_opts *o, lkv_worker **out, char *err, size_t errlen)
 {
     *out = NULL;
@@ -135,11 +147,19 @@ int lkv_worker_create(const lkv_worker_opts *o, lkv_worker **out, char *err, siz
     w->model_path = lkv_xstrdup(o->model_path != NULL ? o->model_path : o->synth);
     w->model_id = dup_or_null(o->model_id);
     w->token = dup_or_null(o->bearer_token);
+    w->tls[0] = dup_or_null(o->tls_ca_file);
+    w->tls[1] = dup_or_null(o->tls_cert_file);
+    w->tls[2] = dup_or_null(o->tls_key_file);
+    w->tls[3] = dup_or_null(o->tls_server_name);
     w->o.target = w->target; /* The copies, not the caller's strings. */
     w->o.profile = w->profile;
     w->o.model_path = w->model_path;
     w->o.model_id = w->model_id;
     w->o.bearer_token = w->token;
+    w->o.tls_ca_file = w->tls[0];
+    w->o.tls_cert_file = w->tls[1];
+    w->o.tls_key_file = w->tls[2];
+    w->o.tls_server_name = w->tls[3];
     w->o.tokenizer_path = NULL;
     w->o.deadline_ms = o->deadline_ms > 0 ? o->deadline_ms : DEFAULT_DEADLINE_MS;
     w->o.lease_ttl_ms = o->lease_ttl_ms > 0 ? o->lease_ttl_ms : DEFAULT_TTL_MS;
@@ -237,7 +257,7 @@ int lkv_worker_create(const lkv_worker_opts *o, lkv_worker **out, char *err, siz
     }
     w->ps.dev = w->be->devmap; /* NULL for the CPU backend: host (shm) arenas. */
     if (w->target != NULL) {
-        lkv_client_options co = {.default_deadline_ms = w->o.deadline_ms, .bearer_token = w->token};
+        lkv_client_options co = client_opts(w);
         rc = lkv_client_create(w->target, &co, &w->cl);
         if (rc != 0) {
             errf(err, errlen, rc, "worker: client for %s: %s", w->target, lkv_client_last_error());
@@ -269,6 +289,9 @@ void lkv_worker_destroy(lkv_worker *w)
     free(w->model_path);
     free(w->model_id);
     free(w->token);
+    for (int i = 0; i < 4; i++) {
+        free(w->tls[i]);
+    }
     free(w);
 }
 
@@ -421,8 +444,10 @@ static int daemon_failed(req_state *s, const char *what, int rc)
     if (daemon_down(rc)) {
         return errf(s->res->error, sizeof(s->res->error), rc,
                     "lazykvd at %s is unavailable during %s (%s: %s); the request was not "
-                    "served (start the daemon, or run with --local-fallback to compute locally)",
-                    s->w->target, what, lkv_err_name(rc), msg);
+                    "served (start the daemon, or run with --local-fallback to compute "
+                    "locally%s)",
+                    s->w->target, what, lkv_err_name(rc), msg,
+                    s->w->tls[0] == NULL ? "; a daemon with TLS on needs --tls-ca" : "");
     }
     return errf(s->res->error, sizeof(s->res->error), rc, "%s refused by lazykvd at %s: %s (%s)",
                 what, s->w->target, msg[0] ? msg : lkv_strerror(rc), lkv_err_name(rc));
@@ -549,7 +574,7 @@ static void note_pages(req_state *s, int i)
 static int reconnect(lkv_worker *w)
 {
     lkv_client_t *c;
-    lkv_client_options co = {.default_deadline_ms = w->o.deadline_ms, .bearer_token = w->token};
+    lkv_client_options co = client_opts(w);
     int rc = lkv_client_create(w->target, &co, &c);
     if (rc == 0) {
         lkv_client_destroy(w->cl);

@@ -59,6 +59,11 @@ typedef struct lkv_worker_opts {
     const char *model_id;       /* Expected revision when the profile's model_id is not a
                                    "blake2b:" hash; NULL: such profiles are refused. */
     const char *bearer_token;   /* Sent to the daemon; NULL: none. */
+    /* TLS to the daemon (lkv_client_options): tls_ca_file set: TLS, the daemon's certificate
+     * verified against it; tls_cert_file + tls_key_file: the client certificate for a daemon
+     * that requires one; tls_server_name: the name checked instead of the target's host. NULL:
+     * plaintext / none. Files are read at each (re)connect. */
+    const char *tls_ca_file, *tls_cert_file, *tls_key_file, *tls_server_name;
     int block_tokens;           /* Profile layout: tokens per block; 0: 16. */
     int dtype;                  /* Profile layout: enum lkv_dtype of stored KV (default f32). */
     int deadline_ms;            /* Deadline of the daemon calls before the first token, and
