@@ -300,19 +300,30 @@ static void test_deadlines(void)
     qa->rag.stop_at_eos = 0;
     lkv_engine_req *a, *b;
     /* A (480 tokens) runs past its 5 ms deadline; B waits behind it (max_batch 1) past its
-     * 2 ms one. */
+     * 2 ms one. A ends at or after ta + 5 ms, and B is admitted only after A ends, so a B
+     * submitted before ta + 3 ms has expired when it could be admitted: it must end with no
+     * token. A B submitted later (this thread descheduled for milliseconds on a loaded
+     * machine) may legitimately start: then it must still end by its deadline. */
+    double ta = lkv_worker_now_ms();
     ASSERT_OK(lkv_engine_submit(e, qa, 5, NULL, NULL, &a, NULL, 0));
     ASSERT_OK(lkv_engine_submit(e, qb, 2, NULL, NULL, &b, NULL, 0));
+    int b_early = lkv_worker_now_ms() - ta < 3.0;
     int na = 0, nb = -1;
     double t0 = lkv_worker_now_ms();
     ASSERT_ERR(wait_end(a, &na), LKV_ETIMEDOUT);
     ASSERT_TRUE(lkv_worker_now_ms() - t0 < 2000);
     ASSERT_TRUE(na < 480);
     ASSERT_ERR(wait_end(b, &nb), LKV_ETIMEDOUT);
-    ASSERT_EQ(nb, 0);
     lkv_engine_result er;
     lkv_engine_result_get(b, &er);
-    ASSERT_TRUE(strstr(er.res->error, "admission") != NULL);
+    if (b_early) {
+        ASSERT_EQ(nb, 0);
+        ASSERT_TRUE(strstr(er.res->error, "admission") != NULL);
+    } else {
+        fprintf(stderr, "NOTE: B was submitted %.1f ms after A (a loaded machine): it may run\n",
+                lkv_worker_now_ms() - ta);
+        ASSERT_TRUE(nb < 10 || strstr(er.res->error, "deadline") != NULL);
+    }
     lkv_engine_stats st;
     lkv_engine_stats_get(e, &st);
     ASSERT_EQ(st.expired, 2);
