@@ -30,6 +30,7 @@
 #include <unistd.h>
 #include <xxhash.h>
 
+#include "lkv_crc32c.h"
 #include "lkv_log.h"
 
 #define BLOCK_VERSION    2  /* Format of blocks written now (XXH3-128 tags). */
@@ -263,6 +264,10 @@ static void set_options(lkv_cold *c, int wal_mode)
 /* Opens c->db (read-only or not) with WAL recovery mode wal_mode. NULL *err on success. */
 static void open_db(lkv_cold *c, int readonly, int wal_mode, char **err)
 {
+    static int logged; /* The CRC32c line once per process (atomic). */
+    if (!__atomic_exchange_n(&logged, 1, __ATOMIC_RELAXED)) {
+        LKV_LOGI("cold: RocksDB's CRC32c: %s", lkv_crc32c_describe());
+    }
     set_options(c, wal_mode);
     *err = NULL;
     c->db = readonly ? rocksdb_open_for_read_only(c->opts, c->dir, 0, err)
