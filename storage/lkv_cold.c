@@ -655,10 +655,37 @@ void lkv_cold_close(lkv_cold *c)
     free(c);
 }
 
+/* Each thread keeps one spare WriteBatch, cleared, with its buffer (a std::string: clear keeps
+ * the capacity), for its next batch: a document's batch of 16-32 MiB otherwise grew by doubling
+ * (copying its contents each time) into freshly mapped memory (page faults), and was unmapped
+ * at free, for every document the writer persisted. Buffers over BATCH_KEEP_MAX are not kept. */
+#define BATCH_KEEP_MAX (80u << 20)
+
+static pthread_once_t batch_once = PTHREAD_ONCE_INIT;
+static pthread_key_t batch_key; /* This thread's spare batch (destroyed at thread exit). */
+
+static void batch_spare_destroy(void *wb)
+{
+    rocksdb_writebatch_destroy(wb);
+}
+
+static void batch_key_init(void)
+{
+    if (pthread_key_create(&batch_key, batch_spare_destroy) != 0) {
+        lkv_panic("pthread_key_create failed");
+    }
+}
+
 lkv_cold_batch *lkv_cold_batch_create(void)
 {
     lkv_cold_batch *b = lkv_xmalloc(sizeof *b);
-    b->wb = rocksdb_writebatch_create();
+    pthread_once(&batch_once, batch_key_init);
+    b->wb = pthread_getspecific(batch_key);
+    if (b->wb != NULL) {
+        pthread_setspecific(batch_key, NULL);
+    } else {
+        b->wb = rocksdb_writebatch_create();
+    }
     return b;
 }
 
@@ -667,7 +694,14 @@ void lkv_cold_batch_free(lkv_cold_batch *b)
     if (b == NULL) {
         return;
     }
-    rocksdb_writebatch_destroy(b->wb);
+    size_t n = 0;
+    rocksdb_writebatch_data(b->wb, &n);
+    if (n <= BATCH_KEEP_MAX && pthread_getspecific(batch_key) == NULL) {
+        rocksdb_writebatch_clear(b->wb);
+        pthread_setspecific(batch_key, b->wb);
+    } else {
+        rocksdb_writebatch_destroy(b->wb);
+    }
     free(b);
 }
 
