@@ -265,6 +265,8 @@ static const opt opts[] = {
     {"metrics_listen", OPT_OPTSTR, OFF(metrics_listen), sizeof(((lkv_config *)0)->metrics_listen),
      0, 0, "none",
      "Prometheus metrics endpoint host:port (GET /metrics; port 0 picks one), or none"},
+    {"metrics_tls", OPT_BOOL, OFF(metrics_tls), 0, 0, 0, "false",
+     "serve the metrics over HTTPS with tls_cert_file and tls_key_file"},
     {"tls_cert_file", OPT_OPTSTR, OFF(tls_cert_file), sizeof(((lkv_config *)0)->tls_cert_file), 0,
      0, "none", "server certificate chain (PEM) for gRPC TLS, or none (plaintext)"},
     {"tls_key_file", OPT_OPTSTR, OFF(tls_key_file), sizeof(((lkv_config *)0)->tls_key_file), 0, 0,
@@ -1193,13 +1195,20 @@ int lkv_config_validate(lkv_config *c, char *err, size_t errlen)
                         "option 'metrics_listen': '%s' is not host:port (e.g. 127.0.0.1:9464)",
                         c->metrics_listen);
         }
-        if (!lkv_auth_addr_is_loopback(c->metrics_listen) && !c->allow_insecure_bind) {
+        if (!lkv_auth_addr_is_loopback(c->metrics_listen) && c->n_tenants == 0 &&
+            !c->allow_insecure_bind) {
             return fail(err, errlen,
-                        "option 'metrics_listen': %s is not loopback; the metrics name tenants "
-                        "and carry no authentication: bind loopback (and scrape through a "
-                        "proxy) or set allow_insecure_bind = true",
+                        "option 'metrics_listen': %s is not loopback and there are no tenants "
+                        "to authorise scrapes (the metrics name tenants): bind loopback, "
+                        "configure tenants (scrapes then need an admin-role token), or set "
+                        "allow_insecure_bind = true",
                         c->metrics_listen);
         }
+    }
+    if (c->metrics_tls && (c->metrics_listen[0] == '\0' || c->tls_cert_file[0] == '\0')) {
+        return fail(err, errlen,
+                    "option 'metrics_tls': needs metrics_listen and the daemon's tls_cert_file "
+                    "and tls_key_file (the metrics endpoint uses the same certificate)");
     }
     uint64_t max_block = 0;
     for (int i = 0; i < c->n_profiles; i++) {

@@ -84,6 +84,7 @@ typedef struct lkv_config {
     lkv_tenant tenants[LKV_CONFIG_MAX_TENANTS]; /* Finished by lkv_config_validate. */
     /* Operation and transport security (issue 13). Empty strings mean "off". */
     char metrics_listen[256];      /* Prometheus endpoint host:port (lkv_metrics.h), or "". */
+    int metrics_tls;               /* Serve the metrics over HTTPS with tls_cert/key_file. */
     char tls_cert_file[1024];      /* Server certificate chain (PEM), or "": plaintext. */
     char tls_key_file[1024];       /* Its private key (PEM). */
     char tls_client_ca_file[1024]; /* CA bundle verifying client certificates: when set, every

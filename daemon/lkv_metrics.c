@@ -23,6 +23,7 @@
 
 #include <microhttpd.h>
 
+#include "lkv_auth.h"
 #include "lkv_err.h"
 #include "lkv_log.h"
 
@@ -34,6 +35,10 @@ struct lkv_metrics {
     lkv_stats *r;         /* Borrowed registry. */
     char address[320];    /* Bound "host:port". */
     atomic_ulong scrapes; /* GET /metrics answered. */
+    atomic_ulong refused; /* Requests the authorize hook refused. */
+    lkv_metrics_authorize_fn authorize;
+    void *auth_ctx;
+    int tls; /* Serving HTTPS. */
 };
 
 /* ---- Text builder ---------------------------------------------------------------------- */
@@ -306,6 +311,65 @@ static enum MHD_Result answer(struct MHD_Connection *conn, unsigned status, char
     return rc;
 }
 
+/* 1 if the connection's peer is on loopback (by the same rules as the gRPC peers). */
+static int peer_loopback(struct MHD_Connection *conn)
+{
+    const union MHD_ConnectionInfo *ci =
+        MHD_get_connection_info(conn, MHD_CONNECTION_INFO_CLIENT_ADDRESS);
+    if (ci == NULL || ci->client_addr == NULL) {
+        return 0;
+    }
+    char host[INET6_ADDRSTRLEN + 8], peer[INET6_ADDRSTRLEN + 32];
+    const struct sockaddr *sa = ci->client_addr;
+    if (sa->sa_family == AF_INET) {
+        inet_ntop(AF_INET, &((const struct sockaddr_in *)(const void *)sa)->sin_addr, host,
+                  sizeof(host));
+        snprintf(peer, sizeof(peer), "ipv4:%s:0", host);
+    } else if (sa->sa_family == AF_INET6) {
+        inet_ntop(AF_INET6, &((const struct sockaddr_in6 *)(const void *)sa)->sin6_addr, host,
+                  sizeof(host));
+        snprintf(peer, sizeof(peer), "ipv6:[%s]:0", host);
+    } else {
+        return 0;
+    }
+    return lkv_auth_peer_is_loopback(peer);
+}
+
+/* Runs the authorize hook; on refusal queues 401 / 403 and returns 0. */
+static int authorised(lkv_metrics *m, struct MHD_Connection *conn, enum MHD_Result *rc)
+{
+    if (m->authorize == NULL) {
+        return 1;
+    }
+    const char *authz = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, "Authorization");
+    char msg[300];
+    msg[0] = '\0';
+    int arc = m->authorize(m->auth_ctx, authz, peer_loopback(conn), m->tls, msg, sizeof(msg));
+    if (arc == 0) {
+        return 1;
+    }
+    atomic_fetch_add(&m->refused, 1);
+    const char *why = msg[0] != '\0' ? msg : "not authorised";
+    size_t blen = strlen(why) + 2;
+    char *body = lkv_xmalloc(blen);
+    snprintf(body, blen, "%s\n", why);
+    unsigned status = arc == LKV_EPERM ? MHD_HTTP_FORBIDDEN : MHD_HTTP_UNAUTHORIZED;
+    struct MHD_Response *resp =
+        MHD_create_response_from_buffer(strlen(body), body, MHD_RESPMEM_MUST_FREE);
+    if (resp == NULL) {
+        free(body);
+        *rc = MHD_NO;
+        return 0;
+    }
+    MHD_add_response_header(resp, "Content-Type", "text/plain");
+    if (status == MHD_HTTP_UNAUTHORIZED) {
+        MHD_add_response_header(resp, "WWW-Authenticate", "Bearer realm=\"lazykvd metrics\"");
+    }
+    *rc = MHD_queue_response(conn, status, resp);
+    MHD_destroy_response(resp);
+    return 0;
+}
+
 static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const char *url,
                                   const char *method, const char *version, const char *upload_data,
                                   size_t *upload_data_size, void **con_cls)
@@ -324,6 +388,10 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
         return answer(conn, MHD_HTTP_METHOD_NOT_ALLOWED, msg, strlen(msg), "text/plain");
     }
     if (strcmp(url, "/metrics") == 0) {
+        enum MHD_Result arc;
+        if (!authorised(m, conn, &arc)) {
+            return arc;
+        }
         char *text;
         size_t len;
         lkv_metrics_render(m->r, &text, &len);
@@ -350,8 +418,22 @@ static void mhd_log(void *cls, const char *fmt, va_list ap)
     LKV_LOGW("metrics: %s", buf);
 }
 
-int lkv_metrics_start(lkv_stats *r, const char *listen, lkv_metrics **out, char *err, size_t errlen)
+int lkv_metrics_start(lkv_stats *r, const char *listen, const lkv_metrics_opts *opts,
+                      lkv_metrics **out, char *err, size_t errlen)
 {
+    const lkv_metrics_opts none = {0};
+    if (opts == NULL) {
+        opts = &none;
+    }
+    int tls = opts->tls_cert_pem != NULL || opts->tls_key_pem != NULL;
+    if (tls && (opts->tls_cert_pem == NULL || opts->tls_key_pem == NULL)) {
+        snprintf(err, errlen, "metrics over TLS need both a certificate and a key");
+        return LKV_EINVAL;
+    }
+    if (tls && MHD_is_feature_supported(MHD_FEATURE_TLS) != MHD_YES) {
+        snprintf(err, errlen, "option 'metrics_tls': this libmicrohttpd has no TLS support");
+        return LKV_ENOTSUP;
+    }
     char host[256], port[16];
     const char *colon = strrchr(listen, ':');
     if (colon == NULL || colon == listen || strlen(colon + 1) == 0 ||
@@ -380,20 +462,33 @@ int lkv_metrics_start(lkv_stats *r, const char *listen, lkv_metrics **out, char 
     }
     lkv_metrics *m = lkv_xcalloc(1, sizeof(*m));
     m->r = r;
+    m->authorize = opts->authorize;
+    m->auth_ctx = opts->auth_ctx;
+    m->tls = tls;
     unsigned flags = MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_POLL | MHD_USE_ERROR_LOG;
     if (ai->ai_family == AF_INET6) {
         flags |= MHD_USE_IPv6;
     }
-    m->d =
-        MHD_start_daemon(flags, 0, NULL, NULL, on_request, m, MHD_OPTION_EXTERNAL_LOGGER, mhd_log,
-                         NULL, /* First, so that MHD logs nothing on its own. */
-                         MHD_OPTION_SOCK_ADDR, ai->ai_addr, MHD_OPTION_CONNECTION_LIMIT,
-                         (unsigned)32, MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)10, MHD_OPTION_END);
+    if (tls) {
+        flags |= MHD_USE_TLS;
+        m->d = MHD_start_daemon(
+            flags, 0, NULL, NULL, on_request, m, MHD_OPTION_EXTERNAL_LOGGER, mhd_log, NULL,
+            MHD_OPTION_SOCK_ADDR, ai->ai_addr, MHD_OPTION_CONNECTION_LIMIT, (unsigned)32,
+            MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)10, MHD_OPTION_HTTPS_MEM_CERT,
+            opts->tls_cert_pem, MHD_OPTION_HTTPS_MEM_KEY, opts->tls_key_pem, MHD_OPTION_END);
+    } else {
+        m->d = MHD_start_daemon(flags, 0, NULL, NULL, on_request, m, MHD_OPTION_EXTERNAL_LOGGER,
+                                mhd_log, NULL, /* First, so that MHD logs nothing on its own. */
+                                MHD_OPTION_SOCK_ADDR, ai->ai_addr, MHD_OPTION_CONNECTION_LIMIT,
+                                (unsigned)32, MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)10,
+                                MHD_OPTION_END);
+    }
     int fam = ai->ai_family;
     freeaddrinfo(ai);
     if (m->d == NULL) {
-        snprintf(err, errlen, "option 'metrics_listen': cannot bind %s (address in use or invalid)",
-                 listen);
+        snprintf(err, errlen,
+                 "option 'metrics_listen': cannot bind %s (address in use or invalid%s)", listen,
+                 tls ? ", or the certificate and key were refused" : "");
         free(m);
         return LKV_EIO;
     }
@@ -413,6 +508,11 @@ const char *lkv_metrics_address(const lkv_metrics *m)
 unsigned long lkv_metrics_scrapes(const lkv_metrics *m)
 {
     return atomic_load(&((lkv_metrics *)m)->scrapes);
+}
+
+unsigned long lkv_metrics_refused(const lkv_metrics *m)
+{
+    return atomic_load(&((lkv_metrics *)m)->refused);
 }
 
 void lkv_metrics_stop(lkv_metrics *m)

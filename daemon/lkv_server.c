@@ -1782,41 +1782,6 @@ static int on_conn(void *ctx, int fd, const struct sockaddr *peer, socklen_t len
 
 /* ---- TLS listener ---------------------------------------------------------------------- */
 
-/* Reads a whole file as a NUL-terminated string (malloc'ed), or NULL with errno text in why. */
-static char *read_pem(const char *path, char *why, size_t len)
-{
-    FILE *f = fopen(path, "rb");
-    if (f == NULL) {
-        snprintf(why, len, "cannot open %s: %s", path, strerror(errno));
-        return NULL;
-    }
-    size_t cap = 8192, n = 0;
-    char *buf = lkv_xmalloc(cap);
-    for (;;) {
-        size_t got = fread(buf + n, 1, cap - n - 1, f);
-        n += got;
-        if (n < cap - 1) {
-            break;
-        }
-        if (cap >= (16u << 20)) {
-            snprintf(why, len, "%s is larger than 16 MiB", path);
-            fclose(f);
-            free(buf);
-            return NULL;
-        }
-        cap *= 2;
-        buf = lkv_xrealloc(buf, cap);
-    }
-    fclose(f);
-    buf[n] = '\0';
-    if (strstr(buf, "-----BEGIN ") == NULL) {
-        snprintf(why, len, "%s holds no PEM block", path);
-        free(buf);
-        return NULL;
-    }
-    return buf;
-}
-
 static int same_stat(const struct stat *a, const struct stat *b)
 {
     return a->st_ino == b->st_ino && a->st_dev == b->st_dev && a->st_size == b->st_size &&
@@ -1846,7 +1811,7 @@ static int tls_load_locked(tls_state *t, int force, char *why, size_t len)
     char *pem[3] = {NULL, NULL, NULL};
     int rc = 1;
     for (int i = 0; i < 3 && rc == 1; i++) {
-        if (t->paths[i] != NULL && (pem[i] = read_pem(t->paths[i], why, len)) == NULL) {
+        if (t->paths[i] != NULL && (pem[i] = lkv_tls_read_pem(t->paths[i], why, len)) == NULL) {
             rc = LKV_ECONFIG;
         }
     }

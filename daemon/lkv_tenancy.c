@@ -390,6 +390,9 @@ static void log_restart_only(const lkv_config *a, const lkv_config *b)
     if (!SAME_STR(metrics_listen)) {
         LKV_LOGW(fmt, "metrics_listen", a->metrics_listen[0] ? a->metrics_listen : "none");
     }
+    if (!SAME(metrics_tls)) {
+        LKV_LOGW(fmt, "metrics_tls", a->metrics_tls ? "true" : "false");
+    }
     /* Residency class holds are applied at start (an Admin Hold changes them live). */
     if (!SAME_STR(hold_profiles)) {
         LKV_LOGW(fmt, "hold_profiles", a->hold_profiles[0] ? a->hold_profiles : "\"\"");
@@ -553,10 +556,33 @@ static int throttled(lkv_tenancy *t, lkv_rpc *rpc, const lkv_tenant *tn, const c
                           tn->name, what, limit, unit, ms);
 }
 
+int lkv_tenancy_check(const lkv_tenancy *t, const char *authz, int loopback, int secure,
+                      uint32_t need, const lkv_tenant **out, char *err, size_t errlen)
+{
+    const lkv_auth *auth = atomic_load(&t->cur);
+    const lkv_tenant *tn = NULL;
+    if (out != NULL) {
+        *out = NULL;
+    }
+    if (authz != NULL && !loopback && !secure && !atomic_load(&t->allow_plain_tokens)) {
+        snprintf(err, errlen,
+                 "bearer token refused: it was sent in clear text from a "
+                 "non-loopback peer; connect with TLS (the daemon's tls_cert_file) "
+                 "or set allow_plaintext_tokens = true on a trusted network; "
+                 "treat this token as exposed and rotate it");
+        return LKV_EUNAUTH;
+    }
+    int rc = lkv_auth_check(auth, authz, authz != NULL ? strlen(authz) : 0, loopback, need, &tn,
+                            err, (int)errlen);
+    if (out != NULL) {
+        *out = tn;
+    }
+    return rc;
+}
+
 int lkv_tenancy_admit(void *ctx, lkv_rpc *rpc)
 {
     lkv_tenancy *t = ctx;
-    const lkv_auth *auth = atomic_load(&t->cur);
     /* gRPC's default metadata limit is 8 KiB, so a header that is present always fits and is
      * never mistaken for an absent one. */
     char buf[8192 + 1], msg[256];
@@ -570,18 +596,13 @@ int lkv_tenancy_admit(void *ctx, lkv_rpc *rpc)
                               count > 1 ? "the authorization header was sent more than once"
                                         : "the authorization header is too long");
     }
-    int loopback = lkv_auth_peer_is_loopback(lkv_rpc_peer(rpc));
-    if (count == 1 && !loopback && !lkv_rpc_transport_secure(rpc) &&
-        !atomic_load(&t->allow_plain_tokens)) {
-        return lkv_rpc_errorf(rpc, LKV_EUNAUTH,
-                              "bearer token refused: it was sent in clear text from a "
-                              "non-loopback peer; connect with TLS (the daemon's tls_cert_file) "
-                              "or set allow_plaintext_tokens = true on a trusted network; "
-                              "treat this token as exposed and rotate it");
+    if (n >= 0 && memchr(buf, '\0', (size_t)n) != NULL) {
+        return lkv_rpc_errorf(rpc, LKV_EUNAUTH, "malformed authorization metadata: a NUL byte");
     }
+    int loopback = lkv_auth_peer_is_loopback(lkv_rpc_peer(rpc));
     uint32_t need = lkv_auth_method_roles(path, strlen(path));
-    int rc = lkv_auth_check(auth, n >= 0 ? buf : NULL, n >= 0 ? (size_t)n : 0, loopback, need, &tn,
-                            msg, (int)sizeof(msg));
+    int rc = lkv_tenancy_check(t, n >= 0 ? buf : NULL, loopback, lkv_rpc_transport_secure(rpc),
+                               need, &tn, msg, sizeof(msg));
     if (rc < 0) {
         return lkv_rpc_errorf(rpc, rc, "%s", msg);
     }

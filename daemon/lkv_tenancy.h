@@ -90,6 +90,16 @@ void lkv_tenancy_destroy(lkv_tenancy *t);
 /* The admission hook (lkv_admit_fn; ctx = the tenancy). */
 int lkv_tenancy_admit(void *ctx, lkv_rpc *rpc);
 
+/* Authenticates and authorises a request that needs the roles in need, by the admission rules
+ * above minus the rates: authz is the request's Authorization value (NUL-terminated, borrowed)
+ * or NULL when absent; loopback says the peer is on loopback; secure says the transport is TLS
+ * (a token from a non-loopback peer over plain text is refused unless allow_plaintext_tokens).
+ * Used by lkv_tenancy_admit and by transports other than gRPC (the metrics endpoint). Returns 0
+ * with *out (may be NULL) set to the tenant (borrowed, valid until destroy), or LKV_EUNAUTH /
+ * LKV_EPERM with err (never the token). Thread-safe. */
+int lkv_tenancy_check(const lkv_tenancy *t, const char *authz, int loopback, int secure,
+                      uint32_t need, const lkv_tenant **out, char *err, size_t errlen);
+
 /* Wires the services: salt_of, index_of/index_ctx, n_tenants, wire, lookups, check_put of the
  * cache service, and the admin service's tenant fields. svc pointers borrowed. */
 void lkv_tenancy_wire_cache(lkv_tenancy *t, lkv_cache_svc *cache);

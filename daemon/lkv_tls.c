@@ -4,7 +4,9 @@
  */
 #include "lkv_tls.h"
 
+#include <errno.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include <openssl/asn1.h>
@@ -15,6 +17,7 @@
 #include <openssl/x509.h>
 
 #include "lkv_err.h"
+#include "lkv_log.h"
 
 /* The reason of the last OpenSSL error, or "". */
 static const char *ssl_reason(void)
@@ -78,4 +81,38 @@ out:
     EVP_PKEY_free(key);
     X509_free(x);
     return rc;
+}
+
+char *lkv_tls_read_pem(const char *path, char *why, size_t len)
+{
+    FILE *f = fopen(path, "rb");
+    if (f == NULL) {
+        snprintf(why, len, "cannot open %s: %s", path, strerror(errno));
+        return NULL;
+    }
+    size_t cap = 8192, n = 0;
+    char *buf = lkv_xmalloc(cap);
+    for (;;) {
+        size_t got = fread(buf + n, 1, cap - n - 1, f);
+        n += got;
+        if (n < cap - 1) {
+            break;
+        }
+        if (cap >= (16u << 20)) {
+            snprintf(why, len, "%s is larger than 16 MiB", path);
+            fclose(f);
+            free(buf);
+            return NULL;
+        }
+        cap *= 2;
+        buf = lkv_xrealloc(buf, cap);
+    }
+    fclose(f);
+    buf[n] = '\0';
+    if (strstr(buf, "-----BEGIN ") == NULL) {
+        snprintf(why, len, "%s holds no PEM block", path);
+        free(buf);
+        return NULL;
+    }
+    return buf;
 }

@@ -21,4 +21,9 @@
 int lkv_tls_check(const char *cert_pem, const char *key_pem, const char *ca_pem, char *subject,
                   size_t len, time_t *not_after, char *why, size_t whylen);
 
+/* Reads the PEM file path whole (at most 16 MiB) as a NUL-terminated string, malloc'ed and owned
+ * by the caller (free), or NULL with the reason (naming the file) in why (len bytes): it cannot
+ * be opened, is too large, or holds no PEM block. */
+char *lkv_tls_read_pem(const char *path, char *why, size_t len);
+
 #endif

@@ -43,6 +43,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include <sodium.h>
+
 #include "lkv_admin_svc.h"
 #include "lkv_auth.h"
 #include "lkv_cache_svc.h"
@@ -56,6 +58,7 @@
 #include "lkv_server.h"
 #include "lkv_store.h"
 #include "lkv_tenancy.h"
+#include "lkv_tls.h"
 #include "lkv_wirekey.h"
 
 #define LAZYKVD_VERSION "0.1.0"
@@ -82,6 +85,15 @@ static int admit(void *ctx, lkv_rpc *rpc)
         }
     }
     return lkv_tenancy_admit(ctx, rpc);
+}
+
+/* The metrics endpoint's authorisation (lkv_metrics_authorize_fn; ctx is the tenancy): a scrape
+ * is an Admin call: an admin-role bearer token, or a loopback peer if loopback_roles include
+ * admin; the plain-text token rule applies as on gRPC. */
+static int metrics_authorize(void *ctx, const char *authz, int loopback, int secure, char *err,
+                             size_t errlen)
+{
+    return lkv_tenancy_check(ctx, authz, loopback, secure, LKV_ROLE_ADMIN, NULL, err, errlen);
 }
 
 /* Residency holds from the config (hold_profiles, hold_tenants), applied at every start. */
@@ -600,7 +612,33 @@ int main(int argc, char **argv)
     }
     lkv_metrics *metrics = NULL;
     if (cfg.metrics_listen[0] != '\0') {
-        rc = lkv_metrics_start(stats, cfg.metrics_listen, &metrics, err, sizeof(err));
+        /* Without tenants there are no tokens: the address rule alone guards it (loopback, or
+         * allow_insecure_bind), as before tenants existed. */
+        lkv_metrics_opts mo = {.authorize = cfg.n_tenants > 0 ? metrics_authorize : NULL,
+                               .auth_ctx = ten};
+        char *pem[2] = {NULL, NULL};
+        rc = 0;
+        if (cfg.metrics_tls) {
+            const char *paths[2] = {cfg.tls_cert_file, cfg.tls_key_file};
+            for (int i = 0; i < 2 && rc == 0; i++) {
+                char why[400];
+                if ((pem[i] = lkv_tls_read_pem(paths[i], why, sizeof(why))) == NULL) {
+                    snprintf(err, sizeof(err), "option 'metrics_tls': %s", why);
+                    rc = LKV_ECONFIG;
+                }
+            }
+            mo.tls_cert_pem = pem[0];
+            mo.tls_key_pem = pem[1];
+        }
+        if (rc == 0) {
+            rc = lkv_metrics_start(stats, cfg.metrics_listen, &mo, &metrics, err, sizeof(err));
+        }
+        for (int i = 0; i < 2; i++) {
+            if (pem[i] != NULL) {
+                sodium_memzero(pem[i], strlen(pem[i])); /* The key, at least. */
+                free(pem[i]);
+            }
+        }
         if (rc != 0) {
             LKV_LOGE("%s", err);
             lkv_server_shutdown(srv, 0);
@@ -612,7 +650,10 @@ int main(int argc, char **argv)
             lkv_stats_destroy(stats);
             return 1;
         }
-        LKV_LOGI("metrics on http://%s/metrics", lkv_metrics_address(metrics));
+        LKV_LOGI("metrics on %s://%s/metrics (%s)", cfg.metrics_tls ? "https" : "http",
+                 lkv_metrics_address(metrics),
+                 cfg.n_tenants > 0 ? "scrapes are authorised as Admin calls"
+                                   : "no tenants: no authorisation");
     }
     if (metrics != NULL) {
         printf("lazykvd metrics on %s\n", lkv_metrics_address(metrics)); /* Before "listening". */

@@ -12,8 +12,10 @@
  * CUDA-core paths for other head dims). Keys and values are read as stored.
  *
  * Kernels: decode (tensor-core path for head_dim 64/128: keys as the M dimension, the GQA
- * group's heads as N = 8; generic path for head_dim 8..256), prefill (mma.sync flash-attention
- * for head_dim 64/128; generic per-row path otherwise), materialise (memory-bound copy).
+ * group's heads as N = 8; generic path for head_dim 8..256), prefill (head_dim 64/128: on Hopper
+ * with blocks of a multiple of 8 tokens a warp-specialised wgmma + TMA kernel built for sm_90a,
+ * elsewhere mma.sync flash-attention; generic per-row path otherwise), materialise
+ * (memory-bound copy).
  * Requirements checked on the host: page_bytes a multiple of 16 and >= lkv_block_bytes.
  *
  * Launches are asynchronous on `stream` (a cudaStream_t, NULL = legacy default stream). A
@@ -144,9 +146,11 @@ int lkv_attn_decode_cuda(const lkv_decode_args *a, int max_refs_per_seq, void *w
  * shape, n_new and n_refs matter). */
 size_t lkv_attn_prefill_cuda_workspace(const lkv_prefill_args *a);
 
-/* Prefill (see lkv_prefill_args). head_dim 64 and 128 use the tensor-core (mma.sync m16n8k16)
- * flash-attention kernel; other head dims use a generic CUDA-core kernel. workspace as for
- * decode. */
+/* Prefill (see lkv_prefill_args). head_dim 64 and 128 use a tensor-core flash-attention kernel:
+ * the Hopper one (wgmma + TMA, kernels/cuda/lkv_prefill_wgmma.cu) when the device is compute
+ * capability 9.0, block_tokens is a multiple of 8 and q, k_new, v_new, out and arena are 16-byte
+ * aligned, else the mma.sync m16n8k16 one; other head dims use a generic CUDA-core kernel.
+ * workspace as for decode (its size, lkv_attn_prefill_cuda_workspace, follows the same choice). */
 int lkv_attn_prefill_cuda(const lkv_prefill_args *a, void *workspace, size_t workspace_bytes,
                           void *stream);
 

@@ -13,6 +13,11 @@
  *             document for its prompt);
  *   memcpy    the same bytes copied between two buffers of this process: the floor of any
  *             store that must copy once.
+ * --device (CUDA builds, a hot_backend=cuda daemon on this GPU): the KV is in device memory, as
+ * a GPU worker computes it: put copies it to the host (cudaMemcpy) and sends it; inplace writes
+ * it device-to-device into the reserved HBM pages through the arena's CUDA IPC mapping (opened
+ * once) and commits; memcpy is one device-to-device copy. The first in-place document is read
+ * back through the mapping and compared.
  * Each repetition runs the three in rotated order over --docs documents; after each document
  * the benchmark deletes it (untimed) so the hot tier never evicts, and waits for the write-back
  * queue to drain between rows so the writer's work does not leak into the next row. The table
@@ -20,7 +25,7 @@
  * (1 GB = 1e9 B), and put / inplace; --json keeps every repetition.
  *
  *   inplace_bench --target HOST:PORT [--profile NAME] [--tokens N] [--docs N] [--reps N]
- *                 [--json PATH]
+ *                 [--json PATH] [--device]
  * Exit status: 0, 1 on a failure, 2 on bad options.
  */
 #include <inttypes.h>
@@ -32,6 +37,18 @@
 
 #include "lkv_client.h"
 #include "lkv_err.h"
+
+#ifdef LKV_INPLACE_CUDA
+#include <cuda_runtime_api.h>
+#define CK(x)                                                                                      \
+    do {                                                                                           \
+        cudaError_t e_ = (x);                                                                      \
+        if (e_ != cudaSuccess) {                                                                   \
+            fprintf(stderr, "inplace_bench: %s: %s\n", #x, cudaGetErrorString(e_));                \
+            exit(1);                                                                               \
+        }                                                                                          \
+    } while (0)
+#endif
 
 #define MAX_REPS 64
 #define MAX_DOCS 256
@@ -46,6 +63,7 @@ typedef struct opts {
     int docs;
     int reps;
     const char *json;
+    int device;
 } opts;
 
 static double now_s(void)
@@ -113,6 +131,15 @@ int main(int argc, char **argv)
     opts o = {.profile = "llama-3.1-8b", .tokens = 512, .docs = 8, .reps = 5};
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+        if (strcmp(a, "--device") == 0) {
+#ifdef LKV_INPLACE_CUDA
+            o.device = 1;
+            continue;
+#else
+            fprintf(stderr, "inplace_bench: --device needs a CUDA build\n");
+            return 2;
+#endif
+        }
         if (v == NULL) {
             fprintf(stderr, "inplace_bench: %s needs a value\n", a);
             return 2;
@@ -153,10 +180,26 @@ int main(int argc, char **argv)
     lkv_arena_map map;
     memset(&map, 0, sizeof map);
     lkv_reservation r;
-    rc = lkv_client_reserve(c, o.profile, tok, o.tokens, NULL, 60000, 0, &map, 0, &r);
+    lkv_arena_map *mp = o.device ? NULL : &map;
+    rc = lkv_client_reserve(c, o.profile, tok, o.tokens, NULL, 60000, 0, mp, 0, &r);
     if (rc != 0) {
         die("reserve (layout probe)", rc);
     }
+    uint8_t *dev_arena = NULL; /* --device: the daemon's HBM arena, opened once. */
+    uint8_t *dkv = NULL, *ddst = NULL;
+#ifdef LKV_INPLACE_CUDA
+    if (o.device) {
+        if (strcmp(r.arena.backend, "cuda") != 0 || !r.arena.has_cuda_ipc) {
+            fprintf(stderr, "inplace_bench: --device needs a hot_backend=cuda daemon (got %s)\n",
+                    r.arena.backend);
+            return 1;
+        }
+        CK(cudaSetDevice(r.arena.cuda_device));
+        cudaIpcMemHandle_t h;
+        memcpy(&h, r.arena.cuda_ipc, sizeof(h));
+        CK(cudaIpcOpenMemHandle((void **)&dev_arena, h, cudaIpcMemLazyEnablePeerAccess));
+    }
+#endif
     size_t bb = (size_t)r.doc.block_bytes;
     uint32_t nb = r.doc.n_pages;
     uint32_t bt = r.doc.block_tokens;
@@ -181,6 +224,14 @@ int main(int argc, char **argv)
         memset(kv + (size_t)(nb - 1) * bb, 0, bb);
     }
     memset(dst, 1, bytes);
+#ifdef LKV_INPLACE_CUDA
+    if (o.device) {
+        CK(cudaMalloc((void **)&dkv, bytes));
+        CK(cudaMalloc((void **)&ddst, bytes));
+        CK(cudaMemcpy(dkv, kv, bytes, cudaMemcpyHostToDevice));
+    }
+    int checked = 0;
+#endif
     static double lat[N_MODES][MAX_REPS][MAX_DOCS];
     static double rep_med[N_MODES][MAX_REPS];
     uint32_t vocab = strcmp(o.profile, "stories260k") == 0 ? 512 : 128000;
@@ -194,28 +245,63 @@ int main(int argc, char **argv)
                 double t0 = now_s(), t1;
                 if (m == M_PUT) {
                     lkv_put_reply pr;
-                    rc = lkv_client_put(c, o.profile, tok, o.tokens, kv, nb, bb, 0, &pr);
+#ifdef LKV_INPLACE_CUDA
+                    if (o.device) {
+                        CK(cudaMemcpy(dst, dkv, bytes, cudaMemcpyDeviceToHost));
+                    }
+#endif
+                    rc = lkv_client_put(c, o.profile, tok, o.tokens, o.device ? dst : kv, nb, bb, 0,
+                                        &pr);
                     t1 = now_s();
                     if (rc != 0) {
                         die("put", rc);
                     }
                 } else if (m == M_INPLACE) {
-                    rc = lkv_client_reserve(c, o.profile, tok, o.tokens, NULL, 60000, 0, &map, 0,
-                                            &r);
+                    rc = lkv_client_reserve(c, o.profile, tok, o.tokens, NULL, 60000, 0, mp, 0, &r);
                     if (rc != 0) {
                         die("reserve", rc);
                     }
-                    for (uint32_t i = 0; i < nb; i++) {
+                    for (uint32_t i = 0; i < nb && !o.device; i++) {
                         memcpy(r.addrs[i], kv + (size_t)i * bb, bb);
                     }
+#ifdef LKV_INPLACE_CUDA
+                    for (uint32_t i = 0; i < nb && o.device; i++) {
+                        uint8_t *pg = dev_arena + r.doc.region_base +
+                                      (uint64_t)r.doc.pages[i] * r.doc.page_bytes;
+                        CK(cudaMemcpyAsync(pg, dkv + (size_t)i * bb, bb, cudaMemcpyDeviceToDevice,
+                                           0));
+                    }
+                    if (o.device) {
+                        CK(cudaStreamSynchronize(0));
+                    }
+#endif
                     rc = lkv_client_commit(c, r.lease_id, r.doc.key, 0, NULL, NULL);
                     t1 = now_s();
                     if (rc != 0) {
                         die("commit", rc);
                     }
+#ifdef LKV_INPLACE_CUDA
+                    if (o.device && !checked) {
+                        /* Read back through the IPC mapping: the committed pages hold the KV. */
+                        for (uint32_t i = 0; i < nb; i++) {
+                            CK(cudaMemcpy(dst + (size_t)i * bb,
+                                          dev_arena + r.doc.region_base +
+                                              (uint64_t)r.doc.pages[i] * r.doc.page_bytes,
+                                          bb, cudaMemcpyDeviceToHost));
+                        }
+                        if (memcmp(dst, kv, bytes) != 0) {
+                            fprintf(stderr, "inplace_bench: HBM pages differ from the KV\n");
+                            return 1;
+                        }
+                        printf("inplace_bench: read back %u HBM pages (first %u) through the IPC "
+                               "mapping: identical\n",
+                               nb, r.doc.pages[0]);
+                        checked = 1;
+                    }
+#endif
                     lkv_client_release(c, r.lease_id, 0, NULL);
                     lkv_reservation_free(&r);
-                } else {
+                } else if (!o.device) {
                     for (uint32_t i = 0; i < nb; i++) {
                         memcpy(dst + (size_t)i * bb, kv + (size_t)i * bb, bb);
                     }
@@ -223,6 +309,12 @@ int main(int argc, char **argv)
                     if (dst[bytes / 2] != kv[bytes / 2]) {
                         return 1;
                     }
+                } else {
+#ifdef LKV_INPLACE_CUDA
+                    CK(cudaMemcpyAsync(ddst, dkv, bytes, cudaMemcpyDeviceToDevice, 0));
+                    CK(cudaStreamSynchronize(0));
+#endif
+                    t1 = now_s();
                 }
                 lat[m][rep][d] = t1 - t0;
                 if (m != M_MEMCPY) {
@@ -242,8 +334,9 @@ int main(int argc, char **argv)
         med[m] = median(tmp, o.reps);
     }
     printf("inplace_bench: profile %s, %u tokens = %u blocks of %zu bytes (pages of %" PRIu64
-           "), %.1f MiB per document, %d docs x %d reps\n",
-           o.profile, o.tokens, nb, bb, page_bytes, (double)bytes / (1 << 20), o.docs, o.reps);
+           "), %.1f MiB per document, %d docs x %d reps, KV in %s memory\n",
+           o.profile, o.tokens, nb, bb, page_bytes, (double)bytes / (1 << 20), o.docs, o.reps,
+           o.device ? "device (HBM arena via CUDA IPC)" : "host");
     printf("%-10s %14s %12s %16s\n", "mode", "ms/document", "GB/s", "put / this");
     for (int m = 0; m < N_MODES; m++) {
         printf("%-10s %14.3f %12.2f %16.2f\n", mode_name[m], med[m] * 1e3,
@@ -258,8 +351,8 @@ int main(int argc, char **argv)
         fprintf(f,
                 "{\"bench\": \"inplace\", \"profile\": \"%s\", \"tokens\": %u, \"blocks\": %u, "
                 "\"block_bytes\": %zu, \"page_bytes\": %" PRIu64 ", \"doc_bytes\": %zu, "
-                "\"docs\": %d, \"reps\": %d, \"modes\": {",
-                o.profile, o.tokens, nb, bb, page_bytes, bytes, o.docs, o.reps);
+                "\"docs\": %d, \"reps\": %d, \"device\": %d, \"modes\": {",
+                o.profile, o.tokens, nb, bb, page_bytes, bytes, o.docs, o.reps, o.device);
         for (int m = 0; m < N_MODES; m++) {
             fprintf(f, "%s\"%s\": {\"median_s\": %.9f, \"gbps\": %.4f, \"reps_median_s\": [",
                     m ? ", " : "", mode_name[m], med[m], (double)bytes / med[m] / 1e9);
@@ -272,6 +365,16 @@ int main(int argc, char **argv)
         fclose(f);
     }
     lkv_arena_map_close(&map);
+#ifdef LKV_INPLACE_CUDA
+    if (o.device) {
+        cudaFree(dkv);
+        cudaFree(ddst);
+        cudaIpcCloseMemHandle(dev_arena);
+    }
+#endif
+    (void)dev_arena;
+    (void)dkv;
+    (void)ddst;
     free(kv);
     free(dst);
     free(tok);

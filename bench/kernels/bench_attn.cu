@@ -24,7 +24,8 @@
  *            layer's tail); the median replay / 32 is the per-layer time.
  *   prefill  n_new {64,512,2048} new tokens against {8k,32k} cached tokens in 5 documents;
  *            variants lazy, norot, block_attn (materialise a re-rotated copy of every document
- *            then the same prefill kernel over the copy, one document at start 0). Reports
+ *            then the same prefill kernel over the copy, one document at start 0), lazy_again,
+ *            mma_sync (LKV_ATTN_PREFILL_KERNEL=mma: the pre-Hopper fallback kernel). Reports
  *            median us and TFLOP/s (4 * n_new * Hq * d * (ctx + (n_new + 1) / 2) useful FLOPs).
  *   copy     device-to-device cudaMemcpy of 4 GiB: the bandwidth ceiling (read + write bytes).
  */
@@ -512,8 +513,8 @@ int main(int argc, char **argv)
                 a.out = out;
                 const double flops = 4.0 * n_new * HQ * D * (ctx + (n_new + 1) / 2.0);
                 const int reps = reps_env(20);
-                const char *names[] = {"lazy", "norot", "block_attn", "lazy_again"};
-                for (int v = 0; v < 4; v++) {
+                const char *names[] = {"lazy", "norot", "block_attn", "lazy_again", "mma_sync"};
+                for (int v = 0; v < 5; v++) {
                     double us;
                     if (v == 2) {
                         lkv_prefill_args b = a;
@@ -539,7 +540,11 @@ int main(int argc, char **argv)
                             reps);
                     } else {
                         a.flags = v == 1 ? LKV_ATTN_NO_ROTATE : 0;
+                        if (v == 4) { /* the mma.sync kernel (the fallback) on the same data */
+                            setenv("LKV_ATTN_PREFILL_KERNEL", "mma", 1);
+                        }
                         us = time_us([&] { CKL(lkv_attn_prefill_cuda(&a, NULL, 0, NULL)); }, reps);
+                        unsetenv("LKV_ATTN_PREFILL_KERNEL");
                     }
                     double tf = flops / (us * 1e-6) / 1e12;
                     printf("prefill new=%4d ctx=%5d %-10s %9.1f us %6.1f TFLOP/s\n", n_new, ctx,

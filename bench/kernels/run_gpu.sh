@@ -6,10 +6,16 @@
 # Compute. At most 8 files land in $OUT (the device tool brings back no more):
 #   build.log check.log bench.log ours.jsonl sdpa.jsonl kernels_bench.json table.md ncu.txt
 # Knobs (environment):
-#   STEPS        words among: check bench sdpa merge ncu dev (default: check bench sdpa merge);
+#   STEPS        words among: check bench sdpa merge ncu dev sass (default: check bench sdpa
+#                merge); sass counts HGMMA / UTMALDG / setmaxnreg / local memory in the wgmma
+#                prefill's machine code;
 #                dev builds and runs the kernels/dev workshop programs (output in bench.log)
 #   QUICK=1      skip batches above 16 (bench and sdpa)
-#   BENCH_ONLY   LKV_BENCH_ONLY for bench_attn (e.g. "decode:1:4096,copy")
+#   BENCH_ONLY   LKV_BENCH_ONLY for bench_attn (e.g. "decode:1:4096,copy" or "prefill,copy")
+#   VARIANTS     with STEPS word "variants": space-separated items of comma-separated
+#                VAR=value knobs; each is checked and its prefill timed (bench.log)
+#   SDPA_ARGS    extra words for sdpa_bench.py ("prefill": skip its decode cases)
+#   CHECK_TIMEOUT, BENCH_TIMEOUT  seconds (default 240, 300): a hung kernel cannot eat the call
 #   NCU          space-separated "kernel-regex|LKV_BENCH_ONLY[|set]" items (set: a ncu --set name,
 #                default the sections listed below)
 #   LKV_GPU_CHECK_CASES  scales the random cases of the GPU check (default 2)
@@ -31,14 +37,26 @@ if ! { cmake -S . -B "$BUILD" -G Ninja -DLAZYKV_KERNELS_ONLY=ON -DCMAKE_BUILD_TY
        cmake --build "$BUILD" -j "$(nproc)" --target $TARGETS >>"$OUT/build.log" 2>&1; }; then
   tail -30 "$OUT/build.log"; echo "BUILD FAILED"; exit 1
 fi
+if has sass; then
+  # The Hopper prefill's machine code: wgmma (HGMMA), tensor copies (UTMALDG), setmaxnreg.
+  o=$(find "$BUILD" -name 'lkv_prefill_wgmma.cu.o' | head -1)
+  if command -v cuobjdump >/dev/null && [ -n "$o" ]; then
+    cuobjdump --dump-sass "$o" >/tmp/wg.sass 2>&1
+    echo "sass: $(grep -c HGMMA /tmp/wg.sass) HGMMA, $(grep -c UTMALDG /tmp/wg.sass) UTMALDG," \
+      "$(grep -c USETMAXREG /tmp/wg.sass) USETMAXREG, $(grep -c -E 'LDL|STL' /tmp/wg.sass) LDL/STL" |
+      tee -a "$OUT/build.log"
+    # Where the local-memory accesses are (function and neighbourhood), into build.log.
+    grep -n -E "Function :|LDL|STL" /tmp/wg.sass | head -60 >>"$OUT/build.log"
+  else echo "sass: no cuobjdump or object"; fi
+fi
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm,clocks.mem,power.draw --format=csv,noheader || true
 
 if has check; then
   log "GPU check"
-  LKV_GPU_CHECK_CASES=${LKV_GPU_CHECK_CASES:-2} "$BUILD/bin/test_attn_gpu" tests/data/models \
-    >"$OUT/check.log" 2>&1
+  LKV_GPU_CHECK_CASES=${LKV_GPU_CHECK_CASES:-2} timeout ${CHECK_TIMEOUT:-240} \
+    "$BUILD/bin/test_attn_gpu" tests/data/models >"$OUT/check.log" 2>&1
   check_rc=$?
-  grep -E "FAIL|graph|test_attn_gpu" "$OUT/check.log" | tail -20
+  grep -E "FAIL|graph|test_attn_gpu|rror" "$OUT/check.log" | tail -20
   echo "gpu_check rc=$check_rc"
   [ $check_rc -eq 0 ] || rc_all=1
 fi
@@ -50,16 +68,31 @@ if has dev; then
   done
 fi
 
+if has variants && [ -n "${VARIANTS:-}" ]; then
+  # Kernel variants chosen by environment knobs (e.g. "LKV_ATTN_WG_BN=96,LKV_ATTN_WG_PP=1"):
+  # for each, the GPU check's result line and the prefill timings (lazy rows), in bench.log.
+  for v in $VARIANTS; do
+    log "variant $v"
+    envs=(${v//,/ })
+    r=$(env "${envs[@]}" LKV_GPU_CHECK_CASES=1 timeout ${CHECK_TIMEOUT:-240} \
+      "$BUILD/bin/test_attn_gpu" 2>&1 | grep -E "FAIL|test_attn_gpu:" | tail -4)
+    echo "variant $v check: $r" | tee -a "$OUT/bench.log"
+    env "${envs[@]}" LKV_BENCH_ONLY=prefill timeout ${BENCH_TIMEOUT:-300} "$BUILD/bin/bench_attn" \
+      /tmp/variant.jsonl 2>&1 | grep -E " lazy " | sed "s|^|variant $v: |" | tee -a "$OUT/bench.log"
+  done
+fi
+
 Q=${QUICK:+quick}
 if has bench; then
   log "bench_attn (our kernels)"
   if [ -n "$Q" ]; then export LKV_BENCH_QUICK=1; fi
-  LKV_BENCH_ONLY=${BENCH_ONLY:-} "$BUILD/bin/bench_attn" "$OUT/ours.jsonl" 2>&1 | tee -a "$OUT/bench.log" | tail -60
+  LKV_BENCH_ONLY=${BENCH_ONLY:-} timeout ${BENCH_TIMEOUT:-300} "$BUILD/bin/bench_attn" \
+    "$OUT/ours.jsonl" 2>&1 | tee -a "$OUT/bench.log" | tail -60
 fi
 
 if has sdpa; then
   log "PyTorch baselines"
-  PYTHONUNBUFFERED=1 python3 bench/kernels/sdpa_bench.py "$OUT/sdpa.jsonl" $Q 2>&1 | tee -a "$OUT/bench.log" | tail -80
+  PYTHONUNBUFFERED=1 python3 bench/kernels/sdpa_bench.py "$OUT/sdpa.jsonl" $Q ${SDPA_ARGS:-} 2>&1 | tee -a "$OUT/bench.log" | tail -80
 fi
 
 if has merge && [ -f "$OUT/ours.jsonl" ] && [ -f "$OUT/sdpa.jsonl" ]; then

@@ -18,7 +18,7 @@ timing, medians:
            causal mask (torch.nn.attention.bias.causal_lower_right), default dispatcher;
   gemm     torch.matmul bf16 8192 x 8192 x 8192: the tensor-core ceiling;
   copy     torch copy_ of 4 GiB (read + write bytes): the bandwidth ceiling.
-Argument 2 "quick" skips batches above 16.
+Arguments after the output: "quick" skips batches above 16; "prefill" skips decode.
 """
 import json
 import sys
@@ -118,7 +118,8 @@ def decode_fn(backend, q, k, v, scale):
 
 def main():
     out = open(sys.argv[1] if len(sys.argv) > 1 else "sdpa.jsonl", "w")
-    quick = len(sys.argv) > 2 and sys.argv[2] == "quick"
+    quick = "quick" in sys.argv[2:]
+    prefill_only = "prefill" in sys.argv[2:]
 
     def emit(rec):
         out.write(json.dumps(rec) + "\n")
@@ -147,7 +148,7 @@ def main():
 
     scale = 1.0 / D ** 0.5
     backends = BACKENDS + [("default", None)]
-    for batch in (1, 16, 64, 128):
+    for batch in (() if prefill_only else (1, 16, 64, 128)):
         for ctx in (4096, 8192, 32768):
             if quick and batch > 16:
                 continue
@@ -228,22 +229,41 @@ def main():
             v = rnd(1, HKV, ctx + n_new, D)
             flops = 4.0 * n_new * HQ * D * (ctx + (n_new + 1) / 2.0)
             mask = causal_lower_right(n_new, ctx + n_new) if causal_lower_right else None
-            mode = "enable_gqa"
-            try:
-                fn = lambda: F.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=scale,
-                                                            enable_gqa=True)
-                fn()
-            except Exception as e:  # noqa: BLE001
-                print("prefill enable_gqa refused:", str(e).splitlines()[0])
-                mode = "repeat"
-                k2 = k.repeat_interleave(HQ // HKV, dim=1)
-                v2 = v.repeat_interleave(HQ // HKV, dim=1)
-                fn = lambda: F.scaled_dot_product_attention(q, k2, v2, attn_mask=mask, scale=scale)
-            us = time_us(fn, 20)
-            tf = flops / (us * 1e-6) / 1e12
-            print(f"sdpa prefill new={n_new:4d} ctx={ctx:5d} {us:9.1f} us {tf:6.1f} TFLOP/s ({mode})")
-            emit({"op": "prefill", "n_new": n_new, "ctx": ctx, "variant": "sdpa",
-                  "median_us": us, "flops": flops, "tflops": tf, "mode": mode})
+            k2 = k.repeat_interleave(HQ // HKV, dim=1)
+            v2 = v.repeat_interleave(HQ // HKV, dim=1)
+            # Every backend separately (and the default dispatcher), GQA first, then repeated
+            # heads; variant "sdpa" keeps the default dispatcher's number for older tables.
+            for name, be in BACKENDS + [("default", None)]:
+                fn, mode = None, None
+                for gqa in (True, False):
+                    kk, vv = (k, v) if gqa else (k2, v2)
+
+                    def f(kk=kk, vv=vv, gqa=gqa, be=be):
+                        if be is None:
+                            return F.scaled_dot_product_attention(
+                                q, kk, vv, attn_mask=mask, scale=scale, enable_gqa=gqa)
+                        with sdpa_kernel(be):
+                            return F.scaled_dot_product_attention(
+                                q, kk, vv, attn_mask=mask, scale=scale, enable_gqa=gqa)
+                    try:
+                        f()
+                        torch.cuda.synchronize()
+                        fn, mode = f, "enable_gqa" if gqa else "repeat"
+                        break
+                    except Exception as e:  # noqa: BLE001
+                        torch.cuda.synchronize()
+                        err = str(e).splitlines()[0][:120] if str(e) else type(e).__name__
+                if fn is None:
+                    print(f"sdpa_{name} prefill new={n_new} ctx={ctx} refused: {err}")
+                    continue
+                us = time_us(fn, 20)
+                tf = flops / (us * 1e-6) / 1e12
+                print(f"sdpa_{name:9s} prefill new={n_new:4d} ctx={ctx:5d} {us:9.1f} us "
+                      f"{tf:6.1f} TFLOP/s ({mode})")
+                for var in (["sdpa_" + name] + (["sdpa"] if name == "default" else [])):
+                    emit({"op": "prefill", "n_new": n_new, "ctx": ctx, "variant": var,
+                          "median_us": us, "flops": flops, "tflops": tf, "mode": mode})
+            del k2, v2
             del q, k, v
             torch.cuda.empty_cache()
 

@@ -42,7 +42,11 @@ static void make_key(int d, lkv_dockey *k)
 static int mkdir_p(const char *dir)
 {
     char tmp[4096];
-    snprintf(tmp, sizeof(tmp), "%s", dir);
+    size_t n = strlen(dir);
+    if (n >= sizeof(tmp)) {
+        return LKV_EINVAL;
+    }
+    memcpy(tmp, dir, n + 1);
     for (char *p = tmp + 1; *p; p++) {
         if (*p == '/') {
             *p = 0;

@@ -31,6 +31,7 @@
 #endif
 #include "lkv_engine.h"
 #include "lkv_err.h"
+#include "lkv_pagespace.h"
 #include "lkv_log.h"
 #include "lkv_request.h"
 #include "lkv_server.h"
@@ -79,10 +80,13 @@ static void usage(FILE *f)
             "  --max-batch N         requests running at once in the engine (default 16)\n"
             "  --kv-pages N          worker pages for in-flight KV (default: --local-pages)\n"
             "  --rpc-threads N       gRPC polling threads of --serve (default 2)\n"
-            "  --backend cpu|cuda    compute backend (default cpu; cuda: local only for now)\n"
+            "  --backend cpu|cuda    compute backend (default cpu; cuda reads and writes a\n"
+            "                        hot_backend=cuda daemon's HBM arena in place)\n"
             "  --cuda-weights bf16|f32   weights on the GPU (default bf16)\n"
             "  --dtype f32|f16|bf16  element type of stored KV (default f32; cuda: bf16/f16)\n"
             "  --bf16-weights        round the checkpoint's weights to bf16 values on load\n"
+            "  --hash-kv             each document's JSON gets kv_hash: its KV bytes read back\n"
+            "                        from the pages used (a hit must match the miss)\n"
             "  --synth PRESET[:SEED] random-weight model instead of --model (llama3-8b,\n"
             "                        llama3-mini; lkv_synth.h); requests give token ids\n"
             "  --dump-logits FILE    write the first request's logits (fp32, [n_out][vocab])\n"
@@ -261,6 +265,7 @@ int main(int argc, char **argv)
         O_CUDA_WEIGHTS,
         O_DTYPE,
         O_BF16W,
+        O_HASH_KV,
         O_SYNTH,
         O_DUMP,
         O_HELP
@@ -298,6 +303,7 @@ int main(int argc, char **argv)
         {"cuda-weights", required_argument, NULL, O_CUDA_WEIGHTS},
         {"dtype", required_argument, NULL, O_DTYPE},
         {"bf16-weights", no_argument, NULL, O_BF16W},
+        {"hash-kv", no_argument, NULL, O_HASH_KV},
         {"synth", required_argument, NULL, O_SYNTH},
         {"dump-logits", required_argument, NULL, O_DUMP},
         {"help", no_argument, NULL, O_HELP},
@@ -468,6 +474,9 @@ int main(int argc, char **argv)
         case O_BF16W:
             wo.round_weights_bf16 = 1;
             break;
+        case O_HASH_KV:
+            wo.hash_kv = 1;
+            break;
         case O_SYNTH:
             wo.synth = optarg;
             wo.tokenizer_path = NULL;
@@ -604,7 +613,8 @@ int main(int argc, char **argv)
         fprintf(stderr,
                 "# worker: %llu requests (%llu failed); documents %llu hit / %llu (%.1f%%), "
                 "tokens %llu hit / %llu (%.1f%%); arena mapped %llu time(s); leases %llu, "
-                "renewals %llu; reconnects %llu; misses stored in place %llu, by Put %llu\n",
+                "renewals %llu; reconnects %llu; misses stored in place %llu, by Put %llu; "
+                "worker pages %s\n",
                 (unsigned long long)st.requests, (unsigned long long)st.failed,
                 (unsigned long long)st.hit_docs, (unsigned long long)docs,
                 docs ? 100.0 * (double)st.hit_docs / (double)docs : 0.0,
@@ -612,7 +622,8 @@ int main(int argc, char **argv)
                 toks ? 100.0 * (double)st.hit_tokens / (double)toks : 0.0,
                 (unsigned long long)st.arena_maps, (unsigned long long)st.leases,
                 (unsigned long long)st.renewals, (unsigned long long)st.reconnects,
-                (unsigned long long)st.inplace_docs, (unsigned long long)st.put_docs);
+                (unsigned long long)st.inplace_docs, (unsigned long long)st.put_docs,
+                lkv_ps_placement_name(st.placement));
     }
     lkv_worker_destroy(w);
     return failed ? 1 : 0;

@@ -37,7 +37,9 @@ typedef struct lkv_sampling {
     uint64_t seed;     /* Seed of the generation's rng (lkv_sampling_seed). */
 } lkv_sampling;
 
-/* The operation table. Every pointer is set by a backend constructor. */
+struct lkv_devmap; /* lkv_pagespace.h */
+
+/* The operation table. Every pointer is set by a backend constructor (devmap may be NULL). */
 typedef struct lkv_backend {
     const char *name; /* "cpu", "cuda". */
     void *ctx;        /* Passed to every op; owned by the backend's maker. */
@@ -87,6 +89,10 @@ typedef struct lkv_backend {
      * Writes *token; returns 0 or LKV_EINVAL (vocab < 1, a NaN logit). */
     int (*sample)(void *ctx, const float *logits, int vocab, const lkv_sampling *s, uint64_t *rng,
                   int *token);
+    /* How a backend whose memory is not host memory maps the daemon's arena and places its
+     * worker pages (lkv_pagespace.h, "Device arenas"), or NULL (host memory: the page space
+     * maps shm arenas itself). Borrowed; lives as long as the backend. */
+    const struct lkv_devmap *devmap;
 } lkv_backend;
 
 /* The initial rng state of a generation with seed (splitmix64 of the seed; never 0). Host

@@ -16,6 +16,7 @@
 #include <cuda_runtime.h>
 
 #include "lkv_attn_cuda.h"
+#include "lkv_devmap_cuda.h"
 #include "lkv_half.h"
 extern "C" {
 #include "lkv_err.h"
@@ -577,6 +578,7 @@ extern "C" int lkv_backend_cuda_create(int weights, const lkv_backend **out)
     t->attn_decode = be_attn_decode;
     t->materialise = be_materialise;
     t->sample = be_sample;
+    t->devmap = lkv_devmap_cuda(); /* The daemon's HBM arena, read and written in place. */
     *out = t;
     return 0;
 }

@@ -8,7 +8,18 @@
  *
  * Pages: the free list holds worker-page indices (0 .. kv_pages-1, relative to the worker's
  * own pages); a request takes exactly lkv_worker_pages_needed of them at admission and gives
- * them back when it ends, whatever ended it.
+ * them back when its compute ends (before its END call: what a Put needs is copied out first),
+ * whatever ended it.
+ *
+ * Daemon calls never run on the engine thread (lkv_worker_set_async): after each step the
+ * engine takes the call each job needs (START after admission, RENEW at the lease's half-life,
+ * END when it is done) and queues it to the client-call thread, which makes the calls one at a
+ * time, in order, and hands each back on a completion list; the engine applies them at the top
+ * of its next iteration. A job with a call in flight is skipped by the scheduler (START: it
+ * waits; RENEW: it keeps decoding meanwhile) and is not ended until its call is back, so a slow
+ * or stopped daemon delays only the requests that wait for it: decode steps of the others go on.
+ * e->cmu guards the call queue and the completion list (taken alone, or after e->mu, never
+ * before it).
  */
 #include "lkv_engine.h"
 
@@ -47,7 +58,9 @@ struct lkv_engine_req {
     void *arg;
     double queue_ms;
     int max_batch_seen;
-    lkv_engine_req *next; /* Queue link. */
+    lkv_engine_req *next;      /* Queue link. */
+    int call;                  /* The call queued or in flight (enum lkv_job_call). */
+    lkv_engine_req *call_next; /* Call queue / completion list link. */
 };
 
 struct lkv_engine {
@@ -64,6 +77,14 @@ struct lkv_engine {
     int n_running;
     lkv_worker_job **jobs_buf; /* Engine thread only: [o.max_batch] decode batch scratch. */
     lkv_engine_req **reqs_buf; /* Likewise. */
+    int n_ending;              /* Engine thread only: requests whose END call is pending. */
+    int n_inflight;            /* Engine thread only: calls queued or in flight. */
+    pthread_t call_th;         /* The client-call thread. */
+    pthread_mutex_t cmu;
+    pthread_cond_t ccv;
+    lkv_engine_req *calls_head, *calls_tail; /* Queued calls (cmu). */
+    lkv_engine_req *done_head, *done_tail;   /* Calls made, to apply (cmu). */
+    int call_stop;                           /* cmu. */
     lkv_engine_stats st;
 };
 
@@ -187,16 +208,30 @@ static void end_unstarted(lkv_engine *e, lkv_engine_req *r, int rc, const char *
     publish_end(r, rc);
 }
 
-/* Finishes a running request whose job is done (engine thread). */
-static void finish_running(lkv_engine *e, int i)
+/* Queues r's call c to the client-call thread (engine thread). */
+static void queue_call(lkv_engine *e, lkv_engine_req *r, int c)
 {
-    lkv_engine_req *r = e->running[i];
+    r->call = c;
+    r->call_next = NULL;
+    e->n_inflight++;
+    pthread_mutex_lock(&e->cmu);
+    if (e->calls_tail != NULL) {
+        e->calls_tail->call_next = r;
+    } else {
+        e->calls_head = r;
+    }
+    e->calls_tail = r;
+    pthread_cond_signal(&e->ccv);
+    pthread_mutex_unlock(&e->cmu);
+}
+
+/* Frees r's job and publishes its end (engine thread; its END call, if any, is back). */
+static void finalize(lkv_engine *e, lkv_engine_req *r)
+{
     int rc = lkv_worker_job_rc(r->job);
-    lkv_worker_job_finish(r->job);
+    lkv_worker_job_free(r->job);
     r->job = NULL;
     pthread_mutex_lock(&e->mu);
-    pages_back(e, r);
-    e->st.running--;
     e->st.finished++;
     if (rc != 0) {
         e->st.failed++;
@@ -206,10 +241,111 @@ static void finish_running(lkv_engine *e, int i)
             e->st.expired++;
         }
     }
+    pthread_mutex_unlock(&e->mu);
+    publish_end(r, rc);
+}
+
+/* Ends a running request whose job is done and has no call in flight (engine thread): its
+ * compute ends and its pages go back at once; its END call (Commit, Put, Release) runs on the
+ * client-call thread, and the end is published when that is back. */
+static void finish_running(lkv_engine *e, int i)
+{
+    lkv_engine_req *r = e->running[i];
+    lkv_worker_job_end(r->job);
+    pthread_mutex_lock(&e->mu);
+    pages_back(e, r);
+    e->st.running--;
     e->st.pages_free = e->n_free;
     pthread_mutex_unlock(&e->mu);
     e->running[i] = e->running[--e->n_running];
-    publish_end(r, rc);
+    int c = lkv_worker_job_take_call(r->job);
+    if (c == LKV_CALL_END) {
+        e->n_ending++;
+        queue_call(e, r, c);
+    } else {
+        finalize(e, r);
+    }
+}
+
+/* Finishes every running request that is done and has no call in flight. */
+static void finish_done(lkv_engine *e)
+{
+    for (int i = e->n_running - 1; i >= 0; i--) {
+        lkv_worker_job *j = e->running[i]->job;
+        if (lkv_worker_job_state(j) == LKV_JOB_DONE && !lkv_worker_job_busy(j)) {
+            finish_running(e, i);
+        }
+    }
+}
+
+/* Applies the calls the client-call thread made (engine thread). */
+static void apply_calls(lkv_engine *e)
+{
+    pthread_mutex_lock(&e->cmu);
+    lkv_engine_req *r = e->done_head;
+    e->done_head = e->done_tail = NULL;
+    pthread_mutex_unlock(&e->cmu);
+    while (r != NULL) {
+        lkv_engine_req *n = r->call_next;
+        int c = r->call;
+        e->n_inflight--;
+        lkv_worker_job_called(r->job, c);
+        if (c == LKV_CALL_END) {
+            e->n_ending--;
+            finalize(e, r);
+        } else {
+            publish_tokens(r);
+        }
+        r = n;
+    }
+}
+
+/* Queues the calls running jobs need now (engine thread). */
+static void take_calls(lkv_engine *e)
+{
+    for (int i = 0; i < e->n_running; i++) {
+        lkv_engine_req *r = e->running[i];
+        int c = lkv_worker_job_take_call(r->job);
+        if (c != LKV_CALL_NONE) {
+            queue_call(e, r, c);
+        }
+    }
+}
+
+static void *call_main(void *arg)
+{
+    lkv_engine *e = arg;
+    pthread_mutex_lock(&e->cmu);
+    for (;;) {
+        while (!e->call_stop && e->calls_head == NULL) {
+            pthread_cond_wait(&e->ccv, &e->cmu);
+        }
+        lkv_engine_req *r = e->calls_head;
+        if (r == NULL) {
+            break; /* Stopped with nothing queued. */
+        }
+        e->calls_head = r->call_next;
+        if (e->calls_head == NULL) {
+            e->calls_tail = NULL;
+        }
+        pthread_mutex_unlock(&e->cmu);
+        lkv_worker_job_call(r->job, r->call);
+        pthread_mutex_lock(&e->cmu);
+        r->call_next = NULL;
+        if (e->done_tail != NULL) {
+            e->done_tail->call_next = r;
+        } else {
+            e->done_head = r;
+        }
+        e->done_tail = r;
+        pthread_mutex_unlock(&e->cmu);
+        pthread_mutex_lock(&e->mu); /* Wake the engine (lock order: e->mu, then cmu). */
+        pthread_cond_broadcast(&e->cv);
+        pthread_mutex_unlock(&e->mu);
+        pthread_mutex_lock(&e->cmu);
+    }
+    pthread_mutex_unlock(&e->cmu);
+    return NULL;
 }
 
 /* Step 1 for running requests: cancellation and deadlines (engine thread). */
@@ -218,6 +354,9 @@ static void sweep_running(lkv_engine *e, int shutting_down)
     double now = lkv_worker_now_ms();
     for (int i = 0; i < e->n_running; i++) {
         lkv_engine_req *r = e->running[i];
+        if (lkv_worker_job_busy(r->job)) {
+            continue; /* Its call comes back first (within the request's deadline). */
+        }
         if (shutting_down) {
             lkv_worker_job_fail(r->job, LKV_ECANCELLED, "the worker is shutting down");
         } else if (is_cancelled(r)) {
@@ -227,11 +366,7 @@ static void sweep_running(lkv_engine *e, int shutting_down)
                                 "the request's deadline passed before it was done");
         }
     }
-    for (int i = e->n_running - 1; i >= 0; i--) {
-        if (lkv_worker_job_state(e->running[i]->job) == LKV_JOB_DONE) {
-            finish_running(e, i);
-        }
-    }
+    finish_done(e);
 }
 
 /* Steps 1-2 for the queue: drops cancelled / expired requests, pops what can be admitted
@@ -291,8 +426,12 @@ static lkv_engine_req *take_queue(lkv_engine *e, lkv_engine_req **dropped)
 static void admit(lkv_engine *e, lkv_engine_req *r)
 {
     r->queue_ms = lkv_worker_now_ms() - r->t_arrive;
-    lkv_worker_job_start(e->w, &r->req->rag, &r->res, r->pages, r->need, r->t_arrive, &r->job);
+    lkv_worker_job_open(e->w, &r->req->rag, &r->res, r->pages, r->need, r->t_arrive, &r->job);
     e->running[e->n_running++] = r;
+    int c = lkv_worker_job_take_call(r->job);
+    if (c != LKV_CALL_NONE) {
+        queue_call(e, r, c); /* START: its Lookup, Attach and Reserve, off this thread. */
+    }
 }
 
 /* Index of the running request that arrived first among those prefilling, or -1. */
@@ -306,6 +445,18 @@ static int oldest_prefill(const lkv_engine *e)
         }
     }
     return best;
+}
+
+/* 1 if a running request can compute now (prefill or decode). */
+static int runnable(const lkv_engine *e)
+{
+    for (int i = 0; i < e->n_running; i++) {
+        int st = lkv_worker_job_state(e->running[i]->job);
+        if (st == LKV_JOB_PREFILL || st == LKV_JOB_DECODE) {
+            return 1;
+        }
+    }
+    return 0;
 }
 
 static void decode_step(lkv_engine *e)
@@ -343,8 +494,11 @@ static void *engine_main(void *arg)
 {
     lkv_engine *e = arg;
     for (;;) {
+        int work = runnable(e);
         pthread_mutex_lock(&e->mu);
-        while (!e->stop && e->q_head == NULL && e->n_running == 0) {
+        if (!work && (e->stop ? e->n_inflight > 0 : e->q_head == NULL)) {
+            /* Nothing to compute: wait for a request, a call coming back, or the next sweep
+             * (cancellation, deadlines, lease renewals). */
             struct timespec ts;
             clock_gettime(CLOCK_REALTIME, &ts);
             ts.tv_nsec += IDLE_WAIT_MS * 1000000L;
@@ -352,10 +506,16 @@ static void *engine_main(void *arg)
                 ts.tv_sec++;
                 ts.tv_nsec -= 1000000000L;
             }
-            pthread_cond_timedwait(&e->cv, &e->mu, &ts);
+            pthread_mutex_lock(&e->cmu);
+            int done = e->done_head != NULL;
+            pthread_mutex_unlock(&e->cmu);
+            if (!done) {
+                pthread_cond_timedwait(&e->cv, &e->mu, &ts);
+            }
         }
         int stop = e->stop;
         pthread_mutex_unlock(&e->mu);
+        apply_calls(e);
         sweep_running(e, stop);
         lkv_engine_req *drop, *adm = take_queue(e, &drop);
         while (drop != NULL) {
@@ -368,7 +528,11 @@ static void *engine_main(void *arg)
             drop = n;
         }
         if (stop) {
-            break;
+            take_calls(e);
+            if (e->n_running == 0 && e->n_ending == 0 && e->n_inflight == 0) {
+                break;
+            }
+            continue;
         }
         while (adm != NULL) {
             lkv_engine_req *n = adm->next;
@@ -385,11 +549,8 @@ static void *engine_main(void *arg)
             publish_tokens(e->running[i]);
         }
         decode_step(e);
-        for (int i = e->n_running - 1; i >= 0; i--) {
-            if (lkv_worker_job_state(e->running[i]->job) == LKV_JOB_DONE) {
-                finish_running(e, i);
-            }
-        }
+        finish_done(e);
+        take_calls(e);
     }
     return NULL;
 }
@@ -424,8 +585,12 @@ int lkv_engine_create(lkv_worker *w, const lkv_engine_opts *o, lkv_engine **out)
     e->reqs_buf = lkv_xcalloc((size_t)e->o.max_batch, sizeof(*e->reqs_buf));
     pthread_mutex_init(&e->mu, NULL);
     pthread_cond_init(&e->cv, NULL);
-    if (pthread_create(&e->th, NULL, engine_main, e) != 0) {
-        lkv_panic("engine: cannot start its thread");
+    pthread_mutex_init(&e->cmu, NULL);
+    pthread_cond_init(&e->ccv, NULL);
+    lkv_worker_set_async(w, 1);
+    if (pthread_create(&e->call_th, NULL, call_main, e) != 0 ||
+        pthread_create(&e->th, NULL, engine_main, e) != 0) {
+        lkv_panic("engine: cannot start its threads");
     }
     *out = e;
     return 0;
@@ -440,9 +605,17 @@ void lkv_engine_destroy(lkv_engine *e)
     e->stop = 1;
     pthread_cond_broadcast(&e->cv);
     pthread_mutex_unlock(&e->mu);
-    pthread_join(e->th, NULL);
+    pthread_join(e->th, NULL); /* Every call came back before it ended. */
+    pthread_mutex_lock(&e->cmu);
+    e->call_stop = 1;
+    pthread_cond_signal(&e->ccv);
+    pthread_mutex_unlock(&e->cmu);
+    pthread_join(e->call_th, NULL);
+    lkv_worker_set_async(e->w, 0);
     pthread_mutex_destroy(&e->mu);
     pthread_cond_destroy(&e->cv);
+    pthread_mutex_destroy(&e->cmu);
+    pthread_cond_destroy(&e->ccv);
     free(e->free_pages);
     free(e->running);
     free(e->jobs_buf);

@@ -9,14 +9,19 @@
  *   2. admits queued requests in arrival order (FIFO, no overtaking, so none starves) while
  *      fewer than max_batch are running and the head's worst-case pages
  *      (lkv_worker_pages_needed) fit in the free list: the pages are granted to that request
- *      alone (its KV lives there: misses, question, generated tokens), then its Lookup and
- *      Attach run (lkv_worker_job_start);
+ *      alone (its KV lives there: misses, question, generated tokens), and its Lookup, Attach
+ *      and Reserve are queued to the client-call thread (the request waits for them; nothing
+ *      else does);
  *   3. runs prefill_units units of prefill (one missing document, or one question) of the
  *      running request that arrived first;
  *   4. runs ONE decode step batched across every running request that is decoding
  *      (lkv_worker_decode_batch: one pass of every dense op over the batch's rows);
- *   5. publishes the new tokens, and finishes the requests that are done (Put of their misses,
- *      Release), publishing their end.
+ *   5. publishes the new tokens, and finishes the requests that are done: their pages go
+ *      back at once, their Commit / Put and Release run on the client-call thread, and their
+ *      end is published when those are back.
+ * Every daemon call (also lease renewals, at half the TTL) runs on that one client-call thread,
+ * never on the engine thread: a slow or stopped daemon delays the requests that wait for a
+ * call, while decode steps of the others go on (integration.worker_fallbacks).
  * So decode never waits for a whole prefill queue, and a long prefill is split into documents.
  * On the CPU backend every row is computed independently, so a request's tokens do not depend
  * on what it was batched with (greedy: exactly its solo tokens; sampling: its own rng).

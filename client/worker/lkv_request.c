@@ -349,6 +349,22 @@ char *lkv_result_json(const char *id, int rc, const lkv_rag_result *res, const c
             json_object_set_new(x, "n_blocks", json_integer(d->n_blocks));
             json_object_set_new(x, "stored", json_integer(d->stored));
             json_object_set_new(x, "inplace", json_integer(d->inplace));
+            json_object_set_new(x, "page0", json_integer((json_int_t)d->page0));
+            if (d->page0 >= 0) {
+                char h[17];
+                snprintf(h, sizeof(h), "%016llx", (unsigned long long)d->pages_hash);
+                json_object_set_new(x, "pages_hash", json_string(h));
+            }
+            if (d->kv_hash != 0) {
+                /* The digest bytes in order (= Python's hashlib.blake2b(kv,
+                 * digest_size=8).hexdigest()). */
+                char h[17];
+                const uint8_t *b = (const uint8_t *)&d->kv_hash;
+                for (int k = 0; k < 8; k++) {
+                    snprintf(h + 2 * k, 3, "%02x", b[k]);
+                }
+                json_object_set_new(x, "kv_hash", json_string(h));
+            }
             json_object_set_new(x, "key", json_string(d->key_hex));
             json_array_append_new(docs, x);
         }

@@ -58,9 +58,9 @@ struct lkv_worker {
     lkv_pagespace ps;      /* Daemon arena + worker pages. */
     lkv_kv_shape shape;    /* The profile's layout for this model. */
     char hash[80];         /* "blake2b:<hex>" of the checkpoint. */
-    void *dev_pages;       /* Worker pages in backend memory (non-host backends), owned. */
     lkv_worker_stats st;   /* Totals (arena_maps read from ps). */
     int inplace_off;       /* 1: the daemon refused Reserve (role, leases off): Put only. */
+    int async;             /* 1: daemon calls are taken by the caller (lkv_worker_set_async). */
 };
 
 static double now_ms(void)
@@ -219,19 +219,17 @@ int lkv_worker_create(const lkv_worker_opts *o, lkv_worker **out, char *err, siz
     lkv_pagespace_init(&w->ps, w->o.local_pages);
     w->ps.writable = w->target != NULL && !w->o.no_inplace; /* Misses computed in place. */
     if (strcmp(w->be->name, "cpu") != 0) {
-        /* A device backend keeps the worker pages in its own memory. Reading lazykvd's HBM
-         * arena in place needs the CUDA IPC mapping of the page space (not wired yet). */
-        if (w->target != NULL) {
+        /* A device backend keeps the worker pages in its own memory and maps the daemon's
+         * device arena through its devmap ops (lkv_pagespace.h, "Device arenas"). */
+        if (w->be->devmap == NULL && w->target != NULL) {
             rc = errf(err, errlen, LKV_ENOTSUP,
-                      "worker: the %s backend runs without lazykvd for now (local only): "
-                      "mapping the daemon's HBM arena is not wired yet",
+                      "worker: the %s backend cannot map lazykvd's arena (no device mapping "
+                      "ops): run it without a daemon",
                       w->be->name);
             goto fail;
         }
-        w->dev_pages =
-            w->be->alloc(w->be->ctx, (size_t)w->o.local_pages * lkv_block_bytes(&w->shape));
-        lkv_pagespace_use(&w->ps, w->dev_pages, lkv_block_bytes(&w->shape));
     }
+    w->ps.dev = w->be->devmap; /* NULL for the CPU backend: host (shm) arenas. */
     if (w->target != NULL) {
         lkv_client_options co = {.default_deadline_ms = w->o.deadline_ms, .bearer_token = w->token};
         rc = lkv_client_create(w->target, &co, &w->cl);
@@ -254,9 +252,6 @@ void lkv_worker_destroy(lkv_worker *w)
     }
     lkv_client_destroy(w->cl);
     lkv_pagespace_free(&w->ps);
-    if (w->dev_pages != NULL) {
-        w->be->release(w->be->ctx, w->dev_pages);
-    }
     lkv_runner_free(&w->run);
     if (w->have_tok) {
         lkv_tokenizer_free(&w->tok);
@@ -289,6 +284,7 @@ void lkv_worker_stats_get(const lkv_worker *w, lkv_worker_stats *st)
 {
     *st = w->st;
     st->arena_maps = w->ps.n_maps;
+    st->placement = w->ps.placement;
 }
 
 void lkv_rag_result_free(lkv_rag_result *res)
@@ -334,9 +330,26 @@ typedef struct lkv_worker_job {
     lkv_reservation *resv;  /* [n_docs] put in place: the reservation of a miss. */
     int *resv_state;        /* [n_docs]: 0 none, 1 reserved (compute, commit), 2 cached
                                meanwhile (attached by the Reserve: read in place). */
+    int *att_idx;           /* [n_docs]: request index of the j-th attached document. */
+    int n_att;              /* Documents asked for in the Attach. */
+    uint8_t **put_buf;      /* [n_docs]: gathered blocks of a miss to Put (owned), or NULL. */
+    uint32_t *put_blocks;   /* [n_docs]: their blocks. */
+    uint32_t *grant_rel;    /* Granted pages relative to the first worker page (owned). */
+    uint32_t n_grant;       /* Entries of grant and grant_rel. */
+    int replay, replay_to;  /* After restart_local: tokens of res fed again so far, and how many
+                               are to be (replay < replay_to: replaying, nothing sampled). */
+    /* Daemon calls (lkv_worker_job_take_call / _call / _called): */
+    int inflight;        /* enum lkv_job_call in flight, or LKV_CALL_NONE. */
+    int call_rc;         /* Outcome of the last START or RENEW call. */
+    double renew_sent;   /* When the last renewal was sent. */
+    char renew_msg[320]; /* Why it failed. */
+    int ending;          /* lkv_worker_job_end was called. */
+    int store;           /* The END call commits and puts the misses. */
+    int end_called;      /* The END call ran. */
 } req_state;
 
 enum job_phase {
+    PH_WAIT = -1,  /* Waiting for the START call (Lookup, Attach, Reserve). */
     PH_MISSES = 0, /* Computing misses, one document per step. */
     PH_QUESTION,   /* Materialise (that mode) and the question prefill, in one step. */
     PH_DECODE,     /* One token per step. */
@@ -471,6 +484,50 @@ static int layout_matches(const lkv_worker *w, const lkv_attached_doc *d, char *
     return 1;
 }
 
+static uint64_t fnv(uint64_t h, const void *p, size_t n)
+{
+    const uint8_t *b = p;
+    for (size_t i = 0; i < n; i++) {
+        h = (h ^ b[i]) * 0x100000001b3ull;
+    }
+    return h;
+}
+
+/* Records where document i's pages are (region pages: page0, pages_hash) and, with hash_kv,
+ * the hash of its block bytes read back through the page space (backend to_host). */
+static void note_pages(req_state *s, int i)
+{
+    lkv_worker *w = s->w;
+    const lkv_model_seg *g = &s->segs[i];
+    lkv_rag_doc_result *d = &s->res->docs[i];
+    d->page0 = -1;
+    d->pages_hash = 0;
+    if (g->n_blocks > 0 && lkv_pagespace_is_daemon(&w->ps, g->pages[0])) {
+        d->page0 = (int64_t)(g->pages[0] - w->ps.daemon0);
+        uint64_t h = 0xcbf29ce484222325ull;
+        for (int b = 0; b < g->n_blocks; b++) {
+            uint32_t p = g->pages[b] - w->ps.daemon0;
+            h = fnv(h, &p, sizeof(p));
+        }
+        d->pages_hash = h;
+    }
+    if (!w->o.hash_kv || g->n_blocks <= 0) {
+        return;
+    }
+    size_t bb = lkv_block_bytes(&w->shape);
+    uint8_t *buf = lkv_xmalloc(bb);
+    crypto_generichash_state st;
+    crypto_generichash_init(&st, NULL, 0, sizeof(d->kv_hash));
+    for (int b = 0; b < g->n_blocks; b++) {
+        w->be->to_host(w->be->ctx, buf, s->kv.base + (uint64_t)g->pages[b] * s->kv.page_bytes, bb);
+        crypto_generichash_update(&st, buf, bb);
+    }
+    free(buf);
+    uint8_t h[sizeof(d->kv_hash)];
+    crypto_generichash_final(&st, h, sizeof(h));
+    memcpy(&d->kv_hash, h, sizeof(h));
+}
+
 /* Replaces the client by a fresh one (a new channel, connecting at once). */
 static int reconnect(lkv_worker *w)
 {
@@ -485,8 +542,9 @@ static int reconnect(lkv_worker *w)
     return rc;
 }
 
-/* Steps 1-2: Lookup, identity check, Attach (present mode), arena mapping. */
-static int step_cache(req_state *s, const lkv_docref *refs)
+/* Steps 1-2, the daemon part (the client-call thread in the engine): Lookup, identity check,
+ * Attach (present mode) under one lease. Touches the job's daemon fields and the client only. */
+static int call_cache(req_state *s, const lkv_docref *refs)
 {
     lkv_worker *w = s->w;
     const lkv_rag_request *q = s->req;
@@ -528,84 +586,100 @@ static int step_cache(req_state *s, const lkv_docref *refs)
     }
     /* Attach the present ones under one lease. */
     lkv_docref *present = lkv_xcalloc((size_t)q->n_docs, sizeof(*present));
-    int *idx = lkv_xcalloc((size_t)q->n_docs, sizeof(*idx));
-    int np = 0;
+    s->n_att = 0;
     for (int i = 0; i < q->n_docs; i++) {
         if (s->status[i].present) {
-            present[np] = refs[i];
-            idx[np++] = i;
+            present[s->n_att] = refs[i];
+            s->att_idx[s->n_att++] = i;
         }
     }
-    if (np > 0) {
+    if (s->n_att > 0) {
         t = now_ms();
         dl = left_ms(s);
-        rc = dl > 0 ? lkv_client_attach_present(w->cl, present, (size_t)np, NULL, w->o.lease_ttl_ms,
-                                                dl, &s->lease)
+        rc = dl > 0 ? lkv_client_attach_present(w->cl, present, (size_t)s->n_att, NULL,
+                                                w->o.lease_ttl_ms, dl, &s->lease)
                     : LKV_ETIMEDOUT;
         res->attach_ms = now_ms() - t;
         s->lease_t = now_ms();
         if (rc != 0) {
+            s->n_att = 0;
             rc = daemon_failed(s, "Attach", rc);
-            goto out;
-        }
-        if (s->lease.live) {
+        } else if (s->lease.live) {
             w->st.leases++;
-            rc = lkv_pagespace_map(&w->ps, &s->lease.arena, w->profile);
-            if (rc != 0) {
-                rc = errf(res->error, sizeof(res->error), rc,
-                          "cannot map the arena of lazykvd at %s: %s", w->target, w->ps.err);
-                goto out;
-            }
-        }
-        for (int j = 0; j < np; j++) {
-            const lkv_attached_doc *d = &s->lease.docs[j];
-            int i = idx[j];
-            if (!d->attached) {
-                continue; /* Evicted (or no hot room) since the Lookup: a miss. */
-            }
-            char why[256];
-            if (!layout_matches(w, d, why, sizeof(why))) {
-                rc = errf(res->error, sizeof(res->error), LKV_EPROFILE, "%s", why);
-                goto out;
-            }
-            if (d->n_tokens != (uint64_t)q->docs[i].n_tokens ||
-                d->n_pages != lkv_blocks_for_tokens(&w->shape, d->n_tokens) ||
-                d->n_pages > LKV_MODEL_SEG_MAX_BLOCKS) {
-                rc = errf(res->error, sizeof(res->error), LKV_EPROTO,
-                          "Attach reply for document %d: %" PRIu64 " tokens in %u pages, "
-                          "expected %d tokens",
-                          i, d->n_tokens, d->n_pages, q->docs[i].n_tokens);
-                goto out;
-            }
-            if (d->region_base != w->ps.region_base || d->page_bytes != w->ps.page_bytes) {
-                rc = errf(res->error, sizeof(res->error), LKV_EPROTO,
-                          "Attach reply for document %d: pages in a region at %" PRIu64
-                          " of %" PRIu64 "-byte pages, the mapped region of profile '%s' is at "
-                          "%" PRIu64 " of %" PRIu64,
-                          i, d->region_base, d->page_bytes, w->profile, w->ps.region_base,
-                          w->ps.page_bytes);
-                goto out;
-            }
-            lkv_model_seg *g = &s->segs[i];
-            for (uint32_t b = 0; b < d->n_pages; b++) {
-                if (d->pages[b] >= w->ps.n_daemon) {
-                    rc = errf(res->error, sizeof(res->error), LKV_EPROTO,
-                              "Attach reply: page %u outside the arena of %u pages", d->pages[b],
-                              w->ps.n_daemon);
-                    goto out;
-                }
-                g->pages[b] = d->pages[b]; /* The daemon's page: read in place. */
-            }
-            g->n_blocks = (int32_t)d->n_pages;
-            g->n_tokens = (int32_t)d->n_tokens;
-            res->docs[i].hit = 1;
-            res->zero_copy_blocks += d->n_pages;
         }
     }
-out:
     free(present);
-    free(idx);
     return rc;
+}
+
+/* Maps the daemon's arena a (engine thread). */
+static int map_arena(req_state *s, const lkv_lease_arena *a)
+{
+    lkv_worker *w = s->w;
+    int rc = lkv_pagespace_map(&w->ps, a, w->profile);
+    if (rc != 0) {
+        return errf(s->res->error, sizeof(s->res->error), rc,
+                    "cannot map the arena of lazykvd at %s: %s", w->target, w->ps.err);
+    }
+    return 0;
+}
+
+/* Steps 1-2, the worker part (engine thread): maps the arena once and points every attached
+ * document's segment at the daemon's pages (read in place), after checking the reply. */
+static int apply_cache(req_state *s)
+{
+    lkv_worker *w = s->w;
+    const lkv_rag_request *q = s->req;
+    lkv_rag_result *res = s->res;
+    if (s->n_att == 0 || !s->lease.live) {
+        return 0;
+    }
+    int rc = map_arena(s, &s->lease.arena);
+    if (rc != 0) {
+        return rc;
+    }
+    for (int j = 0; j < s->n_att; j++) {
+        const lkv_attached_doc *d = &s->lease.docs[j];
+        int i = s->att_idx[j];
+        if (!d->attached) {
+            continue; /* Evicted (or no hot room) since the Lookup: a miss. */
+        }
+        char why[256];
+        if (!layout_matches(w, d, why, sizeof(why))) {
+            return errf(res->error, sizeof(res->error), LKV_EPROFILE, "%s", why);
+        }
+        if (d->n_tokens != (uint64_t)q->docs[i].n_tokens ||
+            d->n_pages != lkv_blocks_for_tokens(&w->shape, d->n_tokens) ||
+            d->n_pages > LKV_MODEL_SEG_MAX_BLOCKS) {
+            return errf(res->error, sizeof(res->error), LKV_EPROTO,
+                        "Attach reply for document %d: %" PRIu64 " tokens in %u pages, "
+                        "expected %d tokens",
+                        i, d->n_tokens, d->n_pages, q->docs[i].n_tokens);
+        }
+        if (d->region_base != w->ps.region_base || d->page_bytes != w->ps.page_bytes) {
+            return errf(res->error, sizeof(res->error), LKV_EPROTO,
+                        "Attach reply for document %d: pages in a region at %" PRIu64 " of %" PRIu64
+                        "-byte pages, the mapped region of profile '%s' is at "
+                        "%" PRIu64 " of %" PRIu64,
+                        i, d->region_base, d->page_bytes, w->profile, w->ps.region_base,
+                        w->ps.page_bytes);
+        }
+        lkv_model_seg *g = &s->segs[i];
+        for (uint32_t b = 0; b < d->n_pages; b++) {
+            if (d->pages[b] >= w->ps.n_daemon) {
+                return errf(res->error, sizeof(res->error), LKV_EPROTO,
+                            "Attach reply: page %u outside the arena of %u pages", d->pages[b],
+                            w->ps.n_daemon);
+            }
+            /* The daemon's page: read in place. */
+            g->pages[b] = lkv_pagespace_daemon_page(&w->ps, d->pages[b]);
+        }
+        g->n_blocks = (int32_t)d->n_pages;
+        g->n_tokens = (int32_t)d->n_tokens;
+        res->docs[i].hit = 1;
+        res->zero_copy_blocks += d->n_pages;
+    }
+    return 0;
 }
 
 /* Checks a document the daemon placed in its arena (attached or reserved) against the worker's
@@ -639,13 +713,14 @@ static int doc_fits(const lkv_worker *w, const lkv_attached_doc *d, uint64_t n_t
     return 1;
 }
 
-/* Step 2b, put in place: reserves each miss (a repeat once) under the request's lease (made by
- * the Reserve when nothing was attached) before it is computed, so that step 3 computes it
- * straight into the daemon's pages and step 5 commits it: its KV never crosses gRPC. A refused
- * Reserve leaves that miss to worker pages and Put (a daemon without Reserve for this worker:
- * every later one too); a document another worker stored meanwhile comes back attached and is
- * read in place like a hit. */
-static int step_reserve(req_state *s, const lkv_docref *refs)
+/* Step 2b, put in place, the daemon part: reserves each miss (a repeat once) under the
+ * request's lease (made by the Reserve when nothing was attached) before it is computed, so
+ * that step 3 computes it straight into the daemon's pages and step 5 commits it: its KV never
+ * crosses gRPC. A refused Reserve leaves that miss to worker pages and Put (a daemon without
+ * Reserve for this worker: every later one too; another worker computing it: LKV_EINPROGRESS,
+ * computed here as well, never waited for); a document another worker stored meanwhile comes
+ * back attached and is read in place like a hit. */
+static int call_reserve(req_state *s, const lkv_docref *refs)
 {
     lkv_worker *w = s->w;
     const lkv_rag_request *q = s->req;
@@ -654,7 +729,12 @@ static int step_reserve(req_state *s, const lkv_docref *refs)
         return 0;
     }
     for (int i = 0; i < q->n_docs && s->use_daemon; i++) {
-        int dup = res->docs[i].hit;
+        int dup = s->status[i].present;
+        for (int j = 0; j < s->n_att && dup; j++) {
+            if (s->att_idx[j] == i) {
+                dup = s->lease.docs[j].attached; /* Present but not pinned: reserve it. */
+            }
+        }
         for (int j = 0; j < i && !dup; j++) {
             dup = s->resv_state[j] != 0 && strcmp(res->docs[j].key_hex, res->docs[i].key_hex) == 0;
         }
@@ -669,6 +749,7 @@ static int step_reserve(req_state *s, const lkv_docref *refs)
                         : LKV_ETIMEDOUT;
         if (rc == LKV_ENOTSUP || rc == LKV_EPERM) {
             w->inplace_off = 1;
+            w->st.reserve_refused++;
             note(res, "Reserve refused (%s: %s): misses are stored by Put", lkv_err_name(rc),
                  lkv_client_last_error());
             return 0;
@@ -677,8 +758,14 @@ static int step_reserve(req_state *s, const lkv_docref *refs)
             if (daemon_down(rc)) {
                 return daemon_failed(s, "Reserve", rc);
             }
-            note(res, "Reserve of document %d refused (%s): it is stored by Put", i,
-                 lkv_err_name(rc));
+            if (rc == LKV_EINPROGRESS) {
+                w->st.reserve_busy++;
+                note(res, "document %d is being computed by another worker: computed here too", i);
+            } else {
+                w->st.reserve_refused++;
+                note(res, "Reserve of document %d refused (%s): it is stored by Put", i,
+                     lkv_err_name(rc));
+            }
             continue;
         }
         if (!s->lease.live) {
@@ -690,10 +777,26 @@ static int step_reserve(req_state *s, const lkv_docref *refs)
             w->st.leases++;
         }
         s->resv_state[i] = r->already_present ? 2 : 1; /* Released (aborted) with the lease. */
-        rc = lkv_pagespace_map(&w->ps, &r->arena, w->profile);
+    }
+    return 0;
+}
+
+/* Step 2b, the worker part (engine thread): maps the arena a reservation names, checks each
+ * reserved document against the model and the region, and reads the ones another worker stored
+ * meanwhile in place. */
+static int apply_reserve(req_state *s)
+{
+    lkv_worker *w = s->w;
+    const lkv_rag_request *q = s->req;
+    lkv_rag_result *res = s->res;
+    for (int i = 0; i < q->n_docs; i++) {
+        if (s->resv_state[i] == 0) {
+            continue;
+        }
+        lkv_reservation *r = &s->resv[i];
+        int rc = map_arena(s, &r->arena);
         if (rc != 0) {
-            return errf(res->error, sizeof(res->error), rc,
-                        "cannot map the arena of lazykvd at %s: %s", w->target, w->ps.err);
+            return rc;
         }
         char why[320];
         if (!doc_fits(w, &r->doc, (uint64_t)q->docs[i].n_tokens, why, sizeof(why))) {
@@ -702,7 +805,9 @@ static int step_reserve(req_state *s, const lkv_docref *refs)
         }
         if (r->already_present) {
             lkv_model_seg *g = &s->segs[i];
-            memcpy(g->pages, r->doc.pages, r->doc.n_pages * sizeof(uint32_t));
+            for (uint32_t b = 0; b < r->doc.n_pages; b++) {
+                g->pages[b] = lkv_pagespace_daemon_page(&w->ps, r->doc.pages[b]);
+            }
             g->n_blocks = (int32_t)r->doc.n_pages;
             g->n_tokens = (int32_t)r->doc.n_tokens;
             res->docs[i].hit = 1;
@@ -728,26 +833,54 @@ static void release_lease(req_state *s)
     lkv_lease_free(&s->lease);
 }
 
-/* Renews the lease when half its TTL has passed (long generations). */
-static int renew_lease(req_state *s)
+/* 1 if the lease is due for renewal (half its TTL has passed since it was made or renewed). */
+static int renew_due(const req_state *s)
 {
-    if (!s->lease.live || now_ms() - s->lease_t < (double)s->lease.ttl_ms / 2) {
-        return 0;
-    }
+    return s->lease.live && s->use_daemon && now_ms() - s->lease_t >= (double)s->lease.ttl_ms / 2;
+}
+
+/* Renews the lease (the daemon part): 0, or the error (s->renew_msg says why). */
+static int call_renew(req_state *s)
+{
     lkv_lease r;
+    s->renew_sent = now_ms();
     int rc = lkv_client_attach_present(s->w->cl, NULL, 0, s->lease.id, s->w->o.lease_ttl_ms,
                                        s->w->o.deadline_ms, &r);
-    if (rc != 0) {
-        /* The pages may be reused once the lease ends: stop reading them. */
-        return errf(s->res->error, sizeof(s->res->error), rc,
-                    "the lease could not be renewed (%s: %s); generation stopped so no page "
-                    "is read after it ends",
-                    lkv_err_name(rc), lkv_client_last_error());
+    if (rc == 0) {
+        lkv_lease_free(&r);
+        s->w->st.renewals++;
+    } else {
+        snprintf(s->renew_msg, sizeof(s->renew_msg), "%s: %s", lkv_err_name(rc),
+                 lkv_client_last_error());
     }
-    lkv_lease_free(&r);
-    s->lease_t = now_ms();
-    s->w->st.renewals++;
-    return 0;
+    return rc;
+}
+
+static void restart_local(req_state *s, const char *why);
+
+/* Applies a renewal's outcome rc (engine thread): a live lease counts from when the renewal was
+ * sent; a lost one (expired, or the daemon gone or too slow to say) means the daemon's pages may
+ * be reused: the request goes on locally (restart_local). */
+static void renewed(req_state *s, int rc)
+{
+    if (rc == 0) {
+        s->lease_t = s->renew_sent;
+        return;
+    }
+    if (rc == LKV_ENOTFOUND) {
+        s->lease.live = 0; /* Expired: nothing to release. */
+    }
+    char why[400];
+    snprintf(why, sizeof(why), "the lease could not be renewed (%s)", s->renew_msg);
+    restart_local(s, why);
+}
+
+/* Renews the lease inline when it is due (the single-threaded path). */
+static void renew_lease(req_state *s)
+{
+    if (renew_due(s)) {
+        renewed(s, call_renew(s));
+    }
 }
 
 /* Step 3, one document: document i alone from position 0 into worker pages unless it is a hit
@@ -777,6 +910,9 @@ static int step_miss_one(req_state *s, int i)
     lkv_model_seg *g = &s->segs[i];
     if (s->miss_src[i] >= 0) {
         *g = s->segs[s->miss_src[i]];
+        res->docs[i].page0 = res->docs[s->miss_src[i]].page0;
+        res->docs[i].pages_hash = res->docs[s->miss_src[i]].pages_hash;
+        res->docs[i].kv_hash = res->docs[s->miss_src[i]].kv_hash;
         return 0;
     }
     double t = now_ms();
@@ -786,9 +922,9 @@ static int step_miss_one(req_state *s, int i)
          * allocates no page for a segment that has its pages. */
         const lkv_attached_doc *d = &s->resv[i].doc;
         for (uint32_t b = 0; b < d->n_pages; b++) {
-            g->pages[b] = d->pages[b];
+            g->pages[b] = lkv_pagespace_daemon_page(&s->w->ps, d->pages[b]);
             s->w->be->fill_zero(s->w->be->ctx,
-                                s->kv.base + (uint64_t)d->pages[b] * s->kv.page_bytes,
+                                s->kv.base + (uint64_t)g->pages[b] * s->kv.page_bytes,
                                 lkv_block_bytes(&s->w->shape));
         }
         g->n_blocks = (int32_t)d->n_pages;
@@ -801,35 +937,44 @@ static int step_miss_one(req_state *s, int i)
                     i, q->docs[i].n_tokens, lkv_strerror(rc),
                     rc == LKV_ENOSPC ? " (worker pages exhausted: raise --local-pages)" : "");
     }
+    note_pages(s, i);
     return 0;
 }
 
-/* Step 5: Commit each miss computed in place; Put each other computed miss (blocks gathered
- * from its pages; also when a Commit fails: the blocks are gathered before the Abort frees the
- * pages). */
-static void step_put(req_state *s, const lkv_docref *refs)
+/* Step 5a (engine thread): copies the blocks of every computed miss that is not in place out
+ * of the worker pages (backend to_host) for its Put, so that the pages can be given back before
+ * the daemon is called. A miss computed in place needs nothing: its KV is in the daemon's
+ * pages. */
+static void gather_puts(req_state *s)
+{
+    const lkv_rag_request *q = s->req;
+    const size_t bb = lkv_block_bytes(&s->w->shape);
+    for (int i = 0; i < q->n_docs; i++) {
+        if (s->res->docs[i].hit || s->miss_src[i] >= 0 || s->resv_state[i] == 1) {
+            continue;
+        }
+        const lkv_model_seg *g = &s->segs[i];
+        s->put_buf[i] = lkv_xmalloc((size_t)(g->n_blocks ? g->n_blocks : 1) * bb);
+        s->put_blocks[i] = (uint32_t)g->n_blocks;
+        for (int b = 0; b < g->n_blocks; b++) {
+            /* Worker pages are backend memory: copied out through the backend. */
+            s->w->be->to_host(s->w->be->ctx, s->put_buf[i] + (size_t)b * bb,
+                              s->kv.base + (uint64_t)g->pages[b] * s->kv.page_bytes, bb);
+        }
+    }
+}
+
+/* Step 5b (the daemon part): Commit each miss computed in place, Put each other computed miss
+ * from its gathered blocks. A Commit that fails leaves that document a miss (its reservation,
+ * and so what its pages hold, is no longer the worker's to read once the lease is gone: nothing
+ * is Put from them). */
+static void call_store(req_state *s, const lkv_docref *refs)
 {
     const lkv_rag_request *q = s->req;
     lkv_rag_result *res = s->res;
     const size_t bb = lkv_block_bytes(&s->w->shape);
     double t = now_ms();
-    uint8_t *buf = NULL;
-    size_t cap = 0;
     for (int i = 0; i < q->n_docs && s->use_daemon; i++) {
-        if (res->docs[i].hit || s->miss_src[i] >= 0) {
-            continue;
-        }
-        const lkv_model_seg *g = &s->segs[i];
-        size_t need = (size_t)g->n_blocks * bb;
-        if (need > cap) {
-            buf = lkv_xrealloc(buf, need);
-            cap = need;
-        }
-        for (int b = 0; b < g->n_blocks; b++) {
-            /* Worker pages are backend memory: copied out through the backend. */
-            s->w->be->to_host(s->w->be->ctx, buf + (size_t)b * bb,
-                              s->kv.base + (uint64_t)g->pages[b] * s->kv.page_bytes, bb);
-        }
         int dl = left_ms(s);
         if (s->resv_state[i] == 1) {
             const uint8_t *key = s->resv[i].doc.key;
@@ -841,18 +986,21 @@ static void step_put(req_state *s, const lkv_docref *refs)
                 s->w->st.inplace_docs++;
                 continue;
             }
-            note(res, "Commit of document %d failed (%s: %s): stored by Put", i, lkv_err_name(rc),
+            s->w->st.commit_failed++;
+            res->docs[i].stored = rc;
+            note(res, "Commit of document %d failed (%s: %s): it stays a miss", i, lkv_err_name(rc),
                  lkv_client_last_error());
-            s->resv_state[i] = 0;
             if (daemon_down(rc)) {
-                res->docs[i].stored = rc;
                 break;
             }
             lkv_client_abort(s->w->cl, s->lease.id, key, dl);
-            dl = left_ms(s);
+            continue;
+        }
+        if (s->put_buf[i] == NULL) {
+            continue;
         }
         int rc = dl > 0 ? lkv_client_put(s->w->cl, s->w->profile, refs[i].tokens, refs[i].n_tokens,
-                                         buf, (uint32_t)g->n_blocks, bb, dl, NULL)
+                                         s->put_buf[i], s->put_blocks[i], bb, dl, NULL)
                         : LKV_ETIMEDOUT;
         res->docs[i].stored = rc == 0 ? 1 : rc;
         s->w->st.put_docs += rc == 0;
@@ -864,7 +1012,6 @@ static void step_put(req_state *s, const lkv_docref *refs)
             }
         }
     }
-    free(buf);
     res->put_ms = now_ms() - t;
 }
 
@@ -997,6 +1144,14 @@ static void take_token(req_state *s, int tok)
 static int sample_row(req_state *s)
 {
     lkv_worker *w = s->w;
+    if (s->replay < s->replay_to) {
+        /* Restarted locally (restart_local): the tokens already generated are fed again, not
+         * sampled again (greedy or not, the request keeps the tokens it streamed). */
+        s->next_tok = s->res->tokens[s->replay++];
+        s->row = NULL;
+        s->phase = PH_DECODE;
+        return 0;
+    }
     int tok;
     int rc =
         w->be->sample(w->be->ctx, s->row, w->m->cfg.vocab_size, &s->req->sampling, &s->rng, &tok);
@@ -1077,16 +1232,122 @@ static void job_free(req_state *s)
     for (int i = 0; s->resv != NULL && i < s->req->n_docs; i++) {
         lkv_reservation_free(&s->resv[i]);
     }
+    for (int i = 0; s->put_buf != NULL && i < s->req->n_docs; i++) {
+        free(s->put_buf[i]);
+    }
+    free(s->put_buf);
+    free(s->put_blocks);
     free(s->resv);
     free(s->resv_state);
+    free(s->att_idx);
     free(s->grant);
+    free(s->grant_rel);
     free(s->logits);
+    lkv_lease_free(&s->lease);
     free(s);
 }
 
-int lkv_worker_job_start(lkv_worker *w, const lkv_rag_request *q, lkv_rag_result *res,
-                         const uint32_t *pages, uint32_t n_pages, double t_arrive,
-                         lkv_worker_job **out)
+/* Sets the request's pages up (engine thread): worker pages mapped if nothing is, the request's
+ * view of the page space, its granted pages (absolute indices from the relative ones). */
+static int setup_pages(req_state *s)
+{
+    lkv_worker *w = s->w;
+    if (w->ps.base == NULL) {
+        int rc = lkv_pagespace_map_local(&w->ps, lkv_block_bytes(&w->shape));
+        if (rc != 0) {
+            return errf(s->res->error, sizeof(s->res->error), rc, "worker pages: %s", w->ps.err);
+        }
+    }
+    lkv_pagespace_view(&w->ps, &w->shape, &s->kv);
+    s->maps_at_start = w->ps.n_maps;
+    if (s->grant_rel != NULL) {
+        for (uint32_t k = 0; k < s->n_grant; k++) {
+            s->grant[k] = w->ps.first_local + s->grant_rel[k];
+        }
+        s->kv.grant = s->grant;
+        s->kv.n_grant = s->n_grant;
+    }
+    return 0;
+}
+
+/* Counts hits and misses into the result and notes where each hit's pages are. */
+static void count_docs(req_state *s)
+{
+    const lkv_rag_request *q = s->req;
+    lkv_rag_result *res = s->res;
+    res->hit_docs = res->miss_docs = 0;
+    res->hit_tokens = res->miss_tokens = 0;
+    for (int i = 0; i < q->n_docs; i++) {
+        res->docs[i].page0 = -1;
+        if (res->docs[i].hit) {
+            note_pages(s, i);
+            res->hit_docs++;
+            res->hit_tokens += (uint64_t)q->docs[i].n_tokens;
+        } else {
+            res->miss_docs++;
+            res->miss_tokens += (uint64_t)q->docs[i].n_tokens;
+        }
+    }
+}
+
+/* The daemon part is over (or there was none): pages set up, prefill next. */
+static int opened(req_state *s)
+{
+    int rc = setup_pages(s);
+    if (rc != 0) {
+        s->phase = PH_DONE;
+        return s->rc = rc;
+    }
+    count_docs(s);
+    s->phase = PH_MISSES;
+    return 0;
+}
+
+/* Goes on with the request locally (engine thread) after its daemon pages can no longer be
+ * trusted: the lease was lost (not renewed: expired, or the daemon gone or too slow to answer)
+ * or the page space was remapped (a restarted daemon's arena) under it. Every document is
+ * computed again in worker pages, the question prefilled again, the tokens already generated
+ * fed again (not sampled: the output is the same tokens, then more), and nothing is stored. A
+ * job whose generation is over is only kept from storing. */
+static void restart_local(req_state *s, const char *why)
+{
+    lkv_worker *w = s->w;
+    const lkv_rag_request *q = s->req;
+    lkv_rag_result *res = s->res;
+    int was_daemon = s->use_daemon;
+    s->use_daemon = 0; /* No Commit, no Put (the lease is still released if it lives). */
+    res->local_only = 1;
+    for (int i = 0; i < q->n_docs; i++) {
+        s->resv_state[i] = 0;
+    }
+    if (s->phase == PH_DONE || s->rc != 0) {
+        note(res, "%s: nothing is stored", why);
+        return;
+    }
+    note(res,
+         "%s: the request went on locally (every document computed in worker pages, %d "
+         "tokens fed again, nothing stored)",
+         why, res->n_out);
+    w->st.local_restarts++;
+    (void)was_daemon;
+    for (int i = 0; i < q->n_docs; i++) {
+        res->docs[i].hit = 0;
+        res->docs[i].inplace = 0;
+        res->docs[i].page0 = -1;
+        res->docs[i].pages_hash = 0;
+        res->docs[i].kv_hash = 0;
+    }
+    res->zero_copy_blocks = 0;
+    memset(s->segs, 0, (size_t)(q->n_docs + 1) * sizeof(*s->segs));
+    s->next_doc = 0;
+    s->replay = 0;
+    s->replay_to = res->n_out;
+    opened(s);
+}
+
+int lkv_worker_job_open(lkv_worker *w, const lkv_rag_request *q, lkv_rag_result *res,
+                        const uint32_t *pages, uint32_t n_pages, double t_arrive,
+                        lkv_worker_job **out)
 {
     memset(res, 0, sizeof(*res));
     req_state *s = lkv_xcalloc(1, sizeof(*s));
@@ -1103,13 +1364,17 @@ int lkv_worker_job_start(lkv_worker *w, const lkv_rag_request *q, lkv_rag_result
         return s->rc = rc;
     }
     const int nd = q->n_docs, V = w->m->cfg.vocab_size;
+    const size_t nd1 = (size_t)(nd ? nd : 1);
     res->n_docs = nd;
-    res->docs = lkv_xcalloc((size_t)(nd ? nd : 1), sizeof(*res->docs));
+    res->docs = lkv_xcalloc(nd1, sizeof(*res->docs));
     s->segs = lkv_xcalloc((size_t)nd + 1, sizeof(*s->segs));
-    s->miss_src = lkv_xcalloc((size_t)(nd ? nd : 1), sizeof(int));
-    s->status = lkv_xcalloc((size_t)(nd ? nd : 1), sizeof(*s->status));
-    s->resv = lkv_xcalloc((size_t)(nd ? nd : 1), sizeof(*s->resv));
-    s->resv_state = lkv_xcalloc((size_t)(nd ? nd : 1), sizeof(int));
+    s->miss_src = lkv_xcalloc(nd1, sizeof(int));
+    s->status = lkv_xcalloc(nd1, sizeof(*s->status));
+    s->resv = lkv_xcalloc(nd1, sizeof(*s->resv));
+    s->resv_state = lkv_xcalloc(nd1, sizeof(int));
+    s->att_idx = lkv_xcalloc(nd1, sizeof(int));
+    s->put_buf = lkv_xcalloc(nd1, sizeof(*s->put_buf));
+    s->put_blocks = lkv_xcalloc(nd1, sizeof(*s->put_blocks));
     s->logits = lkv_xmalloc((size_t)q->n_question * V * sizeof(float));
     res->tokens = lkv_xmalloc((size_t)q->max_tokens * sizeof(int));
     res->vocab = V;
@@ -1129,65 +1394,134 @@ int lkv_worker_job_start(lkv_worker *w, const lkv_rag_request *q, lkv_rag_result
         res->docs[i].n_tokens = q->docs[i].n_tokens;
         res->docs[i].start = pos;
         res->docs[i].n_blocks = lkv_blocks_for_tokens(&w->shape, (uint64_t)q->docs[i].n_tokens);
+        res->docs[i].page0 = -1;
         pos += q->docs[i].n_tokens;
     }
     res->n_prompt = (int)pos + q->n_question;
-    if (s->use_daemon) {
-        rc = step_cache(s, s->refs);
-        if (rc == 0 && s->use_daemon) {
-            rc = step_reserve(s, s->refs);
-        }
-        if (rc != 0) {
-            s->phase = PH_DONE;
-            return s->rc = rc;
-        }
-    }
-    if (w->ps.base == NULL) {
-        rc = lkv_pagespace_map_local(&w->ps, lkv_block_bytes(&w->shape));
-        if (rc != 0) {
-            s->phase = PH_DONE;
-            return s->rc = errf(res->error, sizeof(res->error), rc, "worker pages: %s", w->ps.err);
-        }
-    }
-    lkv_pagespace_view(&w->ps, &w->shape, &s->kv);
-    s->maps_at_start = w->ps.n_maps;
     if (pages != NULL) {
+        s->n_grant = n_pages;
+        s->grant_rel = lkv_xmalloc((size_t)(n_pages ? n_pages : 1) * sizeof(uint32_t));
         s->grant = lkv_xmalloc((size_t)(n_pages ? n_pages : 1) * sizeof(uint32_t));
-        for (uint32_t k = 0; k < n_pages; k++) {
-            s->grant[k] = w->ps.n_daemon + pages[k];
-        }
-        s->kv.grant = s->grant;
-        s->kv.n_grant = n_pages;
+        memcpy(s->grant_rel, pages, (size_t)n_pages * sizeof(uint32_t));
     }
-    for (int i = 0; i < nd; i++) {
-        if (res->docs[i].hit) {
-            res->hit_docs++;
-            res->hit_tokens += (uint64_t)q->docs[i].n_tokens;
-        } else {
-            res->miss_docs++;
-            res->miss_tokens += (uint64_t)q->docs[i].n_tokens;
-        }
+    if (s->use_daemon) {
+        s->phase = PH_WAIT; /* The START call: Lookup, Attach, Reserve. */
+        return 0;
     }
-    s->phase = PH_MISSES;
-    return 0;
+    return opened(s);
 }
 
-/* LKV_EUNAVAIL if the page space was remapped (a restarted daemon's new arena) since the job
- * set its pages up: its references would name pages that are gone. */
+int lkv_worker_job_take_call(lkv_worker_job *s)
+{
+    if (s->inflight != LKV_CALL_NONE) {
+        return LKV_CALL_NONE;
+    }
+    int c = LKV_CALL_NONE;
+    if (s->phase == PH_WAIT) {
+        c = LKV_CALL_START;
+    } else if (s->ending) {
+        c = s->end_called || (!s->store && !s->lease.live) ? LKV_CALL_NONE : LKV_CALL_END;
+    } else if (s->phase != PH_DONE && renew_due(s)) {
+        c = LKV_CALL_RENEW;
+    }
+    s->inflight = c;
+    return c;
+}
+
+int lkv_worker_job_busy(const lkv_worker_job *s)
+{
+    return s->inflight != LKV_CALL_NONE;
+}
+
+void lkv_worker_job_call(lkv_worker_job *s, int call)
+{
+    switch (call) {
+    case LKV_CALL_START: {
+        int rc = call_cache(s, s->refs);
+        if (rc == 0 && s->use_daemon) {
+            rc = call_reserve(s, s->refs);
+        }
+        s->call_rc = rc;
+        break;
+    }
+    case LKV_CALL_RENEW:
+        s->call_rc = call_renew(s);
+        break;
+    case LKV_CALL_END:
+        if (s->store) {
+            s->t_phase = now_ms(); /* Commit, Put and Release get a deadline of their own. */
+            call_store(s, s->refs);
+        }
+        s->t_phase = now_ms();
+        release_lease(s);
+        s->end_called = 1;
+        break;
+    default:
+        break;
+    }
+}
+
+void lkv_worker_job_called(lkv_worker_job *s, int call)
+{
+    s->inflight = LKV_CALL_NONE;
+    if (call == LKV_CALL_START) {
+        int rc = s->call_rc;
+        if (rc == 0 && s->use_daemon) {
+            rc = apply_cache(s);
+            if (rc == 0) {
+                rc = apply_reserve(s);
+            }
+        }
+        if (rc != 0) {
+            s->phase = PH_DONE;
+            s->rc = rc;
+            return;
+        }
+        opened(s);
+    } else if (call == LKV_CALL_RENEW) {
+        renewed(s, s->call_rc);
+    }
+}
+
+/* Runs the call the job needs now, if any, in this thread (the single-threaded path). */
+static void call_inline(req_state *s)
+{
+    int c = lkv_worker_job_take_call(s);
+    if (c != LKV_CALL_NONE) {
+        lkv_worker_job_call(s, c);
+        lkv_worker_job_called(s, c);
+    }
+}
+
+int lkv_worker_job_start(lkv_worker *w, const lkv_rag_request *q, lkv_rag_result *res,
+                         const uint32_t *pages, uint32_t n_pages, double t_arrive,
+                         lkv_worker_job **out)
+{
+    int rc = lkv_worker_job_open(w, q, res, pages, n_pages, t_arrive, out);
+    if (rc == 0 && (*out)->phase == PH_WAIT) {
+        call_inline(*out);
+    }
+    return (*out)->rc;
+}
+
+/* A remapped page space (a restarted daemon's new arena, or the first daemon arena after
+ * local-only requests) moved the pages the job's references name: it goes on locally. Returns
+ * the job's error (0 unless restarting failed). */
 static int check_pages(req_state *s)
 {
     if (s->w->ps.n_maps != s->maps_at_start) {
-        return errf(s->res->error, sizeof(s->res->error), LKV_EUNAVAIL,
-                    "lazykvd's arena was remapped during the request (a daemon restart): the "
-                    "request's pages are gone; retry it");
+        restart_local(s, "lazykvd's arena was remapped during the request (a daemon restart)");
     }
-    return 0;
+    return s->rc;
 }
 
 int lkv_worker_job_prefill(lkv_worker_job *s)
 {
-    if (s->rc != 0 || s->phase == PH_DONE) {
+    if (s->rc != 0 || s->phase == PH_DONE || s->phase == PH_WAIT) {
         return s->rc;
+    }
+    if (!s->w->async) {
+        renew_lease(s);
     }
     int rc = check_pages(s);
     if (rc == 0 && s->phase == PH_MISSES) {
@@ -1217,6 +1551,8 @@ int lkv_worker_job_prefill(lkv_worker_job *s)
 int lkv_worker_job_state(const lkv_worker_job *s)
 {
     switch (s->phase) {
+    case PH_WAIT:
+        return LKV_JOB_WAIT;
     case PH_MISSES:
     case PH_QUESTION:
         return LKV_JOB_PREFILL;
@@ -1242,6 +1578,11 @@ int lkv_worker_job_fail(lkv_worker_job *s, int rc, const char *msg)
     return s->rc;
 }
 
+void lkv_worker_set_async(lkv_worker *w, int on)
+{
+    w->async = on;
+}
+
 int lkv_worker_decode_batch(lkv_worker *w, lkv_worker_job **jobs, int n, int *n_run)
 {
     lkv_runner_seq *seqs = lkv_xmalloc((size_t)(n ? n : 1) * sizeof(*seqs));
@@ -1252,14 +1593,17 @@ int lkv_worker_decode_batch(lkv_worker *w, lkv_worker_job **jobs, int n, int *n_
         if (s->phase != PH_DECODE || s->rc != 0) {
             continue;
         }
-        int rc = check_pages(s);
-        if (rc == 0) {
-            rc = renew_lease(s);
+        if (!w->async) {
+            renew_lease(s);
         }
+        int rc = check_pages(s);
         if (rc != 0) {
             s->rc = rc;
             s->phase = PH_DONE;
             continue;
+        }
+        if (s->phase != PH_DECODE) {
+            continue; /* Restarted locally: prefill again first. */
         }
         seqs[m] = (lkv_runner_seq){.kv = &s->kv,
                                    .ctx = s->segs,
@@ -1304,21 +1648,27 @@ int lkv_worker_decode_batch(lkv_worker *w, lkv_worker_job **jobs, int n, int *n_
     return 0;
 }
 
-void lkv_worker_job_finish(lkv_worker_job *s)
+void lkv_worker_job_end(lkv_worker_job *s)
 {
-    lkv_worker *w = s->w;
     lkv_rag_result *res = s->res;
-    const lkv_rag_request *q = s->req;
+    if (s->ending) {
+        return;
+    }
+    s->ending = 1;
     if (res->n_out > 1) {
         res->tpot_ms = (now_ms() - s->t_first) / (res->n_out - 1);
     }
-    if (s->rc == 0 && s->phase == PH_DONE && s->use_daemon && s->status != NULL &&
-        s->next_doc >= q->n_docs && check_pages(s) == 0) {
-        s->t_phase = now_ms(); /* Put and Release get a deadline of their own. */
-        step_put(s, s->refs);
+    if (s->rc == 0 && s->phase == PH_DONE && s->use_daemon && s->next_doc >= s->req->n_docs &&
+        s->w->ps.n_maps == s->maps_at_start) {
+        gather_puts(s);
+        s->store = 1;
     }
-    s->t_phase = now_ms();
-    release_lease(s);
+}
+
+void lkv_worker_job_free(lkv_worker_job *s)
+{
+    lkv_worker *w = s->w;
+    lkv_rag_result *res = s->res;
     w->st.hit_docs += (uint64_t)res->hit_docs;
     w->st.miss_docs += (uint64_t)res->miss_docs;
     w->st.hit_tokens += res->hit_tokens;
@@ -1330,16 +1680,24 @@ void lkv_worker_job_finish(lkv_worker_job *s)
     job_free(s);
 }
 
+void lkv_worker_job_finish(lkv_worker_job *s)
+{
+    lkv_worker_job_end(s);
+    call_inline(s);
+    lkv_worker_job_free(s);
+}
+
 int lkv_worker_run(lkv_worker *w, const lkv_rag_request *q, lkv_rag_result *res)
 {
     lkv_worker_job *j;
     int rc = lkv_worker_job_start(w, q, res, NULL, 0, 0, &j);
-    while (rc == 0 && lkv_worker_job_state(j) == LKV_JOB_PREFILL) {
-        rc = lkv_worker_job_prefill(j);
-    }
-    while (rc == 0 && lkv_worker_job_state(j) == LKV_JOB_DECODE) {
-        lkv_worker_decode_batch(w, &j, 1, NULL);
-        rc = lkv_worker_job_rc(j);
+    while (rc == 0 && lkv_worker_job_state(j) != LKV_JOB_DONE) {
+        if (lkv_worker_job_state(j) == LKV_JOB_PREFILL) {
+            rc = lkv_worker_job_prefill(j);
+        } else {
+            lkv_worker_decode_batch(w, &j, 1, NULL);
+            rc = lkv_worker_job_rc(j);
+        }
     }
     lkv_worker_job_finish(j);
     return rc;

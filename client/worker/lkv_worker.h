@@ -75,10 +75,14 @@ typedef struct lkv_worker_opts {
     int max_position;           /* Largest prompt + output length; 0: the model's seq_len. */
     int threads;                /* Attention threads (lkv_attn_cpu_set_threads); 0: all. */
     const lkv_backend *backend; /* NULL: the CPU backend. Borrowed. A device backend (not
-                                   "cpu") keeps the worker pages in its memory and runs
-                                   without a daemon (target must be NULL) for now. */
+                                   "cpu") keeps the worker pages in its memory and maps the
+                                   daemon's device arena through backend->devmap (without
+                                   devmap it runs without a daemon: target must be NULL). */
     int round_weights_bf16;     /* 1: round the loaded fp32 weights to bf16 values (so a CPU
                                    run uses the bf16 weights a GPU run uses). */
+    int hash_kv;                /* 1: each document's result gets kv_hash, a hash of its KV
+                                   bytes read back from the pages the request used (a check
+                                   that a hit reads what a miss wrote; copies the KV out). */
     /* Fault injection (tests): called between a request's Lookup and its Attach, e.g. to evict
      * a document there. NULL: none. */
     void (*after_lookup)(void *arg);
@@ -112,14 +116,20 @@ typedef struct lkv_rag_request {
 
 /* What happened to one document. */
 typedef struct lkv_rag_doc_result {
-    int hit;           /* 1: attached and read in place from the daemon's arena. */
-    int tier;          /* enum lkv_wire_tier at Lookup (HOT, COLD, ABSENT; 0 local). */
-    int n_tokens;      /* Tokens. */
-    int64_t start;     /* Position of its first token in this prompt. */
-    uint32_t n_blocks; /* Blocks. */
-    int stored;        /* Miss: 1 stored (Put or in place), 0 not tried, < 0 the error. */
-    int inplace;       /* Miss: 1 computed into reserved pages and committed (no Put). */
-    char key_hex[65];  /* Document key (wire form) as hex, "" in local mode. */
+    int hit;             /* 1: attached and read in place from the daemon's arena. */
+    int tier;            /* enum lkv_wire_tier at Lookup (HOT, COLD, ABSENT; 0 local). */
+    int n_tokens;        /* Tokens. */
+    int64_t start;       /* Position of its first token in this prompt. */
+    uint32_t n_blocks;   /* Blocks. */
+    int stored;          /* Miss: 1 stored (Put or in place), 0 not tried, < 0 the error. */
+    int inplace;         /* Miss: 1 computed into reserved pages and committed (no Put). */
+    char key_hex[65];    /* Document key (wire form) as hex, "" in local mode. */
+    int64_t page0;       /* Page of its block 0 in the daemon's region when it was read in place
+                            (hit) or computed in place (reserved), else -1 (worker pages). */
+    uint64_t pages_hash; /* FNV-1a of its region page list (0 with page0 -1). */
+    uint64_t kv_hash;    /* opts.hash_kv: BLAKE2b-64 of its block bytes (all blocks in order)
+                            as read back through the page space (the 8 digest bytes in memory
+                            order), else 0. */
 } lkv_rag_doc_result;
 
 /* Result of lkv_worker_run. Free with lkv_rag_result_free. */
@@ -155,6 +165,13 @@ typedef struct lkv_worker_stats {
     uint64_t reconnects;       /* Fresh channels made after UNAVAILABLE. */
     uint64_t inplace_docs;     /* Misses stored in place (Reserve + Commit). */
     uint64_t put_docs;         /* Misses stored by Put. */
+    uint64_t reserve_refused;  /* Reserves refused (budget, lease limits, role): stored by Put. */
+    uint64_t reserve_busy;     /* Reserves answered LKV_EINPROGRESS (another worker computes
+                                  the document): computed here too, stored by Put. */
+    uint64_t commit_failed;    /* Commits that failed (lease gone, daemon gone): not stored. */
+    uint64_t local_restarts;   /* Requests that went on locally (lease lost, arena remapped). */
+    int placement;             /* enum lkv_ps_placement of the page space now (lkv_pagespace.h:
+                                  host, or where device worker pages sit next to the arena). */
 } lkv_worker_stats;
 
 /* Creates a worker: loads and hashes the checkpoint, loads the tokenizer, connects (lazily) to
@@ -177,13 +194,28 @@ int lkv_worker_run(lkv_worker *w, const lkv_rag_request *req, lkv_rag_result *re
 /* ---- Stepwise requests (the serving engine, lkv_engine.h) --------------------------------
  * lkv_worker_run is these calls in a row for one request; the engine interleaves them across
  * requests on one thread (the worker is still single-threaded):
- *   lkv_worker_job_start      check, Lookup, Attach (the blocking daemon calls), pages set up
+ *   lkv_worker_job_start      check, Lookup, Attach, Reserve (the blocking daemon calls), pages
+ *                             set up
  *   lkv_worker_job_prefill    one unit of prefill per call: one missing document, or the
  *                             question (and, in materialise mode, the copies) plus the first
  *                             sampled token
  *   lkv_worker_decode_batch   one decode step of every job given that is decoding, batched
- *   lkv_worker_job_finish     Put of the misses (only after a generation that completed), then
- *                             Release; frees the job
+ *   lkv_worker_job_finish     Commit / Put of the misses (only after a generation that
+ *                             completed), then Release; frees the job
+ * Daemon calls off the compute thread (the engine's client-call thread): lkv_worker_set_async(w,
+ * 1), then lkv_worker_job_open instead of _start (the job waits, LKV_JOB_WAIT, for its START
+ * call), and after every step the compute thread asks each job lkv_worker_job_take_call for the
+ * call it needs (START; RENEW of its lease at half-life; END after lkv_worker_job_end), runs
+ * lkv_worker_job_call(job, call) on the call thread (one call per job at a time; it touches only
+ * the job's daemon state and the worker's client, which no other thread uses in async mode),
+ * and lkv_worker_job_called(job, call) back on the compute thread; a job finishes with
+ * lkv_worker_job_end (gathers what a Put needs: its pages can be reused at once), its END call,
+ * then lkv_worker_job_free. A job with a call in flight (lkv_worker_job_busy) must not be failed,
+ * ended or freed until the call came back.
+ * A job whose lease cannot be renewed (expired, daemon gone or too slow) or whose pages were
+ * remapped goes on locally: every document computed again in worker pages, the tokens it
+ * already produced fed again (its output does not change), nothing stored (counted in
+ * local_restarts).
  * A job runs in its own pages: NULL pages is the worker's own bump allocator (one job at a
  * time), else the n_pages worker-page indices given (0 .. lkv_worker_local_pages - 1, distinct
  * from every other live job's), at least lkv_worker_pages_needed of them. */
@@ -193,7 +225,47 @@ enum lkv_job_state {
     LKV_JOB_PREFILL = 0, /* Needs lkv_worker_job_prefill. */
     LKV_JOB_DECODE = 1,  /* Needs a decode step. */
     LKV_JOB_DONE = 2,    /* Generation over or failed: finish it. */
+    LKV_JOB_WAIT = 3,    /* Waiting for its START call (async mode). */
 };
+
+/* Daemon calls of a job (async mode). */
+enum lkv_job_call {
+    LKV_CALL_NONE = 0,
+    LKV_CALL_START = 1, /* Lookup, Attach, Reserve. */
+    LKV_CALL_RENEW = 2, /* Lease renewal. */
+    LKV_CALL_END = 3,   /* Commit, Put, Release. */
+};
+
+/* 1: daemon calls are made by the caller through take_call / call / called (no step blocks on
+ * the daemon); 0 (default): inline. Set before any job starts. */
+void lkv_worker_set_async(lkv_worker *w, int on);
+
+/* As lkv_worker_job_start without the daemon calls: a job that uses the daemon is left in
+ * LKV_JOB_WAIT for its START call. Returns 0, or the error of a refused request (then DONE). */
+int lkv_worker_job_open(lkv_worker *w, const lkv_rag_request *q, lkv_rag_result *res,
+                        const uint32_t *pages, uint32_t n_pages, double t_arrive,
+                        lkv_worker_job **out);
+
+/* Compute thread: the call j needs now (enum lkv_job_call), marked in flight; LKV_CALL_NONE if
+ * none (or one is in flight). */
+int lkv_worker_job_take_call(lkv_worker_job *j);
+
+/* Call thread: makes call (the blocking daemon calls, each within the request's deadline). */
+void lkv_worker_job_call(lkv_worker_job *j, int call);
+
+/* Compute thread: applies call's outcome (START: maps the arena, points hits at the daemon's
+ * pages, then PREFILL or DONE; RENEW: a lost lease restarts the job locally). */
+void lkv_worker_job_called(lkv_worker_job *j, int call);
+
+/* 1 while a call of j is in flight. */
+int lkv_worker_job_busy(const lkv_worker_job *j);
+
+/* Compute thread: ends j's compute (TPOT; copies out the blocks of misses to Put). Its END call
+ * (take_call) then stores and releases; then lkv_worker_job_free. */
+void lkv_worker_job_end(lkv_worker_job *j);
+
+/* Counts, times the result and frees j (after its END call, if it had one). */
+void lkv_worker_job_free(lkv_worker_job *j);
 
 /* Worker pages a request can need at most: every document a miss (twice in materialise mode),
  * plus the question and max_tokens. */
@@ -233,8 +305,9 @@ int lkv_worker_job_rc(const lkv_worker_job *j);
  * it becomes DONE (its misses are then not stored). Returns its error. */
 int lkv_worker_job_fail(lkv_worker_job *j, int rc, const char *msg);
 
-/* Stores the misses (a job that generated to the end), releases the lease, counts, times the
- * result and frees j (NULL is not allowed). */
+/* lkv_worker_job_end, its END call inline, lkv_worker_job_free: stores the misses (a job that
+ * generated to the end), releases the lease, counts, times the result and frees j (NULL is not
+ * allowed). */
 void lkv_worker_job_finish(lkv_worker_job *j);
 
 /* Frees what res owns and zeroes it. */

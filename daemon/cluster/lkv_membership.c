@@ -50,7 +50,7 @@ typedef struct entry {
 } entry;
 
 typedef struct chan_ent {
-    char addr[LKV_MEMBER_ADDR_MAX];
+    char addr[256]; /* A member's addr (< LKV_MEMBER_ADDR_MAX) or an etcd endpoint (< 256). */
     lkv_peer_chan *ch;
 } chan_ent;
 

@@ -30,6 +30,11 @@
  * Split-KV: when the grid of (row tiles x kv heads) is too small to fill the GPU, the
  * references are split over several CTAs and the partials merged by log-sum-exp.
  *
+ * Hopper: where lkv__prefill_wgmma_ok allows (compute capability 9.0, blocks of a multiple of 8
+ * tokens, aligned tensors), the launcher hands head_dim 64/128 to the warp-specialised wgmma +
+ * TMA kernel of lkv_prefill_wgmma.cu instead (same parameters, its own split plan: one CTA per
+ * SM); this kernel stays the path everywhere else.
+ *
  * Generic path (any other head_dim 8..256): one warp per (token, query head), CUDA cores,
  * fp32 rotated query, keys one by one. Correct everywhere, fast nowhere; it serves small
  * models (the tiny test model has head_dim 8).
@@ -38,6 +43,7 @@
 #include <stdlib.h>
 
 #include "lkv_cuda_common.cuh"
+#include "lkv_prefill_internal.cuh"
 
 extern "C" {
 #include "lkv_attn_cuda.h"
@@ -52,24 +58,6 @@ extern "C" {
 #define PF_TPR     (PF_THREADS / PF_BN) /* threads per key row in the tile loads */
 #define PF_REF_WIN 256                  /* references staged in shared memory at a time */
 static_assert(PF_BN == 32 || PF_BN == 64, "tile loads: 2 or 4 threads per key row");
-
-struct prefill_params {
-    const void *q;
-    const void *k_new;
-    const void *v_new;
-    const char *arena;
-    uint64_t page_bytes;
-    const uint64_t *refs;
-    int n_refs, n_new;
-    int new_start;
-    int n_q, n_kv, group, d, B, layer;
-    uint64_t slab_bytes;
-    void *out;
-    float *part_o;   /* [n_new * n_q][n_splits][d] */
-    float *part_lse; /* [n_new * n_q][n_splits] (log2) */
-    int n_splits, refs_per_split;
-    float scale_log2;
-};
 
 /* ---------------------------------------------------------------- PTX wrappers */
 
@@ -666,7 +654,27 @@ static bool use_mma(const lkv_kv_shape *s)
     return s->head_dim == 64 || s->head_dim == 128;
 }
 
-static void plan_prefill(const lkv_prefill_args *a, int *n_splits, int *rps)
+/* Which tensor-core kernel takes a launch: the wgmma kernel (lkv_prefill_wgmma.cu) where
+ * lkv__prefill_wgmma_ok says it can, else the mma.sync kernel. Test and benchmark knob
+ * LKV_ATTN_PREFILL_KERNEL: "mma" forces the mma.sync kernel; "wgmma" makes a launch that the
+ * wgmma kernel's shape rules admit (head_dim 64/128, block_tokens % 8 == 0) fail with
+ * LKV_ENOTSUP when the kernel cannot run (so a GPU check proves which kernel it checked). */
+static int kernel_mode(void)
+{
+    const char *e = getenv("LKV_ATTN_PREFILL_KERNEL");
+    if (e != NULL && strcmp(e, "mma") == 0) {
+        return 1;
+    }
+    return e != NULL && strcmp(e, "wgmma") == 0 ? 2 : 0;
+}
+static bool want_wgmma(const prefill_params *p)
+{
+    return kernel_mode() != 1 && lkv__prefill_wgmma_ok(p) != 0;
+}
+
+/* Split plan for a tensor-core launch with row tiles of bm rows and ctas_per_sm resident CTAs. */
+static void plan_prefill(const lkv_prefill_args *a, int bm, int ctas_per_sm, int *n_splits,
+                         int *rps)
 {
     const lkv_kv_shape *s = &a->shape;
     *n_splits = 1;
@@ -675,10 +683,10 @@ static void plan_prefill(const lkv_prefill_args *a, int *n_splits, int *rps)
         return;
     }
     const long rows = (long)a->n_new * (s->n_q_heads / s->n_kv_heads);
-    const long base = (rows + PF_BM - 1) / PF_BM * s->n_kv_heads;
-    /* Two resident CTAs per SM: aim at one whole wave (more splits only add partials to
-     * write and merge: 64 new tokens over 8k took 113 us at two waves, 80 at one). */
-    const long target = 2L * lkv__cuda_sm_count();
+    const long base = (rows + bm - 1) / bm * s->n_kv_heads;
+    /* Aim at one whole wave of resident CTAs (more splits only add partials to write and
+     * merge: 64 new tokens over 8k took 113 us at two waves, 80 at one, mma.sync kernel). */
+    const long target = (long)ctas_per_sm * lkv__cuda_sm_count();
     long splits = target / base;
     const int min_refs = 16; /* At least 16 blocks per split. */
     const long cap = (a->n_refs + min_refs - 1) / min_refs;
@@ -698,13 +706,62 @@ static void plan_prefill(const lkv_prefill_args *a, int *n_splits, int *rps)
     *n_splits = (a->n_refs + *rps - 1) / *rps;
 }
 
+/* Fills the launch parameters of a (validated) a, except the workspace pointers. */
+static void fill_params(prefill_params *p, const lkv_prefill_args *a)
+{
+    memset(p, 0, sizeof *p);
+    p->q = a->q;
+    p->k_new = a->k_new;
+    p->v_new = a->v_new;
+    p->arena = (const char *)a->arena;
+    p->page_bytes = a->page_bytes;
+    p->refs = a->refs;
+    p->n_refs = a->n_refs;
+    p->n_new = a->n_new;
+    p->new_start = (int)a->new_start;
+    p->n_q = a->shape.n_q_heads;
+    p->n_kv = a->shape.n_kv_heads;
+    p->group = p->n_q / p->n_kv;
+    p->d = a->shape.head_dim;
+    p->B = a->shape.block_tokens;
+    p->layer = a->layer;
+    p->n_layers = a->shape.n_layers;
+    p->slab_bytes = lkv_slab_bytes(&a->shape);
+    p->out = a->out;
+    p->scale_log2 = a->sm_scale * LKV__LOG2E;
+    p->dtype = a->shape.dtype;
+    /* wgmma kernel variants (test and benchmark knobs): LKV_ATTN_WG_BN=64|96 keys per tile,
+     * LKV_ATTN_WG_PP=0|1 ping-pong between its consumer warpgroups. */
+    const char *e = getenv("LKV_ATTN_WG_BN");
+    p->wg_bn = e != NULL && atoi(e) == 96 ? 96 : 64;
+    e = getenv("LKV_ATTN_WG_PP");
+    p->wg_pp = e != NULL ? atoi(e) != 0 : 0;
+}
+
+/* The kernel choice and split plan of a: sets *wg (wgmma kernel), p->n_splits and
+ * p->refs_per_split. */
+static void plan_launch(const lkv_prefill_args *a, prefill_params *p, bool *wg)
+{
+    *wg = use_mma(&a->shape) && want_wgmma(p);
+    if (*wg) {
+        plan_prefill(a, LKV__WG_BM, 1, &p->n_splits, &p->refs_per_split);
+    } else {
+        plan_prefill(a, PF_BM, 2, &p->n_splits, &p->refs_per_split);
+    }
+}
+
 extern "C" size_t lkv_attn_prefill_cuda_workspace(const lkv_prefill_args *a)
 {
     if (a == NULL || !shape_ok(&a->shape) || a->n_new < 1 || a->n_refs < 0) {
         return 0;
     }
-    int ns, rps;
-    plan_prefill(a, &ns, &rps);
+    /* The larger of the two tensor-core kernels' plans, so that the size depends only on the
+     * shape, n_new and n_refs (not on the device or the pointers' alignment). */
+    int ns = 1, rps = 1;
+    plan_prefill(a, LKV__WG_BM, 1, &ns, &rps);
+    int ns2 = 1;
+    plan_prefill(a, PF_BM, 2, &ns2, &rps);
+    ns = ns2 > ns ? ns2 : ns;
     if (ns == 1) {
         return 0;
     }
@@ -760,26 +817,12 @@ extern "C" int lkv_attn_prefill_cuda(const lkv_prefill_args *a, void *workspace,
         }
     }
     prefill_params p;
-    memset(&p, 0, sizeof p);
-    p.q = a->q;
-    p.k_new = a->k_new;
-    p.v_new = a->v_new;
-    p.arena = (const char *)a->arena;
-    p.page_bytes = a->page_bytes;
-    p.refs = a->refs;
-    p.n_refs = a->n_refs;
-    p.n_new = a->n_new;
-    p.new_start = (int)a->new_start;
-    p.n_q = a->shape.n_q_heads;
-    p.n_kv = a->shape.n_kv_heads;
-    p.group = p.n_q / p.n_kv;
-    p.d = a->shape.head_dim;
-    p.B = a->shape.block_tokens;
-    p.layer = a->layer;
-    p.slab_bytes = lkv_slab_bytes(&a->shape);
-    p.out = a->out;
-    p.scale_log2 = a->sm_scale * LKV__LOG2E;
-    plan_prefill(a, &p.n_splits, &p.refs_per_split);
+    fill_params(&p, a);
+    bool wg = false;
+    plan_launch(a, &p, &wg);
+    if (!wg && use_mma(&a->shape) && p.B % 8 == 0 && kernel_mode() == 2) {
+        return LKV_ENOTSUP;
+    }
     cudaStream_t st = (cudaStream_t)stream;
     const bool bf = a->shape.dtype == LKV_DTYPE_BF16;
     if (!use_mma(&a->shape)) {
@@ -807,12 +850,14 @@ extern "C" int lkv_attn_prefill_cuda(const lkv_prefill_args *a, void *workspace,
         p.part_o = (float *)workspace;
         p.part_lse = p.part_o + rows * p.n_splits * p.d;
     }
-    const long rows = (long)a->n_new * p.group;
-    dim3 grid((unsigned)((rows + PF_BM - 1) / PF_BM), p.n_kv, p.n_splits);
-    if (grid.z > 65535) {
+    if (p.n_splits > 65535) {
         return LKV_EINVAL;
     }
-    if (p.d == 128) {
+    const long rows = (long)a->n_new * p.group;
+    dim3 grid((unsigned)((rows + PF_BM - 1) / PF_BM), p.n_kv, p.n_splits);
+    if (wg) {
+        rc = lkv__prefill_wgmma_launch(&p, &pe, &sl, st);
+    } else if (p.d == 128) {
         rc = bf ? launch_mma<__nv_bfloat16, 128>(grid, st, p, pe, sl)
                 : launch_mma<__half, 128>(grid, st, p, pe, sl);
     } else {

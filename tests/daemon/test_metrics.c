@@ -172,7 +172,7 @@ static void test_http(void)
     lkv_stat_hist_observe(h, 1000000);
     lkv_metrics *m;
     char err[256];
-    ASSERT_OK(lkv_metrics_start(r, "127.0.0.1:0", &m, err, sizeof(err)));
+    ASSERT_OK(lkv_metrics_start(r, "127.0.0.1:0", NULL, &m, err, sizeof(err)));
     const char *addr = lkv_metrics_address(m);
     ASSERT_TRUE(strncmp(addr, "127.0.0.1:", 10) == 0);
     int port = atoi(addr + 10);
@@ -208,15 +208,80 @@ static void test_http(void)
     char busy[64];
     snprintf(busy, sizeof(busy), "127.0.0.1:%d", port);
     lkv_metrics *m2 = NULL;
-    ASSERT_ERR(lkv_metrics_start(r, busy, &m2, err, sizeof(err)), LKV_EIO);
+    ASSERT_ERR(lkv_metrics_start(r, busy, NULL, &m2, err, sizeof(err)), LKV_EIO);
     ASSERT_TRUE(strstr(err, "metrics_listen") != NULL);
     lkv_metrics_stop(m);
-    ASSERT_ERR(lkv_metrics_start(r, "no-port", &m2, err, sizeof(err)), LKV_EINVAL);
-    ASSERT_ERR(lkv_metrics_start(r, "host.invalid.:80", &m2, err, sizeof(err)), LKV_EINVAL);
-    ASSERT_OK(lkv_metrics_start(r, "[::1]:0", &m2, err, sizeof(err)));
+    ASSERT_ERR(lkv_metrics_start(r, "no-port", NULL, &m2, err, sizeof(err)), LKV_EINVAL);
+    ASSERT_ERR(lkv_metrics_start(r, "host.invalid.:80", NULL, &m2, err, sizeof(err)), LKV_EINVAL);
+    ASSERT_OK(lkv_metrics_start(r, "[::1]:0", NULL, &m2, err, sizeof(err)));
     ASSERT_TRUE(strncmp(lkv_metrics_address(m2), "[::1]:", 6) == 0);
     lkv_metrics_stop(m2);
     lkv_metrics_stop(NULL);
+    lkv_stats_destroy(r);
+}
+
+/* An authorize hook that serves "Bearer good", refuses "Bearer data" as EPERM and anything
+ * else as EUNAUTH, and records what it saw. */
+typedef struct authlog {
+    int calls, loopback, secure;
+    char last[64];
+} authlog;
+
+static int fake_authorize(void *ctx, const char *authz, int loopback, int secure, char *err,
+                          size_t errlen)
+{
+    authlog *a = ctx;
+    a->calls++;
+    a->loopback = loopback;
+    a->secure = secure;
+    snprintf(a->last, sizeof(a->last), "%s", authz != NULL ? authz : "(none)");
+    if (authz != NULL && strcmp(authz, "Bearer good") == 0) {
+        return 0;
+    }
+    if (authz != NULL && strcmp(authz, "Bearer data") == 0) {
+        snprintf(err, errlen, "tenant lacks role admin");
+        return LKV_EPERM;
+    }
+    snprintf(err, errlen, "missing credentials");
+    return LKV_EUNAUTH;
+}
+
+static void test_authorize(void)
+{
+    lkv_stat_group *cells, *hist;
+    lkv_stats *r = world(&cells, &hist);
+    authlog al = {0};
+    lkv_metrics_opts o = {.authorize = fake_authorize, .auth_ctx = &al};
+    lkv_metrics *m;
+    char err[256];
+    ASSERT_OK(lkv_metrics_start(r, "127.0.0.1:0", &o, &m, err, sizeof(err)));
+    int port = atoi(lkv_metrics_address(m) + 10);
+    char *resp = http(port, "GET /metrics HTTP/1.0\r\n\r\n");
+    ASSERT_TRUE(strstr(resp, " 401 ") != NULL);
+    ASSERT_TRUE(strstr(resp, "WWW-Authenticate: Bearer") != NULL);
+    ASSERT_TRUE(strstr(resp, "missing credentials") != NULL);
+    ASSERT_TRUE(strstr(resp, "lazykv_") == NULL);
+    ASSERT_TRUE(al.calls == 1 && al.loopback == 1 && al.secure == 0);
+    ASSERT_TRUE(strcmp(al.last, "(none)") == 0);
+    free(resp);
+    resp = http(port, "GET /metrics HTTP/1.0\r\nAuthorization: Bearer data\r\n\r\n");
+    ASSERT_TRUE(strstr(resp, " 403 ") != NULL && strstr(resp, "role admin") != NULL);
+    ASSERT_TRUE(strstr(resp, "WWW-Authenticate") == NULL);
+    free(resp);
+    resp = http(port, "GET /metrics HTTP/1.0\r\nAuthorization: Bearer good\r\n\r\n");
+    const char *body = strstr(resp, "\r\n\r\n");
+    ASSERT_TRUE(strstr(resp, " 200 ") != NULL && body != NULL && strstr(body, "lazykv_") != NULL);
+    free(resp);
+    resp = http(port, "GET / HTTP/1.0\r\n\r\n"); /* Only /metrics is guarded. */
+    ASSERT_TRUE(strstr(resp, " 200 ") != NULL);
+    free(resp);
+    ASSERT_EQ(al.calls, 3);
+    ASSERT_EQ(lkv_metrics_refused(m), 2);
+    ASSERT_EQ(lkv_metrics_scrapes(m), 1);
+    lkv_metrics_stop(m);
+    /* TLS needs both halves. */
+    lkv_metrics_opts half = {.tls_cert_pem = "-----BEGIN CERTIFICATE-----\n"};
+    ASSERT_ERR(lkv_metrics_start(r, "127.0.0.1:0", &half, &m, err, sizeof(err)), LKV_EINVAL);
     lkv_stats_destroy(r);
 }
 
@@ -224,5 +289,6 @@ int main(void)
 {
     LKV_RUN(test_render);
     LKV_RUN(test_http);
+    LKV_RUN(test_authorize);
     return 0;
 }

@@ -1,7 +1,8 @@
 /*
  * fuzz_requests.c: libFuzzer target for every request decoder of lazykvd. The first input
- * byte picks the request type (all ten request messages the daemon registers: Cache Put,
- * Lookup, Get, Delete, Attach, Release; Admin Stats, List, Evict; Health Check); the rest is
+ * byte picks the request type (every request message the daemon and the worker register: Cache
+ * Put, Lookup, Get, Delete, Attach, Release, Reserve, Commit, Abort, Cluster; Admin Stats, List,
+ * Evict, Hold, EvictClass; Health Check; Worker Generate); the rest is
  * the message, delivered as the server gets it: a grpc_byte_buffer (split into two slices at a
  * point the second byte picks, as the transport fragments big messages) through lkv_pb_unpack,
  * which runs the wire scanner and then protobuf-c.

@@ -8,11 +8,19 @@ ways:
      /other paths answer 404 and POST 405;
   2. the format: `promtool check metrics` (Debian's prometheus package) accepts the text with no
      lint complaint;
+  3. who may read them: with tenants a scrape is an Admin call: no token from a loopback
+     peer is fine while loopback_roles include admin; with loopback_roles = none it gets 401
+     (WWW-Authenticate: Bearer), a data-only tenant's token 403, an admin token 200; with
+     metrics_tls the endpoint speaks HTTPS only (the daemon's certificate), plain HTTP fails;
+     from a non-loopback peer a token over plain HTTP is refused (401) and accepted over HTTPS
+     (skipped, noted, when the host has no non-loopback address).
 Step 2 is skipped (noted) when promtool is absent. A real Prometheus server scraping the daemon
 is integration.prometheus (test_prometheus.py).
 """
 import hashlib
 import os
+import socket
+import ssl
 import shutil
 import subprocess
 import sys
@@ -22,10 +30,12 @@ import urllib.error
 import urllib.request
 
 import lazykv
+import certs
 import harness as H
 
 TOKENS = {"alice": "lkv_metrics_alice_token_for_tests_01",
           "bob": "lkv_metrics_bob_token_for_tests_0002"}
+CAROL = "lkv_metrics_carol_data_only_token_003"
 failures = []
 
 
@@ -44,13 +54,94 @@ def tenant_args():
     return out
 
 
-def scrape(addr, path="/metrics", method="GET"):
-    req = urllib.request.Request("http://%s%s" % (addr, path), method=method)
+def scrape(addr, path="/metrics", method="GET", token=None, https_ca=None, host=None):
+    """(status, content type, body); with https_ca (a CA file) over HTTPS. The 401 body and
+    its WWW-Authenticate header come back as (401, header, body)."""
+    scheme = "https" if https_ca else "http"
+    if host is not None:
+        addr = "%s:%s" % (host, addr.rsplit(":", 1)[1])
+    req = urllib.request.Request("%s://%s%s" % (scheme, addr, path), method=method)
+    if token is not None:
+        req.add_header("Authorization", "Bearer " + token)
+    ctx = ssl.create_default_context(cafile=https_ca) if https_ca else None
     try:
-        with urllib.request.urlopen(req, timeout=5) as r:
+        with urllib.request.urlopen(req, timeout=5, context=ctx) as r:
             return r.status, r.headers.get("Content-Type", ""), r.read().decode()
     except urllib.error.HTTPError as e:
-        return e.code, "", ""
+        return e.code, e.headers.get("WWW-Authenticate", ""), e.read().decode()
+
+
+def non_loopback_ip():
+    try:
+        s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        s.connect(("192.0.2.1", 9))  # No packet is sent (UDP connect only picks a route).
+        ip = s.getsockname()[0]
+        s.close()
+        return None if ip.startswith("127.") else ip
+    except OSError:
+        return None
+
+
+def part_auth(tmp):
+    """Who may scrape (docstring item 3)."""
+    args = tenant_args() + ["--set", "tenant.carol.token_hash=blake2b:%s" % hashlib.blake2b(
+        b"lazykv-token-v1:" + CAROL.encode(), digest_size=32).hexdigest(),
+        "--set", "tenant.carol.roles=data"]
+    with H.Daemon(H.ITEST_ARGS + args + ["--set", "metrics_listen=127.0.0.1:0",
+                                         "--set", "loopback_roles=none"]) as d:
+        d.start()
+        code, hdr, body = scrape(d.metrics_addr)
+        check(code == 401 and hdr.startswith("Bearer") and "missing credentials" in body,
+              "loopback_roles=none: no token gets 401 + WWW-Authenticate (%s %r %r)"
+              % (code, hdr, body[:200]))
+        code, _, body = scrape(d.metrics_addr, token=CAROL)
+        check(code == 403 and "admin" in body, "a data-only token gets 403 (%s %r)" % (code, body[:200]))
+        code, _, body = scrape(d.metrics_addr, token="lkv_not_a_real_token_at_all_000000")
+        check(code == 401 and "invalid bearer token" in body, "a wrong token gets 401 (%s)" % code)
+        code, _, body = scrape(d.metrics_addr, token=TOKENS["alice"])
+        check(code == 200 and "lazykv_rpc_calls_total" in body, "an admin token gets 200")
+        check(scrape(d.metrics_addr, "/nope", token=None)[0] == 404, "404 needs no token")
+    # Option checks: metrics_tls without a certificate; non-loopback allowed with tenants.
+    bin_ = os.environ.get("LKV_DAEMON_BIN", "lazykvd")
+    r = subprocess.run([bin_, "--check-config", "--set", "metrics_listen=127.0.0.1:0", "--set",
+                        "metrics_tls=true"], capture_output=True)
+    check(r.returncode == 2 and b"metrics_tls" in r.stderr,
+          "metrics_tls without tls_cert_file: exit 2 naming the option")
+    r = subprocess.run([bin_, "--check-config", "--set", "metrics_listen=0.0.0.0:9464"] + args,
+                       capture_output=True)
+    check(r.returncode == 0, "a non-loopback metrics_listen with tenants is accepted (%s)"
+          % r.stderr.decode()[-300:])
+    # HTTPS, and the plain-text token rule from a non-loopback peer.
+    ip = non_loopback_ip()
+    ca, _ = certs.make_ca(tmp, "mca")
+    pem, key = certs.make_cert(tmp, "msrv", "mca", sans=["IP:" + ip] if ip else [])
+    tls = ["--set", "tls_cert_file=" + pem, "--set", "tls_key_file=" + key]
+    listen = "0.0.0.0:0" if ip else "127.0.0.1:0"
+    with H.Daemon(args + tls + ["--set", "metrics_listen=" + listen, "--set",
+                                "metrics_tls=true"]) as d:
+        d.start()
+        code, _, body = scrape(d.metrics_addr, https_ca=ca, host="127.0.0.1")
+        check(code == 200 and "lazykv_" in body, "HTTPS scrape from loopback: 200 (%s)" % code)
+        try:
+            scrape(d.metrics_addr, host="127.0.0.1")
+            check(False, "plain HTTP to the HTTPS endpoint fails")
+        except (urllib.error.URLError, ConnectionError, OSError):
+            pass
+        if ip is None:
+            sys.stderr.write("NOTE: no non-loopback address; remote scrape checks skipped\n")
+            return
+        code, _, _ = scrape(d.metrics_addr, https_ca=ca, host=ip)
+        check(code == 401, "HTTPS from a non-loopback peer without a token: 401 (%s)" % code)
+        code, _, body = scrape(d.metrics_addr, https_ca=ca, host=ip, token=TOKENS["bob"])
+        check(code == 200 and "lazykv_" in body, "HTTPS + admin token from %s: 200 (%s)"
+              % (ip, code))
+    with H.Daemon(args + ["--set", "metrics_listen=0.0.0.0:0"]) as d:
+        d.start()
+        code, _, body = scrape(d.metrics_addr, host=ip, token=TOKENS["bob"])
+        check(code == 401 and "clear text" in body,
+              "a token over plain HTTP from a non-loopback peer: 401 (%s %r)" % (code, body[:200]))
+        code, _, _ = scrape(d.metrics_addr, host="127.0.0.1")
+        check(code == 200, "the same daemon from loopback without a token: 200 (%s)" % code)
 
 
 def parse(text):
@@ -158,6 +249,7 @@ def main():
             sys.stderr.write("NOTE: no promtool; the format check is skipped\n")
         alice.close()
         bob.close()
+    part_auth(tmp)
     sys.stderr.write("test_metrics: %.1f s\n" % (time.monotonic() - t0))
     if not os.environ.get("LKV_KEEP_TMP"):
         shutil.rmtree(tmp, ignore_errors=True)

@@ -1,7 +1,9 @@
 """test_prometheus.py: a real Prometheus server scrapes the real lazykvd and answers a query.
 
-The daemon serves metrics on loopback (metrics_listen = 127.0.0.1:0); a tenant makes a known
-number of hot hits. Prometheus (Debian's prometheus package) is started with a prometheus.yml
+The daemon serves metrics on loopback (metrics_listen = 127.0.0.1:0) the way an operator who
+locks it down would: HTTPS only (metrics_tls, the daemon's certificate), loopback_roles = none,
+so every scrape needs an admin-role token; Prometheus scrapes with scheme https, the test CA and
+authorization.credentials_file. A tenant makes a known number of hot hits. Prometheus (Debian's prometheus package) is started with a prometheus.yml
 written here (1 s scrape interval, one static target), its TSDB in a temporary folder and its web
 API on a free loopback port; the test polls /api/v1/query until the query
 lazykv_tenant_hits_total{tenant="alice",tier="hot"} answers the exact count (and up == 1), within
@@ -26,9 +28,11 @@ if PROM is None:
     sys.exit(77)
 
 import lazykv  # noqa: E402
+import certs  # noqa: E402
 import harness as H  # noqa: E402
 
 TOKEN = "lkv_prometheus_alice_token_for_tests"
+OPS_TOKEN = "lkv_prometheus_ops_admin_token_00001"
 failures = []
 
 
@@ -61,22 +65,35 @@ def main():
     t0 = time.monotonic()
     tmp = tempfile.mkdtemp(prefix="lkv-prom-")
     h = hashlib.blake2b(b"lazykv-token-v1:" + TOKEN.encode(), digest_size=32).hexdigest()
-    args = H.ITEST_ARGS + ["--set", "metrics_listen=127.0.0.1:0",
+    ho = hashlib.blake2b(b"lazykv-token-v1:" + OPS_TOKEN.encode(), digest_size=32).hexdigest()
+    ca, _ = certs.make_ca(tmp, "promca")
+    pem, key = certs.make_cert(tmp, "promsrv", "promca")
+    args = H.ITEST_ARGS + ["--set", "metrics_listen=127.0.0.1:0", "--set", "metrics_tls=true",
+                           "--set", "tls_cert_file=" + pem, "--set", "tls_key_file=" + key,
+                           "--set", "loopback_roles=none",
                            "--set", "tenant.alice.token_hash=blake2b:" + h,
-                           "--set", "tenant.alice.roles=data"]
+                           "--set", "tenant.alice.roles=data",
+                           "--set", "tenant.ops.token_hash=blake2b:" + ho,
+                           "--set", "tenant.ops.roles=admin"]
     with H.Daemon(args) as d:
         d.start()
-        with lazykv.Client(d.addr, token=TOKEN, timeout=10) as c:
+        with lazykv.Client(d.addr, token=TOKEN, timeout=10, tls_ca=ca) as c:
             toks, blocks = H.make_doc(H.ITEST, 42, 40)
             c.put(H.ITEST.profile, toks, blocks)
             for _ in range(7):
                 c.lookup([lazykv.Doc(H.ITEST.profile, toks)])
         port = free_port()
         cfg = os.path.join(tmp, "prometheus.yml")
+        cred = os.path.join(tmp, "ops.token")
+        with open(cred, "w") as f:
+            f.write(OPS_TOKEN + "\n")
         with open(cfg, "w") as f:
             f.write("global:\n  scrape_interval: 1s\n  evaluation_interval: 1s\n"
-                    "scrape_configs:\n  - job_name: lazykv\n    static_configs:\n"
-                    "      - targets: ['%s']\n" % d.metrics_addr)
+                    "scrape_configs:\n  - job_name: lazykv\n    scheme: https\n"
+                    "    tls_config:\n      ca_file: %s\n"
+                    "    authorization:\n      credentials_file: %s\n"
+                    "    static_configs:\n"
+                    "      - targets: ['%s']\n" % (ca, cred, d.metrics_addr))
         log = open(os.path.join(tmp, "prometheus.log"), "wb")
         t1 = time.monotonic()
         p = subprocess.Popen([PROM, "--config.file=" + cfg,

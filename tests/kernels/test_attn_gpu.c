@@ -808,10 +808,12 @@ static void run_prefill(int idx, const pf_cfg *c)
     CK(cudaDeviceSynchronize());
     uint16_t *out_gpu = lkv_xmalloc(nq * 2);
     CK(cudaMemcpy(out_gpu, d_out, nq * 2, cudaMemcpyDeviceToHost));
+    const char *kern = getenv("LKV_ATTN_PREFILL_KERNEL");
     printf("prefill #%d %s d=%d hq=%d hkv=%d %s B=%d n_new=%d docs=%d max_len=%d refs=%d%s "
-           "ws=%zu\n",
+           "start=%lld kernel=%s ws=%zu\n",
            idx, dtype_name(c->dt), c->d, c->hq, c->hkv, pen, c->B, c->n_new, c->n_docs, c->max_len,
-           ds.n_refs, c->near_max ? " near-4M" : "", lkv_attn_prefill_cuda_workspace(&a));
+           ds.n_refs, c->near_max ? " near-4M" : "", (long long)new_start,
+           kern != NULL ? kern : "auto", lkv_attn_prefill_cuda_workspace(&a));
     double ta, tr;
     tolerances(c->dt, &ta, &tr);
     /* The tensor-core path rounds the rotated query and P to 16 bits: a little looser. */
@@ -1195,6 +1197,45 @@ int main(int argc, char **argv)
         {LKV_DTYPE_F16, 64, 8, 2, 5, 48, 45, 3, 200, 0},
         {LKV_DTYPE_BF16, 128, 16, 4, 0, 40, 33, 4, 150, 0},
     };
+    /* The tensor-core shape classes, each through both kernels: the Hopper wgmma kernel
+     * (LKV_ATTN_PREFILL_KERNEL=wgmma: a launch it cannot take fails the check instead of falling
+     * back; blocks of a multiple of 8 tokens) and the mma.sync kernel. Many new tokens (several
+     * row tiles and causal key tiles of 128), GQA/MQA/MHA, partial blocks, 1-8 blocks per key
+     * tile, starts past 65,535 and near the maximum position, every encoding, bf16 and fp16. */
+    const pf_cfg hopper_pf[] = {
+        {LKV_DTYPE_BF16, 128, 32, 8, 3, 16, 300, 5, 700, 1},
+        {LKV_DTYPE_BF16, 128, 32, 8, 0, 16, 64, 5, 900, 0},
+        {LKV_DTYPE_F16, 128, 32, 8, 1, 16, 257, 3, 500, 0},
+        {LKV_DTYPE_F16, 64, 8, 8, 2, 32, 200, 4, 300, 1},
+        {LKV_DTYPE_BF16, 64, 16, 1, 4, 8, 130, 3, 400, 0},
+        {LKV_DTYPE_BF16, 128, 16, 1, 5, 64, 150, 3, 500, 1},
+        {LKV_DTYPE_F16, 128, 8, 2, 6, 48, 100, 4, 350, 0},
+        {LKV_DTYPE_BF16, 64, 32, 8, 0, 40, 77, 3, 260, 1},
+        {LKV_DTYPE_BF16, 128, 32, 8, 3, 16, 1, 2, 100, 0},
+        {LKV_DTYPE_F16, 128, 32, 4, 0, 16, 129, 0, 1, 0},
+        {LKV_DTYPE_BF16, 128, 8, 8, 3, 24, 520, 2, 600, 1},
+    };
+    const char *kernels[] = {"wgmma", "mma"};
+    for (int kk = 0; kk < 2; kk++) {
+        setenv("LKV_ATTN_PREFILL_KERNEL", kernels[kk], 1);
+        for (size_t i = 0; i < sizeof hopper_pf / sizeof hopper_pf[0]; i++) {
+            run_prefill(idx++, &hopper_pf[i]);
+        }
+        /* Forced split factors (partials through the merge) and one split over many
+         * references (the producer's reference window slides). */
+        const char *splits[] = {"3", "7", "1"};
+        const pf_cfg split_pf[] = {
+            {LKV_DTYPE_BF16, 128, 32, 8, 0, 16, 70, 5, 800, 1},
+            {LKV_DTYPE_F16, 64, 8, 2, 3, 8, 90, 4, 500, 0},
+            {LKV_DTYPE_BF16, 128, 8, 2, 1, 8, 40, 4, 1500, 0},
+        };
+        for (int i = 0; i < 3; i++) {
+            setenv("LKV_ATTN_PREFILL_SPLITS", splits[i], 1);
+            run_prefill(idx++, &split_pf[i]);
+        }
+        unsetenv("LKV_ATTN_PREFILL_SPLITS");
+    }
+    unsetenv("LKV_ATTN_PREFILL_KERNEL");
     for (size_t i = 0; i < sizeof fixed_pf / sizeof fixed_pf[0]; i++) {
         run_prefill(idx++, &fixed_pf[i]);
     }

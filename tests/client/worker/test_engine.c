@@ -74,6 +74,11 @@ static int wait_end_from(lkv_engine_req *r, int *n_tok, int first)
     int n = first;
     while (lkv_engine_wait(r, &ev, 30000)) {
         if (ev.kind == LKV_ENGINE_END) {
+            if (ev.rc != 0) {
+                lkv_engine_result er;
+                lkv_engine_result_get(r, &er);
+                fprintf(stderr, "   end %d: %s\n", ev.rc, er.res->error);
+            }
             if (n_tok != NULL) {
                 *n_tok = n;
             }

@@ -1,0 +1,726 @@
+/*
+ * lkv_prefill_wgmma.cu: LazyAttention prefill on Hopper (sm_90a): a warp-specialised
+ * flash-attention forward on wgmma, K/V tiles brought in by the tensor copy engine (TMA).
+ * Head dims 64 and 128, bf16 or fp16, block_tokens a multiple of 8. lkv_prefill.cu dispatches
+ * here when lkv__prefill_wgmma_ok says so and keeps the mma.sync kernel for everything else.
+ *
+ * CTA: 3 warpgroups (384 threads), one CTA per SM. Warpgroup 0 is the producer: its first warp
+ * walks the split's block references (staged in shared memory in windows), forms key tiles of
+ * BN = 128 keys (a run of up to BN / B references with the same document start; then the new
+ * tokens in tiles of BN, causally only up to the CTA's last token), writes each tile's key
+ * positions into the stage's metadata and issues the tensor copies (one box of B rows x 64
+ * columns per block, per 64-column panel, for K and for V; new tokens: one box of BN rows) into
+ * a ring of STAGES shared-memory stages, completing on the stage's "full" mbarrier. Its other
+ * warps exit; the warpgroup gives its registers to the consumers (setmaxnreg 40 / 232).
+ * Warpgroups 1 and 2 are consumers, 64 query rows each (BM = 128 per CTA, GQA rows packed as in
+ * the mma.sync kernel: row = token * group + head-in-group). Per tile: wait "full", S = Q K^T
+ * (wgmma m64n128k16, Q and K from shared memory), mask + online softmax in registers (scores
+ * are in the log2 domain: the scale and log2(e) are folded into Q), O += P V (wgmma
+ * m64nDk16, P from registers in the accumulator layout, V from shared memory MN-major), then
+ * one arrival per warp on the stage's "empty" mbarrier, which hands the stage back to the
+ * producer. The two consumer warpgroups interleave on the tensor cores on their own.
+ *
+ * Shared memory layouts: every tile is stored as 64-column panels of [rows][64] 16-bit
+ * elements, 128 bytes a row, with the 128-byte swizzle (16-byte chunk c of row r at chunk
+ * c ^ (r & 7)); panels start 1024-byte aligned. That is what TMA's SWIZZLE_128B writes and what
+ * the wgmma descriptors below describe (K-major: stride between 8-row groups 1024 B; V as
+ * MN-major: 1024 B between 8-key groups, BN x 128 B between 64-column panels). A block's rows
+ * start at a multiple of 8 rows (B % 8 == 0), so every box lands on the swizzle's 1024-byte
+ * period.
+ *
+ * Tensor maps (encoded per launch on the host, passed as __grid_constant__ parameters): the
+ * page arena as a 3D tensor [pages][rows of a page][head_dim] with the page stride as the
+ * outer stride (row index within a page = ((layer * 2 + kv) * n_kv + kv_head) * B + token),
+ * and k_new / v_new as [n_new][n_kv][head_dim] (rows past n_new are zero-filled by the copy).
+ *
+ * Lazy RoPE, exactly as the mma.sync kernel: when a tile's document start differs from the
+ * last one, each consumer warpgroup re-reads its raw query rows (16-byte loads, L2-resident),
+ * rotates them in shared memory by (row position - start) with the exact-angle sincos, folding
+ * in the softmax scale and log2(e), rounded once to 16 bits; rotations never compound.
+ *
+ * Invalid key slots (the unused tail of a partial block: garbage, NaN in the tests; rows past
+ * the tile's blocks: stale) get -inf scores; since 0 * NaN is NaN in the product with V, a
+ * consumer zeroes the V rows of invalid cached slots before its P V product (only for tiles
+ * the producer flags; both warpgroups write the same zeros).
+ */
+#include <cuda.h>
+#include <limits.h>
+#include <stdio.h>
+
+#include "lkv_cuda_common.cuh"
+#include "lkv_cuda_wgmma.cuh"
+#include "lkv_prefill_internal.cuh"
+
+extern "C" {
+#include "lkv_attn_cuda.h"
+}
+
+#define WG_BM      LKV__WG_BM
+#define WG_BN      128
+#define WG_STAGES  2
+#define WG_THREADS 384
+#define WG_REF_WIN 256
+
+/* Per-stage tile metadata, written by the producer before it arms the stage's barrier. */
+struct wg_meta {
+    int kind;          /* 0 cached blocks, 1 new tokens, -1 done */
+    int start;         /* rotation origin */
+    int full;          /* every key valid and visible to every row, no bias: no masking */
+    int zero;          /* cached tile with invalid slots: zero their V rows */
+    int colpos[WG_BN]; /* key position, -1 = invalid slot */
+};
+
+template <int D> struct wg_smem {
+    static constexpr int Q_BYTES = WG_BM * D * 2;
+    static constexpr int KV_BYTES = WG_BN * D * 2; /* one K or V stage */
+    static constexpr int OFF_K = Q_BYTES;
+    static constexpr int OFF_V = OFF_K + WG_STAGES * KV_BYTES;
+    static constexpr int OFF_META = OFF_V + WG_STAGES * KV_BYTES;
+    static constexpr int OFF_REFS = OFF_META + WG_STAGES * (int)sizeof(wg_meta);
+    static constexpr int OFF_FREQ = OFF_REFS + WG_REF_WIN * 8;
+    static constexpr int OFF_BAR = OFF_FREQ + 2 * 128 * 4;
+    static constexpr int TOTAL = OFF_BAR + 2 * WG_STAGES * 8;
+    static constexpr int ALLOC = TOTAL + 1024; /* base aligned up to 1024 in the kernel */
+};
+
+/* Element offset of (row, col) in a paneled, 128-byte-swizzled [rows][D] tile. */
+template <int ROWS> static __device__ __forceinline__ int pswz(int row, int col)
+{
+    return (col >> 6) * (ROWS * 64) + row * 64 + ((((col >> 3) & 7) ^ (row & 7)) << 3) + (col & 7);
+}
+
+/* ---------------------------------------------------------------- PTX: mbarrier, TMA, misc */
+
+#if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
+#define WG_ARCH_OK 1
+#else
+#define WG_ARCH_OK 0
+#endif
+
+static __device__ __forceinline__ void mbar_init(uint32_t bar, int count)
+{
+    asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(bar), "r"(count) : "memory");
+}
+static __device__ __forceinline__ void mbar_expect_tx(uint32_t bar, uint32_t bytes)
+{
+    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(bar), "r"(bytes)
+                 : "memory");
+}
+static __device__ __forceinline__ void mbar_arrive(uint32_t bar)
+{
+    asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(bar) : "memory");
+}
+static __device__ __forceinline__ uint32_t mbar_try(uint32_t bar, uint32_t parity)
+{
+    uint32_t done;
+    asm volatile("{\n.reg .pred p;\n"
+                 "mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n"
+                 "selp.u32 %0, 1, 0, p;\n}\n"
+                 : "=r"(done)
+                 : "r"(bar), "r"(parity)
+                 : "memory");
+    return done;
+}
+/* Waits for the phase of `parity` to complete. A wait of more than about 4e9 cycles (2 s) is a
+ * defect (a lost arrival or transaction byte): trap, so it surfaces as a launch error instead
+ * of a hang. */
+static __device__ __forceinline__ void mbar_wait(uint32_t bar, uint32_t parity)
+{
+    if (mbar_try(bar, parity)) {
+        return;
+    }
+    const long long t0 = clock64();
+    while (!mbar_try(bar, parity)) {
+        if (clock64() - t0 > 4000000000ll) {
+            __trap();
+        }
+    }
+}
+static __device__ __forceinline__ void tma_load_3d(uint32_t dst, const CUtensorMap *map,
+                                                   uint32_t bar, int c0, int c1, int c2)
+{
+    asm volatile("cp.async.bulk.tensor.3d.shared::cluster.global.mbarrier::complete_tx::bytes"
+                 " [%0], [%1, {%2, %3, %4}], [%5];\n" ::"r"(dst),
+                 "l"((uint64_t)map), "r"(c0), "r"(c1), "r"(c2), "r"(bar)
+                 : "memory");
+}
+static __device__ __forceinline__ void fence_proxy_async()
+{
+    asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+}
+static __device__ __forceinline__ void named_bar(int id, int n)
+{
+    asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(n) : "memory");
+}
+
+/* wgmma shared-memory descriptor: 128-byte swizzle, start address, leading / stride byte
+ * offsets (both multiples of 16). */
+static __device__ __forceinline__ uint64_t wg_desc(uint32_t addr, uint32_t lbo, uint32_t sbo)
+{
+    return (uint64_t)((addr & 0x3ffffu) >> 4) | ((uint64_t)(lbo >> 4) << 16) |
+           ((uint64_t)(sbo >> 4) << 32) | (1ull << 62);
+}
+
+/* ---------------------------------------------------------------- the kernel */
+
+template <typename T, int D>
+__global__ void __launch_bounds__(WG_THREADS, 1)
+    prefill_wgmma_kernel(const prefill_params p, const lkv__dev_pe pe, const lkv__dev_slopes sl,
+                         const __grid_constant__ CUtensorMap tm_arena,
+                         const __grid_constant__ CUtensorMap tm_knew,
+                         const __grid_constant__ CUtensorMap tm_vnew)
+{
+#if WG_ARCH_OK
+    using L = wg_smem<D>;
+    extern __shared__ __align__(1024) unsigned char smem_dyn[];
+    unsigned char *sm =
+        (unsigned char *)(((uintptr_t)smem_dyn + 1023) & ~(uintptr_t)1023); /* 1024-aligned */
+    T *qs = (T *)sm;
+    T *ks = (T *)(sm + L::OFF_K);
+    T *vs = (T *)(sm + L::OFF_V);
+    wg_meta *meta = (wg_meta *)(sm + L::OFF_META);
+    uint64_t *rbuf = (uint64_t *)(sm + L::OFF_REFS);
+    float *fhi = (float *)(sm + L::OFF_FREQ);
+    float *flo = fhi + 128;
+    const uint32_t bar0 = lkv__smem_u32(sm + L::OFF_BAR);
+    auto full_bar = [&](int s) { return bar0 + 8u * (uint32_t)s; };
+    auto empty_bar = [&](int s) { return bar0 + 8u * (uint32_t)(WG_STAGES + s); };
+
+    const int tid = threadIdx.x, lane = tid & 31, wg = tid >> 7;
+    const int mt = gridDim.x - 1 - blockIdx.x; /* heaviest (last) row tiles first */
+    const int kvh = blockIdx.y, split = blockIdx.z;
+    const int g = p.group;
+    const int R = p.n_new * g;
+    const int row0 = mt * WG_BM;
+    const bool alibi = pe.kind == LKV_POSENC_ALIBI;
+
+    for (int j = tid; j < 128; j += WG_THREADS) {
+        fhi[j] = j < pe.n_pairs ? pe.freq_hi[j] : 0.0f;
+        flo[j] = j < pe.n_pairs ? pe.freq_lo[j] : 0.0f;
+    }
+    if (tid == 0) {
+        for (int s = 0; s < WG_STAGES; s++) {
+            mbar_init(full_bar(s), 1);
+            mbar_init(empty_bar(s), 8); /* one arrival per consumer warp */
+        }
+        asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+    }
+    __syncthreads();
+
+    if (wg == 0) {
+        /* ------------------------------------------------------------ producer */
+        asm volatile("setmaxnreg.dec.sync.aligned.u32 40;\n");
+        if (tid >= 32) {
+            return;
+        }
+        const int r_lo = min(p.n_refs, split * p.refs_per_split);
+        const int r_hi =
+            split == p.n_splits - 1 ? p.n_refs : min(p.n_refs, r_lo + p.refs_per_split);
+        const bool do_new = split == p.n_splits - 1;
+        const int kend = min(p.n_new, (min(R, row0 + WG_BM) - 1) / g + 1);
+        const int B = p.B;
+        const int nbmax = WG_BN / B;
+        const int row_k = (p.layer * 2 * p.n_kv + kvh) * B; /* K slab's first row in a page */
+        const int row_v = row_k + p.n_kv * B;
+        int w0 = r_lo, wcnt = min(WG_REF_WIN, r_hi - r_lo);
+        for (int i = lane; i < wcnt; i += 32) {
+            rbuf[i] = p.refs[r_lo + i];
+        }
+        __syncwarp();
+        int r = r_lo, j0 = 0;
+        for (int it = 0;; it++) {
+            int kind = -1, start = 0, nb = 0, full = 0, zero = 0;
+            if (r < r_hi) {
+                if (r >= w0 + wcnt) {
+                    __syncwarp();
+                    w0 = r;
+                    wcnt = min(WG_REF_WIN, r_hi - r);
+                    for (int i = lane; i < wcnt; i += 32) {
+                        rbuf[i] = p.refs[r + i];
+                    }
+                    __syncwarp();
+                }
+                kind = 0;
+                start = (int)lkv_ref_start(rbuf[r - w0]);
+                nb = 1;
+                bool all = (int)lkv_ref_valid(rbuf[r - w0]) >= B;
+                while (nb < nbmax && r + nb < w0 + wcnt &&
+                       (int)lkv_ref_start(rbuf[r + nb - w0]) == start) {
+                    all = all && (int)lkv_ref_valid(rbuf[r + nb - w0]) >= B;
+                    nb++;
+                }
+                const bool dense = all && nb * B == WG_BN;
+                full = dense && !alibi;
+                zero = !dense;
+            } else if (do_new && j0 < kend) {
+                kind = 1;
+                start = p.new_start;
+                full = j0 + WG_BN <= p.n_new && j0 + WG_BN - 1 <= row0 / g && !alibi;
+            }
+            const int s = it % WG_STAGES;
+            mbar_wait(empty_bar(s), (uint32_t)(((it / WG_STAGES) & 1) ^ 1));
+            wg_meta *m = meta + s;
+            if (lane == 0) {
+                m->kind = kind;
+                m->start = start;
+                m->full = full;
+                m->zero = zero;
+            }
+            for (int c = lane; c < WG_BN; c += 32) {
+                int cp = -1;
+                if (kind == 0) {
+                    const int bi = c / B, t = c - bi * B;
+                    if (bi < nb) {
+                        const uint64_t ref = rbuf[r + bi - w0];
+                        if (t < min((int)lkv_ref_valid(ref), B)) {
+                            cp = start + (int)lkv_ref_block(ref) * B + t;
+                        }
+                    }
+                } else if (kind == 1) {
+                    cp = j0 + c < p.n_new ? p.new_start + j0 + c : -1;
+                }
+                m->colpos[c] = cp;
+            }
+            __syncwarp();
+            if (kind < 0) {
+                if (lane == 0) {
+                    mbar_arrive(full_bar(s));
+                }
+                break;
+            }
+            if (lane == 0) {
+                const uint32_t kdst = lkv__smem_u32(ks) + (uint32_t)(s * L::KV_BYTES);
+                const uint32_t vdst = lkv__smem_u32(vs) + (uint32_t)(s * L::KV_BYTES);
+                if (kind == 0) {
+                    mbar_expect_tx(full_bar(s), (uint32_t)(nb * B * D * 2 * 2));
+                    for (int bi = 0; bi < nb; bi++) {
+                        const int page = (int)lkv_ref_page(rbuf[r + bi - w0]);
+#pragma unroll
+                        for (int pn = 0; pn < D / 64; pn++) {
+                            const uint32_t off = (uint32_t)((pn * WG_BN + bi * B) * 128);
+                            tma_load_3d(kdst + off, &tm_arena, full_bar(s), pn * 64, row_k, page);
+                            tma_load_3d(vdst + off, &tm_arena, full_bar(s), pn * 64, row_v, page);
+                        }
+                    }
+                } else {
+                    mbar_expect_tx(full_bar(s), (uint32_t)(WG_BN * D * 2 * 2));
+#pragma unroll
+                    for (int pn = 0; pn < D / 64; pn++) {
+                        const uint32_t off = (uint32_t)(pn * WG_BN * 128);
+                        tma_load_3d(kdst + off, &tm_knew, full_bar(s), pn * 64, kvh, j0);
+                        tma_load_3d(vdst + off, &tm_vnew, full_bar(s), pn * 64, kvh, j0);
+                    }
+                }
+            }
+            __syncwarp();
+            if (kind == 0) {
+                r += nb;
+            } else {
+                j0 += WG_BN;
+            }
+        }
+        return;
+    }
+
+    /* ---------------------------------------------------------------- consumers */
+    asm volatile("setmaxnreg.inc.sync.aligned.u32 232;\n");
+    const int c = wg - 1;            /* consumer index 0 / 1 */
+    const int ct = tid - 128 * wg;   /* thread within the warpgroup */
+    const int cw = ct >> 5;          /* warp within the warpgroup */
+    const int wrow0 = row0 + c * 64; /* first row of this warpgroup */
+    T *qw = qs + c * 64 * D;         /* this warpgroup's Q tile: [D / 64][64][64] */
+    const uint32_t qw_addr = lkv__smem_u32(qw);
+    const int bar_id = 1 + c;
+
+    int rowpos[2];
+    float slope[2];
+#pragma unroll
+    for (int hf = 0; hf < 2; hf++) {
+        const int gr = wrow0 + cw * 16 + (lane >> 2) + hf * 8;
+        rowpos[hf] = p.new_start + (gr < R ? gr / g : 0);
+        slope[hf] = alibi && gr < R ? sl.s[kvh * g + gr % g] * LKV__LOG2E : 0.0f;
+    }
+
+    /* Rotates this warpgroup's 64 query rows for origin `start` into qw (see the file
+     * comment). The previous products that read qw have completed (each tile waits for its
+     * wgmma groups). */
+    const int tok_lo = wrow0 / g;
+    const int n_tok = (wrow0 + 63) / g - tok_lo + 1;
+    auto rotate = [&](int start) {
+        constexpr int NCH = 64 * (D / 8) / 128; /* 16-byte chunks per thread */
+        const T *qg = (const T *)p.q;
+#pragma unroll
+        for (int b0 = 0; b0 < NCH; b0 += 4) {
+            uint4 v[4];
+#pragma unroll
+            for (int u = 0; u < 4; u++) {
+                const int idx = ct + (b0 + u) * 128;
+                const int row = idx / (D / 8), ch = idx % (D / 8);
+                const int gr = wrow0 + row;
+                v[u] = make_uint4(0u, 0u, 0u, 0u);
+                if (gr < R) {
+                    const int tok = gr / g, head = kvh * g + gr % g;
+                    v[u] = __ldg((const uint4 *)(qg + ((size_t)tok * p.n_q + head) * D + ch * 8));
+                }
+            }
+#pragma unroll
+            for (int u = 0; u < 4; u++) {
+                const int idx = ct + (b0 + u) * 128;
+                const int row = idx / (D / 8), ch = idx % (D / 8);
+                *(uint4 *)(qw + pswz<64>(row, ch * 8)) = v[u];
+            }
+        }
+        named_bar(bar_id, 128);
+        const int np = pe.n_pairs;
+        const float sc = p.scale_log2;
+        for (int idx = ct; idx < n_tok * (D / 2); idx += 128) {
+            const int tk = idx / (D / 2), k = idx % (D / 2);
+            const int tok = tok_lo + tk;
+            const int rlo = max(0, tok * g - wrow0), rhi = min(64, tok * g + g - wrow0);
+            if (k < np) {
+                int i0, i1;
+                if (pe.pairing == LKV_ROPE_HALF) {
+                    i0 = k;
+                    i1 = k + np;
+                } else {
+                    i0 = 2 * k;
+                    i1 = 2 * k + 1;
+                }
+                const float delta = (float)(p.new_start + min(tok, p.n_new - 1) - start);
+                float s, cc;
+                lkv__turn_sincos(delta, fhi[k], flo[k], &s, &cc);
+                for (int row = rlo; row < rhi; row++) {
+                    const float x0 = lkv__elem<T>::to_f(qw[pswz<64>(row, i0)]);
+                    const float x1 = lkv__elem<T>::to_f(qw[pswz<64>(row, i1)]);
+                    qw[pswz<64>(row, i0)] = lkv__elem<T>::from_f((x0 * cc - x1 * s) * sc);
+                    qw[pswz<64>(row, i1)] = lkv__elem<T>::from_f(fmaf(x0, s, x1 * cc) * sc);
+                }
+            } else {
+                const int i0 = 2 * np + 2 * (k - np);
+                for (int row = rlo; row < rhi; row++) {
+                    qw[pswz<64>(row, i0)] =
+                        lkv__elem<T>::from_f(lkv__elem<T>::to_f(qw[pswz<64>(row, i0)]) * sc);
+                    qw[pswz<64>(row, i0 + 1)] =
+                        lkv__elem<T>::from_f(lkv__elem<T>::to_f(qw[pswz<64>(row, i0 + 1)]) * sc);
+                }
+            }
+        }
+    };
+
+    float o[D / 2];
+#pragma unroll
+    for (int i = 0; i < D / 2; i++) {
+        o[i] = 0.0f;
+    }
+    float mrow[2] = {-INFINITY, -INFINITY}, lrow[2] = {0.0f, 0.0f};
+    int rot_start = INT_MIN;
+
+    for (int it = 0;; it++) {
+        const int s = it % WG_STAGES;
+        mbar_wait(full_bar(s), (uint32_t)((it / WG_STAGES) & 1));
+        const wg_meta *m = meta + s;
+        const int kind = m->kind;
+        if (kind < 0) {
+            break;
+        }
+        const int tstart = m->start;
+        const bool tfull = m->full != 0;
+        T *vt = vs + s * (WG_BN * D);
+        bool sync = false;
+        if (tstart != rot_start) {
+            rot_start = tstart;
+            rotate(tstart);
+            sync = true;
+        }
+        if (m->zero) {
+            /* Zero the V rows of invalid slots (16 bytes per thread per step). */
+            for (int idx = ct; idx < WG_BN * (D / 8); idx += 128) {
+                const int row = idx / (D / 8), ch = idx % (D / 8);
+                if (m->colpos[row] < 0) {
+                    *(uint4 *)(vt + pswz<WG_BN>(row, ch * 8)) = make_uint4(0u, 0u, 0u, 0u);
+                }
+            }
+            sync = true;
+        }
+        if (sync) {
+            fence_proxy_async();
+            named_bar(bar_id, 128);
+        }
+
+        /* S = Q K^T: 64 x 128 per warpgroup, D / 16 steps of k16. */
+        float sacc[WG_BN / 2];
+        const uint32_t k_addr = lkv__smem_u32(ks + s * (WG_BN * D));
+        lkv__wgmma_fence();
+#pragma unroll
+        for (int kk = 0; kk < D / 16; kk++) {
+            const uint32_t pn = (uint32_t)(kk >> 2), kb = (uint32_t)((kk & 3) * 32);
+            const uint64_t da = wg_desc(qw_addr + pn * (64 * 128) + kb, 16, 1024);
+            const uint64_t db = wg_desc(k_addr + pn * (WG_BN * 128) + kb, 16, 1024);
+            lkv__wgmma_ss<T, WG_BN>::run(sacc, da, db, kk > 0 ? 1 : 0);
+        }
+        lkv__wgmma_commit();
+        lkv__wgmma_wait<0>();
+#pragma unroll
+        for (int i = 0; i < WG_BN / 2; i++) {
+            lkv__reg_fence(sacc[i]);
+        }
+
+        /* Mask and bias (already scaled, log2 domain); online softmax per row. sacc[4 n + e]:
+         * n8 block n, e = 0,1 row lane/4 (cols 8n + 2 (lane % 4) + e), e = 2,3 row + 8. */
+        if (!tfull) {
+#pragma unroll
+            for (int n = 0; n < WG_BN / 8; n++) {
+                const int2 kp2 = *(const int2 *)(m->colpos + n * 8 + (lane & 3) * 2);
+#pragma unroll
+                for (int e = 0; e < 4; e++) {
+                    const int kp = (e & 1) ? kp2.y : kp2.x;
+                    const int hf = e >> 1;
+                    float sv = sacc[4 * n + e];
+                    if (kp < 0 || kp > rowpos[hf]) {
+                        sv = -INFINITY;
+                    } else if (alibi) {
+                        sv = fmaf(slope[hf], (float)(kp - rowpos[hf]), sv);
+                    }
+                    sacc[4 * n + e] = sv;
+                }
+            }
+        }
+#pragma unroll
+        for (int hf = 0; hf < 2; hf++) {
+            float red[WG_BN / 8];
+#pragma unroll
+            for (int n = 0; n < WG_BN / 8; n++) {
+                red[n] = fmaxf(sacc[4 * n + 2 * hf], sacc[4 * n + 2 * hf + 1]);
+            }
+#pragma unroll
+            for (int w = WG_BN / 16; w >= 1; w >>= 1) {
+#pragma unroll
+                for (int n = 0; n < WG_BN / 16; n++) {
+                    if (n < w) {
+                        red[n] = fmaxf(red[n], red[n + w]);
+                    }
+                }
+            }
+            float mx = red[0];
+            mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+            mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+            const float mnew = fmaxf(mrow[hf], mx);
+            const float muse = mnew == -INFINITY ? 0.0f : mnew;
+            const float alpha = lkv__ex2(mrow[hf] - muse);
+            mrow[hf] = mnew;
+#pragma unroll
+            for (int n = 0; n < WG_BN / 8; n++) {
+                sacc[4 * n + 2 * hf] = lkv__ex2(sacc[4 * n + 2 * hf] - muse);
+                sacc[4 * n + 2 * hf + 1] = lkv__ex2(sacc[4 * n + 2 * hf + 1] - muse);
+                red[n] = sacc[4 * n + 2 * hf] + sacc[4 * n + 2 * hf + 1];
+            }
+#pragma unroll
+            for (int w = WG_BN / 16; w >= 1; w >>= 1) {
+#pragma unroll
+                for (int n = 0; n < WG_BN / 16; n++) {
+                    if (n < w) {
+                        red[n] += red[n + w];
+                    }
+                }
+            }
+            lrow[hf] = lrow[hf] * alpha + red[0];
+#pragma unroll
+            for (int n = 0; n < D / 8; n++) {
+                o[4 * n + 2 * hf] *= alpha;
+                o[4 * n + 2 * hf + 1] *= alpha;
+            }
+        }
+
+        /* O += P V: P in the A register layout (k16 step kc = n8 blocks 2 kc, 2 kc + 1). */
+        uint32_t pa[WG_BN / 16][4];
+#pragma unroll
+        for (int kc = 0; kc < WG_BN / 16; kc++) {
+            pa[kc][0] = lkv__elem<T>::pack2(sacc[8 * kc + 0], sacc[8 * kc + 1]);
+            pa[kc][1] = lkv__elem<T>::pack2(sacc[8 * kc + 2], sacc[8 * kc + 3]);
+            pa[kc][2] = lkv__elem<T>::pack2(sacc[8 * kc + 4], sacc[8 * kc + 5]);
+            pa[kc][3] = lkv__elem<T>::pack2(sacc[8 * kc + 6], sacc[8 * kc + 7]);
+        }
+        const uint32_t v_addr = lkv__smem_u32(vt);
+#pragma unroll
+        for (int i = 0; i < D / 2; i++) {
+            lkv__reg_fence(o[i]);
+        }
+        lkv__wgmma_fence();
+#pragma unroll
+        for (int kc = 0; kc < WG_BN / 16; kc++) {
+            const uint64_t db = wg_desc(v_addr + (uint32_t)(kc * 16 * 128), WG_BN * 128, 1024);
+            lkv__wgmma_rs_t<T, D>::run(o, pa[kc], db);
+        }
+        lkv__wgmma_commit();
+        lkv__wgmma_wait<0>();
+#pragma unroll
+        for (int i = 0; i < D / 2; i++) {
+            lkv__reg_fence(o[i]);
+        }
+        __syncwarp();
+        if (lane == 0) {
+            mbar_arrive(empty_bar(s));
+        }
+    }
+
+    /* Epilogue. */
+#pragma unroll
+    for (int hf = 0; hf < 2; hf++) {
+        float l = lrow[hf];
+        l += __shfl_xor_sync(0xffffffffu, l, 1);
+        l += __shfl_xor_sync(0xffffffffu, l, 2);
+        const int gr = wrow0 + cw * 16 + (lane >> 2) + hf * 8;
+        if (gr >= R) {
+            continue;
+        }
+        const int tok = gr / g, head = kvh * g + gr % g;
+        const size_t orow = (size_t)tok * p.n_q + head;
+        const float inv = l > 0.0f ? 1.0f / l : 0.0f;
+        if (p.n_splits == 1) {
+            T *out = (T *)p.out + orow * D;
+#pragma unroll
+            for (int n = 0; n < D / 8; n++) {
+                const int col = n * 8 + (lane & 3) * 2;
+                *(uint32_t *)(out + col) =
+                    lkv__elem<T>::pack2(o[4 * n + 2 * hf] * inv, o[4 * n + 2 * hf + 1] * inv);
+            }
+        } else {
+            float *po = p.part_o + (orow * p.n_splits + split) * D;
+#pragma unroll
+            for (int n = 0; n < D / 8; n++) {
+                const int col = n * 8 + (lane & 3) * 2;
+                *(float2 *)(po + col) =
+                    make_float2(o[4 * n + 2 * hf] * inv, o[4 * n + 2 * hf + 1] * inv);
+            }
+            if ((lane & 3) == 0) {
+                p.part_lse[orow * p.n_splits + split] = l > 0.0f ? mrow[hf] + log2f(l) : -INFINITY;
+            }
+        }
+    }
+#endif
+}
+
+/* ---------------------------------------------------------------- host */
+
+typedef CUresult (*encode_fn)(CUtensorMap *, CUtensorMapDataType, cuuint32_t, void *,
+                              const cuuint64_t *, const cuuint64_t *, const cuuint32_t *,
+                              const cuuint32_t *, CUtensorMapInterleave, CUtensorMapSwizzle,
+                              CUtensorMapL2promotion, CUtensorMapFloatOOBfill);
+
+/* The driver's cuTensorMapEncodeTiled through the runtime (no link against libcuda), once. */
+static encode_fn get_encode(void)
+{
+    static encode_fn fn;
+    static int tried;
+    if (!tried) {
+        void *f = NULL;
+        cudaDriverEntryPointQueryResult q;
+        if (cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &f, 12000, cudaEnableDefault,
+                                             &q) == cudaSuccess &&
+            q == cudaDriverEntryPointSuccess) {
+            fn = (encode_fn)f;
+        }
+        cudaGetLastError();
+        tried = 1;
+    }
+    return fn;
+}
+
+/* Per device: 1 when it is compute capability 9.0 and the sm_90a kernel loads on it. */
+static int device_ok(void)
+{
+    static int cached[64]; /* 0 unknown, 1 yes, 2 no */
+    int dev = 0;
+    if (cudaGetDevice(&dev) != cudaSuccess || dev < 0 || dev >= 64) {
+        cudaGetLastError();
+        return 0;
+    }
+    if (cached[dev] == 0) {
+        int major = 0, minor = 0;
+        cudaFuncAttributes fa;
+        const bool ok =
+            cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) == cudaSuccess &&
+            cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev) == cudaSuccess &&
+            major == 9 && minor == 0 &&
+            cudaFuncGetAttributes(&fa, prefill_wgmma_kernel<__nv_bfloat16, 128>) == cudaSuccess &&
+            fa.binaryVersion == 90 && get_encode() != NULL;
+        cudaGetLastError();
+        cached[dev] = ok ? 1 : 2;
+    }
+    return cached[dev] == 1;
+}
+
+int lkv__prefill_wgmma_ok(const prefill_params *p)
+{
+    const uintptr_t al = (uintptr_t)p->q | (uintptr_t)p->k_new | (uintptr_t)p->v_new |
+                         (uintptr_t)p->out | (uintptr_t)p->arena;
+    return (p->d == 64 || p->d == 128) && p->B % 8 == 0 && p->page_bytes % 16 == 0 &&
+           al % 16 == 0 && (p->dtype == LKV_DTYPE_BF16 || p->dtype == LKV_DTYPE_F16) && device_ok();
+}
+
+static int encode(CUtensorMap *m, int dtype, const void *base, cuuint64_t d1, cuuint64_t d2,
+                  cuuint64_t s1, cuuint64_t s2, cuuint32_t b1, cuuint32_t b2, int D)
+{
+    const cuuint64_t dims[3] = {(cuuint64_t)D, d1, d2};
+    const cuuint64_t strides[2] = {s1, s2};
+    const cuuint32_t box[3] = {64, b1, b2};
+    const cuuint32_t es[3] = {1, 1, 1};
+    const CUresult r =
+        get_encode()(m,
+                     dtype == LKV_DTYPE_BF16 ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16
+                                             : CU_TENSOR_MAP_DATA_TYPE_FLOAT16,
+                     3, (void *)base, dims, strides, box, es, CU_TENSOR_MAP_INTERLEAVE_NONE,
+                     CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+                     CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+    if (r != CUDA_SUCCESS) {
+        fprintf(stderr, "lkv_prefill_wgmma: cuTensorMapEncodeTiled failed (%d)\n", (int)r);
+        return LKV_ECUDA;
+    }
+    return 0;
+}
+
+template <typename T, int D>
+static int launch(const prefill_params &p, const lkv__dev_pe &pe, const lkv__dev_slopes &sl,
+                  cudaStream_t st)
+{
+    CUtensorMap ta, tk, tv;
+    memset(&ta, 0, sizeof ta);
+    const uint64_t row = (uint64_t)D * 2;
+    /* Arena: [pages][rows of a page][D]; the page count is the reference format's limit (the
+     * copies only touch pages that references name). */
+    const uint64_t rows_pp = (uint64_t)p.n_layers * 2u * (uint64_t)p.n_kv * (uint64_t)p.B;
+    if (p.n_refs > 0 && encode(&ta, p.dtype, p.arena, rows_pp, (uint64_t)LKV_REF_MAX_PAGE + 1u, row,
+                               p.page_bytes, (cuuint32_t)p.B, 1, D) != 0) {
+        return LKV_ECUDA;
+    }
+    /* New tokens: [n_new][n_kv][D]. */
+    if (encode(&tk, p.dtype, p.k_new, (uint64_t)p.n_kv, (uint64_t)p.n_new, row,
+               row * (uint64_t)p.n_kv, 1, WG_BN, D) != 0 ||
+        encode(&tv, p.dtype, p.v_new, (uint64_t)p.n_kv, (uint64_t)p.n_new, row,
+               row * (uint64_t)p.n_kv, 1, WG_BN, D) != 0) {
+        return LKV_ECUDA;
+    }
+    const int smem = wg_smem<D>::ALLOC;
+    static bool attr_set;
+    if (!attr_set) {
+        LKV__CUDA_CHECK(cudaFuncSetAttribute(prefill_wgmma_kernel<T, D>,
+                                             cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
+        attr_set = true;
+    }
+    const long rows = (long)p.n_new * p.group;
+    dim3 grid((unsigned)((rows + WG_BM - 1) / WG_BM), (unsigned)p.n_kv, (unsigned)p.n_splits);
+    prefill_wgmma_kernel<T, D><<<grid, WG_THREADS, smem, st>>>(p, pe, sl, ta, tk, tv);
+    LKV__CUDA_CHECK_LAUNCH();
+    return 0;
+}
+
+int lkv__prefill_wgmma_launch(const prefill_params *p, const lkv__dev_pe *pe,
+                              const lkv__dev_slopes *sl, cudaStream_t st)
+{
+    const bool bf = p->dtype == LKV_DTYPE_BF16;
+    if (p->d == 128) {
+        return bf ? launch<__nv_bfloat16, 128>(*p, *pe, *sl, st)
+                  : launch<__half, 128>(*p, *pe, *sl, st);
+    }
+    return bf ? launch<__nv_bfloat16, 64>(*p, *pe, *sl, st) : launch<__half, 64>(*p, *pe, *sl, st);
+}
