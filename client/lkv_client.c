@@ -37,6 +37,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include <grpc/byte_buffer.h>
 #include <grpc/byte_buffer_reader.h>
@@ -538,9 +539,21 @@ static void put_free(lkv_put_t *p)
 {
     call_end(&p->cl);
     if (p->zc != NULL) {
+        /* Never returns while gRPC may still read the caller's memory; says so if that takes
+         * unusually long (the call has ended: the transport drops its references once its
+         * last write on the connection is done). */
         pthread_mutex_lock(&p->zc->mu);
+        int waited_s = 0;
         while (p->zc->held > 0) {
-            pthread_cond_wait(&p->zc->cv, &p->zc->mu);
+            struct timespec ts;
+            clock_gettime(CLOCK_REALTIME, &ts);
+            ts.tv_sec += 1;
+            if (pthread_cond_timedwait(&p->zc->cv, &p->zc->mu, &ts) == ETIMEDOUT &&
+                ++waited_s == 10) {
+                LKV_LOGW("put: gRPC still holds %d slice(s) of the caller's blocks 10 s after the "
+                         "call ended; waiting",
+                         p->zc->held);
+            }
         }
         pthread_mutex_unlock(&p->zc->mu);
         pthread_cond_destroy(&p->zc->cv);
