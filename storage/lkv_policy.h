@@ -21,22 +21,28 @@
  *         behind the same admission filter comparing freq * cost / size instead of freq.
  *   adaptive  W-TinyLFU with a hill-climbing window (after the design of the Caffeine cache):
  *         a small LRU admission window in front of a segmented LRU main region (probation,
- *         protected = 90% of main). A new id enters the window (one larger than the window's
- *         share must first win the contest below against what it would displace). When the
+ *         protected = 90% of main). A new id that fits in the window's share enters the
+ *         window; a larger one (every id while the share is 0) bypasses it: it must win the
+ *         contest below at the door (lkv_policy_would_admit) against the entries its admission
+ *         evicts (probation LRU, then protected, then window) and joins probation. When the
  *         window is over its share and room is needed, its LRU entry (the candidate) competes
  *         with the main region's LRU entries that would free as many bytes: it moves into main
  *         only if its density, sketch estimate x cost / bytes, exceeds each of theirs (size-
  *         aware: cost = bytes is a frequency contest, cost = 1 favours small documents as GDSF
- *         does), else it is the one evicted. The sketch halves every 160 x entries present
- *         records (at least 1024, at most tinylfu's period), so history lasts about as long as
- *         the cache's own turnover and a drifting popularity is followed. The window's share
- *         starts at 0 (TinyLFU) and is moved by a hill climber on the hit rate (lkv_policy_record
- *         counts requests, lkv_policy_touch hits): every sample (8 x entries present, at least
- *         16384 requests) it steps in the direction that last raised the hit rate, reverses
- *         when it fell; the step (3%) decays by 0.98 a sample to a floor of 0.5% and restarts
- *         on a jump of 5 points. Window 100% is LRU; window 0 is TinyLFU on an SLRU, so the
- *         policy follows whichever the traffic favours. O(1) per operation (a contest looks at
- *         most at 8 rivals).
+ *         does), else it is the one evicted. One hill climber on the hit rate (lkv_policy_record
+ *         counts requests, lkv_policy_touch hits) moves a position x in [0, 1] that sets two
+ *         things: on [0, 0.05] the window is empty and the sketch's history (records between
+ *         halvings) shrinks geometrically from TinyLFU's (10 x sketch width) to the cache's
+ *         own turnover (40 x entries present, at least 1024), so drifting popularity is
+ *         followed; beyond 0.05 the history stays short and the window's share grows linearly
+ *         to 1 (LRU). x starts at 0 (TinyLFU on an SLRU). Every sample (40 x entries present,
+ *         at least 16384 requests: one short history, so a move shows within the sample) x
+ *         steps in the current direction. Towards recency the direction is kept only if the
+ *         hit rate rose by more than one standard error of the difference of two samples;
+ *         back towards TinyLFU it is kept unless the rate fell by more than one; else it is
+ *         reversed (TinyLFU is the prior: noise walks x back to 0). The step (5%) decays by
+ *         0.98 a sample to a floor of 0.5% and restarts on a jump of 5 points. O(1) per
+ *         operation (a contest looks at most at 8 rivals).
  *   (more kinds may be added; lkv_policy_names lists them all)
  *
  * Pinned entries (leases) are never chosen as victims. Not thread-safe: the caller serialises.

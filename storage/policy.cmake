@@ -4,5 +4,5 @@
 if(NOT TARGET lkv_policy)
   add_library(lkv_policy STATIC ${CMAKE_SOURCE_DIR}/storage/lkv_policy.c)
   target_include_directories(lkv_policy PUBLIC ${CMAKE_SOURCE_DIR}/storage)
-  target_link_libraries(lkv_policy PUBLIC lkv_common)
+  target_link_libraries(lkv_policy PUBLIC lkv_common m) # m: pow, sqrt (the climber)
 endif()

@@ -33,6 +33,7 @@
 #include "lkv_err.h"
 #include "lkv_pagespace.h"
 #include "lkv_log.h"
+#include "lkv_policy.h"
 #include "lkv_request.h"
 #include "lkv_server.h"
 #include "lkv_worker.h"
@@ -54,7 +55,14 @@ static void usage(FILE *f)
             "  --tokenizer PATH      tokenizer (default %s/tok512.bin)\n"
             "  --model-id REV        the revision to confirm when the profile's model_id is not\n"
             "                        a blake2b: hash of the checkpoint\n"
-            "  --token TOKEN         bearer token for the daemon\n"
+            "  --token TOKEN         bearer token for the daemon (default $LAZYKV_TOKEN)\n"
+            "  --tls-ca FILE         talk TLS to the daemon, verifying it against this CA (PEM)\n"
+            "                        (default $LAZYKV_TLS_CA)\n"
+            "  --tls-cert FILE       client certificate (PEM) for a daemon that requires one\n"
+            "                        (default $LAZYKV_TLS_CERT)\n"
+            "  --tls-key FILE        its private key (PEM) (default $LAZYKV_TLS_KEY)\n"
+            "  --tls-server-name N   name to check in the daemon's certificate\n"
+            "                        (default $LAZYKV_TLS_SERVER_NAME, else the --daemon host)\n"
             "  --requests FILE|-     JSON-line requests (lkv_request.h), '-' for stdin\n"
             "  --doc TEXT            a document (repeat, in prompt order)\n"
             "  --question TEXT       the question\n"
@@ -62,8 +70,11 @@ static void usage(FILE *f)
             "  --temperature T       0 = greedy (default 0)\n"
             "  --top-p P             nucleus mass (default 1)\n"
             "  --seed N              sampling seed (default 0)\n"
-            "  --mode lazy|materialise   attention over cached pages, or the Block-Attention\n"
-            "                        baseline (re-rotated copies)\n"
+            "  --mode lazy|materialise|prefix   attention over cached pages, the Block-Attention\n"
+            "                        baseline (re-rotated copies) or the prefix-caching baseline\n"
+            "  --prefix-pages N      worker pages of the prefix pool (mode prefix; the last N of\n"
+            "                        --local-pages)\n"
+            "  --copy-budget         Block-Attention copies take the daemon's budget (Reserve)\n"
             "  --json                print results as JSON lines\n"
             "  --local-fallback      if the daemon is unreachable, compute locally (and say so)\n"
             "  --no-inplace          store misses by Put (default: compute them into pages\n"
@@ -250,6 +261,8 @@ int main(int argc, char **argv)
         O_JSON,
         O_FALLBACK,
         O_NO_INPLACE,
+        O_PREFIX_PAGES,
+        O_COPY_BUDGET,
         O_DEADLINE,
         O_TTL,
         O_PAGES,
@@ -268,6 +281,10 @@ int main(int argc, char **argv)
         O_HASH_KV,
         O_SYNTH,
         O_DUMP,
+        O_TLS_CA,
+        O_TLS_CERT,
+        O_TLS_KEY,
+        O_TLS_NAME,
         O_HELP
     };
     static const struct option opts[] = {
@@ -277,6 +294,10 @@ int main(int argc, char **argv)
         {"tokenizer", required_argument, NULL, O_TOK},
         {"model-id", required_argument, NULL, O_MODEL_ID},
         {"token", required_argument, NULL, O_TOKEN},
+        {"tls-ca", required_argument, NULL, O_TLS_CA},
+        {"tls-cert", required_argument, NULL, O_TLS_CERT},
+        {"tls-key", required_argument, NULL, O_TLS_KEY},
+        {"tls-server-name", required_argument, NULL, O_TLS_NAME},
         {"requests", required_argument, NULL, O_REQUESTS},
         {"doc", required_argument, NULL, O_DOC},
         {"question", required_argument, NULL, O_QUESTION},
@@ -288,6 +309,8 @@ int main(int argc, char **argv)
         {"json", no_argument, NULL, O_JSON},
         {"local-fallback", no_argument, NULL, O_FALLBACK},
         {"no-inplace", no_argument, NULL, O_NO_INPLACE},
+        {"prefix-pages", required_argument, NULL, O_PREFIX_PAGES},
+        {"copy-budget", no_argument, NULL, O_COPY_BUDGET},
         {"deadline-ms", required_argument, NULL, O_DEADLINE},
         {"lease-ttl-ms", required_argument, NULL, O_TTL},
         {"local-pages", required_argument, NULL, O_PAGES},
@@ -316,6 +339,7 @@ int main(int argc, char **argv)
     int n_docs = 0, json = 0, stats = 0, c, use_engine = 0, rpc_threads = 2;
     const char *serve_addr = NULL;
     int use_cuda = 0, cuda_f32 = 0;
+    uint32_t prefix_pages = 0;
     lkv_engine_opts eo = {0};
     char model[4096], tokp[4096];
     snprintf(model, sizeof(model), "%s/stories260K.bin", LKV_DEFAULT_MODEL_DIR);
@@ -343,6 +367,18 @@ int main(int argc, char **argv)
             break;
         case O_TOKEN:
             wo.bearer_token = optarg;
+            break;
+        case O_TLS_CA:
+            wo.tls_ca_file = optarg;
+            break;
+        case O_TLS_CERT:
+            wo.tls_cert_file = optarg;
+            break;
+        case O_TLS_KEY:
+            wo.tls_key_file = optarg;
+            break;
+        case O_TLS_NAME:
+            wo.tls_server_name = optarg;
             break;
         case O_REQUESTS:
             requests = optarg;
@@ -418,8 +454,11 @@ int main(int argc, char **argv)
                 def.mode = LKV_RAG_LAZY;
             } else if (strcmp(optarg, "materialise") == 0 || strcmp(optarg, "materialize") == 0) {
                 def.mode = LKV_RAG_MATERIALISE;
+            } else if (strcmp(optarg, "prefix") == 0) {
+                def.mode = LKV_RAG_PREFIX;
             } else {
-                fprintf(stderr, "lazykv-worker: --mode: '%s' is not lazy or materialise\n", optarg);
+                fprintf(stderr, "lazykv-worker: --mode: '%s' is not lazy, materialise or prefix\n",
+                        optarg);
                 return 2;
             }
             break;
@@ -431,6 +470,12 @@ int main(int argc, char **argv)
             break;
         case O_NO_INPLACE:
             wo.no_inplace = 1;
+            break;
+        case O_PREFIX_PAGES:
+            prefix_pages = (uint32_t)strtoul(optarg, NULL, 10);
+            break;
+        case O_COPY_BUDGET:
+            wo.copy_budget = 1;
             break;
         case O_STATS:
             stats = 1;
@@ -492,6 +537,18 @@ int main(int argc, char **argv)
             return 2;
         }
     }
+    /* The daemon's credentials default to the CLI's environment (deploy/: the sidecar's
+     * ConfigMap and Secret set LAZYKV_TOKEN and LAZYKV_TLS_*). */
+    const char **envopt[5] = {&wo.bearer_token, &wo.tls_ca_file, &wo.tls_cert_file,
+                              &wo.tls_key_file, &wo.tls_server_name};
+    static const char *const envname[5] = {"LAZYKV_TOKEN", "LAZYKV_TLS_CA", "LAZYKV_TLS_CERT",
+                                           "LAZYKV_TLS_KEY", "LAZYKV_TLS_SERVER_NAME"};
+    for (int k = 0; k < 5; k++) {
+        if (*envopt[k] == NULL) {
+            const char *v = getenv(envname[k]);
+            *envopt[k] = v != NULL && v[0] != '\0' ? v : NULL;
+        }
+    }
     if (use_cuda) {
 #ifdef LKV_WORKER_HAVE_CUDA
         const lkv_backend *cb;
@@ -531,6 +588,11 @@ int main(int argc, char **argv)
     int rc = lkv_worker_create(&wo, &w, err, sizeof(err));
     if (rc != 0) {
         fprintf(stderr, "lazykv-worker: %s\n", err);
+        return 2;
+    }
+    if (prefix_pages > 0 && lkv_worker_prefix_setup(w, prefix_pages, LKV_POLICY_ADAPTIVE) != 0) {
+        fprintf(stderr, "lazykv-worker: --prefix-pages %u must be below --local-pages\n",
+                prefix_pages);
         return 2;
     }
     int failed = 0;

@@ -227,8 +227,10 @@ int lkv_request_parse(const char *line, const lkv_tokenizer *tok, const lkv_requ
             out->rag.mode = LKV_RAG_LAZY;
         } else if (strcmp(m, "materialise") == 0 || strcmp(m, "materialize") == 0) {
             out->rag.mode = LKV_RAG_MATERIALISE;
+        } else if (strcmp(m, "prefix") == 0) {
+            out->rag.mode = LKV_RAG_PREFIX;
         } else {
-            rc = bad(err, len, "\"mode\" must be \"lazy\" or \"materialise\"");
+            rc = bad(err, len, "\"mode\" must be \"lazy\", \"materialise\" or \"prefix\"");
             goto out;
         }
     }

@@ -11,7 +11,8 @@
  *    "temperature": 0.0, "top_p": 1.0, "seed": 0,   sampling (temperature 0: greedy)
  *    "stop": true,                        stop at an end token (default true)
  *    "bos": true,                         documents given as text start with BOS (default true)
- *    "mode": "lazy" | "materialise",      default "lazy"
+ *    "mode": "lazy" | "materialise" | "prefix",   default "lazy" ("prefix": the worker's
+ *                                         prefix pool, lazykv-worker --prefix-pages)
  *    "cache": true}                       false: do not use the daemon for this request
  *
  * Text goes through the tokenizer: a document gets a BOS first (unless "bos": false), the

@@ -232,9 +232,10 @@ int lkv_runner_forward(lkv_runner *r, lkv_model_kv *kv, const lkv_model_seg *ctx
     }
     seg->n_tokens = n0 + n;
     if (logits != NULL) {
-        be->rmsnorm(be->ctx, r->xb, r->x, r->rms_final, n, D);
-        be->matmul(be->ctx, r->logits, r->xb, r->wcls, n, c->vocab_size, D);
-        be->to_host(be->ctx, logits, r->logits, (size_t)n * c->vocab_size * F);
+        const int r0 = r->last_logits ? n - 1 : 0, nr = n - r0; /* Rows wanted. */
+        be->rmsnorm(be->ctx, r->xb, r->x + (size_t)r0 * D, r->rms_final, nr, D);
+        be->matmul(be->ctx, r->logits, r->xb, r->wcls, nr, c->vocab_size, D);
+        be->to_host(be->ctx, logits, r->logits, (size_t)nr * c->vocab_size * F);
     }
 out:
     free(refs);

@@ -42,6 +42,8 @@ typedef struct lkv_runner {
     float *h1, *h3;     /* [cap][hidden_dim]. */
     float *logits;      /* [cap][vocab] backend logits. */
     uint64_t n_forward; /* Calls made (statistics). */
+    int last_logits;    /* 1: lkv_runner_forward computes and returns the logits of its LAST
+                           token only ([1][vocab]; what sampling needs), 0: of every token. */
 } lkv_runner;
 
 /* Prepares r for model m (borrowed) on backend be (borrowed). Returns 0 or LKV_EINVAL. */
@@ -57,7 +59,7 @@ void lkv_runner_free(lkv_runner *r);
  * caller-owned) receives [n][vocab_size]; trace (optional) the per-layer attention tensors.
  * Returns 0, LKV_ENOSPC (arena or segment full), or LKV_EINVAL (a token id out of range, n < 1,
  * positions past LKV_MAX_POSITION or overlapping). On error seg and kv may hold partial
- * writes. */
+ * writes. With r->last_logits set, logits receives the last token's row only ([1][vocab]). */
 int lkv_runner_forward(lkv_runner *r, lkv_model_kv *kv, const lkv_model_seg *ctx, int n_ctx,
                        lkv_model_seg *seg, const int *tokens, int n, float *logits,
                        lkv_model_trace *trace);

@@ -32,6 +32,8 @@
 #include "lkv_half.h"
 #include "lkv_log.h"
 #include "lkv_pagespace.h"
+#include "lkv_policy.h"
+#include "lkv_prefix.h"
 #include "lkv_runner.h"
 #include "lkv_synth.h"
 
@@ -49,6 +51,7 @@ struct lkv_worker {
     char *model_path;      /* Checkpoint path (owned). */
     char *model_id;        /* Revision to confirm (owned), or NULL. */
     char *token;           /* Bearer token (owned), or NULL. */
+    char *tls[4];          /* TLS CA, cert, key, server name (owned), or NULL. */
     lkv_model *m;          /* The model (owned). */
     lkv_tokenizer tok;     /* The tokenizer, when have_tok. */
     int have_tok;          /* 1 if a tokenizer was loaded. */
@@ -61,6 +64,9 @@ struct lkv_worker {
     lkv_worker_stats st;   /* Totals (arena_maps read from ps). */
     int inplace_off;       /* 1: the daemon refused Reserve (role, leases off): Put only. */
     int async;             /* 1: daemon calls are taken by the caller (lkv_worker_set_async). */
+    lkv_prefix *prefix;    /* Prefix pool (LKV_RAG_PREFIX), or NULL. Owned. */
+    uint32_t prefix_pages; /* Its pages: the last prefix_pages worker pages. */
+    uint64_t copy_next;    /* Placeholder documents made for Block-Attention copies. */
 };
 
 static double now_ms(void)
@@ -117,6 +123,17 @@ int lkv_worker_hash_file(const char *path, char *out, size_t len)
     return 0;
 }
 
+/* The client options of every connection to the daemon (deadline, token, TLS). */
+static lkv_client_options client_opts(const lkv_worker *w)
+{
+    return (lkv_client_options){.default_deadline_ms = w->o.deadline_ms,
+                                .bearer_token = w->token,
+                                .tls_ca_file = w->tls[0],
+                                .tls_cert_file = w->tls[1],
+                                .tls_key_file = w->tls[2],
+                                .tls_server_name = w->tls[3]};
+}
+
 int lkv_worker_create(const lkv_worker_opts *o, lkv_worker **out, char *err, size_t errlen)
 {
     *out = NULL;
@@ -130,11 +147,19 @@ int lkv_worker_create(const lkv_worker_opts *o, lkv_worker **out, char *err, siz
     w->model_path = lkv_xstrdup(o->model_path != NULL ? o->model_path : o->synth);
     w->model_id = dup_or_null(o->model_id);
     w->token = dup_or_null(o->bearer_token);
+    w->tls[0] = dup_or_null(o->tls_ca_file);
+    w->tls[1] = dup_or_null(o->tls_cert_file);
+    w->tls[2] = dup_or_null(o->tls_key_file);
+    w->tls[3] = dup_or_null(o->tls_server_name);
     w->o.target = w->target; /* The copies, not the caller's strings. */
     w->o.profile = w->profile;
     w->o.model_path = w->model_path;
     w->o.model_id = w->model_id;
     w->o.bearer_token = w->token;
+    w->o.tls_ca_file = w->tls[0];
+    w->o.tls_cert_file = w->tls[1];
+    w->o.tls_key_file = w->tls[2];
+    w->o.tls_server_name = w->tls[3];
     w->o.tokenizer_path = NULL;
     w->o.deadline_ms = o->deadline_ms > 0 ? o->deadline_ms : DEFAULT_DEADLINE_MS;
     w->o.lease_ttl_ms = o->lease_ttl_ms > 0 ? o->lease_ttl_ms : DEFAULT_TTL_MS;
@@ -213,6 +238,7 @@ int lkv_worker_create(const lkv_worker_opts *o, lkv_worker **out, char *err, siz
         errf(err, errlen, rc, "worker: runner: %s", lkv_strerror(rc));
         goto fail;
     }
+    w->run.last_logits = 1; /* Sampling reads the question's last row only. */
     if (o->threads > 0) {
         lkv_attn_cpu_set_threads(o->threads);
     }
@@ -231,7 +257,7 @@ int lkv_worker_create(const lkv_worker_opts *o, lkv_worker **out, char *err, siz
     }
     w->ps.dev = w->be->devmap; /* NULL for the CPU backend: host (shm) arenas. */
     if (w->target != NULL) {
-        lkv_client_options co = {.default_deadline_ms = w->o.deadline_ms, .bearer_token = w->token};
+        lkv_client_options co = client_opts(w);
         rc = lkv_client_create(w->target, &co, &w->cl);
         if (rc != 0) {
             errf(err, errlen, rc, "worker: client for %s: %s", w->target, lkv_client_last_error());
@@ -251,6 +277,7 @@ void lkv_worker_destroy(lkv_worker *w)
         return;
     }
     lkv_client_destroy(w->cl);
+    lkv_prefix_destroy(w->prefix);
     lkv_pagespace_free(&w->ps);
     lkv_runner_free(&w->run);
     if (w->have_tok) {
@@ -262,6 +289,9 @@ void lkv_worker_destroy(lkv_worker *w)
     free(w->model_path);
     free(w->model_id);
     free(w->token);
+    for (int i = 0; i < 4; i++) {
+        free(w->tls[i]);
+    }
     free(w);
 }
 
@@ -329,7 +359,8 @@ typedef struct lkv_worker_job {
     int rc;                 /* First failure, or 0. */
     lkv_reservation *resv;  /* [n_docs] put in place: the reservation of a miss. */
     int *resv_state;        /* [n_docs]: 0 none, 1 reserved (compute, commit), 2 cached
-                               meanwhile (attached by the Reserve: read in place). */
+                               meanwhile (attached by the Reserve: read in place), -1 no room
+                               (no_put_when_full: not stored). */
     int *att_idx;           /* [n_docs]: request index of the j-th attached document. */
     int n_att;              /* Documents asked for in the Attach. */
     uint8_t **put_buf;      /* [n_docs]: gathered blocks of a miss to Put (owned), or NULL. */
@@ -346,6 +377,15 @@ typedef struct lkv_worker_job {
     int ending;          /* lkv_worker_job_end was called. */
     int store;           /* The END call commits and puts the misses. */
     int end_called;      /* The END call ran. */
+    /* Baselines (bench/serving; DESIGN.md 7.2): */
+    lkv_reservation *copy; /* [n_docs] copy_budget: the placeholder reserved for a copy. */
+    int *copy_state;       /* [n_docs]: 0 none, 1 copy reserved, -1 refused (recomputed, not
+                              stored again). */
+    uint64_t *pfx;         /* Prefix mode: pool blocks pinned by this request. Owned. */
+    int n_pfx, cap_pfx;
+    uint64_t pfx_chain; /* Chain value after the last block looked at. */
+    int pfx_hitting;    /* 1 while every block so far was found. */
+    int pfx_caching;    /* 1 while every computed block so far was admitted. */
 } req_state;
 
 enum job_phase {
@@ -404,8 +444,10 @@ static int daemon_failed(req_state *s, const char *what, int rc)
     if (daemon_down(rc)) {
         return errf(s->res->error, sizeof(s->res->error), rc,
                     "lazykvd at %s is unavailable during %s (%s: %s); the request was not "
-                    "served (start the daemon, or run with --local-fallback to compute locally)",
-                    s->w->target, what, lkv_err_name(rc), msg);
+                    "served (start the daemon, or run with --local-fallback to compute "
+                    "locally%s)",
+                    s->w->target, what, lkv_err_name(rc), msg,
+                    s->w->tls[0] == NULL ? "; a daemon with TLS on needs --tls-ca" : "");
     }
     return errf(s->res->error, sizeof(s->res->error), rc, "%s refused by lazykvd at %s: %s (%s)",
                 what, s->w->target, msg[0] ? msg : lkv_strerror(rc), lkv_err_name(rc));
@@ -532,7 +574,7 @@ static void note_pages(req_state *s, int i)
 static int reconnect(lkv_worker *w)
 {
     lkv_client_t *c;
-    lkv_client_options co = {.default_deadline_ms = w->o.deadline_ms, .bearer_token = w->token};
+    lkv_client_options co = client_opts(w);
     int rc = lkv_client_create(w->target, &co, &c);
     if (rc == 0) {
         lkv_client_destroy(w->cl);
@@ -761,6 +803,10 @@ static int call_reserve(req_state *s, const lkv_docref *refs)
             if (rc == LKV_EINPROGRESS) {
                 w->st.reserve_busy++;
                 note(res, "document %d is being computed by another worker: computed here too", i);
+            } else if (rc == LKV_ENOSPC && w->o.no_put_when_full) {
+                w->st.reserve_refused++;
+                s->resv_state[i] = -1; /* No room now: not cached (no Put either). */
+                note(res, "no room to cache document %d (Reserve: ENOSPC): not stored", i);
             } else {
                 w->st.reserve_refused++;
                 note(res, "Reserve of document %d refused (%s): it is stored by Put", i,
@@ -790,7 +836,7 @@ static int apply_reserve(req_state *s)
     const lkv_rag_request *q = s->req;
     lkv_rag_result *res = s->res;
     for (int i = 0; i < q->n_docs; i++) {
-        if (s->resv_state[i] == 0) {
+        if (s->resv_state[i] <= 0) {
             continue;
         }
         lkv_reservation *r = &s->resv[i];
@@ -883,6 +929,225 @@ static void renew_lease(req_state *s)
     }
 }
 
+/* With opts.sync_phases, waits until the backend has done everything queued (a 4-byte read
+ * back synchronises the CUDA backend's stream), so the phase just timed is timed whole. */
+static void phase_sync(const lkv_worker *w)
+{
+    if (w->o.sync_phases && w->run.x != NULL) { /* (Scratch exists after the first pass.) */
+        float x;
+        w->be->to_host(w->be->ctx, &x, w->run.x, sizeof(x));
+    }
+}
+
+/* Step 2c, Block-Attention with copy_budget, the daemon part: for every attached document,
+ * Reserves a placeholder document of the same length (token ids from a per-worker counter, so
+ * its key is new) under the request's lease; its pages will hold that hit's re-rotated copy, so
+ * the copy takes the daemon's budget (evicting as a Put would) until the lease is released (the
+ * reservation is never committed: Release frees it). A copy the daemon has no room for (ENOSPC
+ * or any refusal but a down daemon) makes its document a miss (apply_copies), recomputed in
+ * worker pages and not stored again (it is cached). Runs before the misses' Reserves. */
+static int call_copy_reserve(req_state *s)
+{
+    lkv_worker *w = s->w;
+    const uint32_t V = (uint32_t)w->m->cfg.vocab_size;
+    double t0 = now_ms();
+    int rc = 0;
+    for (int j = 0; j < s->n_att && s->lease.live && rc == 0; j++) {
+        if (!s->lease.docs[j].attached) {
+            continue;
+        }
+        int i = s->att_idx[j];
+        uint32_t n = (uint32_t)s->req->docs[i].n_tokens;
+        uint32_t *ph = lkv_xmalloc((size_t)n * sizeof(uint32_t));
+        uint64_t c = ++w->copy_next ^ ((uint64_t)getpid() << 32);
+        for (uint32_t k = 0; k < n; k++) {
+            uint64_t z = c * 0x9e3779b97f4a7c15ull + (uint64_t)k * 0xbf58476d1ce4e5b9ull;
+            z = (z ^ (z >> 31)) * 0x94d049bb133111ebull;
+            ph[k] = 1 + (uint32_t)((z ^ (z >> 29)) % (V - 1));
+        }
+        lkv_reservation *r = &s->copy[i];
+        int dl = left_ms(s);
+        int r1 = dl > 0 ? lkv_client_reserve(w->cl, w->profile, ph, n, s->lease.id,
+                                             w->o.lease_ttl_ms, 0, NULL, dl, r)
+                        : LKV_ETIMEDOUT;
+        free(ph);
+        if (r1 == 0 && !r->already_present) {
+            s->copy_state[i] = 1;
+        } else if (r1 != 0 && daemon_down(r1)) {
+            rc = daemon_failed(s, "Reserve (copy)", r1);
+        } else {
+            lkv_reservation_free(r);
+            s->copy_state[i] = -1; /* No room for the copy: recompute (a miss). */
+        }
+    }
+    s->res->reserve_ms += now_ms() - t0;
+    return rc;
+}
+
+/* Step 2c, the worker part (engine thread, after apply_cache): maps and checks each copy's
+ * pages; a refused copy turns its hit into a miss. */
+static int apply_copies(req_state *s)
+{
+    lkv_worker *w = s->w;
+    lkv_rag_result *res = s->res;
+    for (int i = 0; i < s->req->n_docs; i++) {
+        if (s->copy_state[i] == 1) {
+            int rc = map_arena(s, &s->copy[i].arena);
+            if (rc != 0) {
+                return rc;
+            }
+            char why[320];
+            if (!doc_fits(w, &s->copy[i].doc, (uint64_t)s->req->docs[i].n_tokens, why,
+                          sizeof(why))) {
+                return errf(res->error, sizeof(res->error), LKV_EPROTO,
+                            "Reserve reply for the copy of document %d: %s", i, why);
+            }
+            res->copies++;
+        } else if (s->copy_state[i] < 0 && res->docs[i].hit) {
+            res->docs[i].hit = 0;
+            res->zero_copy_blocks -= (uint64_t)s->segs[i].n_blocks;
+            memset(&s->segs[i], 0, sizeof(s->segs[i]));
+            res->copies_refused++;
+        }
+    }
+    return 0;
+}
+
+static void pfx_push(req_state *s, uint64_t h)
+{
+    if (s->n_pfx == s->cap_pfx) {
+        s->cap_pfx = s->cap_pfx ? s->cap_pfx * 2 : 256;
+        s->pfx = lkv_xrealloc(s->pfx, (size_t)s->cap_pfx * sizeof(uint64_t));
+    }
+    s->pfx[s->n_pfx++] = h;
+}
+
+/* Step 3, prefix mode, document i: its blocks are named by the chain (lkv_prefix.h); while the
+ * prompt's prefix is cached they come from the pool (pinned, read in place); from the first
+ * absent block on, the rest of the document is computed (appended after its cached part), into
+ * pool pages admitted for those blocks while the pool has room, then into the request's pages. */
+static int step_prefix_one(req_state *s, int i)
+{
+    lkv_worker *w = s->w;
+    const lkv_rag_request *q = s->req;
+    lkv_rag_result *res = s->res;
+    const int B = w->shape.block_tokens, n = q->docs[i].n_tokens, nb = (n + B - 1) / B;
+    const int *tok = q->docs[i].tokens;
+    const uint64_t bb = lkv_block_bytes(&w->shape);
+    uint64_t h[LKV_MODEL_SEG_MAX_BLOCKS];
+    lkv_model_seg *g = &s->segs[i];
+    memset(g, 0, sizeof(*g));
+    s->miss_src[i] = -1;
+    int m = 0;
+    for (int b = 0; b < nb; b++) {
+        int len = n - b * B < B ? n - b * B : B;
+        s->pfx_chain = lkv_prefix_chain(s->pfx_chain, tok + (size_t)b * B, len, b == 0);
+        h[b] = s->pfx_chain;
+        uint32_t pg;
+        if (s->pfx_hitting && lkv_prefix_get(w->prefix, h[b], &pg)) {
+            pfx_push(s, h[b]);
+            g->pages[b] = w->ps.first_local + pg;
+            m++;
+        } else {
+            s->pfx_hitting = 0;
+        }
+    }
+    res->prefix_hit_blocks += (uint64_t)m;
+    res->prefix_blocks += (uint64_t)nb;
+    res->docs[i].hit = m == nb;
+    if (m == nb) {
+        g->n_tokens = n;
+        g->n_blocks = nb;
+        res->hit_docs++;
+        res->hit_tokens += (uint64_t)n;
+        return 0;
+    }
+    res->miss_docs++;
+    res->hit_tokens += (uint64_t)m * B;
+    res->miss_tokens += (uint64_t)(n - m * B);
+    int k = m, first_put = s->n_pfx;
+    while (s->pfx_caching && k < nb) {
+        uint32_t pg;
+        if (lkv_prefix_put(w->prefix, h[k], &pg) != 0) {
+            s->pfx_caching = 0; /* Later blocks could never be reached by a lookup. */
+            break;
+        }
+        pfx_push(s, h[k]);
+        g->pages[k] = w->ps.first_local + pg;
+        w->be->fill_zero(w->be->ctx, s->kv.base + (uint64_t)g->pages[k] * s->kv.page_bytes, bb);
+        k++;
+    }
+    g->n_blocks = k;
+    g->n_tokens = m * B;
+    double t = now_ms();
+    int rc =
+        lkv_runner_forward(&w->run, &s->kv, NULL, 0, g, tok + (size_t)m * B, n - m * B, NULL, NULL);
+    phase_sync(w);
+    res->miss_ms += now_ms() - t;
+    if (rc != 0) {
+        /* The blocks admitted for this document hold no valid KV: take them out. */
+        for (int j = first_put; j < s->n_pfx; j++) {
+            lkv_prefix_unpin(w->prefix, s->pfx[j]);
+            lkv_prefix_remove(w->prefix, s->pfx[j]);
+        }
+        s->n_pfx = first_put;
+        return errf(res->error, sizeof(res->error), rc, "computing document %d (%d tokens): %s%s",
+                    i, n, lkv_strerror(rc),
+                    rc == LKV_ENOSPC ? " (worker pages exhausted: raise --local-pages)" : "");
+    }
+    return 0;
+}
+
+int lkv_worker_retarget(lkv_worker *w, const char *target)
+{
+    lkv_client_destroy(w->cl);
+    w->cl = NULL;
+    free(w->target);
+    w->target = dup_or_null(target);
+    w->o.target = w->target;
+    w->inplace_off = 0;
+    if (w->target != NULL && !w->o.no_inplace) {
+        w->ps.writable = 1; /* Used at the next map. */
+    }
+    if (w->target == NULL) {
+        return 0;
+    }
+    lkv_client_options co = {.default_deadline_ms = w->o.deadline_ms, .bearer_token = w->token};
+    int rc = lkv_client_create(w->target, &co, &w->cl);
+    if (rc != 0) {
+        w->cl = NULL;
+    }
+    return rc;
+}
+
+int lkv_worker_prefix_setup(lkv_worker *w, uint32_t n_pages, int policy_kind)
+{
+    if (n_pages >= w->o.local_pages || policy_kind < 0 || policy_kind >= LKV_POLICY__COUNT) {
+        return LKV_EINVAL;
+    }
+    lkv_prefix_destroy(w->prefix);
+    w->prefix = NULL;
+    w->prefix_pages = 0;
+    if (n_pages == 0) {
+        return 0;
+    }
+    int rc = lkv_prefix_create(policy_kind, w->o.local_pages - n_pages, n_pages,
+                               lkv_block_bytes(&w->shape), &w->prefix);
+    if (rc == 0) {
+        w->prefix_pages = n_pages;
+    }
+    return rc;
+}
+
+void lkv_worker_prefix_stats(const lkv_worker *w, struct lkv_prefix_stats *st)
+{
+    if (w->prefix == NULL) {
+        memset(st, 0, sizeof(*st));
+        return;
+    }
+    lkv_prefix_stats_get(w->prefix, st);
+}
+
 /* Step 3, one document: document i alone from position 0 into worker pages unless it is a hit
  * or a repeat (which reuses the first computation). */
 static int step_miss_one(req_state *s, int i)
@@ -931,6 +1196,7 @@ static int step_miss_one(req_state *s, int i)
     }
     int rc = lkv_runner_forward(&s->w->run, &s->kv, NULL, 0, g, q->docs[i].tokens,
                                 q->docs[i].n_tokens, NULL, NULL);
+    phase_sync(s->w);
     res->miss_ms += now_ms() - t;
     if (rc != 0) {
         return errf(res->error, sizeof(res->error), rc, "computing document %d (%d tokens): %s%s",
@@ -950,8 +1216,9 @@ static void gather_puts(req_state *s)
     const lkv_rag_request *q = s->req;
     const size_t bb = lkv_block_bytes(&s->w->shape);
     for (int i = 0; i < q->n_docs; i++) {
-        if (s->res->docs[i].hit || s->miss_src[i] >= 0 || s->resv_state[i] == 1) {
-            continue;
+        if (s->res->docs[i].hit || s->miss_src[i] >= 0 || s->resv_state[i] == 1 ||
+            s->resv_state[i] < 0 || s->copy_state[i] < 0) {
+            continue; /* In place; no room (not stored); a refused copy's (cached) document. */
         }
         const lkv_model_seg *g = &s->segs[i];
         s->put_buf[i] = lkv_xmalloc((size_t)(g->n_blocks ? g->n_blocks : 1) * bb);
@@ -1022,13 +1289,20 @@ static int step_materialise(req_state *s)
     const lkv_backend *be = s->w->be;
     for (int i = 0; i < q->n_docs; i++) {
         lkv_model_seg *g = &s->segs[i];
-        if ((uint32_t)g->n_blocks > lkv_model_kv_room(&s->kv)) {
-            return errf(s->res->error, sizeof(s->res->error), LKV_ENOSPC,
-                        "materialise: worker pages exhausted (raise --local-pages)");
-        }
         uint32_t dst[LKV_MODEL_SEG_MAX_BLOCKS];
-        for (int b = 0; b < g->n_blocks; b++) {
-            dst[b] = lkv_model_kv_take(&s->kv);
+        if (s->copy_state[i] == 1) {
+            /* Into the pages reserved for it in the daemon's budget. */
+            for (int b = 0; b < g->n_blocks; b++) {
+                dst[b] = lkv_pagespace_daemon_page(&s->w->ps, s->copy[i].doc.pages[b]);
+            }
+        } else {
+            if ((uint32_t)g->n_blocks > lkv_model_kv_room(&s->kv)) {
+                return errf(s->res->error, sizeof(s->res->error), LKV_ENOSPC,
+                            "materialise: worker pages exhausted (raise --local-pages)");
+            }
+            for (int b = 0; b < g->n_blocks; b++) {
+                dst[b] = lkv_model_kv_take(&s->kv);
+            }
         }
         lkv_materialise_args a = {.shape = s->kv.shape,
                                   .pe = &s->w->m->pe,
@@ -1099,7 +1373,7 @@ static int check_request(const lkv_worker *w, const lkv_rag_request *q, lkv_rag_
             "max_tokens %d reaches position %" PRId64 ", past the model's maximum position %d",
             total, q->n_docs, q->max_tokens, total + q->max_tokens - 1, w->o.max_position - 1);
     }
-    if (q->mode != LKV_RAG_LAZY && q->mode != LKV_RAG_MATERIALISE) {
+    if (q->mode != LKV_RAG_LAZY && q->mode != LKV_RAG_MATERIALISE && q->mode != LKV_RAG_PREFIX) {
         return errf(res->error, sizeof(res->error), LKV_EINVAL, "unknown mode %d", q->mode);
     }
     return 0;
@@ -1174,11 +1448,15 @@ static int step_question(req_state *s)
         s->segs[i].start = res->docs[i].start;
     }
     if (q->mode == LKV_RAG_MATERIALISE) {
+        double t = now_ms();
         int rc = step_materialise(s);
+        phase_sync(w);
+        res->copy_ms += now_ms() - t;
         if (rc != 0) {
             return rc;
         }
     }
+    double t = now_ms();
     lkv_model_seg *qs = &s->segs[nd];
     memset(qs, 0, sizeof(*qs));
     qs->start = res->n_prompt - q->n_question;
@@ -1188,8 +1466,10 @@ static int step_question(req_state *s)
         return errf(res->error, sizeof(res->error), rc, "question prefill: %s%s", lkv_strerror(rc),
                     rc == LKV_ENOSPC ? " (worker pages exhausted: raise --local-pages)" : "");
     }
-    s->row = s->logits + (size_t)(q->n_question - 1) * w->m->cfg.vocab_size;
-    return sample_row(s);
+    s->row = s->logits; /* The last question token's row (the runner's last_logits). */
+    rc = sample_row(s);
+    res->question_ms += now_ms() - t;
+    return rc;
 }
 
 uint32_t lkv_worker_pages_needed(const lkv_worker *w, const lkv_rag_request *q)
@@ -1240,6 +1520,12 @@ static void job_free(req_state *s)
     free(s->resv);
     free(s->resv_state);
     free(s->att_idx);
+    for (int i = 0; s->copy != NULL && i < s->req->n_docs; i++) {
+        lkv_reservation_free(&s->copy[i]);
+    }
+    free(s->copy);
+    free(s->copy_state);
+    free(s->pfx);
     free(s->grant);
     free(s->grant_rel);
     free(s->logits);
@@ -1277,7 +1563,7 @@ static void count_docs(req_state *s)
     lkv_rag_result *res = s->res;
     res->hit_docs = res->miss_docs = 0;
     res->hit_tokens = res->miss_tokens = 0;
-    for (int i = 0; i < q->n_docs; i++) {
+    for (int i = 0; i < q->n_docs && q->mode != LKV_RAG_PREFIX; i++) {
         res->docs[i].page0 = -1;
         if (res->docs[i].hit) {
             note_pages(s, i);
@@ -1375,6 +1661,10 @@ int lkv_worker_job_open(lkv_worker *w, const lkv_rag_request *q, lkv_rag_result 
     s->att_idx = lkv_xcalloc(nd1, sizeof(int));
     s->put_buf = lkv_xcalloc(nd1, sizeof(*s->put_buf));
     s->put_blocks = lkv_xcalloc(nd1, sizeof(*s->put_blocks));
+    s->copy = lkv_xcalloc(nd1, sizeof(*s->copy));
+    s->copy_state = lkv_xcalloc(nd1, sizeof(int));
+    s->pfx_chain = LKV_PREFIX_CHAIN0;
+    s->pfx_hitting = s->pfx_caching = 1;
     s->logits = lkv_xmalloc((size_t)q->n_question * V * sizeof(float));
     res->tokens = lkv_xmalloc((size_t)q->max_tokens * sizeof(int));
     res->vocab = V;
@@ -1386,8 +1676,13 @@ int lkv_worker_job_open(lkv_worker *w, const lkv_rag_request *q, lkv_rag_result 
     res->text[0] = '\0';
     s->rng = lkv_sampling_seed(q->sampling.seed);
     s->prev = q->question[q->n_question - 1];
-    s->use_daemon = w->cl != NULL && !q->no_cache && nd > 0;
+    s->use_daemon = w->cl != NULL && !q->no_cache && nd > 0 && q->mode != LKV_RAG_PREFIX;
     res->local_only = !s->use_daemon;
+    if (q->mode == LKV_RAG_PREFIX && w->prefix == NULL) {
+        s->phase = PH_DONE;
+        return s->rc = errf(res->error, sizeof(res->error), LKV_EINVAL,
+                            "prefix mode needs the worker's prefix pool (lkv_worker_prefix_setup)");
+    }
     s->refs = make_refs(s, &s->ids);
     int64_t pos = 0;
     for (int i = 0; i < nd; i++) {
@@ -1438,8 +1733,15 @@ void lkv_worker_job_call(lkv_worker_job *s, int call)
     switch (call) {
     case LKV_CALL_START: {
         int rc = call_cache(s, s->refs);
+        /* Copies first: serving the hits comes before caching the misses. */
+        if (rc == 0 && s->use_daemon && s->req->mode == LKV_RAG_MATERIALISE &&
+            s->w->o.copy_budget) {
+            rc = call_copy_reserve(s);
+        }
         if (rc == 0 && s->use_daemon) {
+            double t0 = now_ms();
             rc = call_reserve(s, s->refs);
+            s->res->reserve_ms += now_ms() - t0;
         }
         s->call_rc = rc;
         break;
@@ -1468,6 +1770,9 @@ void lkv_worker_job_called(lkv_worker_job *s, int call)
         int rc = s->call_rc;
         if (rc == 0 && s->use_daemon) {
             rc = apply_cache(s);
+            if (rc == 0) {
+                rc = apply_copies(s);
+            }
             if (rc == 0) {
                 rc = apply_reserve(s);
             }
@@ -1524,7 +1829,22 @@ int lkv_worker_job_prefill(lkv_worker_job *s)
         renew_lease(s);
     }
     int rc = check_pages(s);
-    if (rc == 0 && s->phase == PH_MISSES) {
+    if (rc == 0 && s->phase == PH_MISSES && s->req->mode == LKV_RAG_PREFIX) {
+        /* Documents the pool serves whole cost nothing: go on to the next computed one. */
+        while (rc == 0 && s->next_doc < s->req->n_docs) {
+            uint64_t before = s->res->miss_tokens;
+            rc = step_prefix_one(s, s->next_doc++);
+            if (s->res->miss_tokens != before) {
+                break;
+            }
+        }
+        if (rc == 0 && s->next_doc >= s->req->n_docs) {
+            s->phase = PH_QUESTION;
+        }
+        if (rc == 0) {
+            return 0;
+        }
+    } else if (rc == 0 && s->phase == PH_MISSES) {
         while (s->next_doc < s->req->n_docs && s->res->docs[s->next_doc].hit) {
             s->miss_src[s->next_doc++] = -1;
         }
@@ -1669,6 +1989,9 @@ void lkv_worker_job_free(lkv_worker_job *s)
 {
     lkv_worker *w = s->w;
     lkv_rag_result *res = s->res;
+    for (int j = 0; j < s->n_pfx; j++) {
+        lkv_prefix_unpin(w->prefix, s->pfx[j]);
+    }
     w->st.hit_docs += (uint64_t)res->hit_docs;
     w->st.miss_docs += (uint64_t)res->miss_docs;
     w->st.hit_tokens += res->hit_tokens;

@@ -59,6 +59,11 @@ typedef struct lkv_worker_opts {
     const char *model_id;       /* Expected revision when the profile's model_id is not a
                                    "blake2b:" hash; NULL: such profiles are refused. */
     const char *bearer_token;   /* Sent to the daemon; NULL: none. */
+    /* TLS to the daemon (lkv_client_options): tls_ca_file set: TLS, the daemon's certificate
+     * verified against it; tls_cert_file + tls_key_file: the client certificate for a daemon
+     * that requires one; tls_server_name: the name checked instead of the target's host. NULL:
+     * plaintext / none. Files are read at each (re)connect. */
+    const char *tls_ca_file, *tls_cert_file, *tls_key_file, *tls_server_name;
     int block_tokens;           /* Profile layout: tokens per block; 0: 16. */
     int dtype;                  /* Profile layout: enum lkv_dtype of stored KV (default f32). */
     int deadline_ms;            /* Deadline of the daemon calls before the first token, and
@@ -80,6 +85,20 @@ typedef struct lkv_worker_opts {
                                    devmap it runs without a daemon: target must be NULL). */
     int round_weights_bf16;     /* 1: round the loaded fp32 weights to bf16 values (so a CPU
                                    run uses the bf16 weights a GPU run uses). */
+    int copy_budget;            /* 1: Block-Attention copies (LKV_RAG_MATERIALISE) take the
+                                   daemon's budget: each hit's copy is written into pages
+                                   Reserved for a placeholder document of the same size under
+                                   the request's lease (so the daemon evicts for it, and frees it
+                                   at Release); a copy that finds no room makes its document a
+                                   miss, recomputed here (not stored again). 0: copies in
+                                   worker pages. */
+    int no_put_when_full;       /* 1: a miss whose Reserve found no room (ENOSPC: the budget is
+                                   pinned) is not stored by Put afterwards (as a cache that
+                                   cannot admit it would; the hit-rate simulator's rule). 0: it
+                                   is Put after the last token (the daemon makes room then). */
+    int sync_phases;            /* 1: wait for the backend at the end of each timed phase (miss,
+                                   copy, question), so that the phase times of an asynchronous
+                                   (GPU) backend are device times. */
     int hash_kv;                /* 1: each document's result gets kv_hash, a hash of its KV
                                    bytes read back from the pages the request used (a check
                                    that a hit reads what a miss wrote; copies the KV out). */
@@ -98,6 +117,9 @@ typedef struct lkv_rag_doc {
 enum lkv_rag_mode {
     LKV_RAG_LAZY = 0,        /* LazyAttention over the cached pages (the product). */
     LKV_RAG_MATERIALISE = 1, /* Block-Attention baseline: re-rotated copies per prompt. */
+    LKV_RAG_PREFIX = 2,      /* Prefix-caching baseline: no daemon; the worker's prefix pool
+                                (lkv_worker_prefix_setup, lkv_prefix.h) serves the longest
+                                cached prefix of the prompt, the rest is computed. */
 };
 
 /* A RAG request. Pointers are borrowed for the call. */
@@ -145,6 +167,13 @@ typedef struct lkv_rag_result {
     double total_ms;             /* Whole call, Put and Release included. */
     double lookup_ms, attach_ms; /* Daemon calls. */
     double miss_ms, put_ms;      /* Computing the misses; storing them. */
+    double reserve_ms;           /* Reserve calls (misses in place, Block-Attention copies). */
+    double copy_ms;              /* Block-Attention: materialising the re-rotated copies. */
+    double question_ms;          /* Question prefill and the first token's sampling. */
+    int copies, copies_refused;  /* Block-Attention copies in the daemon's budget / refused
+                                    for lack of room (those documents count as misses). */
+    uint64_t prefix_hit_blocks;  /* Prefix mode: blocks served from the pool. */
+    uint64_t prefix_blocks;      /* Prefix mode: document blocks of the prompt. */
     int n_docs;                  /* Entries of docs. */
     lkv_rag_doc_result *docs;    /* [n_docs] in request order. Owned. */
     int hit_docs, miss_docs;     /* Documents served from the cache / computed. */
@@ -324,6 +353,22 @@ const char *lkv_worker_model_hash(const lkv_worker *w);
 
 /* Fills *st. */
 void lkv_worker_stats_get(const lkv_worker *w, lkv_worker_stats *st);
+
+/* Points the worker at another lazykvd (target "host:port", borrowed; NULL or "": none, local
+ * only), e.g. a fresh daemon between benchmark runs: a new client; the new daemon's arena is
+ * mapped at its first Attach or Reserve. Call with no request running. Returns 0 or the
+ * client's error (the worker then has no daemon). A device backend needs the HBM mapping. */
+int lkv_worker_retarget(lkv_worker *w, const char *target);
+
+/* (Re)creates the prefix pool of LKV_RAG_PREFIX requests: the LAST n_pages of the worker's
+ * pages (opts.local_pages; keep them out of a serving engine's kv_pages), evicting with policy
+ * kind (enum lkv_policy_kind), empty. n_pages 0 removes it. Call with no request running.
+ * Returns 0 or LKV_EINVAL (n_pages not below local_pages, unknown kind). */
+int lkv_worker_prefix_setup(lkv_worker *w, uint32_t n_pages, int policy_kind);
+
+/* Pool statistics (zeros without a pool); st is an lkv_prefix_stats (lkv_prefix.h). */
+struct lkv_prefix_stats;
+void lkv_worker_prefix_stats(const lkv_worker *w, struct lkv_prefix_stats *st);
 
 /* Writes "blake2b:" and the BLAKE2b-256 of the file at path as hex into out (at least 73
  * bytes). Returns 0 or LKV_EIO. */

@@ -12,7 +12,10 @@
      good file at once. A daemon given an expired certificate at start exits 2 naming it.
   3. Client certificates: with tls_client_ca_file set, a client without a certificate, or with
      one from another CA, is refused at the handshake; one with a certificate from that CA is
-     served; the lazykv CLI does the same with --tls-ca/--tls-cert/--tls-key.
+     served; the lazykv CLI does the same with --tls-ca/--tls-cert/--tls-key, and so does the
+     decode worker (lazykv-worker --tls-*, or LAZYKV_TLS_* as the Kubernetes sidecar sets
+     them): a miss it stores over TLS is a hit on the next run, and without TLS options it
+     fails with a clear error.
   4. Bearer tokens over plaintext from a non-loopback peer are refused (UNAUTHENTICATED, and the
      message says to use TLS) unless allow_plaintext_tokens is set; over TLS from the same peer
      they are accepted. Skipped (reported) if the host has no non-loopback address.
@@ -21,6 +24,7 @@
      hold it 120 s), and a real TLS client is still served.
 """
 import hashlib
+import json
 import os
 import signal
 import socket
@@ -193,6 +197,37 @@ def part_client_certs(tmp):
             check(ok.returncode == 0, "CLI with LAZYKV_TLS_* from the environment")
             bad = subprocess.run(base + ["--tls-ca", ca1, "stats"], capture_output=True)
             check(bad.returncode != 0, "CLI without a client certificate fails")
+        worker = os.environ.get("LKV_WORKER_BIN")
+        if worker:
+            md = os.environ["LKV_MODEL_DIR"]
+            wbase = [worker, "--daemon", d.addr, "--model", md + "/stories260K.bin",
+                     "--tokenizer", md + "/tok512.bin", "--doc", "Lily had a big red ball.",
+                     "--question", "Once upon a time", "--max-tokens", "8", "--json",
+                     "--deadline-ms", "5000", "--threads", "1"]
+            runs = []
+            for k in range(2):
+                env = dict(os.environ)
+                tls_args = ["--tls-ca", ca1, "--tls-cert", c_pem, "--tls-key", c_key]
+                if k == 1:  # The sidecar's way: the environment.
+                    tls_args = []
+                    env.update(LAZYKV_TLS_CA=ca1, LAZYKV_TLS_CERT=c_pem, LAZYKV_TLS_KEY=c_key)
+                r = subprocess.run(wbase + tls_args, capture_output=True, env=env, timeout=60)
+                out = [json.loads(ln) for ln in r.stdout.decode().splitlines() if ln.strip()]
+                runs.append(out[0] if r.returncode == 0 and out else {})
+                check(r.returncode == 0 and out and out[0].get("ok"),
+                      "worker over TLS, run %d (rc %d: %s)"
+                      % (k, r.returncode, r.stderr.decode()[-300:]))
+            check(runs[0].get("miss_docs") == 1 and runs[1].get("hit_docs") == 1 and
+                  not runs[0].get("local_only") and runs[0].get("tokens") == runs[1].get("tokens"),
+                  "worker over TLS: the miss it stored is a hit next time, same tokens (%s / %s)"
+                  % ({k: runs[0].get(k) for k in ("miss_docs", "local_only")},
+                     {k: runs[1].get(k) for k in ("hit_docs", "local_only")}))
+            r = subprocess.run(wbase, capture_output=True, timeout=60,
+                               env={k: v for k, v in os.environ.items()
+                                    if not k.startswith("LAZYKV_")})
+            check(r.returncode != 0 and b"needs --tls-ca" in r.stderr + r.stdout,
+                  "worker without TLS options against a TLS daemon fails clearly (rc %d: %s)"
+                  % (r.returncode, (r.stderr + r.stdout).decode()[-300:]))
 
 
 def non_loopback_ip():

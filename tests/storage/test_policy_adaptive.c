@@ -11,7 +11,10 @@
  *      first"), and requires the same return codes, the same victims in the same order, the
  *      same window share, the same would_admit answers and the byte invariants every step;
  *   2. fixed scenarios: the window starts as TinyLFU (a cold id is refused at the door, a
- *      warm one admitted), a hit promotes probation to protected, the climber moves the
+ *      warm one admitted), an id larger than the window's share bypasses it and evicts only
+ *      what it faced at the door (variable sizes, no unopposed eviction), the climber's
+ *      position maps to the sketch's history then the window's share, a hit promotes
+ *      probation to protected, the climber moves the
  *      window towards LRU on a recency workload and stays small on a frequency workload;
  *   3. residency for every kind: id holds, class holds (tenant and profile masks, overlap),
  *      class eviction, priority tiers, expiry, and a randomized run of all of them mixed with
@@ -65,7 +68,7 @@ typedef struct aref {
     const lkv_policy *real; /* Read only for the sketch (sketch_estimate). */
     uint64_t budget, used, pinned, clock;
     uint64_t segb[3];
-    double window, step, dir, prev;
+    double window, x, step, dir, prev;
     uint64_t req, hits, count;
     rent e[REF_N];
 } aref;
@@ -116,10 +119,11 @@ static void r_drop(aref *r, int i, victims *v)
     r->count--;
 }
 
-static void r_evict_group(aref *r, victims *v)
+/* One victim group; bypass: the admit in progress skips the window (no candidate). */
+static void r_evict_group(aref *r, int bypass, victims *v)
 {
     int cand = r_next(r, SEG_WINDOW, 0);
-    if (cand >= 0 && (double)r->segb[SEG_WINDOW] > r_target(r)) {
+    if (!bypass && cand >= 0 && (double)r->segb[SEG_WINDOW] > r_target(r)) {
         if ((double)(r->segb[SEG_PROBATION] + r->segb[SEG_PROTECTED] + r->e[cand].bytes) <=
             (double)r->budget - r_target(r)) {
             r_move(r, cand, SEG_PROBATION);
@@ -157,13 +161,13 @@ static void r_evict_group(aref *r, victims *v)
     LKV_FAIL("reference: nothing to evict");
 }
 
-static int r_make_room(aref *r, uint64_t bytes, victims *v)
+static int r_make_room(aref *r, uint64_t bytes, int bypass, victims *v)
 {
     if (bytes > r->budget - r->pinned) {
         return LKV_ENOSPC;
     }
     while (r->budget - r->used < bytes) {
-        r_evict_group(r, v);
+        r_evict_group(r, bypass, v);
     }
     return 0;
 }
@@ -177,9 +181,11 @@ static int r_would_admit(const aref *r, int id, uint64_t bytes, double cost)
         return 1;
     }
     uint64_t need = bytes - (r->budget - r->used);
+    static const int order[] = {SEG_PROBATION, SEG_PROTECTED, SEG_WINDOW};
     double best = 0;
     int v = 0;
-    for (int s = SEG_WINDOW; s <= SEG_PROTECTED; s++) {
+    for (int k = 0; k < 3; k++) {
+        int s = order[k];
         for (int i = r_next(r, s, 0); i >= 0 && v < ADMIT_MAX_VICTIMS;
              i = r_next(r, s, r->e[i].stamp), v++) {
             best = r_density(r, i) > best ? r_density(r, i) : best;
@@ -196,22 +202,24 @@ static int r_would_admit(const aref *r, int id, uint64_t bytes, double cost)
 
 static void r_record(aref *r)
 {
-    uint64_t sample = 8 * r->count;
+    uint64_t sample = 10 * HC_AGE * r->count;
     if (++r->req < (sample > HC_MIN_SAMPLE ? sample : HC_MIN_SAMPLE)) {
         return;
     }
     double rate = (double)r->hits / (double)r->req;
     if (r->prev >= 0) {
         double d = rate - r->prev;
-        if (d < 0) {
+        double z = r->dir > 0 ? HC_Z_UP : HC_Z_DOWN; /* Recency must show a clear gain. */
+        if (d <= z * sqrt(2 * rate * (1 - rate) / (double)r->req)) {
             r->dir = -r->dir;
         }
         r->step = fabs(d) >= HC_RESTART ? HC_STEP0 : r->step * HC_DECAY;
         r->step = r->step < HC_STEP_MIN ? HC_STEP_MIN : r->step;
     }
     r->prev = rate;
-    r->window += r->dir * r->step;
-    r->window = r->window < 0 ? 0 : r->window > 1 ? 1 : r->window;
+    r->x += r->dir * r->step;
+    r->x = r->x < 0 ? 0 : r->x > 1 ? 1 : r->x;
+    r->window = r->x <= HC_SPAN ? 0 : (r->x - HC_SPAN) / (1 - HC_SPAN); /* First the history. */
     r->req = r->hits = 0;
 }
 
@@ -220,8 +228,7 @@ static void run_adaptive_random(uint64_t seed)
     lkv_policy *p;
     ASSERT_OK(lkv_policy_create(LKV_POLICY_ADAPTIVE, 1000, &p));
     ASSERT_OK(lkv_policy_sketch_size(p, 256));
-    aref r = {
-        .real = p, .budget = 1000, .window = HC_WINDOW0, .step = HC_STEP0, .dir = 1, .prev = -1};
+    aref r = {.real = p, .budget = 1000, .x = HC_X0, .step = HC_STEP0, .dir = 1, .prev = -1};
     victims vp = {0}, vr = {0};
     uint64_t s = seed | 1, moved = 0, total = 0;
     double last_window = r.window;
@@ -282,10 +289,12 @@ static void run_adaptive_random(uint64_t seed)
                         r_move(&r, t, SEG_PROBATION);
                     }
                 }
-                rc_r = r_make_room(&r, bytes, &vr);
+                int bypass = (double)bytes > r_target(&r); /* Larger than the window's share. */
+                rc_r = r_make_room(&r, bytes, bypass, &vr);
                 if (rc_r == 0) {
-                    *x = (rent){1, bytes, cost, SEG_WINDOW, 0, ++r.clock};
-                    r.segb[SEG_WINDOW] += bytes;
+                    int seg = bypass ? SEG_PROBATION : SEG_WINDOW;
+                    *x = (rent){1, bytes, cost, seg, 0, ++r.clock};
+                    r.segb[seg] += bytes;
                     r.used += bytes;
                     r.count++;
                 }
@@ -334,7 +343,7 @@ static void run_adaptive_random(uint64_t seed)
         } else { /* make_room */
             uint64_t bytes = rnd(&s) % 600;
             rc_p = lkv_policy_make_room(p, bytes, on_evict, &vp);
-            rc_r = r_make_room(&r, bytes, &vr);
+            rc_r = r_make_room(&r, bytes, 0, &vr);
         }
         if (rc_p != rc_r) {
             LKV_FAIL("seed %llu step %d op %d id %d: rc %d vs reference %d",
@@ -401,27 +410,119 @@ static void test_adaptive_door_and_segments(void)
         lkv_policy_record(p, 100);
     }
     ASSERT_EQ(lkv_policy_would_admit(p, 100, 10, 10), 1);
-    /* The window (share 0) overflows into probation as the cache fills: 1 and 2 moved there
-     * when 2 and 3 arrived; a hit promotes 1 to protected. */
+    /* At window share 0 every id is larger than the window, so it bypasses it: 1, 2 and 3
+     * went straight to probation; a hit promotes 1 to protected. */
     ASSERT_EQ(p->ents[table_find(p, 1)].seg, SEG_PROBATION);
+    ASSERT_EQ(p->seg_bytes[SEG_WINDOW], 0);
     ASSERT_OK(lkv_policy_touch(p, 1));
     ASSERT_EQ(p->ents[table_find(p, 1)].seg, SEG_PROTECTED);
-    /* Admitting 100 needs 10 bytes: 3 (the window's overflow) joins probation unopposed, the
-     * main region being within its share (all of the budget at window 0); then probation's
-     * LRU entry, 2, is the victim. 1 (protected) and 3 stay. */
+    /* Admitting 100 (it won at the door) evicts what the door contest faced: probation's LRU
+     * entry, 2. 1 (protected) and 3 stay; 100 joins probation. */
     ASSERT_OK(lkv_policy_admit(p, 100, 10, 10, on_evict, &v));
     ASSERT_EQ(v.n, 1);
     ASSERT_EQ(v.id[0], 2);
     ASSERT_TRUE(lkv_policy_contains(p, 1) && lkv_policy_contains(p, 3));
     ASSERT_EQ(p->ents[table_find(p, 3)].seg, SEG_PROBATION);
-    ASSERT_EQ(p->ents[table_find(p, 100)].seg, SEG_WINDOW);
-    /* Next: 100 (window) is the candidate against probation's LRU, 3 (estimate 5 < 11): it
-     * wins, moves to probation, and 3 is evicted. */
+    ASSERT_EQ(p->ents[table_find(p, 100)].seg, SEG_PROBATION);
+    /* 200 (estimate 1) loses at the door to 3 (probation's LRU, estimate 5); admitted anyway
+     * (a caller that skips would_admit), it takes 3's place. */
     lkv_policy_record(p, 200);
+    ASSERT_EQ(lkv_policy_would_admit(p, 200, 10, 10), 0);
     ASSERT_OK(lkv_policy_admit(p, 200, 10, 10, on_evict, &v));
     ASSERT_EQ(v.n, 2);
     ASSERT_EQ(v.id[1], 3);
     ASSERT_EQ(p->ents[table_find(p, 100)].seg, SEG_PROBATION);
+    lkv_policy_destroy(p);
+}
+
+/* The climber's position: [0, HC_SPAN] moves the sketch's history from TinyLFU's length to the
+ * cache's turnover with the window empty; beyond, the window grows to all of the budget. */
+static void test_adaptive_position(void)
+{
+    lkv_policy *p;
+    ASSERT_OK(lkv_policy_create(LKV_POLICY_ADAPTIVE, 1000, &p));
+    ASSERT_OK(lkv_policy_sketch_size(p, 16384));
+    for (uint64_t id = 0; id < 500; id++) {
+        ASSERT_OK(lkv_policy_admit(p, id, 1, 1, NULL, NULL));
+    }
+    uint64_t lng = 10ull * 16384, shrt = 10ull * HC_AGE * 500;
+    ASSERT_EQ(p->hc_period, lng); /* Starts as TinyLFU: window 0, TinyLFU's history. */
+    ASSERT_EQ(lkv_policy_window(p), 0);
+    set_position(p, HC_SPAN / 2); /* Halfway (geometric) to the short history, window 0. */
+    ASSERT_TRUE(p->hc_period > shrt && p->hc_period < lng);
+    ASSERT_TRUE(fabs((double)p->hc_period - sqrt((double)lng * (double)shrt)) < 2);
+    ASSERT_EQ(lkv_policy_window(p), 0);
+    set_position(p, HC_SPAN);
+    ASSERT_EQ(p->hc_period, shrt);
+    ASSERT_EQ(lkv_policy_window(p), 0);
+    set_position(p, HC_SPAN + (1 - HC_SPAN) / 4); /* Window a quarter, history short. */
+    ASSERT_TRUE(fabs(lkv_policy_window(p) - 0.25) < 1e-12);
+    ASSERT_EQ(p->hc_period, shrt);
+    set_position(p, 7); /* Clamped: LRU. */
+    ASSERT_EQ(lkv_policy_window(p), 1);
+    set_position(p, -1);
+    ASSERT_EQ(lkv_policy_window(p), 0);
+    ASSERT_EQ(p->hc_period, lng);
+    lkv_policy_destroy(p);
+    /* A shorter period takes effect at once: the next record halves a sketch that has more
+     * records than the new period since its last halving (10 entries: the short history is
+     * HC_MIN_AGE records; 4,000 records are under one climber sample). */
+    ASSERT_OK(lkv_policy_create(LKV_POLICY_ADAPTIVE, 1000, &p));
+    ASSERT_OK(lkv_policy_sketch_size(p, 16384));
+    for (uint64_t id = 0; id < 10; id++) {
+        ASSERT_OK(lkv_policy_admit(p, id, 1, 1, NULL, NULL));
+    }
+    for (int i = 0; i < 4000; i++) {
+        lkv_policy_record(p, 7);
+    }
+    uint32_t before = sketch_estimate(p, 7);
+    ASSERT_TRUE(before >= 4000);
+    set_position(p, HC_SPAN);
+    lkv_policy_record(p, 8);
+    ASSERT_TRUE(sketch_estimate(p, 7) <= before / 2);
+    lkv_policy_destroy(p);
+}
+
+/* Variable sizes and a window smaller than a document: a document that loses the door contest
+ * changes nothing, and one that wins evicts only the entries it faced, never a main entry
+ * unopposed (the leak that cost the old version 1 to 1.4 points against TinyLFU). */
+static void test_adaptive_no_unopposed(void)
+{
+    lkv_policy *p;
+    victims v = {0};
+    ASSERT_OK(lkv_policy_create(LKV_POLICY_ADAPTIVE, 100, &p));
+    set_position(p, HC_SPAN + 0.05 * (1 - HC_SPAN)); /* Window share 5 bytes. */
+    ASSERT_TRUE(fabs(lkv_policy_window(p) - 0.05) < 1e-12);
+    static const uint64_t size[] = {10, 30, 20, 25, 15}; /* 100 bytes in all. */
+    for (uint64_t id = 1; id <= 5; id++) {
+        for (uint64_t i = 0; i < id; i++) {
+            lkv_policy_record(p, id); /* Estimates 1..5. */
+        }
+        ASSERT_OK(lkv_policy_admit(p, id, size[id - 1], (double)size[id - 1], on_evict, &v));
+        ASSERT_EQ(p->ents[table_find(p, id)].seg, SEG_PROBATION);
+    }
+    ASSERT_EQ(lkv_policy_bytes_used(p), 100);
+    /* 40 bytes, estimate 2: probation's LRU is 1 (10 bytes, 1) then 2 (30 bytes, 2): it ties
+     * 2 and is refused; nothing moves. */
+    lkv_policy_record(p, 50);
+    lkv_policy_record(p, 50);
+    ASSERT_EQ(lkv_policy_would_admit(p, 50, 40, 40), 0);
+    /* Estimate 3: it beats both and takes exactly their 40 bytes. */
+    lkv_policy_record(p, 50);
+    ASSERT_EQ(lkv_policy_would_admit(p, 50, 40, 40), 1);
+    ASSERT_OK(lkv_policy_admit(p, 50, 40, 40, on_evict, &v));
+    ASSERT_EQ(v.n, 2);
+    ASSERT_TRUE(v.id[0] == 1 && v.id[1] == 2);
+    ASSERT_EQ(lkv_policy_bytes_used(p), 100);
+    ASSERT_EQ(p->ents[table_find(p, 50)].seg, SEG_PROBATION);
+    /* A 4-byte id fits in the window's share: it enters the window unopposed, evicting
+     * probation's LRU (3: main is over its share of 95 bytes). */
+    ASSERT_EQ(lkv_policy_would_admit(p, 60, 4, 4), 1);
+    ASSERT_OK(lkv_policy_admit(p, 60, 4, 4, on_evict, &v));
+    ASSERT_EQ(p->ents[table_find(p, 60)].seg, SEG_WINDOW);
+    ASSERT_EQ(v.n, 3);
+    ASSERT_EQ(v.id[2], 3);
+    ASSERT_TRUE(lkv_policy_bytes_used(p) <= 100);
     lkv_policy_destroy(p);
 }
 
@@ -716,6 +817,8 @@ int main(void)
     g_seed = env != NULL ? strtoull(env, NULL, 10) : 20261201;
     fprintf(stderr, "seed %llu (LKV_TEST_SEED overrides)\n", (unsigned long long)g_seed);
     LKV_RUN(test_adaptive_door_and_segments);
+    LKV_RUN(test_adaptive_position);
+    LKV_RUN(test_adaptive_no_unopposed);
     LKV_RUN(test_adaptive_vs_reference);
     LKV_RUN(test_adaptive_climbs);
     LKV_RUN(test_holds);

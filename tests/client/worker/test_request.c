@@ -52,6 +52,11 @@ static void test_parse(void)
     ASSERT_EQ(r.rag.stop_at_eos, 1);
     ASSERT_TRUE(r.rag.docs[0].tokens[0] != LKV_TOK_BOS);
     lkv_request_free(&r);
+    /* The prefix-caching baseline's mode. */
+    ASSERT_OK(lkv_request_parse("{\"question\": {\"tokens\": [9]}, \"mode\": \"prefix\"}", &tok,
+                                &def, "9", &r, err, sizeof err));
+    ASSERT_EQ(r.rag.mode, LKV_RAG_PREFIX);
+    lkv_request_free(&r);
     /* No tokenizer: token lists only. */
     ASSERT_OK(lkv_request_parse("{\"question\": {\"tokens\": [9, 10]}}", NULL, &def, "1", &r, err,
                                 sizeof err));
