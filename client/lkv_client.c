@@ -30,12 +30,14 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
+#include <pthread.h>
 #include <sys/mman.h>
 #include <unistd.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include <grpc/byte_buffer.h>
 #include <grpc/byte_buffer_reader.h>
@@ -91,6 +93,9 @@ struct lkv_put {
     int failed;           /* Non-zero: the call is over with this LKV_E* code. */
     char errmsg[ERR_MAX]; /* Message of failed. */
     int errstatus;        /* gRPC status of failed. */
+    struct put_refs *zc;  /* Zero-copy sends (lkv_client_put_ex): slices over caller memory
+                           * still held by gRPC (owned; waited for in put_free). NULL: the
+                           * streaming API, whose messages are packed (copied). */
 };
 
 /* Per-thread last error. */
@@ -518,9 +523,43 @@ int lkv_client_ping(lkv_client_t *c, const char *service, int deadline_ms)
 
 /* ---- put ---- */
 
+/* Zero-copy sends (lkv_client_put_ex only, whose caller's blocks stay valid until it returns):
+ * the blocks go out as slices over the caller's own memory, not packed into a message. gRPC
+ * keeps references to sent slices past the SEND_MESSAGE completion (until later writes on the
+ * connection), so the references are counted here and put_free, after the call has ended,
+ * waits until gRPC has released every one: lkv_client_put_ex returns only then. The streaming
+ * API (lkv_put_blocks), whose callers may reuse their buffer between calls, packs a copy. */
+typedef struct put_refs {
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    int held; /* Slices over caller memory that gRPC has not released yet. */
+} put_refs;
+
 static void put_free(lkv_put_t *p)
 {
     call_end(&p->cl);
+    if (p->zc != NULL) {
+        /* Never returns while gRPC may still read the caller's memory; says so if that takes
+         * unusually long (the call has ended: the transport drops its references once its
+         * last write on the connection is done). */
+        pthread_mutex_lock(&p->zc->mu);
+        int waited_s = 0;
+        while (p->zc->held > 0) {
+            struct timespec ts;
+            clock_gettime(CLOCK_REALTIME, &ts);
+            ts.tv_sec += 1;
+            if (pthread_cond_timedwait(&p->zc->cv, &p->zc->mu, &ts) == ETIMEDOUT &&
+                ++waited_s == 10) {
+                LKV_LOGW("put: gRPC still holds %d slice(s) of the caller's blocks 10 s after the "
+                         "call ended; waiting",
+                         p->zc->held);
+            }
+        }
+        pthread_mutex_unlock(&p->zc->mu);
+        pthread_cond_destroy(&p->zc->cv);
+        pthread_mutex_destroy(&p->zc->mu);
+        free(p->zc);
+    }
     free(p->profile);
     free(p->tokens);
     free(p);
@@ -594,6 +633,146 @@ int lkv_put_set_options(lkv_put_t *p, const lkv_put_options *o)
     return 0;
 }
 
+static void put_ref_done(void *arg)
+{
+    put_refs *r = arg;
+    pthread_mutex_lock(&r->mu);
+    if (--r->held == 0) {
+        pthread_cond_broadcast(&r->cv);
+    }
+    pthread_mutex_unlock(&r->mu);
+}
+
+static size_t varint_put(uint8_t *out, uint64_t v)
+{
+    size_t n = 0;
+    while (v >= 0x80) {
+        out[n++] = (uint8_t)(v | 0x80);
+        v >>= 7;
+    }
+    out[n++] = (uint8_t)v;
+    return n;
+}
+
+static size_t varint_len(uint64_t v)
+{
+    size_t n = 1;
+    while (v >= 0x80) {
+        v >>= 7;
+        n++;
+    }
+    return n;
+}
+
+/* Zero-copy: sends one PutRequest carrying the pending header (if any) and n blocks of
+ * block_bytes from data (first index first_index; borrowed until put_free). The bytes are those
+ * protobuf-c would pack (fields in number order, proto3 defaults omitted), built as: one small
+ * slice with the header record and each block's framing (tag, length, index, data tag and length),
+ * and one slice per block over the caller's memory. */
+static int put_send_zc(lkv_put_t *p, uint32_t first_index, uint32_t n, const uint8_t *data,
+                       size_t block_bytes)
+{
+    if (p->failed) {
+        return put_refail(p);
+    }
+    uint8_t *hdr_bytes = NULL;
+    size_t hdr_len = 0;
+    if (p->header_pending) {
+        Lazykv__V1__PutHeader hdr = LAZYKV__V1__PUT_HEADER__INIT;
+        hdr.profile = p->profile;
+        hdr.n_token_ids = p->n_tokens;
+        hdr.token_ids = p->tokens;
+        hdr.n_blocks = p->n_blocks;
+        put_header_opts(p, &hdr);
+        hdr_len = protobuf_c_message_get_packed_size(&hdr.base);
+        hdr_bytes = lkv_xmalloc(hdr_len + 1);
+        protobuf_c_message_pack(&hdr.base, hdr_bytes);
+    }
+    /* Framing: the header record, then per block: blocks tag, Block length, [index], [data tag
+     * + length]: at most 1 + 5 + 1 + 5 + 1 + 5 bytes. */
+    size_t fcap = (hdr_bytes ? 6 + hdr_len : 0) + (size_t)n * 18, flen = 0, total = 0;
+    uint8_t *frame = lkv_xmalloc(fcap + 1);
+    size_t *cut = lkv_xmalloc(sizeof(size_t) * ((size_t)n + 1)); /* Framing end per block. */
+    if (hdr_bytes != NULL) {
+        frame[flen++] = 0x0a; /* header = 1, LEN */
+        flen += varint_put(frame + flen, hdr_len);
+        memcpy(frame + flen, hdr_bytes, hdr_len);
+        flen += hdr_len;
+    }
+    for (uint32_t i = 0; i < n; i++) {
+        uint32_t index = first_index + i;
+        size_t body = (index ? 1 + varint_len(index) : 0) +
+                      (block_bytes ? 1 + varint_len(block_bytes) + block_bytes : 0);
+        frame[flen++] = 0x12; /* blocks = 2, LEN */
+        flen += varint_put(frame + flen, body);
+        if (index) {
+            frame[flen++] = 0x08; /* index = 1, VARINT */
+            flen += varint_put(frame + flen, index);
+        }
+        if (block_bytes) {
+            frame[flen++] = 0x12; /* data = 2, LEN */
+            flen += varint_put(frame + flen, block_bytes);
+        }
+        cut[i] = flen;
+    }
+    total = flen + (size_t)n * block_bytes;
+    free(hdr_bytes);
+    if (p->cl.c->max_msg != 0 && total > p->cl.c->max_msg) {
+        free(frame);
+        free(cut);
+        /* Refused locally; the call goes on (nothing was sent). */
+        return err_local(LKV_ETOOBIG,
+                         "put: lazykv.v1.PutRequest message is %zu bytes, over the %zu-byte "
+                         "message limit",
+                         total, (size_t)p->cl.c->max_msg);
+    }
+    /* Slices: framing pieces (copied: small) interleaved with the caller's blocks (not). */
+    put_refs *refs = p->zc;
+    size_t ns = 0;
+    grpc_slice *sl = lkv_xmalloc(sizeof(grpc_slice) * (2 * (size_t)n + 1));
+    size_t from = 0;
+    for (uint32_t i = 0; i < n; i++) {
+        sl[ns++] = grpc_slice_from_copied_buffer((const char *)frame + from, cut[i] - from);
+        from = cut[i];
+        if (block_bytes > 0) {
+            pthread_mutex_lock(&refs->mu);
+            refs->held++;
+            pthread_mutex_unlock(&refs->mu);
+            sl[ns++] = grpc_slice_new_with_user_data((void *)(data + (size_t)i * block_bytes),
+                                                     block_bytes, put_ref_done, refs);
+        }
+    }
+    if (n == 0 || from < flen) {
+        sl[ns++] = grpc_slice_from_copied_buffer((const char *)frame + from, flen - from);
+    }
+    free(frame);
+    free(cut);
+    grpc_byte_buffer *bb = grpc_raw_byte_buffer_create(sl, ns); /* Takes its own refs. */
+    for (size_t i = 0; i < ns; i++) {
+        grpc_slice_unref(sl[i]);
+    }
+    free(sl);
+    grpc_op ops[2];
+    memset(ops, 0, sizeof(ops));
+    size_t k = op_send_md(&p->cl, &ops[0]);
+    ops[k].op = GRPC_OP_SEND_MESSAGE;
+    ops[k++].data.send_message.send_message = bb;
+    int ok = run_batch(&p->cl, ops, k);
+    grpc_byte_buffer_destroy(bb); /* gRPC may hold the slices longer: put_free waits. */
+    if (ok < 0) {
+        p->failed = LKV_EINTERNAL;
+        p->errstatus = -1;
+        snprintf(p->errmsg, sizeof(p->errmsg), "%s", tl_err.msg);
+        return p->failed;
+    }
+    p->header_pending = 0;
+    if (!ok) {
+        return put_fail_from_status(p);
+    }
+    err_clear();
+    return 0;
+}
+
 /* Sends one PutRequest carrying the pending header (if any) and blocks. */
 static int put_send(lkv_put_t *p, Lazykv__V1__Block **blocks, size_t n_blocks)
 {
@@ -646,6 +825,9 @@ int lkv_put_blocks(lkv_put_t *p, uint32_t first_index, uint32_t n, const void *d
     err_clear();
     if (n == 0 || (data == NULL && block_bytes > 0)) {
         return err_local(LKV_EINVAL, "put: no blocks given");
+    }
+    if (p->zc != NULL) {
+        return put_send_zc(p, first_index, n, data, block_bytes);
     }
     Lazykv__V1__Block *bs = lkv_xcalloc(n, sizeof(*bs));
     Lazykv__V1__Block **bp = lkv_xcalloc(n, sizeof(*bp));
@@ -780,6 +962,10 @@ int lkv_client_put_ex(lkv_client_t *c, const char *profile, const uint32_t *toke
     if (rc != 0) {
         return rc;
     }
+    /* blocks stays valid until this returns: send it in place (put_refs). */
+    p->zc = lkv_xcalloc(1, sizeof *p->zc);
+    pthread_mutex_init(&p->zc->mu, NULL);
+    pthread_cond_init(&p->zc->cv, NULL);
     if (opt != NULL && (rc = lkv_put_set_options(p, opt)) != 0) {
         char msg[ERR_MAX];
         snprintf(msg, sizeof(msg), "%s", tl_err.msg);

@@ -48,6 +48,7 @@
 #include "lkv_config.h"
 #include "lkv_err.h"
 #include "lkv_log.h"
+#include "lkv_putwire.h"
 
 #define GET_TARGET_BYTES    (1u << 20) /* Block payload per Get message (>= 1 block). */
 #define MAX_LOOKUP_DOCS     65536u
@@ -282,14 +283,16 @@ static int routed(const lkv_cache_svc *svc, lkv_rpc *rpc, const ProtobufCMessage
     return svc->route != NULL ? svc->route(svc->route_ctx, rpc, req) : 0;
 }
 
-static int put_on_message(void *arg, lkv_rpc *rpc, const ProtobufCMessage *m)
+/* The header part of a Put stream message (both decoders): the first message must carry it,
+ * later ones must not. m is the request (or a PutRequest holding only the header) for the
+ * cluster's routing. */
+static int put_message_header(lkv_cache_svc *svc, lkv_rpc *rpc, const ProtobufCMessage *m,
+                              const Lazykv__V1__PutHeader *hdr, put_state **out)
 {
-    lkv_cache_svc *svc = arg;
-    const Lazykv__V1__PutRequest *req = (const Lazykv__V1__PutRequest *)m;
     put_state *st = lkv_rpc_state(rpc);
     int rc;
     if (st == NULL) {
-        if (req->header == NULL) {
+        if (hdr == NULL) {
             return lkv_rpc_errorf(rpc, LKV_EINVAL,
                                   "the first Put message must carry the header "
                                   "(profile, token_ids)");
@@ -298,15 +301,30 @@ static int put_on_message(void *arg, lkv_rpc *rpc, const ProtobufCMessage *m)
         if (rc != 0) {
             return rc;
         }
-        rc = put_header(svc, rpc, req->header);
+        rc = put_header(svc, rpc, hdr);
         if (rc != 0) {
             return rc;
         }
         st = lkv_rpc_state(rpc);
-    } else if (req->header != NULL) {
+    } else if (hdr != NULL) {
         return lkv_rpc_errorf(rpc, LKV_EINVAL,
                               "Put header sent twice (only the first message "
                               "carries it)");
+    }
+    *out = st;
+    return 0;
+}
+
+/* Put messages decoded by protobuf-c (kept for the engine's generic path; lazykvd registers
+ * put_on_raw). */
+static int put_on_message(void *arg, lkv_rpc *rpc, const ProtobufCMessage *m)
+{
+    lkv_cache_svc *svc = arg;
+    const Lazykv__V1__PutRequest *req = (const Lazykv__V1__PutRequest *)m;
+    put_state *st;
+    int rc = put_message_header(svc, rpc, m, req->header, &st);
+    if (rc != 0) {
+        return rc;
     }
     if (svc->charge_bytes != NULL) {
         uint64_t bytes = 0;
@@ -327,6 +345,62 @@ static int put_on_message(void *arg, lkv_rpc *rpc, const ProtobufCMessage *m)
         }
     }
     return 0;
+}
+
+/* Put messages as received (lkv_method.on_raw): lkv_putwire finds each block's payload in the
+ * received slices and the store copies it once, into the arena. The whole message is checked
+ * (lkv_putwire_decode) before any block is staged, as protobuf-c's decode was. */
+static int put_on_raw(void *arg, lkv_rpc *rpc, const struct iovec *iov, size_t n)
+{
+    lkv_cache_svc *svc = arg;
+    lkv_putwire w;
+    char err[256];
+    int rc = lkv_putwire_decode(iov, n, &w, err, sizeof err);
+    if (rc != 0) {
+        return lkv_rpc_errorf(rpc, rc, "%s", err);
+    }
+    Lazykv__V1__PutRequest route = LAZYKV__V1__PUT_REQUEST__INIT;
+    route.header = w.header;
+    put_state *st;
+    rc = put_message_header(svc, rpc, &route.base, w.header, &st);
+    if (rc != 0) {
+        goto out;
+    }
+    if (svc->charge_bytes != NULL) {
+        uint64_t bytes = 0;
+        for (size_t i = 0; i < w.n_blocks; i++) {
+            bytes += w.blocks[i].len;
+        }
+        rc = svc->charge_bytes(svc->quota_ctx, rpc, bytes);
+        if (rc != 0) {
+            goto out;
+        }
+    }
+    struct iovec stack[64], *parts = stack;
+    size_t cap = sizeof stack / sizeof stack[0];
+    for (size_t i = 0; i < w.n_blocks && rc == 0; i++) {
+        const lkv_putwire_block *b = &w.blocks[i];
+        size_t np = lkv_putwire_iov(iov, n, b->off, b->len, parts, cap);
+        if (np > cap) {
+            if (parts != stack) {
+                free(parts);
+            }
+            cap = np;
+            parts = lkv_xmalloc(cap * sizeof *parts);
+            lkv_putwire_iov(iov, n, b->off, b->len, parts, cap);
+        }
+        /* The store checks the index, the order, the size and the zero tail. */
+        rc = lkv_store_put_blockv(st->tx, b->index, parts, np);
+        if (rc != 0) {
+            rc = store_refused(rpc, rc, "Put");
+        }
+    }
+    if (parts != stack) {
+        free(parts);
+    }
+out:
+    lkv_putwire_free(&w);
+    return rc;
 }
 
 static void put_commit_work(void *arg, void *job);
@@ -1825,6 +1899,7 @@ int lkv_cache_svc_methods(lkv_cache_svc *svc, lkv_method *out)
          .req_desc = &lazykv__v1__put_request__descriptor,
          .svc = svc,
          .on_message = put_on_message,
+         .on_raw = put_on_raw,
          .on_end = put_on_end,
          .cleanup = put_cleanup},
         {.path = "/lazykv.v1.Cache/Lookup",

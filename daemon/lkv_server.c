@@ -93,6 +93,7 @@
 #include <netinet/in.h>
 
 #include <grpc/byte_buffer.h>
+#include <grpc/byte_buffer_reader.h>
 #include <grpc/grpc.h>
 #include <grpc/grpc_posix.h>
 #include <grpc/grpc_security.h>
@@ -488,6 +489,74 @@ static int unpack(lkv_rpc *rpc, ProtobufCMessage **out)
         return lkv_rpc_errorf(rpc, rc, "%s", err);
     }
     return 0;
+}
+
+/* Hands rpc->payload (consumed) to the method's on_raw as the pieces it arrived in: the slices
+ * of an uncompressed raw buffer in place (no readall copy), else one decompressed piece. */
+static int recv_raw(lkv_rpc *rpc)
+{
+    const lkv_method *m = &rpc->srv->methods[rpc->mi];
+    uint64_t limit = rpc->srv->max_msg;
+    if (m->max_request_bytes != 0 && m->max_request_bytes < limit) {
+        limit = m->max_request_bytes;
+    }
+    grpc_byte_buffer *bb = rpc->payload;
+    size_t len = grpc_byte_buffer_length(bb);
+    int rc;
+    if (len > limit) {
+        rc = lkv_rpc_errorf(
+            rpc, LKV_ETOOBIG,
+            "%s message is %zu bytes, over the %" PRIu64 "-byte message limit%s%s%s",
+            m->req_desc->name, len, limit,
+            limit < rpc->srv->max_msg ? " (the request bound of " : "",
+            limit < rpc->srv->max_msg ? m->path : "", limit < rpc->srv->max_msg ? ")" : "");
+        goto out;
+    }
+    struct iovec one, *iov = &one;
+    size_t n = 1;
+    grpc_slice flat;
+    int have_flat = 0;
+    if (bb->type == GRPC_BB_RAW && bb->data.raw.compression == GRPC_COMPRESS_NONE) {
+        grpc_slice_buffer *sb = &bb->data.raw.slice_buffer;
+        n = sb->count;
+        iov = n <= 1 ? &one : lkv_xmalloc(n * sizeof *iov);
+        one.iov_base = NULL;
+        one.iov_len = 0;
+        for (size_t i = 0; i < n; i++) {
+            iov[i].iov_base = GRPC_SLICE_START_PTR(sb->slices[i]);
+            iov[i].iov_len = GRPC_SLICE_LENGTH(sb->slices[i]);
+        }
+        n = n == 0 ? 1 : n;
+    } else {
+        grpc_byte_buffer_reader reader;
+        if (!grpc_byte_buffer_reader_init(&reader, bb)) {
+            rc = lkv_rpc_errorf(rpc, LKV_EPROTO,
+                                "cannot read the %s message (bad compressed "
+                                "payload?)",
+                                m->req_desc->name);
+            goto out;
+        }
+        flat = grpc_byte_buffer_reader_readall(&reader);
+        grpc_byte_buffer_reader_destroy(&reader);
+        have_flat = 1;
+        one.iov_base = GRPC_SLICE_START_PTR(flat);
+        one.iov_len = GRPC_SLICE_LENGTH(flat);
+    }
+    rc = lkv_rpc_check_deadline(rpc);
+    if (rc == 0) {
+        rpc->entered = 1;
+        rc = m->on_raw(m->svc, rpc, iov, n);
+    }
+    if (iov != &one) {
+        free(iov);
+    }
+    if (have_flat) {
+        grpc_slice_unref(flat);
+    }
+out:
+    grpc_byte_buffer_destroy(rpc->payload);
+    rpc->payload = NULL;
+    return rc;
 }
 
 static void send_next(lkv_rpc *rpc);
@@ -932,6 +1001,10 @@ static void on_recv(lkv_rpc *rpc, int success)
             rc = m->on_end != NULL ? m->on_end(m->svc, rpc) : 0;
         }
         after_cb(rpc, CB_END, rc);
+        return;
+    }
+    if (m->on_raw != NULL) {
+        after_cb(rpc, CB_MSG, recv_raw(rpc));
         return;
     }
     ProtobufCMessage *msg = NULL;

@@ -52,6 +52,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <sys/uio.h>
 
 #include <protobuf-c/protobuf-c.h>
 
@@ -74,6 +75,13 @@ typedef struct lkv_method {
     int (*unary)(void *svc, lkv_rpc *rpc, const ProtobufCMessage *req);
     int (*on_message)(void *svc, lkv_rpc *rpc, const ProtobufCMessage *msg);
     int (*on_end)(void *svc, lkv_rpc *rpc);
+    /* Optional, client streams: when set it replaces on_message, and each message reaches the
+     * service undecoded, as the n pieces it arrived in (iov: borrowed for the call, read only;
+     * pieces of an uncompressed message point into the received gRPC slices, so a decoder can
+     * take fields in place: Put, lkv_putwire.h; a compressed one is decompressed into one
+     * piece first). max_request_bytes is checked before. Same return convention as
+     * on_message. */
+    int (*on_raw)(void *svc, lkv_rpc *rpc, const struct iovec *iov, size_t n);
     int (*start)(void *svc, lkv_rpc *rpc, const ProtobufCMessage *req);
     int (*next)(void *svc, lkv_rpc *rpc);
     void (*cleanup)(void *svc, lkv_rpc *rpc);

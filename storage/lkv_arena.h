@@ -27,6 +27,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <sys/uio.h>
 
 enum lkv_arena_backend {
     LKV_ARENA_AUTO = 0,
@@ -97,6 +98,11 @@ void lkv_arena_free(lkv_arena *a, int region, uint32_t n, const uint32_t *pages)
 
 /* Copies len (<= the region's page_bytes) bytes of host memory src into page, at its start. */
 int lkv_arena_write(lkv_arena *a, int region, uint32_t page, const void *src, size_t len);
+
+/* Copies n pieces of host memory (borrowed iovecs, in order, as one run of bytes whose total is
+ * <= the region's page_bytes) into page, from its start: one copy of each byte, the gather
+ * lkv_arena_write would need a staging buffer for. */
+int lkv_arena_writev(lkv_arena *a, int region, uint32_t page, const struct iovec *iov, size_t n);
 
 /* Copies len (<= the region's page_bytes) bytes from the start of page into host memory dst. */
 int lkv_arena_read(lkv_arena *a, int region, uint32_t page, void *dst, size_t len);

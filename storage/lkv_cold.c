@@ -3,7 +3,8 @@
  * handling in lkv_cold.h).
  *
  * RocksDB options: create_if_missing, paranoid checks, blob files on (min_blob_size, 256 MiB
- * blob files, blob GC on), no compression (KV is incompressible noise to a general-purpose
+ * blob files, blob GC off but turned on while garbage is over half the blob bytes:
+ * lkv_cold_gc_check), no compression (KV is incompressible noise to a general-purpose
  * compressor), memtables sized from the disk headroom. Writes go through rocksdb_write with a
  * WriteBatch after a free-space check; reads use rocksdb_get_pinned (no extra copy inside
  * RocksDB; an iterator when opened read-only) and verify the XXH3-128 tag before copying the
@@ -30,6 +31,7 @@
 #include <unistd.h>
 #include <xxhash.h>
 
+#include "lkv_crc32c.h"
 #include "lkv_log.h"
 
 #define BLOCK_VERSION    2  /* Format of blocks written now (XXH3-128 tags). */
@@ -56,6 +58,8 @@ struct lkv_cold {
     int readonly;                   /* Opened read-only (disk full at open): atomic. */
     int n_snaps;                    /* Snapshots out (atomic): a reopen waits for none. */
     int64_t last_full_log_ms;       /* Rate limit of the "disk full" warning (atomic). */
+    int gc_on;                      /* Blob garbage collection turned on (atomic). */
+    int64_t gc_check_ms;            /* Last lkv_cold_gc_check from a write (atomic). */
 };
 
 struct lkv_cold_batch {
@@ -246,7 +250,7 @@ static void set_options(lkv_cold *c, int wal_mode)
     rocksdb_options_set_enable_blob_files(c->opts, 1);
     rocksdb_options_set_min_blob_size(c->opts, c->o.min_blob_bytes);
     rocksdb_options_set_blob_file_size(c->opts, 256ull << 20);
-    rocksdb_options_set_enable_blob_gc(c->opts, 1);
+    rocksdb_options_set_enable_blob_gc(c->opts, 0); /* On demand: lkv_cold_gc_check. */
     rocksdb_options_set_compression(c->opts, rocksdb_no_compression);
     rocksdb_options_set_blob_compression_type(c->opts, rocksdb_no_compression);
     /* A memtable (and its WAL, and the blob file its flush writes) must fit the headroom
@@ -263,10 +267,15 @@ static void set_options(lkv_cold *c, int wal_mode)
 /* Opens c->db (read-only or not) with WAL recovery mode wal_mode. NULL *err on success. */
 static void open_db(lkv_cold *c, int readonly, int wal_mode, char **err)
 {
+    static int logged; /* The CRC32c line once per process (atomic). */
+    if (!__atomic_exchange_n(&logged, 1, __ATOMIC_RELAXED)) {
+        LKV_LOGI("cold: RocksDB's CRC32c: %s", lkv_crc32c_describe());
+    }
     set_options(c, wal_mode);
     *err = NULL;
     c->db = readonly ? rocksdb_open_for_read_only(c->opts, c->dir, 0, err)
                      : rocksdb_open(c->opts, c->dir, err);
+    __atomic_store_n(&c->gc_on, 0, __ATOMIC_RELAXED); /* The options say off. */
     __atomic_store_n(&c->readonly, readonly && *err == NULL, __ATOMIC_RELEASE);
 }
 
@@ -528,6 +537,9 @@ int lkv_cold_open_ex(const char *dir, const lkv_cold_options *o, lkv_cold **out)
     if (c->o.min_free_bytes == 0) {
         c->o.min_free_bytes = LKV_COLD_DEFAULT_MIN_FREE;
     }
+    if (c->o.gc_min_bytes == 0) {
+        c->o.gc_min_bytes = 256ull << 20;
+    }
     pthread_rwlock_init(&c->lk, NULL);
     int rc = open_checked(c);
     if (rc != 0) {
@@ -650,10 +662,108 @@ void lkv_cold_close(lkv_cold *c)
     free(c);
 }
 
+static uint64_t prop_u64(rocksdb_t *db, const char *name)
+{
+    uint64_t v = 0;
+    return rocksdb_property_int(db, name, &v) == 0 ? v : 0;
+}
+
+void lkv_cold_blob_bytes(lkv_cold *c, uint64_t *total, uint64_t *garbage)
+{
+    pthread_rwlock_rdlock(&c->lk);
+    *total = prop_u64(c->db, "rocksdb.live-blob-file-size");
+    *garbage = prop_u64(c->db, "rocksdb.live-blob-file-garbage-size");
+    pthread_rwlock_unlock(&c->lk);
+}
+
+int lkv_cold_gc_check(lkv_cold *c)
+{
+    int on = __atomic_load_n(&c->gc_on, __ATOMIC_RELAXED);
+    if (lkv_cold_readonly(c)) {
+        return 0;
+    }
+    uint64_t total, garbage;
+    lkv_cold_blob_bytes(c, &total, &garbage);
+    int want =
+        on ? garbage * 4 >= total && total > 0 : total >= c->o.gc_min_bytes && garbage * 2 >= total;
+    if (want == on) {
+        return on;
+    }
+    /* While on, every blob file is eligible (age cutoff 1.0): one pass rewrites the live blobs
+     * once and drops all the garbage, which is then at least as large. */
+    static const char *keys[] = {"enable_blob_garbage_collection",
+                                 "blob_garbage_collection_age_cutoff",
+                                 "blob_garbage_collection_force_threshold"};
+    const char *vals[] = {want ? "true" : "false", want ? "1.0" : "0.25", "0.5"};
+    char *err = NULL;
+    pthread_rwlock_rdlock(&c->lk);
+    rocksdb_set_options(c->db, 3, keys, vals, &err);
+    pthread_rwlock_unlock(&c->lk);
+    if (err != NULL) {
+        LKV_LOGW("cold: cannot turn blob garbage collection %s: %s", want ? "on" : "off", err);
+        rocksdb_free(err);
+        return on;
+    }
+    __atomic_store_n(&c->gc_on, want, __ATOMIC_RELAXED);
+    LKV_LOGI("cold: blob garbage collection %s: %" PRIu64 " of %" PRIu64
+             " blob-file bytes are garbage (%.0f%%)",
+             want ? "ON" : "off", garbage, total,
+             total ? 100.0 * (double)garbage / (double)total : 0.0);
+    return want;
+}
+
+/* lkv_cold_gc_check at most once a second (from the write paths). */
+static void gc_tick(lkv_cold *c)
+{
+    int64_t now = mono_ms(), last = __atomic_load_n(&c->gc_check_ms, __ATOMIC_RELAXED);
+    if (now - last >= 1000 && __atomic_compare_exchange_n(&c->gc_check_ms, &last, now, 0,
+                                                          __ATOMIC_RELAXED, __ATOMIC_RELAXED)) {
+        (void)lkv_cold_gc_check(c);
+    }
+}
+
+int lkv_cold_compact(lkv_cold *c)
+{
+    rocksdb_compactoptions_t *co = rocksdb_compactoptions_create();
+    rocksdb_compactoptions_set_bottommost_level_compaction(co, 2); /* kForce */
+    pthread_rwlock_rdlock(&c->lk);
+    rocksdb_compact_range_opt(c->db, co, NULL, 0, NULL, 0);
+    pthread_rwlock_unlock(&c->lk);
+    rocksdb_compactoptions_destroy(co);
+    return 0;
+}
+
+/* Each thread keeps one spare WriteBatch, cleared, with its buffer (a std::string: clear keeps
+ * the capacity), for its next batch: a document's batch of 16-32 MiB otherwise grew by doubling
+ * (copying its contents each time) into freshly mapped memory (page faults), and was unmapped
+ * at free, for every document the writer persisted. Buffers over BATCH_KEEP_MAX are not kept. */
+#define BATCH_KEEP_MAX (80u << 20)
+
+static pthread_once_t batch_once = PTHREAD_ONCE_INIT;
+static pthread_key_t batch_key; /* This thread's spare batch (destroyed at thread exit). */
+
+static void batch_spare_destroy(void *wb)
+{
+    rocksdb_writebatch_destroy(wb);
+}
+
+static void batch_key_init(void)
+{
+    if (pthread_key_create(&batch_key, batch_spare_destroy) != 0) {
+        lkv_panic("pthread_key_create failed");
+    }
+}
+
 lkv_cold_batch *lkv_cold_batch_create(void)
 {
     lkv_cold_batch *b = lkv_xmalloc(sizeof *b);
-    b->wb = rocksdb_writebatch_create();
+    pthread_once(&batch_once, batch_key_init);
+    b->wb = pthread_getspecific(batch_key);
+    if (b->wb != NULL) {
+        pthread_setspecific(batch_key, NULL);
+    } else {
+        b->wb = rocksdb_writebatch_create();
+    }
     return b;
 }
 
@@ -662,7 +772,14 @@ void lkv_cold_batch_free(lkv_cold_batch *b)
     if (b == NULL) {
         return;
     }
-    rocksdb_writebatch_destroy(b->wb);
+    size_t n = 0;
+    rocksdb_writebatch_data(b->wb, &n);
+    if (n <= BATCH_KEEP_MAX && pthread_getspecific(batch_key) == NULL) {
+        rocksdb_writebatch_clear(b->wb);
+        pthread_setspecific(batch_key, b->wb);
+    } else {
+        rocksdb_writebatch_destroy(b->wb);
+    }
     free(b);
 }
 
@@ -739,6 +856,8 @@ int lkv_cold_batch_write(lkv_cold *c, lkv_cold_batch *b, int sync)
     pthread_rwlock_unlock(&c->lk);
     if (err != NULL) {
         rc = rerr("write", err);
+    } else {
+        gc_tick(c);
     }
 out:
     lkv_cold_batch_free(b);
@@ -773,6 +892,8 @@ int lkv_cold_delete(lkv_cold *c, const lkv_dockey *key, int sync)
     pthread_rwlock_unlock(&c->lk);
     if (err != NULL) {
         rc = rerr("delete", err);
+    } else {
+        gc_tick(c);
     }
     rocksdb_writebatch_destroy(wb);
     return rc;

@@ -90,6 +90,8 @@ typedef struct lkv_cold_options {
     uint64_t min_blob_bytes; /* RocksDB min_blob_size; 0 = 64 KiB. */
     uint64_t min_free_bytes; /* Headroom kept free on the disk; 0 = 128 MiB (see below). */
     int on_corruption;       /* enum lkv_cold_on_corruption. */
+    uint64_t gc_min_bytes;   /* Blob garbage collection only above this many bytes of blob
+                              * files; 0 = 256 MiB (see lkv_cold_gc_check). */
 } lkv_cold_options;
 
 /* Opens (creating if needed) the database in dir (which must exist).
@@ -139,6 +141,29 @@ int lkv_cold_reset(lkv_cold *c, const char *why);
 
 /* Flushes memtables (so the WAL is not needed at next open) and closes. c may be NULL. */
 void lkv_cold_close(lkv_cold *c);
+
+/* Blob garbage collection, on demand. RocksDB's own (enable_blob_garbage_collection, always on)
+ * relocates every blob of the oldest quarter of the blob files whenever a compaction meets its
+ * key, garbage or not: for a write-once store whose block keys are spread over the whole key
+ * range, that rewrote a quarter of the live data every few flushes (the writer persisted
+ * 1.5-1.8x less; bench/RESULTS.md). So it is off, and this check turns it on (with a forced
+ * compaction of files over half garbage, blob_garbage_collection_force_threshold 0.5) only
+ * while garbage (blobs of deleted documents still in live blob files) is at least half of the
+ * blob-file bytes and those are over gc_min_bytes, and off again once garbage is under a
+ * quarter: disk use stays within about 2x of the live blobs, and live data is rewritten only
+ * to reclaim at least as much garbage. lkv_cold_batch_write and lkv_cold_delete run it at most
+ * once a second; call it directly to check now. Returns 1 if collection is on after the check,
+ * 0 if off (also read-only or on a failed property read). */
+int lkv_cold_gc_check(lkv_cold *c);
+
+/* Blob-file bytes and the garbage among them (RocksDB properties live-blob-file-size and
+ * live-blob-file-garbage-size); 0 each when unknown. */
+void lkv_cold_blob_bytes(lkv_cold *c, uint64_t *total, uint64_t *garbage);
+
+/* Compacts the whole key range now, every level (bottommost too), blocking (tests: makes
+ * deletions count as garbage, and,
+ * with collection on, relocates blobs). Returns 0. */
+int lkv_cold_compact(lkv_cold *c);
 
 /* Creates an empty write batch for one document (owned by the caller; freed by
  * lkv_cold_batch_commit or lkv_cold_batch_free). */

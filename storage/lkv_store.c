@@ -1069,16 +1069,38 @@ uint64_t lkv_store_put_block_bytes(const lkv_store_put *tx)
     return tx->block_bytes;
 }
 
-/* Returns 1 if the token slots past valid in every slab of block data are zero. */
-static int tail_is_zero(const lkv_kv_shape *sh, const uint8_t *data, uint32_t valid)
+/* 1 if the bytes [off, off + len) of the run iov[0..n) are all zero. */
+static int iov_range_zero(const struct iovec *iov, size_t n, size_t off, size_t len)
+{
+    size_t base = 0;
+    for (size_t i = 0; i < n && len > 0; i++) {
+        size_t sl = iov[i].iov_len;
+        if (off >= base + sl) {
+            base += sl;
+            continue;
+        }
+        const uint8_t *p = (const uint8_t *)iov[i].iov_base + (off - base);
+        size_t k = base + sl - off < len ? base + sl - off : len;
+        if (p[0] != 0 || (k > 1 && memcmp(p, p + 1, k - 1) != 0)) {
+            return 0;
+        }
+        off += k;
+        len -= k;
+        base += sl;
+    }
+    return 1;
+}
+
+/* Returns 1 if the token slots past valid in every slab of the block (the run iov[0..n)) are
+ * zero. */
+static int tail_is_zero(const lkv_kv_shape *sh, const struct iovec *iov, size_t n, uint32_t valid)
 {
     size_t row = (size_t)sh->head_dim * lkv_dtype_size(sh->dtype);
     size_t slab = lkv_slab_bytes(sh);
     size_t n_slabs = (size_t)sh->n_layers * 2u * (size_t)sh->n_kv_heads;
     for (size_t i = 0; i < n_slabs; i++) {
-        const uint8_t *p = data + i * slab + (size_t)valid * row;
         size_t len = slab - (size_t)valid * row;
-        if (len > 0 && (p[0] != 0 || memcmp(p, p + 1, len - 1) != 0)) {
+        if (len > 0 && !iov_range_zero(iov, n, i * slab + (size_t)valid * row, len)) {
             return 0;
         }
     }
@@ -1086,6 +1108,12 @@ static int tail_is_zero(const lkv_kv_shape *sh, const uint8_t *data, uint32_t va
 }
 
 int lkv_store_put_block(lkv_store_put *tx, uint32_t index, const void *data, size_t len)
+{
+    struct iovec one = {(void *)data, len};
+    return lkv_store_put_blockv(tx, index, &one, 1);
+}
+
+int lkv_store_put_blockv(lkv_store_put *tx, uint32_t index, const struct iovec *iov, size_t n)
 {
     tl_why[0] = '\0';
     if (tx == NULL) {
@@ -1103,6 +1131,12 @@ int lkv_store_put_block(lkv_store_put *tx, uint32_t index, const void *data, siz
                    " (blocks go in order, each once)",
                    index, tx->next);
     }
+    size_t len = 0;
+    int no_data = iov == NULL;
+    for (size_t i = 0; i < n && iov != NULL; i++) {
+        no_data |= iov[i].iov_base == NULL;
+        len += iov[i].iov_len;
+    }
     if (len != tx->block_bytes) {
         const lkv_kv_shape *sh = &tx->profile->shape;
         return why(LKV_EINVAL,
@@ -1112,13 +1146,13 @@ int lkv_store_put_block(lkv_store_put *tx, uint32_t index, const void *data, siz
                    index, len, tx->block_bytes, tx->profile->name, sh->n_layers, sh->n_kv_heads,
                    sh->block_tokens, sh->head_dim, lkv_dtype_size(sh->dtype));
     }
-    if (data == NULL) {
+    if (no_data) {
         return why(LKV_EINVAL, "block %" PRIu32 ": no data", index);
     }
     if (index == tx->n_blocks - 1) {
         uint32_t bt = (uint32_t)tx->profile->shape.block_tokens;
         uint32_t valid = tx->n_tokens - index * bt;
-        if (valid < bt && !tail_is_zero(&tx->profile->shape, data, valid)) {
+        if (valid < bt && !tail_is_zero(&tx->profile->shape, iov, n, valid)) {
             return why(LKV_EINVAL,
                        "block %" PRIu32 ": the token slots past the document's end (token %" PRIu32
                        " on) must be zero",
@@ -1136,7 +1170,7 @@ int lkv_store_put_block(lkv_store_put *tx, uint32_t index, const void *data, siz
         }
     }
     if (tx->d != NULL) {
-        int rc = lkv_arena_write(tx->s->arena, tx->d->profile, tx->d->pages[index], data, len);
+        int rc = lkv_arena_writev(tx->s->arena, tx->d->profile, tx->d->pages[index], iov, n);
         if (rc != 0) {
             return rc;
         }
@@ -1501,7 +1535,8 @@ int lkv_store_put_commit_written(lkv_store_put *tx, uint32_t *pages, uint32_t ca
             }
             p = buf;
         }
-        int ok = tail_is_zero(&tx->profile->shape, p, valid);
+        struct iovec whole = {(void *)p, tx->block_bytes};
+        int ok = tail_is_zero(&tx->profile->shape, &whole, 1, valid);
         free(buf);
         if (!ok) {
             return why(LKV_EINVAL,

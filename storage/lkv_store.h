@@ -68,6 +68,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <sys/uio.h>
 
 #include "lkv_dockey.h"
 #include "lkv_profile.h"
@@ -276,6 +277,12 @@ uint64_t lkv_store_put_block_bytes(const lkv_store_put *tx);
  * token slots past the document's end must be zero (LKV_EINVAL); lkv_store_why() says which. An
  * error leaves the transaction open and unchanged (the caller usually aborts). */
 int lkv_store_put_block(lkv_store_put *tx, uint32_t index, const void *data, size_t len);
+
+/* lkv_store_put_block with the block's bytes in n pieces (borrowed iovecs of host memory, in
+ * order; their lengths must add up to the block size): the same checks, and each byte is copied
+ * once, from its piece into the arena (the Put stream hands the received gRPC slices here,
+ * lkv_putwire.h). */
+int lkv_store_put_blockv(lkv_store_put *tx, uint32_t index, const struct iovec *iov, size_t n);
 
 /* Commits the put and frees tx (always, also on error). LKV_EINVAL if not every block was
  * staged (nothing becomes visible; lkv_store_why() says how many were). Write-back: the document is

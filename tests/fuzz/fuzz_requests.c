@@ -11,7 +11,11 @@
  *   - a decoded message packs again and that packing decodes again (the daemon's replies and
  *     clients rely on canonical round trips), to the same packed bytes;
  *   - the scanner alone agrees with lkv_pb_unpack_bytes about acceptance, and every field
- *     range its visitor reports lies inside the input.
+ *     range its visitor reports lies inside the input;
+ *   - for PutRequest, the zero-copy decoder lazykvd runs (lkv_putwire), given the message in
+ *     three pieces (cut at points the second and third bytes pick), accepts exactly what
+ *     lkv_pb_unpack accepts, with the same header and the same block indices and payload bytes,
+ *     each payload range mapping into the pieces.
  */
 #include <assert.h>
 #include <stdlib.h>
@@ -28,6 +32,7 @@
 #include "lkv_err.h"
 #include "lkv_log.h"
 #include "lkv_pb.h"
+#include "lkv_putwire.h"
 #include "lkv_wire.h"
 
 static const ProtobufCMessageDescriptor *const requests[] = {
@@ -55,6 +60,63 @@ static int visit(void *arg, const lkv_wire_ctx *w, const lkv_wire_field *f)
         abort(); /* A range outside the input: a scanner bug. */
     }
     return 0;
+}
+
+/* The lkv_putwire oracle (see the top): aborts on any disagreement with m (NULL: refused). */
+static void putwire_check(const uint8_t *msg, size_t n, size_t split, size_t split2,
+                          const ProtobufCMessage *m)
+{
+    size_t a = split, b = split2 % (n - a + 1);
+    struct iovec seg[3] = {
+        {(void *)msg, a}, {(void *)(msg + a), b}, {(void *)(msg + a + b), n - a - b}};
+    lkv_putwire w;
+    char err[256];
+    int rc = lkv_putwire_decode(seg, 3, &w, err, sizeof(err));
+    if ((rc == 0) != (m != NULL)) {
+        abort(); /* The Put decoder and protobuf-c disagree about acceptance. */
+    }
+    if (rc != 0) {
+        return;
+    }
+    const Lazykv__V1__PutRequest *req = (const Lazykv__V1__PutRequest *)m;
+    if ((w.header != NULL) != (req->header != NULL) || w.n_blocks != req->n_blocks) {
+        abort();
+    }
+    if (w.header != NULL) {
+        size_t l1 = protobuf_c_message_get_packed_size(&w.header->base);
+        size_t l2 = protobuf_c_message_get_packed_size(&req->header->base);
+        uint8_t *p1 = malloc(l1 + 1), *p2 = malloc(l2 + 1);
+        protobuf_c_message_pack(&w.header->base, p1);
+        protobuf_c_message_pack(&req->header->base, p2);
+        if (l1 != l2 || memcmp(p1, p2, l1) != 0) {
+            abort();
+        }
+        free(p1);
+        free(p2);
+    }
+    for (size_t i = 0; i < w.n_blocks; i++) {
+        const Lazykv__V1__Block *blk = req->blocks[i];
+        if (w.blocks[i].index != blk->index || w.blocks[i].len != blk->data.len ||
+            w.blocks[i].off > n || w.blocks[i].len > n - w.blocks[i].off) {
+            abort();
+        }
+        struct iovec parts[3];
+        size_t np = lkv_putwire_iov(seg, 3, w.blocks[i].off, w.blocks[i].len, parts, 3);
+        size_t off = 0;
+        if (np > 3) {
+            abort(); /* A range over three pieces needs at most three parts. */
+        }
+        for (size_t j = 0; j < np; j++) {
+            if (memcmp(parts[j].iov_base, blk->data.data + off, parts[j].iov_len) != 0) {
+                abort();
+            }
+            off += parts[j].iov_len;
+        }
+        if (off != w.blocks[i].len) {
+            abort();
+        }
+    }
+    lkv_putwire_free(&w);
 }
 
 int LLVMFuzzerInitialize(int *argc, char ***argv);
@@ -90,6 +152,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     int rc = lkv_pb_unpack(desc, bb, 64u << 20, &m, err, sizeof(err));
     grpc_byte_buffer_destroy(bb);
 
+    if (desc == &lazykv__v1__put_request__descriptor) {
+        putwire_check(msg, n, split, (size_t)data[1] * 131 + n / 3, rc == 0 ? m : NULL);
+    }
     bounds b = {n};
     int scan = lkv_wire_scan(desc, msg, n, NULL, visit, &b, NULL, err, sizeof(err));
     if ((scan == 0) != (rc == 0)) {

@@ -3,7 +3,9 @@
  * and block checksums (a flipped byte written through the raw RocksDB API is LKV_ECORRUPT),
  * atomic batches (the record is what makes a document visible), delete, snapshots, scan after
  * reopen, injected write failures, data of the previous format (dropped as misses, never
- * corrupt), the tag on disk.
+ * corrupt), the tag on disk, blob garbage collection on demand (off while there is little
+ * garbage; on once deletions leave more than half the blob bytes garbage, reclaiming it with
+ * every surviving block intact; off again).
  */
 #include <dirent.h>
 #include <rocksdb/c.h>
@@ -439,6 +441,81 @@ static void test_v2_record(void)
     su_rmdir(dir);
 }
 
+static void test_gc_on_demand(void)
+{
+    char *dir = su_tmpdir();
+    lkv_cold *c;
+    lkv_cold_options o = {.min_blob_bytes = 1024, .gc_min_bytes = 1u << 20};
+    ASSERT_OK(lkv_cold_open_ex(dir, &o, &c));
+    enum { DOCS = 48, BLOCKS = 4, BB = 16 << 10 };
+    lkv_dockey k[DOCS];
+    for (int d = 0; d < DOCS; d++) {
+        memset(&k[d], 0, sizeof k[d]);
+        k[d].b[0] = (uint8_t)(d * 37 + 1); /* Spread over the key range. */
+        k[d].b[1] = (uint8_t)d;
+        write_doc(c, &k[d], BLOCKS, BB, (uint64_t)(100 + d));
+    }
+    ASSERT_OK(lkv_cold_compact(c)); /* Flushes: everything in blob files. */
+    uint64_t total, garbage;
+    lkv_cold_blob_bytes(c, &total, &garbage);
+    ASSERT_TRUE(total >= (uint64_t)DOCS * BLOCKS * BB);
+    ASSERT_EQ(garbage, 0);
+    ASSERT_EQ(lkv_cold_gc_check(c), 0); /* No garbage: stays off. */
+    /* Delete three in four: after a compaction their blobs are garbage (75%). */
+    for (int d = 0; d < DOCS; d++) {
+        if (d % 4 != 0) {
+            ASSERT_OK(lkv_cold_delete(c, &k[d], 0));
+        }
+    }
+    ASSERT_OK(lkv_cold_compact(c));
+    uint64_t total2, garbage2;
+    lkv_cold_blob_bytes(c, &total2, &garbage2);
+    fprintf(stderr, "blob files %" PRIu64 " B, garbage %" PRIu64 " B after deleting 3/4\n", total2,
+            garbage2);
+    ASSERT_TRUE(garbage2 * 2 >= total2);
+    ASSERT_EQ(lkv_cold_gc_check(c), 1); /* Over half garbage: on. */
+    /* RocksDB's background work collects it (forced compactions of the files over half
+     * garbage, scheduled at the next new version: a few more documents and their flush). */
+    uint64_t total3 = total2, garbage3 = garbage2;
+    for (int i = 0; i < 400 && total3 >= total2 / 2; i++) {
+        if (i < 4) {
+            lkv_dockey x;
+            memset(&x, 0xee, sizeof x);
+            x.b[0] = (uint8_t)i;
+            write_doc(c, &x, 1, BB, 7);
+            ASSERT_OK(lkv_cold_delete(c, &x, 0));
+        }
+        usleep(50 * 1000);
+        lkv_cold_blob_bytes(c, &total3, &garbage3);
+    }
+    fprintf(stderr, "background: blob files %" PRIu64 " B, garbage %" PRIu64 " B\n", total3,
+            garbage3);
+    ASSERT_TRUE(total3 < total2 / 2);
+    ASSERT_OK(lkv_cold_compact(c)); /* Whatever is left: relocated now. */
+    lkv_cold_blob_bytes(c, &total3, &garbage3);
+    fprintf(stderr, "blob files %" PRIu64 " B, garbage %" PRIu64 " B after collection\n", total3,
+            garbage3);
+    ASSERT_TRUE(total3 < total2 / 2);
+    ASSERT_TRUE(garbage3 * 4 < total3 || total3 == 0);
+    ASSERT_EQ(lkv_cold_gc_check(c), 0); /* Under a quarter: off again. */
+    for (int d = 0; d < DOCS; d++) {
+        if (d % 4 == 0) {
+            check_doc(c, &k[d], BLOCKS, BB, (uint64_t)(100 + d));
+        } else {
+            lkv_cold_doc m;
+            ASSERT_ERR(lkv_cold_get_doc(c, NULL, &k[d], &m, NULL), LKV_ENOTFOUND);
+        }
+    }
+    lkv_cold_close(c);
+    /* And after a reopen (collection starts off). */
+    ASSERT_OK(lkv_cold_open_ex(dir, &o, &c));
+    for (int d = 0; d < DOCS; d += 4) {
+        check_doc(c, &k[d], BLOCKS, BB, (uint64_t)(100 + d));
+    }
+    lkv_cold_close(c);
+    su_rmdir(dir);
+}
+
 int main(void)
 {
     LKV_RUN(test_roundtrip_blob);
@@ -447,5 +524,6 @@ int main(void)
     LKV_RUN(test_old_format);
     LKV_RUN(test_v2_record);
     LKV_RUN(test_tag_on_disk);
+    LKV_RUN(test_gc_on_demand);
     return 0;
 }
