@@ -36,6 +36,7 @@
     X(ERATE, -1024, "rate limit exceeded: retry later")                                            \
     X(EQUOTA, -1025, "tenant quota exceeded")                                                      \
     X(EINPROGRESS, -1026, "being computed by another worker")                                      \
+    X(EADMIT, -1027, "declined by the hot tier's admission filter")                                \
     X(ENOTOWNER, -1040, "not the owner: route the call to the document's owner")
 
 enum lkv_err {

@@ -421,9 +421,9 @@ static int put_on_end(void *arg, lkv_rpc *rpc)
         return rc;
     }
     lkv_store_put *tx = st->tx;
-    if (svc->durability == LKV_DURABILITY_WRITE_THROUGH) {
+    if (svc->durability == LKV_DURABILITY_WRITE_THROUGH || lkv_store_put_cold_only(tx)) {
         st->tx = NULL;   /* put_finish frees it, also on error; it checks every block came. */
-        st->commit = tx; /* A synced RocksDB write: on the pool. */
+        st->commit = tx; /* A RocksDB write (synced, or of a cold-only put): on the pool. */
         return lkv_rpc_offload(rpc, put_commit_work, put_commit_done, st);
     }
     /* Write-back: wait for room in the unpersisted backlog first (parked, not holding this
@@ -1636,6 +1636,12 @@ static int reserve_refused(lkv_cache_svc *svc, lkv_rpc *rpc, const resv_job *j, 
                               "Reserve: the lease would hold more than %" PRIu32
                               " documents (max_lease_docs)",
                               lim->max_docs);
+    case LKV_EADMIT:
+        return lkv_rpc_errorf(rpc, rc,
+                              "Reserve: document %s is not admitted to the hot tier "
+                              "(hot_admission = door): compute it in your own pages (a Put "
+                              "stores it in the cold tier if it has room)",
+                              hex);
     case LKV_ENOSPC:
         return lkv_rpc_errorf(rpc, rc,
                               "Reserve: %s%" PRIu32 " leases are live (max_leases), or document "

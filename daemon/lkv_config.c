@@ -176,6 +176,7 @@ enum opt_kind {
     OPT_COST,     /* int, 0 documents / 1 bytes. */
     OPT_CORRUPT,  /* int, enum lkv_cold_on_corruption (refuse / reset). */
     OPT_DURABLE,  /* int, enum lkv_durability. */
+    OPT_ADMIT,    /* int, enum lkv_hot_admission. */
     OPT_LOGLEVEL, /* int, enum lkv_log_level. */
     OPT_ROLES,    /* uint32_t, enum lkv_role mask. */
     OPT_BOOL,     /* int, 0 or 1. */
@@ -214,6 +215,9 @@ static const opt opts[] = {
      "what gdsf and adaptive optimise: documents (document hit rate) or bytes (byte hit rate)"},
     {"durability", OPT_DURABLE, OFF(durability), 0, 0, 0, "write-back",
      "write-back (ack when hot, persist in background) or write-through (ack when durable)"},
+    {"hot_admission", OPT_ADMIT, OFF(hot_admission), 0, 0, 0, "always",
+     "new documents into the hot tier: always (evicting), or door (only if the policy's "
+     "admission filter accepts them, as bench/hitrate simulates; else cold only or declined)"},
     {"threads", OPT_INT, OFF(threads), 0, 1, 256, "2",
      "gRPC polling threads (each with its own completion queue)"},
     {"pool_threads", OPT_INT, OFF(pool_threads), 0, 0, 256, "4",
@@ -325,6 +329,7 @@ static const opt opts[] = {
 static const char *const backend_names[] = {"auto", "host", "cuda", NULL};
 static const char *const cost_names[] = {"documents", "bytes", NULL};
 static const char *const durable_names[] = {"write-back", "write-through", NULL};
+static const char *const admit_names[] = {"always", "door", NULL}; /* enum lkv_hot_admission. */
 static const char *const corrupt_names[] = {"refuse", "reset", NULL};
 static const char *const level_names[] = {"debug", "info", "warn", "error", NULL};
 
@@ -472,6 +477,8 @@ static int set_opt(lkv_config *c, const opt *o, const char *value, char *err, si
         return set_enum(o, field, value, cost_names, err, errlen);
     case OPT_DURABLE:
         return set_enum(o, field, value, durable_names, err, errlen);
+    case OPT_ADMIT:
+        return set_enum(o, field, value, admit_names, err, errlen);
     case OPT_CORRUPT:
         return set_enum(o, field, value, corrupt_names, err, errlen);
     case OPT_LOGLEVEL:
@@ -1377,12 +1384,13 @@ void lkv_config_summary(const lkv_config *c, char *buf, size_t len)
     snprintf(grace, sizeof(grace), "%.1fs", (double)c->shutdown_grace_ms / 1000.0);
     int w = snprintf(
         buf, len,
-        "config=%s listen=%s data_dir=%s hot=%s:%s cold=%s policy=%s durability=%s "
+        "config=%s listen=%s data_dir=%s hot=%s:%s cold=%s policy=%s hot_admission=%s durability=%s "
         "threads=%d pool_threads=%d max_message=%s log_level=%s shutdown_grace=%s profiles=",
         c->source[0] ? c->source : "(defaults)", c->listen, c->data_dir,
         backend_names[c->hot_backend], lkv_format_bytes(c->hot_bytes, hot, sizeof(hot)),
         c->cold_bytes ? lkv_format_bytes(c->cold_bytes, cold, sizeof(cold)) : "unlimited",
-        lkv_policy_name(c->policy_kind), durable_names[c->durability], c->threads, c->pool_threads,
+        lkv_policy_name(c->policy_kind), admit_names[c->hot_admission & 1],
+        durable_names[c->durability], c->threads, c->pool_threads,
         lkv_format_bytes(c->max_message_bytes, msg, sizeof(msg)), level_names[c->log_level & 3],
         grace);
     n = w > 0 ? (size_t)w : 0;
@@ -1413,6 +1421,7 @@ void lkv_config_to_store(const lkv_config *c, lkv_store_config *out)
     out->policy_kind = c->policy_kind;
     out->policy_cost_bytes = c->policy_cost_bytes;
     out->durability = c->durability;
+    out->hot_admission = c->hot_admission;
     out->profiles = c->profiles;
     out->n_profiles = c->n_profiles;
     out->evicted_memory = c->evicted_memory;

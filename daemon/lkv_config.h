@@ -53,6 +53,7 @@ typedef struct lkv_config {
     int policy_kind;            /* enum lkv_policy_kind, both tiers. */
     int policy_cost_bytes;      /* 1: GDSF cost = bytes (byte hit rate); 0: cost 1 per doc. */
     int durability;             /* enum lkv_durability. */
+    int hot_admission;          /* enum lkv_hot_admission: always / door (lkv_store.h). */
     int threads;                /* gRPC polling threads (one completion queue each). */
     int pool_threads;           /* Worker threads for blocking work (0: run it inline). */
     uint64_t max_message_bytes; /* Largest gRPC message received or sent, bytes. */

@@ -72,6 +72,24 @@ const char *lkv_durability_name(int m)
                                                : "unknown";
 }
 
+int lkv_hot_admission_parse(const char *s, int *out)
+{
+    if (s != NULL && strcmp(s, "always") == 0) {
+        *out = LKV_HOT_ADMIT_ALWAYS;
+        return 0;
+    }
+    if (s != NULL && strcmp(s, "door") == 0) {
+        *out = LKV_HOT_ADMIT_DOOR;
+        return 0;
+    }
+    return LKV_EINVAL;
+}
+
+const char *lkv_hot_admission_name(int m)
+{
+    return m == LKV_HOT_ADMIT_ALWAYS ? "always" : m == LKV_HOT_ADMIT_DOOR ? "door" : "unknown";
+}
+
 const char *lkv_miss_cause_name(int c)
 {
     static const char *const names[LKV_MISS__COUNT] = {"none",    "never",   "evicted", "deleted",
@@ -188,6 +206,18 @@ static const store_stat store_stats[] = {
                            "Finished puts by result.", "puts", "puts_existing")},
     {FLD(puts_aborted), D("store_puts", "result=aborted", LKV_STAT_COUNTER, "docs",
                           "Finished puts by result.", "puts", "puts_aborted")},
+    {FLD(hot_admit_refused),
+     D("store_hot_admit_refused", NULL, LKV_STAT_COUNTER, "docs",
+       "New documents the hot tier's admission filter refused (hot_admission = door).", "puts",
+       "hot_admit_refused")},
+    {FLD(puts_cold_only),
+     D("store_puts_cold_only", NULL, LKV_STAT_COUNTER, "docs",
+       "Puts the hot door refused that were stored in the cold tier only.", "puts",
+       "puts_cold_only")},
+    {FLD(puts_declined),
+     D("store_puts_declined", NULL, LKV_STAT_COUNTER, "docs",
+       "Puts the hot door refused that the cold tier could not take (declined).", "puts",
+       "puts_declined")},
     {FLD(puts_inflight), D("store_puts_inflight", NULL, LKV_STAT_GAUGE, "docs",
                            "Open put transactions.", "puts", "puts_inflight")},
     {FLD(deletes), D("store_deletes", NULL, LKV_STAT_COUNTER, "docs",
@@ -483,6 +513,9 @@ int lkv_store_open(const lkv_store_config *cfg, lkv_store **out)
     if (cfg->policy_kind < 0 || cfg->policy_kind >= LKV_POLICY__COUNT) {
         return bad_config("policy_kind is unknown");
     }
+    if (cfg->hot_admission != LKV_HOT_ADMIT_ALWAYS && cfg->hot_admission != LKV_HOT_ADMIT_DOOR) {
+        return bad_config("hot_admission is not always or door");
+    }
     s = lkv_xcalloc(1, sizeof *s);
     s->cfg = *cfg;
     s->cfg.data_dir = NULL;
@@ -620,11 +653,12 @@ int lkv_store_open(const lkv_store_config *cfg, lkv_store **out)
     lkv__maint_start(s);
     LKV_LOGI(
         "store: open %s: hot %s %llu pages in %d regions (%llu B), cold %llu docs (budget "
-        "%llu B), %s, %s, %d profiles",
+        "%llu B), %s, %s, hot admission %s, %d profiles",
         cfg->data_dir, lkv_arena_backend(s->arena) == LKV_ARENA_HOST ? "host" : "cuda",
         (unsigned long long)n_pages, s->n_profiles, (unsigned long long)lkv_arena_bytes(s->arena),
         (unsigned long long)lkv_policy_count(s->coldp), (unsigned long long)cfg->cold_bytes,
-        lkv_durability_name(cfg->durability), lkv_policy_name(cfg->policy_kind), s->n_profiles);
+        lkv_durability_name(cfg->durability), lkv_policy_name(cfg->policy_kind),
+        lkv_hot_admission_name(cfg->hot_admission), s->n_profiles);
     *out = s;
     return 0;
 
@@ -1028,7 +1062,28 @@ int lkv_store_put_begin_ex(lkv_store *s, const uint8_t salt[LKV_SALT_BYTES], con
      * put refused before that changes nothing; hopeless cases are refused here. */
     uint64_t need = (uint64_t)n_blocks * reg->page_bytes;
     uint64_t budget = lkv_policy_budget(reg->hotp);
-    if (lkv_policy_bytes_used(reg->hotp) + need <= budget) {
+    if (s->cfg.hot_admission == LKV_HOT_ADMIT_DOOR &&
+        lkv_policy_bytes_used(reg->hotp) + need > budget && !lkv__held(s, d) &&
+        !lkv_policy_would_admit(reg->hotp, lkv__live_pid(&k), need, lkv__cost(s, need))) {
+        /* The door (lkv_store.h, "Hot admission"): cold only, or declined. */
+        uint64_t cb = (uint64_t)n_blocks * block_bytes;
+        s->st.hot_admit_refused++;
+        if (cb > lkv_policy_budget(s->coldp) || lkv_cold_readonly(s->cold) ||
+            lkv_cold_can_write(s->cold, cb) != 0) {
+            s->st.puts_declined++;
+            rc = why(LKV_EADMIT,
+                     "not cached: the hot tier's admission filter (hot_admission = door) "
+                     "declined the document (looked up less often than what it would evict) "
+                     "and the cold tier cannot take its %s (cold_bytes %s, or the disk is full); "
+                     "nothing was stored",
+                     fmt_bytes(cb, b1, sizeof(b1)),
+                     fmt_bytes(lkv_policy_budget(s->coldp), b2, sizeof(b2)));
+        } else {
+            tx->cold_only = 1;
+            tx->cbatch = lkv_cold_batch_create();
+            rc = 0;
+        }
+    } else if (lkv_policy_bytes_used(reg->hotp) + need <= budget) {
         rc = tx_admit(s, d);
     } else if (budget - lkv_policy_bytes_pinned(reg->hotp) < need && s->wbuild == NULL) {
         rc = why_no_room(s, p, n_blocks);
@@ -1057,6 +1112,11 @@ fail:
     pthread_mutex_unlock(&s->mu);
     free(tx);
     return rc;
+}
+
+int lkv_store_put_cold_only(const lkv_store_put *tx)
+{
+    return tx->cold_only;
 }
 
 uint32_t lkv_store_put_n_blocks(const lkv_store_put *tx)
@@ -1159,6 +1219,23 @@ int lkv_store_put_blockv(lkv_store_put *tx, uint32_t index, const struct iovec *
                        index, tx->n_tokens);
         }
     }
+    if (tx->cold_only) {
+        const void *p = iov[0].iov_base;
+        if (n != 1) {
+            if (tx->cbuf == NULL) {
+                tx->cbuf = lkv_xmalloc(tx->block_bytes);
+            }
+            size_t off = 0;
+            for (size_t i = 0; i < n; i++) {
+                memcpy(tx->cbuf + off, iov[i].iov_base, iov[i].iov_len);
+                off += iov[i].iov_len;
+            }
+            p = tx->cbuf;
+        }
+        lkv_cold_batch_block(tx->cbatch, &tx->key, index, p, tx->block_bytes);
+        tx->next++;
+        return 0;
+    }
     if (tx->d != NULL && !tx->d->hot) {
         /* The first valid block: now the pages are reserved (lkv_store_put_begin). */
         lkv_store *s = tx->s;
@@ -1180,6 +1257,16 @@ int lkv_store_put_blockv(lkv_store_put *tx, uint32_t index, const struct iovec *
 }
 
 static wb_waiter *unreserve_locked(lkv_store *s, lkv_store_put *tx);
+
+/* Frees tx and what a cold-only put still owns. */
+static void tx_free(lkv_store_put *tx)
+{
+    if (tx->cbatch != NULL) {
+        lkv_cold_batch_free(tx->cbatch);
+    }
+    free(tx->cbuf);
+    free(tx);
+}
 
 /* Drops a staging (or committing) doc of a put that does not become visible. Lock held. */
 static void discard_locked(lkv_store *s, doc *d)
@@ -1213,7 +1300,7 @@ void lkv_store_put_abort(lkv_store_put *tx)
     wb_waiter *wake = unreserve_locked(s, tx);
     pthread_mutex_unlock(&s->mu);
     lkv__wb_call(wake);
-    free(tx);
+    tx_free(tx);
 }
 
 /* Makes the staged doc d visible (lock held). */
@@ -1226,7 +1313,9 @@ static void publish_locked(lkv_store *s, doc *d)
         lkv__kidx_insert(s, d);
     }
     lkv__cidx_insert(s, d);
-    lkv__hot_unpin(s, d);
+    if (d->hot_pins > 0) {
+        lkv__hot_unpin(s, d); /* The stager's pin (a cold-only put has none). */
+    }
     s->st.puts++;
     pthread_cond_broadcast(&s->cv);
 }
@@ -1249,7 +1338,7 @@ int lkv_store_put_wait(lkv_store_put *tx, void (*fn)(const void *blob), const vo
     uint64_t bound = s->cfg.wb_max_backlog_bytes;
     uint64_t b = (uint64_t)tx->n_blocks * tx->block_bytes;
     if (s->cfg.durability != LKV_DURABILITY_WRITE_BACK || tx->d == NULL || bound == 0 ||
-        tx->wb_reserved != 0) {
+        tx->wb_reserved != 0 || tx->cold_only) {
         return 0;
     }
     int rc = 0;
@@ -1385,7 +1474,7 @@ static int commit_tx(lkv_store_put *tx, lkv_put_result *res, int pin, uint32_t *
         lkv_store_put_abort(tx);
         return LKV_EINVAL;
     }
-    if (d != NULL && !wt) {
+    if (d != NULL && !wt && !tx->cold_only) {
         /* Write-back: a pending marker first (no lock), so that a crash before the writer
          * persists the document makes it a miss of cause "lost" at the next start. */
         (void)lkv_cold_mark_pending(s->cold, &d->key);
@@ -1442,6 +1531,26 @@ static int commit_tx(lkv_store_put *tx, lkv_put_result *res, int pin, uint32_t *
         goto out;
     }
     lkv__rekey(s, d, lkv__live_pid(&d->key));
+    if (tx->cold_only) {
+        /* Refused hot by the door: reserve the key, write the staged batch, then publish. */
+        lkv_cold_batch *b = tx->cbatch;
+        tx->cbatch = NULL;
+        d->state = ST_COMMITTING;
+        lkv__kidx_insert(s, d);
+        rc = lkv__cold_write_staged(s, d, b, wt);
+        if (rc != 0) {
+            why_cold(s, d, rc);
+            discard_locked(s, d);
+            s->st.puts_aborted++;
+            goto out;
+        }
+        free(d->tokens); /* Present while hot only. */
+        d->tokens = NULL;
+        publish_locked(s, d);
+        s->st.puts_cold_only++;
+        put_result(s, d, 0, res);
+        goto out;
+    }
     if (!wt) {
         /* The reservation (if any) becomes the queued document's share of the backlog. */
         s->wb_backlog -= tx->wb_reserved <= s->wb_backlog ? tx->wb_reserved : s->wb_backlog;
@@ -1472,7 +1581,7 @@ static int commit_tx(lkv_store_put *tx, lkv_put_result *res, int pin, uint32_t *
 out:
     pthread_mutex_unlock(&s->mu);
     lkv__wb_call(wake);
-    free(tx);
+    tx_free(tx);
     return rc;
 }
 
@@ -1491,6 +1600,12 @@ int lkv_store_put_region(const lkv_store_put *tx)
 int lkv_store_put_reserve(lkv_store_put *tx)
 {
     tl_why[0] = '\0';
+    if (tx->cold_only) {
+        return why(LKV_EADMIT,
+                   "the hot tier's admission filter (hot_admission = door) declined the "
+                   "document: compute it in your own memory (a Put by copy stores it in the "
+                   "cold tier)");
+    }
     if (tx->d == NULL || tx->d->hot) {
         return 0; /* Nothing to reserve, or reserved by lkv_store_put_begin. */
     }

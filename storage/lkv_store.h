@@ -91,6 +91,20 @@ enum lkv_durability {
     LKV_DURABILITY_WRITE_THROUGH = 1,
 };
 
+/* Hot admission of NEW documents (puts and reservations; lkv_store_config.hot_admission). */
+enum lkv_hot_admission {
+    LKV_HOT_ADMIT_ALWAYS = 0, /* Every new document is admitted to the hot tier (evicting). */
+    LKV_HOT_ADMIT_DOOR = 1,   /* A new document that needs room made is admitted only if the hot
+                               * policy's admission filter accepts it (lkv_policy_would_admit,
+                               * the door bench/hitrate's simulator applies to a miss); else it
+                               * is stored in the cold tier only, or declined (LKV_EADMIT). */
+};
+
+/* Parses "always", "door" into *out; LKV_EINVAL otherwise. */
+int lkv_hot_admission_parse(const char *s, int *out);
+/* Returns "always", "door" or "unknown". */
+const char *lkv_hot_admission_name(int mode);
+
 /* Tiers, as reported by lookups. */
 enum lkv_tier {
     LKV_TIER_NONE = 0, /* Not present. */
@@ -162,6 +176,8 @@ typedef struct lkv_store_config {
     uint32_t maint_ms;    /* Period of the maintenance thread's TTL sweep; 0 = 1000 ms. */
     uint32_t sweep_batch; /* Documents a bulk sweep (expiry, class eviction) does between two
                            * releases of the store lock; 0 = 64; UINT32_MAX = one hold. */
+    int hot_admission;    /* enum lkv_hot_admission (0: always). See "Hot admission" above
+                           * lkv_store_put_begin. */
 } lkv_store_config;
 
 /* Opens (or creates) the store. Validates cfg (LKV_ECONFIG with a log line naming the field:
@@ -247,6 +263,25 @@ int lkv_store_tier(lkv_store *s, const lkv_dockey *key);
 
 /* ---- Put transactions ----------------------------------------------------------------- */
 
+/* Hot admission (cfg.hot_admission = LKV_HOT_ADMIT_DOOR). At put_begin of a NEW document that
+ * does not fit its region's free room, the region's hot policy is asked whether it would admit
+ * the document's committed id (lkv_policy_would_admit: for the sketch kinds, whether it was
+ * looked up more often than the victims it would displace; lookups record every key, hit or
+ * miss). A held document (put option hold, or a class hold covering it) always passes. One the
+ * door refuses (counted in hot_admit_refused) is:
+ *   - stored in the cold tier only when the cold tier can take it (its budget and the disk):
+ *     its blocks are staged in host memory and written to RocksDB by put_commit (synced in
+ *     write-through mode, unsynced in write-back mode, but before put_commit returns in both;
+ *     a crash in write-back mode may lose it, as any write-back put); put_finish reports tier
+ *     LKV_TIER_COLD; a later get or pin promotes it as any cold document (puts_cold_only);
+ *   - else declined: put_begin returns LKV_EADMIT and changes nothing (puts_declined), so the
+ *     caller is never told a document is stored that is not.
+ * A put to be filled in place (lkv_store_put_reserve) cannot be stored cold: reserve returns
+ * LKV_EADMIT for it (the caller computes the document in its own memory and may Put it by copy,
+ * which stores it cold). With LKV_HOT_ADMIT_ALWAYS (the default of a zeroed config) every new
+ * document is admitted hot, evicting, as before. Promotions of cold documents by get keep their
+ * own door (lkv__promote); pin always promotes. */
+
 /* Begins putting the document tokens[0..n_tokens) of profile (name) under salt. Validates the
  * input (lkv_store_profile_get, lkv_profile_check_tokens) and changes nothing on error, saying
  * why in lkv_store_why(): LKV_EPROFILE unknown profile; LKV_EINVAL n_tokens == 0, n_tokens >
@@ -265,6 +300,10 @@ int lkv_store_tier(lkv_store *s, const lkv_dockey *key);
 int lkv_store_put_begin(lkv_store *s, const uint8_t salt[LKV_SALT_BYTES], const char *profile,
                         const uint32_t *tokens, uint32_t n_tokens, lkv_store_put **out,
                         lkv_dockey *key_out, int *exists);
+
+/* 1 if the hot door refused the put and it is being staged for the cold tier only (its commit
+ * writes RocksDB before it returns, also in write-back mode), else 0. */
+int lkv_store_put_cold_only(const lkv_store_put *tx);
 
 /* Number of blocks the put expects, and the exact byte size of each. */
 uint32_t lkv_store_put_n_blocks(const lkv_store_put *tx);
@@ -506,6 +545,10 @@ typedef struct lkv_store_stats {
     uint64_t expired;         /* Documents dropped when their TTL ran out. */
     uint64_t class_evictions; /* Documents evicted or purged by lkv_store_evict_class. */
     uint64_t hot_bytes_held;  /* Hot bytes of held documents (gauge). */
+    /* Hot admission (cfg.hot_admission = door; see above lkv_store_put_begin). */
+    uint64_t hot_admit_refused; /* New documents the hot tier's admission filter refused. */
+    uint64_t puts_cold_only;    /* Of which committed to the cold tier only. */
+    uint64_t puts_declined;     /* Of which declined (LKV_EADMIT: no room in the cold tier). */
 } lkv_store_stats;
 
 /* Fills *out (caller-owned) with a consistent snapshot of the counters, in constant time (the

@@ -246,6 +246,11 @@ struct lkv_store_put {
     uint64_t block_bytes;       /* Bytes of each block. */
     uint32_t next;              /* Next block index expected. */
     const lkv_profile *profile; /* Borrowed from the store. */
+    /* Cold only (hot_admission = door refused it hot; lkv_store.h): d is in no tier while
+     * staging, its blocks go into cbatch (owned), committed by lkv__cold_write_staged. */
+    int cold_only;          /* 1: a cold-only put. */
+    lkv_cold_batch *cbatch; /* Its batch (owned until commit or abort). */
+    uint8_t *cbuf;          /* One block, to gather a block given in pieces (owned), or NULL. */
 };
 
 struct lkv_store_read {
@@ -419,6 +424,11 @@ void lkv__wb_enqueue(lkv_store *s, doc *d);
 /* Write-through: persists COMMITTING d synchronously (drops s->mu during the write). Returns 0
  * with d cold, or the admit/write error with d not cold. */
 int lkv__write_through(lkv_store *s, doc *d);
+/* A cold-only put's commit: finishes b (owned; always consumed) with d's record and tokens,
+ * admits COMMITTING d (not hot, not cold) to the cold policy and writes b (sync: fsync the WAL;
+ * drops s->mu during the write). Returns 0 with d cold, or the admit/write error with d not
+ * cold. */
+int lkv__cold_write_staged(lkv_store *s, doc *d, lkv_cold_batch *b, int sync);
 /* ---- lkv_store_resid.c: residency controls; s->mu required unless said otherwise --------- */
 
 /* The policy attributes of d: class (LKV__CLS_DEAD when DEAD), priority, expiry. */

@@ -31,6 +31,7 @@
 #include "lkv_store_int.h"
 
 static void hot_evict_cb(void *ctx, uint64_t id, uint64_t bytes);
+static void cold_meta(const doc *d, lkv_cold_doc *meta);
 static void cold_evict_cb(void *ctx, uint64_t id, uint64_t bytes);
 
 /* ---- pins (counted here only; the policy sees pinned / not pinned) ------------------------ */
@@ -154,17 +155,7 @@ static int build_doc(lkv_store *s, doc *d, uint8_t *scratch, lkv_cold_batch **ou
         lkv_cold_batch_block(b, &d->key, i, p, d->block_bytes);
     }
     lkv_cold_doc meta;
-    memset(&meta, 0, sizeof meta);
-    meta.key = d->key;
-    memcpy(meta.fingerprint, d->fp, 32);
-    meta.content_hash = d->content_hash;
-    meta.n_tokens = d->n_tokens;
-    meta.n_blocks = d->n_blocks;
-    meta.block_bytes = (uint32_t)d->block_bytes;
-    meta.created_ms = d->created_ms;
-    meta.tenant = d->tenant;
-    meta.prio = d->prio;
-    meta.expires_ms = d->expires_ms;
+    cold_meta(d, &meta);
     lkv_cold_batch_finish(b, &meta, d->tokens);
     *out = b;
     return 0;
@@ -532,6 +523,48 @@ int lkv__write_through(lkv_store *s, doc *d)
     uint8_t *scratch = s->scratch ? lkv_xmalloc(s->page_bytes) : NULL;
     rc = write_doc(s, d, 1, scratch);
     free(scratch);
+    pthread_mutex_lock(&s->mu);
+    lkv__cold_unpin(s, d);
+    d->cold_busy = 0;
+    lkv__sizes_sync(s, d);
+    if (rc != 0) {
+        cold_unadmit(s, d);
+    }
+    return rc;
+}
+
+/* d's cold record (the document's metadata). */
+static void cold_meta(const doc *d, lkv_cold_doc *meta)
+{
+    memset(meta, 0, sizeof *meta);
+    meta->key = d->key;
+    memcpy(meta->fingerprint, d->fp, 32);
+    meta->content_hash = d->content_hash;
+    meta->n_tokens = d->n_tokens;
+    meta->n_blocks = d->n_blocks;
+    meta->block_bytes = (uint32_t)d->block_bytes;
+    meta->created_ms = d->created_ms;
+    meta->tenant = d->tenant;
+    meta->prio = d->prio;
+    meta->expires_ms = d->expires_ms;
+}
+
+int lkv__cold_write_staged(lkv_store *s, doc *d, lkv_cold_batch *b, int sync)
+{
+    assert(!d->hot && !d->cold);
+    lkv_cold_doc meta;
+    cold_meta(d, &meta);
+    lkv_cold_batch_finish(b, &meta, d->tokens);
+    int rc = lkv_cold_readonly(s->cold) ? LKV_ENOSPC : lkv__cold_admit(s, d);
+    if (rc != 0) {
+        lkv_cold_batch_free(b);
+        return rc;
+    }
+    lkv__cold_pin(s, d);
+    d->cold_busy = 1;
+    lkv__sizes_sync(s, d);
+    pthread_mutex_unlock(&s->mu);
+    rc = lkv_cold_batch_write(s->cold, b, sync);
     pthread_mutex_lock(&s->mu);
     lkv__cold_unpin(s, d);
     d->cold_busy = 0;

@@ -88,6 +88,7 @@ typedef struct cfg {
                         then measured by the engine at max_batch 1 with out_tokens. */
     const char *cold_bytes; /* lazykvd's cold tier (default 4KiB: nothing fits, an evicted
                                document is gone; this measures the hot tier). */
+    const char *hot_admission; /* lazykvd's hot_admission (always / door; default always). */
     double deadline_s;      /* Points not started after this many seconds are skipped. */
     const char *plan;       /* --plan: the points to run (see usage), or NULL: the full product. */
     int batches[MAXL], n_batches;
@@ -349,6 +350,8 @@ static int start_daemon(ctx *x, uint64_t budget, int policy)
                            "600s",
                            "--wb_max_backlog_bytes",
                            "0",
+                           "--hot_admission",
+                           x->c.hot_admission,
                            NULL};
     if (lkv_spawn_start(&x->d, x->c.daemon_bin, hot, extra) != 0) {
         return LKV_EIO;
@@ -954,7 +957,8 @@ static void usage(void)
             "  [--out-tokens N] [--warmup N] [--requests N] [--batches 1,8,32]\n"
             "  [--tput-requests N] [--check N] [--local-pages N] [--dtype f32|bf16]\n"
             "  [--daemon-bin F] [--hot-backend host|cuda] [--out DIR] [--seed S]\n"
-            "  [--ttft-tokens N] [--plan 'W:ALPHA:BUDGET[:REQ[:TPUT[:MODE+...]]];...']\n");
+            "  [--ttft-tokens N] [--plan 'W:ALPHA:BUDGET[:REQ[:TPUT[:MODE+...]]];...']\n"
+            "  [--cold-bytes B] [--hot-admission always|door]\n");
 }
 
 int main(int argc, char **argv)
@@ -967,6 +971,7 @@ int main(int argc, char **argv)
     c->out = "bench/out";
     c->hot_backend = "host";
     c->cold_bytes = "4KiB";
+    c->hot_admission = "always";
     c->pool = 100;
     c->doc_tokens = 2048;
     c->k = 5;
@@ -1061,6 +1066,8 @@ int main(int argc, char **argv)
             c->ttft_tokens = atoi(v);
         } else if (ARG("--cold-bytes")) {
             c->cold_bytes = v;
+        } else if (ARG("--hot-admission")) {
+            c->hot_admission = v;
         } else if (ARG("--deadline-s")) {
             c->deadline_s = atof(v);
         } else if (ARG("--plan")) {
@@ -1203,12 +1210,12 @@ int main(int argc, char **argv)
             "{\"date\": \"%s\", \"backend\": \"%s\", \"model\": \"%s\", \"page_bytes\": %llu, "
             "\"warmup\": %d, \"requests\": %d, \"tput_requests\": %d, \"question_tokens\": %d, "
             "\"output_tokens\": %d, \"pool\": %u, \"doc_tokens\": %u, \"docs\": %u, "
-            "\"short_median\": %u, \"short_sigma\": %g, \"short_docs\": %u, \"seed\": %llu,\n"
-            "",
+            "\"short_median\": %u, \"short_sigma\": %g, \"short_docs\": %u, \"seed\": %llu, "
+            "\"cold_bytes\": \"%s\", \"hot_admission\": \"%s\",\n",
             date, c->backend, c->synth != NULL ? c->synth : c->model,
             (unsigned long long)x.page_bytes, c->warmup, c->requests, c->tput_requests, c->question,
             c->out_tokens, c->pool, c->doc_tokens, c->k, c->short_median, c->short_sigma,
-            c->short_k, (unsigned long long)c->seed);
+            c->short_k, (unsigned long long)c->seed, c->cold_bytes, c->hot_admission);
     fprintf(x.tsv,
             "workload\talpha\tbudget\tmode\tpolicy\tttft_p50\tttft_p99\trps_b1\ttput...\thit\n");
     /* The points: the product of the lists, or --plan. */

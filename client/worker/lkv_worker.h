@@ -93,7 +93,8 @@ typedef struct lkv_worker_opts {
                                    miss, recomputed here (not stored again). 0: copies in
                                    worker pages. */
     int no_put_when_full;       /* 1: a miss whose Reserve found no room (ENOSPC: the budget is
-                                   pinned) is not stored by Put afterwards (as a cache that
+                                   pinned) or was declined by the daemon's hot admission filter
+                                   (LKV_EADMIT) is not stored by Put afterwards (as a cache that
                                    cannot admit it would; the hit-rate simulator's rule). 0: it
                                    is Put after the last token (the daemon makes room then). */
     int sync_phases;            /* 1: wait for the backend at the end of each timed phase (miss,
@@ -195,6 +196,9 @@ typedef struct lkv_worker_stats {
     uint64_t inplace_docs;     /* Misses stored in place (Reserve + Commit). */
     uint64_t put_docs;         /* Misses stored by Put. */
     uint64_t reserve_refused;  /* Reserves refused (budget, lease limits, role): stored by Put. */
+    uint64_t reserve_declined; /* Reserves declined by the daemon's hot admission filter
+                                  (LKV_EADMIT, hot_admission = door): computed in worker pages,
+                                  stored by Put unless no_put_when_full. */
     uint64_t reserve_busy;     /* Reserves answered LKV_EINPROGRESS (another worker computes
                                   the document): computed here too, stored by Put. */
     uint64_t commit_failed;    /* Commits that failed (lease gone, daemon gone): not stored. */

@@ -69,8 +69,8 @@ static void test_round_trip(void)
     LKV_ERR_MAP(CHECK_ONE)
 #undef CHECK_ONE
     /* Every code of the table: 23 + ERATE, EQUOTA (quotas), EINPROGRESS (put in place), ENOTOWNER
-     * (cluster redirect). */
-    ASSERT_EQ(n, 27);
+     * (cluster redirect), EADMIT (hot admission door). */
+    ASSERT_EQ(n, 28);
     /* A code outside the table goes out as LKV_EINTERNAL, consistent with its status. */
     ASSERT_TRUE(strcmp(lkv_status_md_value(-5), "LKV_EINTERNAL") == 0);
     ASSERT_EQ(to_err(lkv_status_from_err(-5), lkv_status_md_value(-5)), LKV_EINTERNAL);
