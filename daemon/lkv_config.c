@@ -1384,7 +1384,8 @@ void lkv_config_summary(const lkv_config *c, char *buf, size_t len)
     snprintf(grace, sizeof(grace), "%.1fs", (double)c->shutdown_grace_ms / 1000.0);
     int w = snprintf(
         buf, len,
-        "config=%s listen=%s data_dir=%s hot=%s:%s cold=%s policy=%s hot_admission=%s durability=%s "
+        "config=%s listen=%s data_dir=%s hot=%s:%s cold=%s policy=%s hot_admission=%s "
+        "durability=%s "
         "threads=%d pool_threads=%d max_message=%s log_level=%s shutdown_grace=%s profiles=",
         c->source[0] ? c->source : "(defaults)", c->listen, c->data_dir,
         backend_names[c->hot_backend], lkv_format_bytes(c->hot_bytes, hot, sizeof(hot)),

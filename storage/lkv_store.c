@@ -210,10 +210,9 @@ static const store_stat store_stats[] = {
      D("store_hot_admit_refused", NULL, LKV_STAT_COUNTER, "docs",
        "New documents the hot tier's admission filter refused (hot_admission = door).", "puts",
        "hot_admit_refused")},
-    {FLD(puts_cold_only),
-     D("store_puts_cold_only", NULL, LKV_STAT_COUNTER, "docs",
-       "Puts the hot door refused that were stored in the cold tier only.", "puts",
-       "puts_cold_only")},
+    {FLD(puts_cold_only), D("store_puts_cold_only", NULL, LKV_STAT_COUNTER, "docs",
+                            "Puts the hot door refused that were stored in the cold tier only.",
+                            "puts", "puts_cold_only")},
     {FLD(puts_declined),
      D("store_puts_declined", NULL, LKV_STAT_COUNTER, "docs",
        "Puts the hot door refused that the cold tier could not take (declined).", "puts",
@@ -651,14 +650,14 @@ int lkv_store_open(const lkv_store_config *cfg, lkv_store **out)
     }
     lkv__writer_start(s);
     lkv__maint_start(s);
-    LKV_LOGI(
-        "store: open %s: hot %s %llu pages in %d regions (%llu B), cold %llu docs (budget "
-        "%llu B), %s, %s, hot admission %s, %d profiles",
-        cfg->data_dir, lkv_arena_backend(s->arena) == LKV_ARENA_HOST ? "host" : "cuda",
-        (unsigned long long)n_pages, s->n_profiles, (unsigned long long)lkv_arena_bytes(s->arena),
-        (unsigned long long)lkv_policy_count(s->coldp), (unsigned long long)cfg->cold_bytes,
-        lkv_durability_name(cfg->durability), lkv_policy_name(cfg->policy_kind),
-        lkv_hot_admission_name(cfg->hot_admission), s->n_profiles);
+    LKV_LOGI("store: open %s: hot %s %llu pages in %d regions (%llu B), cold %llu docs (budget "
+             "%llu B), %s, %s, hot admission %s, %d profiles",
+             cfg->data_dir, lkv_arena_backend(s->arena) == LKV_ARENA_HOST ? "host" : "cuda",
+             (unsigned long long)n_pages, s->n_profiles,
+             (unsigned long long)lkv_arena_bytes(s->arena),
+             (unsigned long long)lkv_policy_count(s->coldp), (unsigned long long)cfg->cold_bytes,
+             lkv_durability_name(cfg->durability), lkv_policy_name(cfg->policy_kind),
+             lkv_hot_admission_name(cfg->hot_admission), s->n_profiles);
     *out = s;
     return 0;
 

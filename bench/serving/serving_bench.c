@@ -86,11 +86,11 @@ typedef struct cfg {
     int question, out_tokens, warmup, requests, tput_requests, check;
     int ttft_tokens; /* Tokens generated in the TTFT phase (TTFT needs 1); B = 1 throughput is
                         then measured by the engine at max_batch 1 with out_tokens. */
-    const char *cold_bytes; /* lazykvd's cold tier (default 4KiB: nothing fits, an evicted
-                               document is gone; this measures the hot tier). */
+    const char *cold_bytes;    /* lazykvd's cold tier (default 4KiB: nothing fits, an evicted
+                                  document is gone; this measures the hot tier). */
     const char *hot_admission; /* lazykvd's hot_admission (always / door; default always). */
-    double deadline_s;      /* Points not started after this many seconds are skipped. */
-    const char *plan;       /* --plan: the points to run (see usage), or NULL: the full product. */
+    double deadline_s;         /* Points not started after this many seconds are skipped. */
+    const char *plan; /* --plan: the points to run (see usage), or NULL: the full product. */
     int batches[MAXL], n_batches;
     uint64_t seed;
     uint32_t local_pages;

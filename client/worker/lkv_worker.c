@@ -809,8 +809,10 @@ static int call_reserve(req_state *s, const lkv_docref *refs)
                  * it can) unless no_put_when_full (the simulator's rule: not cached). */
                 w->st.reserve_declined++;
                 s->resv_state[i] = w->o.no_put_when_full ? -1 : 0;
-                note(res, "document %d declined by the daemon's hot admission filter: computed "
-                     "here, %s", i, w->o.no_put_when_full ? "not stored" : "stored by Put");
+                note(res,
+                     "document %d declined by the daemon's hot admission filter: computed "
+                     "here, %s",
+                     i, w->o.no_put_when_full ? "not stored" : "stored by Put");
             } else if (rc == LKV_ENOSPC && w->o.no_put_when_full) {
                 w->st.reserve_refused++;
                 s->resv_state[i] = -1; /* No room now: not cached (no Put either). */

@@ -4,6 +4,8 @@
  * local-only answer's tokens, bitwise, and the counters saying what happened:
  *   - Reserve refused (the lease's document limit, max_lease_docs=1): that miss is computed in
  *     worker pages and stored by Put, the other in place;
+ *   - Reserve declined by the daemon's hot admission door (hot_admission = door, LKV_EADMIT):
+ *     computed in worker pages, stored cold by Put (or not at all with no_put_when_full);
  *   - Reserve answered "being computed by another worker" (LKV_EINPROGRESS: another client holds
  *     the reservation): computed here too, never waited for;
  *   - the lease lost mid-request (a question prefill longer than the TTL: the renewal finds it
@@ -133,6 +135,119 @@ static void test_reserve_refused(void)
     }
     lkv_rag_result_free(&ref);
     lkv_rag_result_free(&res);
+    lkv_worker_destroy(w);
+    lkv_daemon_cleanup(&d2);
+}
+
+/* A stat of the daemon's Admin Stats (section.key), or -1 if absent. */
+static double admin_stat(const char *addr, const char *section, const char *key)
+{
+    lkv_client_t *c;
+    lkv_stat_entry *e = NULL;
+    size_t n = 0;
+    double v = -1;
+    ASSERT_OK(lkv_client_create(addr, NULL, &c));
+    ASSERT_OK(lkv_client_stats_entries(c, section, 5000, &e, &n));
+    for (size_t i = 0; i < n; i++) {
+        if (strcmp(e[i].key, key) == 0) {
+            v = e[i].value;
+        }
+    }
+    free(e);
+    lkv_client_destroy(c);
+    return v;
+}
+
+/* hot_admission = door: the region full of a frequently used document, a one-off document's
+ * Reserve is declined by the hot door (LKV_EADMIT): the worker computes it in its own pages
+ * (the local answer's tokens), then Puts it, which the daemon stores in the cold tier; with
+ * no_put_when_full it is not stored at all (the simulator's rule). The frequent document stays
+ * hot and the daemon counts the refusals (Admin Stats puts.hot_admit_refused). */
+static void test_reserve_declined_by_door(void)
+{
+    static const char *D[] = {
+        "Lily went to the park with her mom. They saw a big tree and a small red bird on it.",
+        "Tom had a red ball. He liked to throw it high.", "The cat sat on the warm mat."};
+    lkv_rag_result ref[3], res, warm;
+    uint32_t nb[3];
+    for (int i = 0; i < 3; i++) {
+        local_answer(&D[i], 1, 10, &ref[i]);
+        nb[i] = (uint32_t)ref[i].docs[0].n_blocks;
+    }
+    ASSERT_TRUE(nb[1] <= nb[0] && nb[2] <= nb[0]);
+    /* The stories260k region holds exactly document 0 (pages of 20 KiB). */
+    char region[96];
+    snprintf(region, sizeof region, "profile.stories260k.hot_bytes=%u", nb[0] * 20480u);
+    lkv_daemon d2;
+    const char *args[] = {
+        LKV_IT_PROFILE_ARGS, "--set", "hot_admission=door", "--set", region, NULL};
+    lkv_daemon_init(&d2, args);
+    lkv_it_start(&d2);
+    lkv_worker *w = make_worker(d2.addr, 0, NULL);
+    for (int k = 0; k < 3; k++) { /* Document 0: computed in place once, then hits. */
+        ASSERT_OK(run(w, &D[0], 1, 10, &res));
+        same_tokens(&res, &ref[0]);
+        ASSERT_EQ(res.hit_docs, k > 0);
+        lkv_rag_result_free(&res);
+    }
+    ASSERT_EQ(stats(w).inplace_docs, 1);
+    ASSERT_EQ(admin_stat(d2.addr, "puts", "hot_admit_refused"), 0);
+
+    /* Document 1, once: declined hot, computed here, stored cold by Put. */
+    ASSERT_OK(run(w, &D[1], 1, 10, &res));
+    fprintf(stderr, "   declined: %s\n", res.note);
+    same_tokens(&res, &ref[1]);
+    lkv_worker_stats st = stats(w);
+    ASSERT_EQ(st.reserve_declined, 1);
+    ASSERT_EQ(st.inplace_docs, 1);
+    ASSERT_EQ(st.put_docs, 1);
+    ASSERT_TRUE(res.docs[0].inplace == 0 && res.docs[0].stored == 1);
+    ASSERT_TRUE(strstr(res.note, "hot admission filter") != NULL);
+    lkv_rag_result_free(&res);
+    ASSERT_TRUE(admin_stat(d2.addr, "puts", "hot_admit_refused") >= 2); /* Reserve and Put. */
+    ASSERT_EQ(admin_stat(d2.addr, "puts", "puts_cold_only"), 1);
+    ASSERT_EQ(admin_stat(d2.addr, "cold", "docs") >= 1, 1);
+    ASSERT_OK(run(w, &D[0], 1, 10, &res)); /* Still hot: a hit. */
+    ASSERT_EQ(res.hit_docs, 1);
+    ASSERT_EQ(res.docs[0].tier, LKV_WIRE_TIER_HOT);
+    lkv_rag_result_free(&res);
+
+    /* Document 2 with no_put_when_full: declined, computed here, not stored. */
+    lkv_worker_opts o = {.target = d2.addr,
+                         .model_path = MODEL,
+                         .tokenizer_path = TOKP,
+                         .deadline_ms = 1500,
+                         .local_pages = 512,
+                         .no_put_when_full = 1};
+    lkv_worker *w2;
+    char err[512];
+    if (lkv_worker_create(&o, &w2, err, sizeof err) != 0) {
+        LKV_FAIL("worker: %s", err);
+    }
+    ASSERT_OK(run(w2, &D[2], 1, 10, &res));
+    same_tokens(&res, &ref[2]);
+    st = stats(w2);
+    ASSERT_EQ(st.reserve_declined, 1);
+    ASSERT_EQ(st.put_docs, 0);
+    ASSERT_EQ(st.inplace_docs, 0);
+    ASSERT_TRUE(res.docs[0].stored != 1);
+    ASSERT_TRUE(strstr(res.note, "not stored") != NULL);
+    lkv_rag_result_free(&res);
+    ASSERT_OK(run(w2, &D[2], 1, 10, &warm)); /* Not cached: a miss again. */
+    ASSERT_EQ(warm.hit_docs, 0);
+    same_tokens(&warm, &ref[2]);
+    lkv_rag_result_free(&warm);
+    ASSERT_EQ(admin_stat(d2.addr, "puts", "puts_cold_only"), 1);
+
+    /* Document 1 again: found in the cold tier, attached (promoted), a hit. */
+    ASSERT_OK(run(w, &D[1], 1, 10, &warm));
+    ASSERT_EQ(warm.hit_docs, 1);
+    same_tokens(&warm, &ref[1]);
+    lkv_rag_result_free(&warm);
+    for (int i = 0; i < 3; i++) {
+        lkv_rag_result_free(&ref[i]);
+    }
+    lkv_worker_destroy(w2);
     lkv_worker_destroy(w);
     lkv_daemon_cleanup(&d2);
 }
@@ -405,6 +520,7 @@ int main(void)
     lkv_daemon_init(&dm, args);
     lkv_it_start(&dm);
     LKV_RUN(test_reserve_refused);
+    LKV_RUN(test_reserve_declined_by_door);
     LKV_RUN(test_in_progress);
     LKV_RUN(test_lease_lost);
     LKV_RUN(test_stopped_daemon_does_not_stall_decode);
