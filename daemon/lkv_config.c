@@ -215,7 +215,7 @@ static const opt opts[] = {
      "what gdsf and adaptive optimise: documents (document hit rate) or bytes (byte hit rate)"},
     {"durability", OPT_DURABLE, OFF(durability), 0, 0, 0, "write-back",
      "write-back (ack when hot, persist in background) or write-through (ack when durable)"},
-    {"hot_admission", OPT_ADMIT, OFF(hot_admission), 0, 0, 0, "always",
+    {"hot_admission", OPT_ADMIT, OFF(hot_admission), 0, 0, 0, "door",
      "new documents into the hot tier: always (evicting), or door (only if the policy's "
      "admission filter accepts them, as bench/hitrate simulates; else cold only or declined)"},
     {"threads", OPT_INT, OFF(threads), 0, 1, 256, "2",

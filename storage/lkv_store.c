@@ -1062,7 +1062,8 @@ int lkv_store_put_begin_ex(lkv_store *s, const uint8_t salt[LKV_SALT_BYTES], con
     uint64_t need = (uint64_t)n_blocks * reg->page_bytes;
     uint64_t budget = lkv_policy_budget(reg->hotp);
     if (s->cfg.hot_admission == LKV_HOT_ADMIT_DOOR &&
-        lkv_policy_bytes_used(reg->hotp) + need > budget && !lkv__held(s, d) &&
+        lkv_policy_bytes_used(reg->hotp) + need > budget &&
+        budget - lkv_policy_bytes_pinned(reg->hotp) >= need && !lkv__held(s, d) &&
         !lkv_policy_would_admit(reg->hotp, lkv__live_pid(&k), need, lkv__cost(s, need))) {
         /* The door (lkv_store.h, "Hot admission"): cold only, or declined. */
         uint64_t cb = (uint64_t)n_blocks * block_bytes;

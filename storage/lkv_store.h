@@ -267,8 +267,10 @@ int lkv_store_tier(lkv_store *s, const lkv_dockey *key);
  * does not fit its region's free room, the region's hot policy is asked whether it would admit
  * the document's committed id (lkv_policy_would_admit: for the sketch kinds, whether it was
  * looked up more often than the victims it would displace; lookups record every key, hit or
- * miss). A held document (put option hold, or a class hold covering it) always passes. One the
- * door refuses (counted in hot_admit_refused) is:
+ * miss). A held document (put option hold, or a class hold covering it) always passes. The
+ * door only decides when evicting could make the room: a put that finds the region held by
+ * pinned data is refused (LKV_ENOSPC) or deferred exactly as without the door. One the door
+ * refuses (counted in hot_admit_refused) is:
  *   - stored in the cold tier only when the cold tier can take it (its budget and the disk):
  *     its blocks are staged in host memory and written to RocksDB by put_commit (synced in
  *     write-through mode, unsynced in write-back mode, but before put_commit returns in both;
@@ -288,7 +290,8 @@ int lkv_store_tier(lkv_store *s, const lkv_dockey *key);
  * max_doc_tokens or a token >= vocab_size; LKV_ENOSPC the hot tier cannot
  * make room (budget held by pinned or in-flight data, or the document is larger than the hot
  * budget) or, in write-through mode with a cold budget, the document is larger than the cold
- * budget; LKV_ESHUTDOWN the store is closing. On success reserves hot pages for every block if
+ * budget; LKV_EADMIT the hot admission door refused it and the cold tier cannot take it
+ * (above); LKV_ESHUTDOWN the store is closing. On success reserves hot pages for every block if
  * they are free; if room must be made (evicting, which demotes documents), the reservation and
  * the evictions wait for the first block that passes its checks (lkv_store_put_block may then
  * say LKV_ENOSPC), or for lkv_store_put_reserve (a put filled in place), so a put refused

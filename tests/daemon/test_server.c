@@ -569,8 +569,8 @@ static void test_exact_codes(void)
     LKV_ERR_MAP(CHECK_ONE)
 #undef CHECK_ONE
     /* Every code of the table: 23 + ERATE, EQUOTA (quotas), EINPROGRESS (put in place), ENOTOWNER
-     * (cluster redirect). */
-    ASSERT_EQ(n, 27);
+     * (cluster redirect), EADMIT (the hot admission door). */
+    ASSERT_EQ(n, 28);
     uint32_t tok = 5; /* -EIO, an -errno */
     lkv_docref ref = {.profile = "fail", .tokens = &tok, .n_tokens = 1};
     ASSERT_ERR(lkv_client_lookup(c, &ref, 1, 0, &st), LKV_EINTERNAL);

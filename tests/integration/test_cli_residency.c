@@ -269,7 +269,10 @@ static void test_tenants(void)
 
 int main(void)
 {
-    const char *args_a[] = {LKV_IT_PROFILE_ARGS, "--set", "hot_bytes=32MiB", NULL};
+    /* hot_admission=always: the hold and TTL tests push documents out of the hot tier with puts
+     * of new ones (the door would store those cold instead). */
+    const char *args_a[] = {LKV_IT_PROFILE_ARGS, "--set", "hot_bytes=32MiB", "--set",
+                            "hot_admission=always", NULL};
     lkv_daemon_init(&dm, args_a);
     lkv_it_start(&dm);
     cli_dir = dm.dir;

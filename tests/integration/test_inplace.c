@@ -492,7 +492,10 @@ static void test_persisted(lkv_client_t **c, lkv_arena_map *map)
 
 int main(void)
 {
-    const char *args[] = {LKV_IT_PROFILE_ARGS, "--set", "profile.itest.hot_bytes=128KiB", NULL};
+    /* hot_admission=always: test_budgets_and_pages checks that a Reserve makes room by evicting
+     * as a Put does, whatever the admission door would say of a new document. */
+    const char *args[] = {LKV_IT_PROFILE_ARGS, "--set", "profile.itest.hot_bytes=128KiB", "--set",
+                          "hot_admission=always", NULL};
     lkv_daemon_init(&dm, args);
     lkv_it_start(&dm);
     lkv_client_t *c = lkv_it_client(&dm);

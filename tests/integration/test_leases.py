@@ -196,8 +196,9 @@ def test_attach_maps_arena():
 
 def test_pinned_never_evicted():
     """With 8 pages: attached documents stay hot and intact while puts churn through the rest;
-    once every page is pinned, a put is RESOURCE_EXHAUSTED and evict/delete are refused."""
-    with daemon(hot_pages=8) as d:
+    once every page is pinned, a put is RESOURCE_EXHAUSTED and evict/delete are refused.
+    hot_admission=always: the churn is puts of new documents, which must go hot (evicting)."""
+    with daemon(hot_pages=8, more=["--set", "hot_admission=always"]) as d:
         cache, admin = stubs(d)
         a = put(cache, 1, 32)  # 2 pages
         r = attach(cache, [key_ref(a[2])])
