@@ -6,7 +6,8 @@
  * the stats registry too); a document looked up often enough wins the door and is admitted hot
  * (evicting); with no room in the cold tier a refused put is declined (LKV_EADMIT, nothing
  * changes); a reservation (put in place) of a refused document gets LKV_EADMIT; held documents
- * pass; write-through cold-only puts are durable across a restart; "always" admits everything
+ * pass; a region held full by pins answers LKV_ENOSPC as before; write-through cold-only puts
+ * are durable across a restart; "always" admits everything
  * as before. Policies tinylfu and adaptive (the daemon's default).
  */
 #include "lkv_policy.h"
@@ -280,6 +281,38 @@ static void test_write_through(void)
     su_rmdir(dir);
 }
 
+/* A region held full by pins: the door does not decide (nothing could be evicted); the put is
+ * refused with LKV_ENOSPC as without it, and nothing is stored cold. */
+static void test_pinned_full(void)
+{
+    char *dir = su_tmpdir();
+    lkv_put_result r;
+    su_policy_kind = LKV_POLICY_TINYLFU;
+    lkv_store *s = open_admit(dir, 8, 0, WB, LKV_HOT_ADMIT_DOOR, NULL);
+    fill_frequent(s);
+    lkv_dockey k[4];
+    for (uint64_t d = 1; d <= 4; d++) {
+        su_key(s, d, TOK, &k[d - 1]);
+        ASSERT_OK(lkv_store_pin(s, &k[d - 1], NULL, 0, NULL));
+    }
+    ASSERT_ERR(put_doc(s, 10, NULL, 0, &r), LKV_ENOSPC);
+    lkv_store_stats st = su_stats(s);
+    ASSERT_EQ(st.hot_admit_refused, 0);
+    ASSERT_EQ(st.puts_cold_only, 0);
+    ASSERT_EQ(tier_of(s, 10), LKV_TIER_NONE);
+    ASSERT_OK(lkv_store_unpin(s, &k[0]));
+    /* One unpinned victim: now the door decides, and refuses the one-off document. */
+    ASSERT_OK(put_doc(s, 10, NULL, 0, &r));
+    ASSERT_EQ(r.tier, LKV_TIER_COLD);
+    ASSERT_EQ(su_stats(s).hot_admit_refused, 1);
+    for (int i = 1; i < 4; i++) {
+        ASSERT_OK(lkv_store_unpin(s, &k[i]));
+    }
+    ASSERT_OK(lkv_store_close(s));
+    su_policy_kind = 0;
+    su_rmdir(dir);
+}
+
 /* always (and a zeroed config): the one-off document is admitted hot, evicting. A bad value is
  * refused at open. */
 static void test_always(void)
@@ -326,6 +359,7 @@ int main(void)
     LKV_RUN(test_door_adaptive);
     LKV_RUN(test_declined);
     LKV_RUN(test_write_through);
+    LKV_RUN(test_pinned_full);
     LKV_RUN(test_always);
     return 0;
 }
