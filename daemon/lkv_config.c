@@ -216,8 +216,8 @@ static const opt opts[] = {
     {"durability", OPT_DURABLE, OFF(durability), 0, 0, 0, "write-back",
      "write-back (ack when hot, persist in background) or write-through (ack when durable)"},
     {"hot_admission", OPT_ADMIT, OFF(hot_admission), 0, 0, 0, "door",
-     "new documents into the hot tier: always (evicting), or door (only if the policy's "
-     "admission filter accepts them, as bench/hitrate simulates; else cold only or declined)"},
+     "new documents into the hot tier: door (only if the policy's admission filter accepts "
+     "them, as bench/hitrate simulates; else cold only or declined), or always (evicting)"},
     {"threads", OPT_INT, OFF(threads), 0, 1, 256, "2",
      "gRPC polling threads (each with its own completion queue)"},
     {"pool_threads", OPT_INT, OFF(pool_threads), 0, 0, 256, "4",

@@ -271,7 +271,7 @@ int main(void)
 {
     /* hot_admission=always: the hold and TTL tests push documents out of the hot tier with puts
      * of new ones (the door would store those cold instead). */
-    const char *args_a[] = {LKV_IT_PROFILE_ARGS, "--set", "hot_bytes=32MiB", "--set",
+    const char *args_a[] = {LKV_IT_PROFILE_ARGS,    "--set", "hot_bytes=32MiB", "--set",
                             "hot_admission=always", NULL};
     lkv_daemon_init(&dm, args_a);
     lkv_it_start(&dm);

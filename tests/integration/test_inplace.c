@@ -494,8 +494,9 @@ int main(void)
 {
     /* hot_admission=always: test_budgets_and_pages checks that a Reserve makes room by evicting
      * as a Put does, whatever the admission door would say of a new document. */
-    const char *args[] = {LKV_IT_PROFILE_ARGS, "--set", "profile.itest.hot_bytes=128KiB", "--set",
-                          "hot_admission=always", NULL};
+    const char *args[] = {
+        LKV_IT_PROFILE_ARGS,    "--set", "profile.itest.hot_bytes=128KiB", "--set",
+        "hot_admission=always", NULL};
     lkv_daemon_init(&dm, args);
     lkv_it_start(&dm);
     lkv_client_t *c = lkv_it_client(&dm);

@@ -74,7 +74,9 @@ class InvalidArgument(LazyKVError, ValueError):
 
 class ResourceExhausted(LazyKVError):
     """A message over the daemon's size limit, the budgets cannot take the document, the
-    tenant is over a quota (LKV_EQUOTA) or over its rate (LKV_ERATE: see retry_after)."""
+    tenant is over a quota (LKV_EQUOTA) or over its rate (LKV_ERATE: see retry_after), or the
+    hot admission door declined a new document that the cold tier cannot take (LKV_EADMIT:
+    nothing was stored; daemon option hot_admission)."""
 
     code = grpc.StatusCode.RESOURCE_EXHAUSTED
 
