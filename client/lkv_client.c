@@ -2065,6 +2065,14 @@ int lkv_client_reserve(lkv_client_t *c, const char *profile, const uint32_t *tok
                        const uint8_t *lease_id, uint32_t ttl_ms, int wait, lkv_arena_map *map,
                        int deadline_ms, lkv_reservation *out)
 {
+    return lkv_client_reserve_ex(c, profile, tokens, n, lease_id, ttl_ms,
+                                 wait ? LKV_RESERVE_WAIT : 0, map, deadline_ms, out);
+}
+
+int lkv_client_reserve_ex(lkv_client_t *c, const char *profile, const uint32_t *tokens, size_t n,
+                          const uint8_t *lease_id, uint32_t ttl_ms, int flags, lkv_arena_map *map,
+                          int deadline_ms, lkv_reservation *out)
+{
     err_clear();
     memset(out, 0, sizeof(*out));
     if (profile == NULL || tokens == NULL || n == 0) {
@@ -2077,7 +2085,8 @@ int lkv_client_reserve(lkv_client_t *c, const char *profile, const uint32_t *tok
     Lazykv__V1__ReserveRequest req = LAZYKV__V1__RESERVE_REQUEST__INIT;
     req.header = &h;
     req.ttl_ms = ttl_ms;
-    req.wait = wait != 0;
+    req.wait = (flags & LKV_RESERVE_WAIT) != 0;
+    req.scratch = (flags & LKV_RESERVE_SCRATCH) != 0;
     if (lease_id != NULL) {
         req.lease_id.data = (uint8_t *)lease_id;
         req.lease_id.len = LKV_LEASE_ID_BYTES;

@@ -428,6 +428,18 @@ int lkv_client_reserve(lkv_client_t *c, const char *profile, const uint32_t *tok
                        const uint8_t *lease_id, uint32_t ttl_ms, int wait, lkv_arena_map *map,
                        int deadline_ms, lkv_reservation *out);
 
+/* Flags of lkv_client_reserve_ex. */
+#define LKV_RESERVE_WAIT 1 /* As wait above. */
+#define LKV_RESERVE_SCRATCH                                                                        \
+    2 /* Room never committed (ReserveRequest.scratch: a copy's                                    \
+       * placeholder; passes the daemon's hot admission door). */
+
+/* lkv_client_reserve with flags (LKV_RESERVE_*). Also LKV_EADMIT: the daemon's hot admission
+ * door declined the new document (compute it in your own pages). */
+int lkv_client_reserve_ex(lkv_client_t *c, const char *profile, const uint32_t *tokens, size_t n,
+                          const uint8_t *lease_id, uint32_t ttl_ms, int flags, lkv_arena_map *map,
+                          int deadline_ms, lkv_reservation *out);
+
 /* Frees what *r owns and zeroes it. NULL is allowed. */
 void lkv_reservation_free(lkv_reservation *r);
 

@@ -1501,6 +1501,7 @@ typedef struct resv_job {
     uint8_t lease_id[LKV_LEASE_ID_BYTES]; /* The lease to use (set once one exists). */
     uint32_t ttl;                         /* Asked TTL, ms. */
     int wait;                             /* Wait for another worker's reservation. */
+    int scratch;                          /* A placeholder, never committed (passes the door). */
     int waited;                           /* 1 once the call was parked for one. */
     int owner;                            /* The caller's tenant index. */
     const uint8_t *salt;                  /* The caller's tenant salt (outlives the call). */
@@ -1606,6 +1607,7 @@ static int reserve(void *arg, lkv_rpc *rpc, const ProtobufCMessage *m)
     }
     j->ttl = req->ttl_ms;
     j->wait = req->wait;
+    j->scratch = req->scratch;
     j->owner = call_index(svc, rpc);
     j->salt = call_salt(svc, rpc);
     lkv_rpc_set_state(rpc, j);
@@ -1700,10 +1702,10 @@ static void reserve_work(void *arg, void *job)
     resv_job *j = job;
     const lkv_profile *p;
     lkv_store_profile_get(svc->store, j->prof->name, &p); /* Resets this thread's why. */
-    j->rc =
-        lkv_lease_reserve(svc->leases, j->owner, j->renew ? j->lease_id : NULL, j->ttl, j->salt,
-                          j->prof, j->tokens, j->n_tokens, j->w != NULL ? reserve_wake : NULL, j->w,
-                          j->id, &j->expires, &j->lease_docs, &j->key, &j->present, &j->d);
+    j->rc = lkv_lease_reserve_ex(svc->leases, j->owner, j->renew ? j->lease_id : NULL, j->ttl,
+                                 j->salt, j->prof, j->tokens, j->n_tokens, j->scratch,
+                                 j->w != NULL ? reserve_wake : NULL, j->w, j->id, &j->expires,
+                                 &j->lease_docs, &j->key, &j->present, &j->d);
     snprintf(j->why, sizeof(j->why), "%s", j->rc ? lkv_store_why() : "");
 }
 

@@ -583,6 +583,16 @@ int lkv_lease_reserve(lkv_lease_table *t, int owner, const uint8_t *id, uint32_t
                       uint8_t id_out[LKV_LEASE_ID_BYTES], uint64_t *expires_unix_ms,
                       uint32_t *lease_docs, lkv_dockey *key, int *present, lkv_lease_doc *out)
 {
+    return lkv_lease_reserve_ex(t, owner, id, ttl_ms, salt, profile, tokens, n_tokens, 0, wake,
+                                wake_arg, id_out, expires_unix_ms, lease_docs, key, present, out);
+}
+
+int lkv_lease_reserve_ex(lkv_lease_table *t, int owner, const uint8_t *id, uint32_t ttl_ms,
+                         const uint8_t *salt, const lkv_profile *profile, const uint32_t *tokens,
+                         uint32_t n_tokens, int scratch, lkv_lease_wake_fn wake, void *wake_arg,
+                         uint8_t id_out[LKV_LEASE_ID_BYTES], uint64_t *expires_unix_ms,
+                         uint32_t *lease_docs, lkv_dockey *key, int *present, lkv_lease_doc *out)
+{
     memset(out, 0, sizeof(*out));
     *present = 0;
     if (ttl_ms == 0 || ttl_ms > t->lim.max_ttl_ms || salt == NULL || profile == NULL ||
@@ -648,8 +658,9 @@ int lkv_lease_reserve(lkv_lease_table *t, int owner, const uint8_t *id, uint32_t
             goto out;
         }
         int exists = 0;
-        rc = lkv_store_put_begin(t->store, salt, profile->name, tokens, n_tokens, &tx, NULL,
-                                 &exists);
+        lkv_put_opts po = {.scratch = scratch != 0};
+        rc = lkv_store_put_begin_ex(t->store, salt, profile->name, tokens, n_tokens, &po, &tx, NULL,
+                                    &exists);
         if (rc != 0) {
             goto out;
         }

@@ -128,6 +128,14 @@ int lkv_lease_reserve(lkv_lease_table *t, int owner, const uint8_t *id, uint32_t
                       uint32_t n_tokens, lkv_lease_wake_fn wake, void *wake_arg,
                       uint8_t id_out[LKV_LEASE_ID_BYTES], uint64_t *expires_unix_ms,
                       uint32_t *lease_docs, lkv_dockey *key, int *present, lkv_lease_doc *out);
+/* lkv_lease_reserve with scratch: 1 for room that is never committed (a Block-Attention copy's
+ * placeholder: lkv_put_opts.scratch, it passes the hot admission door). Plus the error
+ * LKV_EADMIT: the hot admission door (hot_admission = door) refused a new document. */
+int lkv_lease_reserve_ex(lkv_lease_table *t, int owner, const uint8_t *id, uint32_t ttl_ms,
+                         const uint8_t *salt, const lkv_profile *profile, const uint32_t *tokens,
+                         uint32_t n_tokens, int scratch, lkv_lease_wake_fn wake, void *wake_arg,
+                         uint8_t id_out[LKV_LEASE_ID_BYTES], uint64_t *expires_unix_ms,
+                         uint32_t *lease_docs, lkv_dockey *key, int *present, lkv_lease_doc *out);
 
 /* Commits the reservation of key (borrowed) in lease id of owner: the store checks the zero
  * tail and makes the document visible whole (lkv_store_put_commit_written; write-through: synced

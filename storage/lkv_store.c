@@ -1064,6 +1064,7 @@ int lkv_store_put_begin_ex(lkv_store *s, const uint8_t salt[LKV_SALT_BYTES], con
     if (s->cfg.hot_admission == LKV_HOT_ADMIT_DOOR &&
         lkv_policy_bytes_used(reg->hotp) + need > budget &&
         budget - lkv_policy_bytes_pinned(reg->hotp) >= need && !lkv__held(s, d) &&
+        !(o != NULL && o->scratch) &&
         !lkv_policy_would_admit(reg->hotp, lkv__live_pid(&k), need, lkv__cost(s, need))) {
         /* The door (lkv_store.h, "Hot admission"): cold only, or declined. */
         uint64_t cb = (uint64_t)n_blocks * block_bytes;

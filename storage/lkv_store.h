@@ -267,7 +267,8 @@ int lkv_store_tier(lkv_store *s, const lkv_dockey *key);
  * does not fit its region's free room, the region's hot policy is asked whether it would admit
  * the document's committed id (lkv_policy_would_admit: for the sketch kinds, whether it was
  * looked up more often than the victims it would displace; lookups record every key, hit or
- * miss). A held document (put option hold, or a class hold covering it) always passes. The
+ * miss). A held document (put option hold, or a class hold covering it) and a scratch put
+ * (option scratch) always pass. The
  * door only decides when evicting could make the room: a put that finds the region held by
  * pinned data is refused (LKV_ENOSPC) or deferred exactly as without the door. One the door
  * refuses (counted in hot_admit_refused) is:
@@ -620,6 +621,9 @@ typedef struct lkv_put_opts {
     int prio;        /* -1 evict first, 0 normal, +1 evict last; else LKV_EINVAL. */
     uint64_t ttl_ms; /* Drop the document ttl_ms after the put; 0 = never. */
     int hold;        /* 1: hold the document from its commit (also one already stored). */
+    int scratch;     /* 1: scratch room, never committed (a Block-Attention copy's placeholder
+                      * reservation): it passes the hot admission door, as the hit-rate
+                      * simulator admits a copy without asking its filter. */
 } lkv_put_opts;
 
 /* lkv_store_put_begin with options (o may be NULL: a plain put). A document already stored

@@ -977,8 +977,8 @@ static int call_copy_reserve(req_state *s)
         }
         lkv_reservation *r = &s->copy[i];
         int dl = left_ms(s);
-        int r1 = dl > 0 ? lkv_client_reserve(w->cl, w->profile, ph, n, s->lease.id,
-                                             w->o.lease_ttl_ms, 0, NULL, dl, r)
+        int r1 = dl > 0 ? lkv_client_reserve_ex(w->cl, w->profile, ph, n, s->lease.id,
+                                                w->o.lease_ttl_ms, LKV_RESERVE_SCRATCH, NULL, dl, r)
                         : LKV_ETIMEDOUT;
         free(ph);
         if (r1 == 0 && !r->already_present) {

@@ -6,9 +6,9 @@
  * the stats registry too); a document looked up often enough wins the door and is admitted hot
  * (evicting); with no room in the cold tier a refused put is declined (LKV_EADMIT, nothing
  * changes); a reservation (put in place) of a refused document gets LKV_EADMIT; held documents
- * pass; a region held full by pins answers LKV_ENOSPC as before; write-through cold-only puts
- * are durable across a restart; "always" admits everything
- * as before. Policies tinylfu and adaptive (the daemon's default).
+ * and scratch reservations (a copy's placeholder) pass; a region held full by pins answers
+ * LKV_ENOSPC as before; write-through cold-only puts are durable across a restart; "always" admits
+ * everything as before. Policies tinylfu and adaptive (the daemon's default).
  */
 #include "lkv_policy.h"
 #include "store_util.h"
@@ -209,6 +209,16 @@ static void test_door(int kind)
     ASSERT_EQ(tier_of(s, 40), LKV_TIER_NONE);
     ASSERT_EQ(su_stats(s).hot_admit_refused, 2);
     ASSERT_EQ(su_stats(s).puts_inflight, 0);
+    /* The same as scratch room (a copy's placeholder, never committed): it passes the door and
+     * gets hot pages, evicting. */
+    lkv_put_opts so = {.scratch = 1};
+    ASSERT_OK(lkv_store_put_begin_ex(s, salt, "tiny", t, TOK, &so, &tx, NULL, &exists));
+    ASSERT_EQ(lkv_store_put_cold_only(tx), 0);
+    ASSERT_OK(lkv_store_put_reserve(tx));
+    ASSERT_TRUE(lkv_store_put_pages(tx) != NULL);
+    ASSERT_EQ(su_stats(s).hot_admit_refused, 2);
+    lkv_store_put_abort(tx);
+    ASSERT_EQ(tier_of(s, 40), LKV_TIER_NONE);
 
     ASSERT_OK(lkv_store_close(s));
     lkv_stats_destroy(reg);
