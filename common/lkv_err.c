@@ -1,6 +1,9 @@
 /* lkv_err.c: strings for the error table in lkv_err.h. */
 #include "lkv_err.h"
 
+#include <stdarg.h>
+#include <stdio.h>
+
 const char *lkv_strerror(int rc)
 {
     switch (rc) {
@@ -27,4 +30,15 @@ const char *lkv_err_name(int rc)
 #undef LKV__ERR_NAME
     }
     return "LKV_UNKNOWN";
+}
+
+int lkv_errf(char *err, size_t errlen, int rc, const char *fmt, ...)
+{
+    if (err != NULL && errlen > 0) {
+        va_list ap;
+        va_start(ap, fmt);
+        vsnprintf(err, errlen, fmt, ap);
+        va_end(ap);
+    }
+    return rc;
 }

@@ -9,6 +9,8 @@
 #ifndef LKV_ERR_H
 #define LKV_ERR_H
 
+#include <stddef.h>
+
 #define LKV_ERR_MAP(X)                                                                             \
     X(EINVAL, -1001, "invalid argument")                                                           \
     X(ENOMEM, -1002, "out of memory")                                                              \
@@ -51,5 +53,11 @@ const char *lkv_strerror(int rc);
 
 /* Returns the static symbolic name of rc, e.g. "LKV_EINVAL" (never NULL). */
 const char *lkv_err_name(int rc);
+
+/* Formats a reason into err (errlen bytes, NUL-terminated, truncated if longer; nothing is
+ * written when err is NULL or errlen is 0) and returns rc, so that a failing path can say
+ * `return lkv_errf(err, errlen, LKV_EINVAL, "...", ...);`. */
+int lkv_errf(char *err, size_t errlen, int rc, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
 
 #endif

@@ -21,7 +21,6 @@
 #include <netinet/tcp.h>
 #include <poll.h>
 #include <pthread.h>
-#include <stdarg.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -353,20 +352,6 @@ static void *loop(void *arg)
 
 /* ---- Lifecycle -------------------------------------------------------------------------- */
 
-static int fail(char *err, size_t errlen, int rc, const char *fmt, ...)
-    __attribute__((format(printf, 4, 5)));
-
-static int fail(char *err, size_t errlen, int rc, const char *fmt, ...)
-{
-    if (err != NULL && errlen > 0) {
-        va_list ap;
-        va_start(ap, fmt);
-        vsnprintf(err, errlen, fmt, ap);
-        va_end(ap);
-    }
-    return rc;
-}
-
 static int bind_one(const struct addrinfo *ai, int port, int v6only, int *out, int *bound_port)
 {
     int s = socket(ai->ai_family, ai->ai_socktype | SOCK_NONBLOCK | SOCK_CLOEXEC, ai->ai_protocol);
@@ -407,17 +392,17 @@ static int bind_one(const struct addrinfo *ai, int port, int v6only, int *out, i
 int lkv_listener_create(const lkv_listener_opts *opts, lkv_listener **out, char *err, size_t errlen)
 {
     if (opts == NULL || opts->listen == NULL || opts->on_conn == NULL || out == NULL) {
-        return fail(err, errlen, LKV_EINVAL, "listener: bad options");
+        return lkv_errf(err, errlen, LKV_EINVAL, "listener: bad options");
     }
     const char *colon = strrchr(opts->listen, ':');
     if (colon == NULL || colon[1] == '\0') {
-        return fail(err, errlen, LKV_EINVAL, "option 'listen': '%s' is not host:port",
-                    opts->listen);
+        return lkv_errf(err, errlen, LKV_EINVAL, "option 'listen': '%s' is not host:port",
+                        opts->listen);
     }
     char host[256];
     size_t hl = (size_t)(colon - opts->listen);
     if (hl >= sizeof(host)) {
-        return fail(err, errlen, LKV_EINVAL, "option 'listen': host too long");
+        return lkv_errf(err, errlen, LKV_EINVAL, "option 'listen': host too long");
     }
     memcpy(host, opts->listen, hl);
     host[hl] = '\0';
@@ -432,8 +417,8 @@ int lkv_listener_create(const lkv_listener_opts *opts, lkv_listener **out, char 
     hints.ai_flags = AI_PASSIVE | AI_NUMERICSERV;
     int g = getaddrinfo(host[0] != '\0' ? host : NULL, colon + 1, &hints, &res);
     if (g != 0) {
-        return fail(err, errlen, LKV_EIO, "option 'listen': cannot resolve '%s': %s", opts->listen,
-                    gai_strerror(g));
+        return lkv_errf(err, errlen, LKV_EIO, "option 'listen': cannot resolve '%s': %s",
+                        opts->listen, gai_strerror(g));
     }
     lkv_listener *l = lkv_xcalloc(1, sizeof(*l));
     l->o = *opts;
@@ -453,8 +438,8 @@ int lkv_listener_create(const lkv_listener_opts *opts, lkv_listener **out, char 
         int s = -1, bp = 0;
         int e = bind_one(ai, port, n_ai > 1, &s, &bp);
         if (e != 0) {
-            rc = fail(err, errlen, LKV_EIO, "option 'listen': cannot bind %s: %s", opts->listen,
-                      strerror(-e));
+            rc = lkv_errf(err, errlen, LKV_EIO, "option 'listen': cannot bind %s: %s", opts->listen,
+                          strerror(-e));
             break;
         }
         l->socks[l->n_socks++] = s;
@@ -462,14 +447,14 @@ int lkv_listener_create(const lkv_listener_opts *opts, lkv_listener **out, char 
     }
     freeaddrinfo(res);
     if (rc == 0 && l->n_socks == 0) {
-        rc = fail(err, errlen, LKV_EIO, "option 'listen': no IPv4/IPv6 address for %s",
-                  opts->listen);
+        rc = lkv_errf(err, errlen, LKV_EIO, "option 'listen': no IPv4/IPv6 address for %s",
+                      opts->listen);
     }
     if (rc == 0) {
         l->port = port;
         l->wake = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
         if (l->wake < 0) {
-            rc = fail(err, errlen, LKV_EIO, "listener: eventfd: %s", strerror(errno));
+            rc = lkv_errf(err, errlen, LKV_EIO, "listener: eventfd: %s", strerror(errno));
         }
     }
     if (rc != 0) {

@@ -10,7 +10,6 @@
  */
 #include "lkv_pb.h"
 
-#include <stdarg.h>
 #include <stdio.h>
 
 #include <grpc/byte_buffer_reader.h>
@@ -19,27 +18,13 @@
 #include "lkv_err.h"
 #include "lkv_wire.h"
 
-static void seterr(char *err, size_t errlen, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
-
-static void seterr(char *err, size_t errlen, const char *fmt, ...)
-{
-    if (err == NULL || errlen == 0) {
-        return;
-    }
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(err, errlen, fmt, ap);
-    va_end(ap);
-}
-
 int lkv_pb_pack(const ProtobufCMessage *msg, size_t max_bytes, grpc_byte_buffer **out, char *err,
                 size_t errlen)
 {
     size_t n = protobuf_c_message_get_packed_size(msg);
     if (max_bytes != 0 && n > max_bytes) {
-        seterr(err, errlen, "%s message is %zu bytes, over the %zu-byte message limit",
-               msg->descriptor->name, n, max_bytes);
+        lkv_errf(err, errlen, 0, "%s message is %zu bytes, over the %zu-byte message limit",
+                 msg->descriptor->name, n, max_bytes);
         return LKV_ETOOBIG;
     }
     grpc_slice s = grpc_slice_malloc(n);
@@ -48,7 +33,8 @@ int lkv_pb_pack(const ProtobufCMessage *msg, size_t max_bytes, grpc_byte_buffer 
     /* protobuf-c packs exactly get_packed_size bytes; a mismatch is a protobuf-c bug. */
     if (packed != n) {
         grpc_slice_unref(s);
-        seterr(err, errlen, "%s: packed %zu bytes, expected %zu", msg->descriptor->name, packed, n);
+        lkv_errf(err, errlen, 0, "%s: packed %zu bytes, expected %zu", msg->descriptor->name,
+                 packed, n);
         return LKV_EINTERNAL;
     }
     *out = grpc_raw_byte_buffer_create(&s, 1);
@@ -60,18 +46,19 @@ int lkv_pb_unpack(const ProtobufCMessageDescriptor *desc, grpc_byte_buffer *bb, 
                   ProtobufCMessage **out, char *err, size_t errlen)
 {
     if (bb == NULL) {
-        seterr(err, errlen, "no %s message", desc->name);
+        lkv_errf(err, errlen, 0, "no %s message", desc->name);
         return LKV_EPROTO;
     }
     size_t len = grpc_byte_buffer_length(bb);
     if (max_bytes != 0 && len > max_bytes) {
-        seterr(err, errlen, "%s message is %zu bytes, over the %zu-byte message limit", desc->name,
-               len, max_bytes);
+        lkv_errf(err, errlen, 0, "%s message is %zu bytes, over the %zu-byte message limit",
+                 desc->name, len, max_bytes);
         return LKV_ETOOBIG;
     }
     grpc_byte_buffer_reader reader;
     if (!grpc_byte_buffer_reader_init(&reader, bb)) {
-        seterr(err, errlen, "cannot read the %s message (bad compressed payload?)", desc->name);
+        lkv_errf(err, errlen, 0, "cannot read the %s message (bad compressed payload?)",
+                 desc->name);
         return LKV_EPROTO;
     }
     grpc_slice s = grpc_byte_buffer_reader_readall(&reader);
@@ -93,8 +80,8 @@ int lkv_pb_unpack_bytes(const ProtobufCMessageDescriptor *desc, const uint8_t *b
     }
     ProtobufCMessage *m = protobuf_c_message_unpack(desc, NULL, len, buf);
     if (m == NULL) {
-        seterr(err, errlen, "malformed %s message (%zu bytes): not a valid protobuf encoding",
-               desc->name, len);
+        lkv_errf(err, errlen, 0, "malformed %s message (%zu bytes): not a valid protobuf encoding",
+                 desc->name, len);
         return LKV_EPROTO;
     }
     *out = m;

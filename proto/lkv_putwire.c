@@ -9,7 +9,6 @@
  */
 #include "lkv_putwire.h"
 
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -35,20 +34,6 @@ typedef struct rec {
     size_t len;      /* LEN payload / fixed value bytes to skip after head (0 for VARINT). */
     uint64_t value;  /* VARINT value; LEN: len. */
 } rec;
-
-static void seterr(char *err, size_t errlen, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
-
-static void seterr(char *err, size_t errlen, const char *fmt, ...)
-{
-    if (err == NULL || errlen == 0) {
-        return;
-    }
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(err, errlen, fmt, ap);
-    va_end(ap);
-}
 
 /* Moves past empty pieces and finished ones. */
 static void settle(cur *c)
@@ -168,8 +153,9 @@ typedef struct dec {
 static int count(dec *d, const char *msg, size_t at)
 {
     if (++d->n_fields > LKV_WIRE_FIELDS_DEF) {
-        seterr(d->err, d->errlen, "%s: more than %llu fields in one message (at byte %zu): refused",
-               msg, (unsigned long long)LKV_WIRE_FIELDS_DEF, at);
+        lkv_errf(d->err, d->errlen, 0,
+                 "%s: more than %llu fields in one message (at byte %zu): refused", msg,
+                 (unsigned long long)LKV_WIRE_FIELDS_DEF, at);
         return LKV_ETOOBIG;
     }
     return 0;
@@ -188,7 +174,7 @@ static int decode_block(dec *d, size_t end, lkv_putwire_block *b)
         const char *why;
         size_t at = d->c.pos;
         if (read_head(&d->c, end, &r, &why) != 0) {
-            seterr(d->err, d->errlen, "malformed %s at byte %zu: %s", msg, at, why);
+            lkv_errf(d->err, d->errlen, 0, "malformed %s at byte %zu: %s", msg, at, why);
             return LKV_EPROTO;
         }
         int rc = count(d, msg, at);
@@ -199,16 +185,16 @@ static int decode_block(dec *d, size_t end, lkv_putwire_block *b)
             int want = r.number == 1 ? LKV_WIRE_VARINT : LKV_WIRE_LEN;
             const char *name = r.number == 1 ? "index" : "data";
             if (r.wire_type != want) {
-                seterr(d->err, d->errlen,
-                       "malformed %s at byte %zu: field %u (%s) has wire type %d, expected %d", msg,
-                       at, r.number, name, r.wire_type, want);
+                lkv_errf(d->err, d->errlen, 0,
+                         "malformed %s at byte %zu: field %u (%s) has wire type %d, expected %d",
+                         msg, at, r.number, name, r.wire_type, want);
                 return LKV_EPROTO;
             }
             int *seen = r.number == 1 ? &seen_index : &seen_data;
             if (*seen) {
-                seterr(d->err, d->errlen,
-                       "%s: field %u (%s) occurs more than once (again at byte %zu): refused", msg,
-                       r.number, name, at);
+                lkv_errf(d->err, d->errlen, 0,
+                         "%s: field %u (%s) occurs more than once (again at byte %zu): refused",
+                         msg, r.number, name, at);
                 return LKV_EPROTO;
             }
             *seen = 1;
@@ -264,8 +250,8 @@ static int decode_header(dec *d, size_t off, size_t len, lkv_putwire *out)
         ProtobufCMessage *m =
             protobuf_c_message_unpack(&lazykv__v1__put_header__descriptor, NULL, len, p);
         if (m == NULL) {
-            seterr(d->err, d->errlen, "malformed lazykv.v1.PutHeader (%zu bytes at byte %zu)", len,
-                   off);
+            lkv_errf(d->err, d->errlen, 0, "malformed lazykv.v1.PutHeader (%zu bytes at byte %zu)",
+                     len, off);
             rc = LKV_EPROTO;
         } else {
             out->header = (Lazykv__V1__PutHeader *)m;
@@ -281,7 +267,7 @@ int lkv_putwire_decode(const struct iovec *seg, size_t n_seg, lkv_putwire *out, 
     static const char *msg = "lazykv.v1.PutRequest";
     memset(out, 0, sizeof *out);
     if (seg == NULL && n_seg > 0) {
-        seterr(err, errlen, "lkv_putwire_decode: bad arguments");
+        lkv_errf(err, errlen, 0, "lkv_putwire_decode: bad arguments");
         return LKV_EINVAL;
     }
     dec d = {{seg, n_seg, 0, 0, 0}, 0, err, errlen};
@@ -297,7 +283,7 @@ int lkv_putwire_decode(const struct iovec *seg, size_t n_seg, lkv_putwire *out, 
         const char *why;
         size_t at = d.c.pos;
         if (read_head(&d.c, total, &r, &why) != 0) {
-            seterr(err, errlen, "malformed %s at byte %zu: %s", msg, at, why);
+            lkv_errf(err, errlen, 0, "malformed %s at byte %zu: %s", msg, at, why);
             rc = LKV_EPROTO;
             goto out;
         }
@@ -310,17 +296,17 @@ int lkv_putwire_decode(const struct iovec *seg, size_t n_seg, lkv_putwire *out, 
         }
         const char *name = r.number == 1 ? "header" : "blocks";
         if (r.wire_type != LKV_WIRE_LEN) {
-            seterr(err, errlen,
-                   "malformed %s at byte %zu: field %u (%s) has wire type %d, expected %d", msg, at,
-                   r.number, name, r.wire_type, LKV_WIRE_LEN);
+            lkv_errf(err, errlen, 0,
+                     "malformed %s at byte %zu: field %u (%s) has wire type %d, expected %d", msg,
+                     at, r.number, name, r.wire_type, LKV_WIRE_LEN);
             rc = LKV_EPROTO;
             goto out;
         }
         if (r.number == 1) {
             if (seen_header) {
-                seterr(err, errlen,
-                       "%s: field 1 (header) occurs more than once (again at byte %zu): refused",
-                       msg, at);
+                lkv_errf(err, errlen, 0,
+                         "%s: field 1 (header) occurs more than once (again at byte %zu): refused",
+                         msg, at);
                 rc = LKV_EPROTO;
                 goto out;
             }

@@ -13,7 +13,6 @@
  */
 #include "lkv_wire.h"
 
-#include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -29,20 +28,6 @@ typedef struct scan {
     char *err;                  /* Optional reason buffer. */
     size_t errlen;
 } scan;
-
-static void seterr(char *err, size_t errlen, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
-
-static void seterr(char *err, size_t errlen, const char *fmt, ...)
-{
-    if (err == NULL || errlen == 0) {
-        return;
-    }
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(err, errlen, fmt, ap);
-    va_end(ap);
-}
 
 lkv_wire_limits lkv_wire_limits_default(void)
 {
@@ -285,8 +270,8 @@ static int scan_msg(scan *sc, const ProtobufCMessageDescriptor *desc, size_t sta
                     uint32_t depth)
 {
     if (desc->n_fields > LKV_WIRE_MSG_FIELDS) {
-        seterr(sc->err, sc->errlen, "%s declares %u fields, more than the scanner's %u", desc->name,
-               desc->n_fields, LKV_WIRE_MSG_FIELDS);
+        lkv_errf(sc->err, sc->errlen, 0, "%s declares %u fields, more than the scanner's %u",
+                 desc->name, desc->n_fields, LKV_WIRE_MSG_FIELDS);
         return LKV_EINVAL;
     }
     uint64_t seen[LKV_WIRE_MSG_FIELDS / 64];
@@ -299,14 +284,14 @@ static int scan_msg(scan *sc, const ProtobufCMessageDescriptor *desc, size_t sta
         const char *why;
         size_t at = pos;
         if (read_record(sc->base, end, &pos, &f, &why) != 0) {
-            seterr(sc->err, sc->errlen, "malformed %s at byte %zu: %s", desc->name, at, why);
+            lkv_errf(sc->err, sc->errlen, 0, "malformed %s at byte %zu: %s", desc->name, at, why);
             return LKV_EPROTO;
         }
         sc->n_fields++;
         if (sc->lim->max_fields != 0 && sc->n_fields > sc->lim->max_fields) {
-            seterr(sc->err, sc->errlen,
-                   "%s: more than %llu fields in one message (at byte %zu): refused", desc->name,
-                   (unsigned long long)sc->lim->max_fields, at);
+            lkv_errf(sc->err, sc->errlen, 0,
+                     "%s: more than %llu fields in one message (at byte %zu): refused", desc->name,
+                     (unsigned long long)sc->lim->max_fields, at);
             return LKV_ETOOBIG;
         }
         const ProtobufCFieldDescriptor *fd =
@@ -319,24 +304,24 @@ static int scan_msg(scan *sc, const ProtobufCMessageDescriptor *desc, size_t sta
         int repeated = fd->label == PROTOBUF_C_LABEL_REPEATED;
         if (f.wire_type != ewt) {
             if (!(repeated && ewt != LKV_WIRE_LEN && f.wire_type == LKV_WIRE_LEN)) {
-                seterr(sc->err, sc->errlen,
-                       "malformed %s at byte %zu: field %u (%s) has wire type %d, expected %d",
-                       desc->name, at, f.number, fd->name, f.wire_type, ewt);
+                lkv_errf(sc->err, sc->errlen, 0,
+                         "malformed %s at byte %zu: field %u (%s) has wire type %d, expected %d",
+                         desc->name, at, f.number, fd->name, f.wire_type, ewt);
                 return LKV_EPROTO;
             }
             if (!packed_ok(sc->base, f.off, f.len, ewt)) {
-                seterr(sc->err, sc->errlen,
-                       "malformed %s at byte %zu: packed field %u (%s) does not hold whole "
-                       "elements",
-                       desc->name, at, f.number, fd->name);
+                lkv_errf(sc->err, sc->errlen, 0,
+                         "malformed %s at byte %zu: packed field %u (%s) does not hold whole "
+                         "elements",
+                         desc->name, at, f.number, fd->name);
                 return LKV_EPROTO;
             }
         }
         if (!repeated) {
             if (bit_get(seen, idx)) {
-                seterr(sc->err, sc->errlen,
-                       "%s: field %u (%s) occurs more than once (again at byte %zu): refused",
-                       desc->name, f.number, fd->name, at);
+                lkv_errf(sc->err, sc->errlen, 0,
+                         "%s: field %u (%s) occurs more than once (again at byte %zu): refused",
+                         desc->name, f.number, fd->name, at);
                 return LKV_EPROTO;
             }
             if (fd->flags & PROTOBUF_C_FIELD_FLAG_ONEOF) {
@@ -344,10 +329,10 @@ static int scan_msg(scan *sc, const ProtobufCMessageDescriptor *desc, size_t sta
                     const ProtobufCFieldDescriptor *o = &desc->fields[j];
                     if (j != idx && (o->flags & PROTOBUF_C_FIELD_FLAG_ONEOF) &&
                         o->quantifier_offset == fd->quantifier_offset && bit_get(seen, j)) {
-                        seterr(sc->err, sc->errlen,
-                               "%s: fields %s and %s of one oneof both set (at byte %zu): "
-                               "refused",
-                               desc->name, o->name, fd->name, at);
+                        lkv_errf(sc->err, sc->errlen, 0,
+                                 "%s: fields %s and %s of one oneof both set (at byte %zu): "
+                                 "refused",
+                                 desc->name, o->name, fd->name, at);
                         return LKV_EPROTO;
                     }
                 }
@@ -357,10 +342,10 @@ static int scan_msg(scan *sc, const ProtobufCMessageDescriptor *desc, size_t sta
         if (fd->type == PROTOBUF_C_TYPE_STRING) {
             size_t bad;
             if (!lkv_wire_utf8_ok(sc->base + f.off, f.len, &bad)) {
-                seterr(sc->err, sc->errlen,
-                       "%s: string field %u (%s) is not NUL-free UTF-8 (byte %zu of %zu): "
-                       "refused",
-                       desc->name, f.number, fd->name, bad, f.len);
+                lkv_errf(sc->err, sc->errlen, 0,
+                         "%s: string field %u (%s) is not NUL-free UTF-8 (byte %zu of %zu): "
+                         "refused",
+                         desc->name, f.number, fd->name, bad, f.len);
                 return LKV_EPROTO;
             }
         }
@@ -377,10 +362,10 @@ static int scan_msg(scan *sc, const ProtobufCMessageDescriptor *desc, size_t sta
         }
         if (fd->type == PROTOBUF_C_TYPE_MESSAGE) {
             if (depth + 1 > sc->lim->max_depth) {
-                seterr(sc->err, sc->errlen,
-                       "%s: sub-messages nested deeper than %u levels (field %s at byte %zu): "
-                       "refused",
-                       desc->name, sc->lim->max_depth, fd->name, at);
+                lkv_errf(sc->err, sc->errlen, 0,
+                         "%s: sub-messages nested deeper than %u levels (field %s at byte %zu): "
+                         "refused",
+                         desc->name, sc->lim->max_depth, fd->name, at);
                 return LKV_EPROTO;
             }
             sc->ctx.path[depth] = f.number;
@@ -404,7 +389,7 @@ int lkv_wire_scan(const ProtobufCMessageDescriptor *desc, const uint8_t *buf, si
     }
     if (desc == NULL || (buf == NULL && len > 0) || lim->max_depth == 0 ||
         lim->max_depth > LKV_WIRE_MAX_DEPTH) {
-        seterr(err, errlen, "lkv_wire_scan: bad arguments");
+        lkv_errf(err, errlen, 0, "lkv_wire_scan: bad arguments");
         return LKV_EINVAL;
     }
     scan sc;

@@ -39,6 +39,7 @@
 #include "lkv_it_util.h"
 #include "lkv_route.h"
 #include "lkv_test.h"
+#include "lkv_test_proc.h"
 
 #define N      3
 #define N_DOCS 48
@@ -341,34 +342,13 @@ static void test_kill9_and_restart(void)
     lkv_cluster_client_destroy(r);
 }
 
-/* Waits until the kernel shows pid stopped (state T in /proc/PID/stat). */
-static void wait_stopped(pid_t pid)
-{
-    char path[64], buf[256];
-    snprintf(path, sizeof(path), "/proc/%d/stat", (int)pid);
-    for (int i = 0; i < 200; i++) {
-        FILE *f = fopen(path, "r");
-        size_t n = f != NULL ? fread(buf, 1, sizeof(buf) - 1, f) : 0;
-        if (f != NULL) {
-            fclose(f);
-        }
-        buf[n] = '\0';
-        const char *p = strrchr(buf, ')');
-        if (p != NULL && p[1] == ' ' && (p[2] == 'T' || p[2] == 't')) {
-            return;
-        }
-        sleep_ms(5);
-    }
-    LKV_FAIL("pid %d did not stop", (int)pid);
-}
-
 static void test_sigstop(void)
 {
     lkv_cluster_client_t *r = routing_client(0);
     lkv_client_t *c0 = direct(0);
     int64_t t0 = now_ms();
     kill(dm[1].pid, SIGSTOP);
-    wait_stopped(dm[1].pid);
+    lkv_test_wait_stopped(dm[1].pid);
     /* A Lookup forwarded to the stopped owner returns within the caller's deadline. */
     lkv_docref refs[N_DOCS];
     lkv_doc_status st[N_DOCS];

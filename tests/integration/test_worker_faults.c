@@ -31,6 +31,7 @@
 #include "lkv_it_util.h"
 #include "lkv_request.h"
 #include "lkv_test.h"
+#include "lkv_test_proc.h"
 #include "lkv_worker.h"
 
 #define MODEL LKV_TEST_MODEL_DIR "/stories260K.bin"
@@ -250,28 +251,6 @@ static void test_unreachable(void)
     lkv_worker_destroy(w);
 }
 
-/* Waits until the kernel shows pid stopped (state T in /proc/PID/stat): kill(SIGSTOP) returns
- * before a busy machine has stopped it. */
-static void wait_stopped(pid_t pid)
-{
-    char path[64], buf[256];
-    snprintf(path, sizeof(path), "/proc/%d/stat", (int)pid);
-    for (int i = 0; i < 200; i++) {
-        FILE *f = fopen(path, "r");
-        size_t n = f != NULL ? fread(buf, 1, sizeof(buf) - 1, f) : 0;
-        if (f != NULL) {
-            fclose(f);
-        }
-        buf[n] = '\0';
-        const char *p = strrchr(buf, ')');
-        if (p != NULL && p[1] == ' ' && (p[2] == 'T' || p[2] == 't')) {
-            return;
-        }
-        usleep(5000);
-    }
-    LKV_FAIL("pid %d did not stop", (int)pid);
-}
-
 static void test_hung_daemon(void)
 {
     lkv_worker *w = make_worker(dm.addr, NULL, NULL, 0, 1000, 0, NULL);
@@ -279,7 +258,7 @@ static void test_hung_daemon(void)
     ASSERT_OK(run(w, 4, &res)); /* Connected and warm. */
     lkv_rag_result_free(&res);
     kill(dm.pid, SIGSTOP);
-    wait_stopped(dm.pid);
+    lkv_test_wait_stopped(dm.pid);
     double t0 = now_ms();
     int rc = run(w, 4, &res);
     double el = now_ms() - t0;

@@ -16,6 +16,7 @@
 #include "etcdserverpb/rpc.pb-c.h"
 #include "lkv_peer.h"
 #include "lkv_test.h"
+#include "lkv_test_proc.h"
 #include "mvccpb/kv.pb-c.h"
 
 static lkv_etcd etcd;
@@ -49,26 +50,6 @@ static void etcd_put(const char *k, const char *v, int64_t lease)
     const Etcdserverpb__PutResponse *r = (const Etcdserverpb__PutResponse *)resp;
     ASSERT_TRUE(r->header != NULL && r->header->revision > 0 && r->header->cluster_id != 0);
     protobuf_c_message_free_unpacked(resp, NULL);
-}
-
-/* Waits (up to 2 s) until pid is in state T (stopped), read from /proc/PID/stat. */
-static void wait_stopped(pid_t pid)
-{
-    char path[64], buf[256];
-    snprintf(path, sizeof(path), "/proc/%d/stat", (int)pid);
-    for (int i = 0; i < 200; i++) {
-        FILE *f = fopen(path, "r");
-        size_t n = f != NULL ? fread(buf, 1, sizeof(buf) - 1, f) : 0;
-        if (f != NULL) {
-            fclose(f);
-        }
-        buf[n] = '\0';
-        const char *rp = strrchr(buf, ')'); /* "pid (comm) S ...": the state follows comm. */
-        if (rp != NULL && rp[1] == ' ' && (rp[2] == 'T' || rp[2] == 't')) {
-            return;
-        }
-        usleep(10 * 1000);
-    }
 }
 
 static void test_put_then_etcdctl_reads(void)
@@ -316,7 +297,7 @@ static void test_errors_within_deadline(void)
     lkv_peer_chan_destroy(dead);
     /* A stopped etcd: the deadline, not longer. */
     kill(etcd.pid, SIGSTOP);
-    wait_stopped(etcd.pid); /* SIGSTOP of a multi-threaded process lands asynchronously. */
+    lkv_test_wait_stopped(etcd.pid); /* SIGSTOP of a multi-threaded process lands asynchronously. */
     t0 = now_ms();
     rc = lkv_peer_unary_sync(ch, "/etcdserverpb.KV/Range", &r.base,
                              &etcdserverpb__range_response__descriptor, NULL, 0, 300, &resp, msg,
