@@ -207,6 +207,24 @@ static void test_reserve_declined_by_door(void)
     ASSERT_TRUE(admin_stat(d2.addr, "puts", "hot_admit_refused") >= 2); /* Reserve and Put. */
     ASSERT_EQ(admin_stat(d2.addr, "puts", "puts_cold_only"), 1);
     ASSERT_EQ(admin_stat(d2.addr, "cold", "docs") >= 1, 1);
+    /* A Put by hand of another one-off document: OK, the reply says where it went (COLD). */
+    {
+        lkv_client_t *c;
+        uint32_t tok[20];
+        for (int k = 0; k < 20; k++) {
+            tok[k] = (uint32_t)(7 + 13 * k) % 512;
+        }
+        void *kv = lkv_xcalloc(2, 20480); /* 2 blocks of 16 tokens, zeros (a valid tail). */
+        lkv_put_reply pr;
+        ASSERT_OK(lkv_client_create(d2.addr, NULL, &c));
+        ASSERT_OK(lkv_client_put(c, "stories260k", tok, 20, kv, 2, 20480, 5000, &pr));
+        ASSERT_EQ(pr.tier, LKV_WIRE_TIER_COLD);
+        ASSERT_EQ(pr.already_present, 0);
+        ASSERT_EQ(pr.durability, LKV_WIRE_DURABILITY_DURABLE);
+        lkv_client_destroy(c);
+        free(kv);
+    }
+    ASSERT_EQ(admin_stat(d2.addr, "puts", "puts_cold_only"), 2);
     ASSERT_OK(run(w, &D[0], 1, 10, &res)); /* Still hot: a hit. */
     ASSERT_EQ(res.hit_docs, 1);
     ASSERT_EQ(res.docs[0].tier, LKV_WIRE_TIER_HOT);
@@ -237,7 +255,7 @@ static void test_reserve_declined_by_door(void)
     ASSERT_EQ(warm.hit_docs, 0);
     same_tokens(&warm, &ref[2]);
     lkv_rag_result_free(&warm);
-    ASSERT_EQ(admin_stat(d2.addr, "puts", "puts_cold_only"), 1);
+    ASSERT_EQ(admin_stat(d2.addr, "puts", "puts_cold_only"), 2);
 
     /* Document 1 again: found in the cold tier, attached (promoted), a hit. */
     ASSERT_OK(run(w, &D[1], 1, 10, &warm));
