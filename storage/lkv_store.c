@@ -208,7 +208,7 @@ static const store_stat store_stats[] = {
                           "Finished puts by result.", "puts", "puts_aborted")},
     {FLD(hot_admit_refused),
      D("store_hot_admit_refused", NULL, LKV_STAT_COUNTER, "docs",
-       "New documents the hot tier's admission filter refused (hot_admission = door).", "puts",
+       "Door refusals of new documents, puts and reservations (hot_admission = door).", "puts",
        "hot_admit_refused")},
     {FLD(puts_cold_only), D("store_puts_cold_only", NULL, LKV_STAT_COUNTER, "docs",
                             "Puts the hot door refused that were stored in the cold tier only.",
@@ -1061,10 +1061,15 @@ int lkv_store_put_begin_ex(lkv_store *s, const uint8_t salt[LKV_SALT_BYTES], con
      * put refused before that changes nothing; hopeless cases are refused here. */
     uint64_t need = (uint64_t)n_blocks * reg->page_bytes;
     uint64_t budget = lkv_policy_budget(reg->hotp);
+    /* Pinned bytes for the door, less the writer's pin of the doc it is copying (transient). */
+    uint64_t pinned = lkv_policy_bytes_pinned(reg->hotp);
+    const doc *wb = s->wbuild;
+    if (wb != NULL && wb->profile == d->profile && wb->hot_pins == 1 && !lkv__held(s, wb)) {
+        pinned -= lkv__hot_bytes(s, wb);
+    }
     if (s->cfg.hot_admission == LKV_HOT_ADMIT_DOOR &&
-        lkv_policy_bytes_used(reg->hotp) + need > budget &&
-        budget - lkv_policy_bytes_pinned(reg->hotp) >= need && !lkv__held(s, d) &&
-        !(o != NULL && o->scratch) &&
+        lkv_policy_bytes_used(reg->hotp) + need > budget && budget - pinned >= need &&
+        !lkv__held(s, d) && !(o != NULL && o->scratch) &&
         !lkv_policy_would_admit(reg->hotp, lkv__live_pid(&k), need, lkv__cost(s, need))) {
         /* The door (lkv_store.h, "Hot admission"): cold only, or declined. */
         uint64_t cb = (uint64_t)n_blocks * block_bytes;

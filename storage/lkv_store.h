@@ -550,7 +550,8 @@ typedef struct lkv_store_stats {
     uint64_t class_evictions; /* Documents evicted or purged by lkv_store_evict_class. */
     uint64_t hot_bytes_held;  /* Hot bytes of held documents (gauge). */
     /* Hot admission (cfg.hot_admission = door; see above lkv_store_put_begin). */
-    uint64_t hot_admit_refused; /* New documents the hot tier's admission filter refused. */
+    uint64_t hot_admit_refused; /* Door refusals of new documents (each put_begin refused: a
+                                 * Reserve then a Put of one document count twice). */
     uint64_t puts_cold_only;    /* Of which committed to the cold tier only. */
     uint64_t puts_declined;     /* Of which declined (LKV_EADMIT: no room in the cold tier). */
 } lkv_store_stats;

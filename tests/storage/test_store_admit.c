@@ -42,7 +42,7 @@ static void look(lkv_store *s, uint64_t seed, int n, lkv_doc_info *in)
 }
 
 /* Puts document seed with put_finish (blocks in two pieces each, when split), reporting *res.
- * Returns put_begin's or put_finish's rc. */
+ * Returns put_begin's, put_blockv's (then aborted) or put_finish's rc. */
 static int put_doc(lkv_store *s, uint64_t seed, const lkv_put_opts *o, int split,
                    lkv_put_result *res)
 {
@@ -65,7 +65,12 @@ static int put_doc(lkv_store *s, uint64_t seed, const lkv_put_opts *o, int split
         uint8_t *b = kv + (size_t)i * TINY_BB;
         struct iovec iov[2] = {{b, 100}, {b + 100, TINY_BB - 100}};
         struct iovec one = {b, TINY_BB};
-        ASSERT_OK(lkv_store_put_blockv(tx, i, split ? iov : &one, split ? 2 : 1));
+        rc = lkv_store_put_blockv(tx, i, split ? iov : &one, split ? 2 : 1);
+        if (rc != 0) { /* ENOSPC here when put_begin deferred the reservation. */
+            lkv_store_put_abort(tx);
+            free(kv);
+            return rc;
+        }
     }
     rc = lkv_store_put_finish(tx, res);
     free(kv);
