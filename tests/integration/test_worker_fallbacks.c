@@ -36,6 +36,7 @@
 #include "lkv_log.h"
 #include "lkv_request.h"
 #include "lkv_test.h"
+#include "lkv_test_proc.h"
 #include "lkv_worker.h"
 
 #define MODEL LKV_TEST_MODEL_DIR "/stories260K.bin"
@@ -409,26 +410,6 @@ static int slow_decode(void *ctx, const lkv_decode_args *a)
     (void)ctx;
 }
 
-static void wait_stopped(pid_t pid)
-{
-    char path[64], buf[256];
-    snprintf(path, sizeof(path), "/proc/%d/stat", (int)pid);
-    for (int i = 0; i < 200; i++) {
-        FILE *f = fopen(path, "r");
-        size_t n = f != NULL ? fread(buf, 1, sizeof(buf) - 1, f) : 0;
-        if (f != NULL) {
-            fclose(f);
-        }
-        buf[n] = '\0';
-        const char *p = strrchr(buf, ')');
-        if (p != NULL && p[1] == ' ' && (p[2] == 'T' || p[2] == 't')) {
-            return;
-        }
-        usleep(5000);
-    }
-    LKV_FAIL("pid %d did not stop", (int)pid);
-}
-
 static void test_stopped_daemon_does_not_stall_decode(void)
 {
     static const char *A[] = {"Tom went to the park with his dog. The dog ran fast."};
@@ -450,7 +431,7 @@ static void test_stopped_daemon_does_not_stall_decode(void)
     }
     ASSERT_EQ(n, 3);
     kill(dm.pid, SIGSTOP);
-    wait_stopped(dm.pid);
+    lkv_test_wait_stopped(dm.pid);
     ASSERT_OK(lkv_engine_submit(e, make(w, B, 1, 8), 0, NULL, NULL, &rb, NULL, 0));
     /* B's Lookup now hangs (deadline 1500 ms); A's decode must go on. */
     double t_stop = now_ms(), last = t_stop, gap = 0;
