@@ -13,7 +13,6 @@
 #include <errno.h>
 #include <inttypes.h>
 #include <math.h>
-#include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -26,20 +25,6 @@
 #define MIB (1024ull * KIB)
 #define GIB (1024ull * MIB)
 #define TIB (1024ull * GIB)
-
-static int fail(char *err, size_t errlen, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
-
-static int fail(char *err, size_t errlen, const char *fmt, ...)
-{
-    if (err != NULL && errlen > 0) {
-        va_list ap;
-        va_start(ap, fmt);
-        vsnprintf(err, errlen, fmt, ap);
-        va_end(ap);
-    }
-    return LKV_ECONFIG;
-}
 
 /* ---- Value parsers: each returns 0 or -1 and writes a reason on failure. ---------------- */
 
@@ -378,7 +363,8 @@ static int enum_fail(const char *key, const char *value, const char *const *name
         int w = snprintf(list + n, sizeof(list) - n, "%s%s", i ? ", " : "", names[i]);
         n += w > 0 ? (size_t)w : 0;
     }
-    return fail(err, errlen, "option '%s': '%s' is not one of: %s", key, value, list);
+    return lkv_errf(err, errlen, LKV_ECONFIG, "option '%s': '%s' is not one of: %s", key, value,
+                    list);
 }
 
 static int set_enum(const opt *o, void *field, const char *value, const char *const *names,
@@ -407,37 +393,38 @@ static int set_opt(lkv_config *c, const opt *o, const char *value, char *err, si
     case OPT_LIST:
         /* min 1: the option may be empty; a list always may. */
         if (value[0] == '\0' && o->kind == OPT_STRING && o->min == 0) {
-            return fail(err, errlen, "option '%s': must not be empty", o->name);
+            return lkv_errf(err, errlen, LKV_ECONFIG, "option '%s': must not be empty", o->name);
         }
         if (strlen(value) >= o->size) {
-            return fail(err, errlen, "option '%s': longer than %zu characters", o->name,
-                        o->size - 1);
+            return lkv_errf(err, errlen, LKV_ECONFIG, "option '%s': longer than %zu characters",
+                            o->name, o->size - 1);
         }
         memcpy(field, value, strlen(value) + 1);
         return 0;
     case OPT_SIZE:
         if (parse_size(value, &u) != 0) {
-            return fail(err, errlen,
-                        "option '%s': '%s' is not a size in bytes (a number with an optional "
-                        "K/KiB, M/MiB, G/GiB or T/TiB suffix)",
-                        o->name, value);
+            return lkv_errf(err, errlen, LKV_ECONFIG,
+                            "option '%s': '%s' is not a size in bytes (a number with an optional "
+                            "K/KiB, M/MiB, G/GiB or T/TiB suffix)",
+                            o->name, value);
         }
         if (u < o->min || u > o->max) {
-            return fail(err, errlen,
-                        "option '%s': %" PRIu64 " bytes is outside %" PRIu64 "..%" PRIu64, o->name,
-                        u, o->min, o->max);
+            return lkv_errf(err, errlen, LKV_ECONFIG,
+                            "option '%s': %" PRIu64 " bytes is outside %" PRIu64 "..%" PRIu64,
+                            o->name, u, o->min, o->max);
         }
         *(uint64_t *)field = u;
         return 0;
     case OPT_INT:
     case OPT_U32:
         if (parse_u64(value, &u) != 0) {
-            return fail(err, errlen, "option '%s': '%s' is not a non-negative integer", o->name,
-                        value);
+            return lkv_errf(err, errlen, LKV_ECONFIG,
+                            "option '%s': '%s' is not a non-negative integer", o->name, value);
         }
         if (u < o->min || u > o->max) {
-            return fail(err, errlen, "option '%s': %" PRIu64 " is outside %" PRIu64 "..%" PRIu64,
-                        o->name, u, o->min, o->max);
+            return lkv_errf(err, errlen, LKV_ECONFIG,
+                            "option '%s': %" PRIu64 " is outside %" PRIu64 "..%" PRIu64, o->name, u,
+                            o->min, o->max);
         }
         if (o->kind == OPT_INT) {
             *(int *)field = (int)u;
@@ -447,14 +434,14 @@ static int set_opt(lkv_config *c, const opt *o, const char *value, char *err, si
         return 0;
     case OPT_DURATION:
         if (parse_duration_ms(value, &u) != 0) {
-            return fail(err, errlen,
-                        "option '%s': '%s' is not a duration (a number with suffix ms, s or m)",
-                        o->name, value);
+            return lkv_errf(err, errlen, LKV_ECONFIG,
+                            "option '%s': '%s' is not a duration (a number with suffix ms, s or m)",
+                            o->name, value);
         }
         if (u < o->min || u > o->max) {
-            return fail(err, errlen,
-                        "option '%s': %" PRIu64 " ms is outside %" PRIu64 "..%" PRIu64 " ms",
-                        o->name, u, o->min, o->max);
+            return lkv_errf(err, errlen, LKV_ECONFIG,
+                            "option '%s': %" PRIu64 " ms is outside %" PRIu64 "..%" PRIu64 " ms",
+                            o->name, u, o->min, o->max);
         }
         *(uint64_t *)field = u;
         return 0;
@@ -487,7 +474,7 @@ static int set_opt(lkv_config *c, const opt *o, const char *value, char *err, si
         char msg[256];
         uint32_t mask;
         if (lkv_auth_roles_parse(value, &mask, msg, (int)sizeof(msg)) != 0) {
-            return fail(err, errlen, "option '%s': %s", o->name, msg);
+            return lkv_errf(err, errlen, LKV_ECONFIG, "option '%s': %s", o->name, msg);
         }
         *(uint32_t *)field = mask;
         return 0;
@@ -497,7 +484,8 @@ static int set_opt(lkv_config *c, const opt *o, const char *value, char *err, si
                                             "yes",   "0",    "1",   NULL};
         int v = parse_name(value, bools);
         if (v < 0) {
-            return fail(err, errlen, "option '%s': '%s' is not true or false", o->name, value);
+            return lkv_errf(err, errlen, LKV_ECONFIG, "option '%s': '%s' is not true or false",
+                            o->name, value);
         }
         *(int *)field = v & 1;
         return 0;
@@ -510,18 +498,18 @@ static int set_opt(lkv_config *c, const opt *o, const char *value, char *err, si
             return 0;
         }
         if (strlen(value) != 2 * LKV_AUTH_KEY_BYTES) {
-            return fail(err, errlen,
-                        "option '%s': expected %d hex digits or none, got %zu "
-                        "characters",
-                        o->name, 2 * LKV_AUTH_KEY_BYTES, strlen(value));
+            return lkv_errf(err, errlen, LKV_ECONFIG,
+                            "option '%s': expected %d hex digits or none, got %zu "
+                            "characters",
+                            o->name, 2 * LKV_AUTH_KEY_BYTES, strlen(value));
         }
         for (int i = 0; i < LKV_AUTH_KEY_BYTES; i++) {
             unsigned int b;
             if (!isxdigit((unsigned char)value[2 * i]) ||
                 !isxdigit((unsigned char)value[2 * i + 1]) ||
                 sscanf(value + 2 * i, "%2x", &b) != 1) {
-                return fail(err, errlen, "option '%s': not hex at character %d", o->name,
-                            2 * i + 1);
+                return lkv_errf(err, errlen, LKV_ECONFIG, "option '%s': not hex at character %d",
+                                o->name, 2 * i + 1);
             }
             key[i] = (uint8_t)b;
         }
@@ -678,7 +666,8 @@ static int set_model_id(lkv_profile *p, const char *value, char *err, size_t err
 {
     char msg[160];
     if (lkv_profile_model_id_check(value, msg, (int)sizeof(msg)) != 0) {
-        return fail(err, errlen, "profile '%s' option 'model_id': %s", p->name, msg);
+        return lkv_errf(err, errlen, LKV_ECONFIG, "profile '%s' option 'model_id': %s", p->name,
+                        msg);
     }
     snprintf(p->model_id, sizeof(p->model_id), "%s", value);
     return 0;
@@ -699,8 +688,9 @@ static int set_pfield(lkv_profile *p, const char *key, const char *value, char *
             int w = snprintf(list + n, sizeof(list) - n, "%s%s", i ? ", " : "", pfields[i].name);
             n += w > 0 ? (size_t)w : 0;
         }
-        return fail(err, errlen, "profile '%s': unknown option '%s' (profile options: %s)", p->name,
-                    key, list);
+        return lkv_errf(err, errlen, LKV_ECONFIG,
+                        "profile '%s': unknown option '%s' (profile options: %s)", p->name, key,
+                        list);
     }
     void *field = (char *)p + f->off;
     uint64_t u;
@@ -710,10 +700,10 @@ static int set_pfield(lkv_profile *p, const char *key, const char *value, char *
     case PF_INT:
     case PF_U32:
         if (parse_u64(value, &u) != 0 || u > (f->kind == PF_INT ? INT32_MAX : UINT32_MAX)) {
-            return fail(err, errlen,
-                        "profile '%s' option '%s': '%s' is not a non-negative integer"
-                        " in range",
-                        p->name, f->name, value);
+            return lkv_errf(err, errlen, LKV_ECONFIG,
+                            "profile '%s' option '%s': '%s' is not a non-negative integer"
+                            " in range",
+                            p->name, f->name, value);
         }
         if (f->kind == PF_INT) {
             *(int *)field = (int)u;
@@ -723,15 +713,17 @@ static int set_pfield(lkv_profile *p, const char *key, const char *value, char *
         return 0;
     case PF_SIZE:
         if (parse_size(value, &u) != 0) {
-            return fail(err, errlen, "profile '%s' option '%s': '%s' is not a size (e.g. 64MiB)",
-                        p->name, f->name, value);
+            return lkv_errf(err, errlen, LKV_ECONFIG,
+                            "profile '%s' option '%s': '%s' is not a size (e.g. 64MiB)", p->name,
+                            f->name, value);
         }
         *(uint64_t *)field = u;
         return 0;
     case PF_DOUBLE:
         if (parse_double(value, &d) != 0) {
-            return fail(err, errlen, "profile '%s' option '%s': '%s' is not a number", p->name,
-                        f->name, value);
+            return lkv_errf(err, errlen, LKV_ECONFIG,
+                            "profile '%s' option '%s': '%s' is not a number", p->name, f->name,
+                            value);
         }
         *(double *)field = d;
         return 0;
@@ -763,13 +755,14 @@ static lkv_profile *profile_get(lkv_config *c, const char *name, char *err, size
         }
     }
     if (!profile_name_ok(name)) {
-        fail(err, errlen, "profile '%s': a name is 1..%d characters of [A-Za-z0-9._-]", name,
-             LKV_PROFILE_NAME_MAX - 1);
+        lkv_errf(err, errlen, LKV_ECONFIG,
+                 "profile '%s': a name is 1..%d characters of [A-Za-z0-9._-]", name,
+                 LKV_PROFILE_NAME_MAX - 1);
         return NULL;
     }
     if (c->n_profiles == LKV_CONFIG_MAX_PROFILES) {
-        fail(err, errlen, "profile '%s': too many profiles (at most %d)", name,
-             LKV_CONFIG_MAX_PROFILES);
+        lkv_errf(err, errlen, LKV_ECONFIG, "profile '%s': too many profiles (at most %d)", name,
+                 LKV_CONFIG_MAX_PROFILES);
         return NULL;
     }
     lkv_profile *p = &c->profiles[c->n_profiles++];
@@ -789,8 +782,8 @@ static lkv_tenant *tenant_get(lkv_config *c, const char *name, char *err, size_t
         }
     }
     if (c->n_tenants == LKV_CONFIG_MAX_TENANTS) {
-        fail(err, errlen, "tenant '%s': too many tenants (at most %d)", name,
-             LKV_CONFIG_MAX_TENANTS);
+        lkv_errf(err, errlen, LKV_ECONFIG, "tenant '%s': too many tenants (at most %d)", name,
+                 LKV_CONFIG_MAX_TENANTS);
         return NULL;
     }
     lkv_tenant *t = &c->tenants[c->n_tenants];
@@ -823,13 +816,14 @@ int lkv_config_auth(const lkv_config *c, lkv_auth **out, char *err, size_t errle
 {
     lkv_auth *a = NULL;
     if (lkv_auth_create(c->have_auth_key ? c->auth_key : NULL, c->loopback_roles, &a) != 0) {
-        return fail(err, errlen, "tenants: cannot create the tenant table (libsodium)");
+        return lkv_errf(err, errlen, LKV_ECONFIG,
+                        "tenants: cannot create the tenant table (libsodium)");
     }
     for (int i = 0; i < c->n_tenants; i++) {
         char msg[LKV_CONFIG_ERR_MAX];
         if (lkv_auth_add(a, &c->tenants[i], msg, (int)sizeof(msg)) != 0) {
             lkv_auth_destroy(a);
-            return fail(err, errlen, "%s", msg);
+            return lkv_errf(err, errlen, LKV_ECONFIG, "%s", msg);
         }
     }
     *out = a;
@@ -863,7 +857,7 @@ int lkv_config_set(lkv_config *c, const char *profile, const char *key, const ch
             char name[LKV_PROFILE_NAME_MAX + 1];
             size_t n = (size_t)(dot - (key + 8));
             if (n == 0 || n >= sizeof(name)) {
-                return fail(err, errlen, "option '%s': bad profile name", key);
+                return lkv_errf(err, errlen, LKV_ECONFIG, "option '%s': bad profile name", key);
             }
             memcpy(name, key + 8, n);
             name[n] = '\0';
@@ -873,7 +867,7 @@ int lkv_config_set(lkv_config *c, const char *profile, const char *key, const ch
             char name[LKV_TENANT_NAME_MAX + 1];
             size_t n = (size_t)(dot - (key + 7));
             if (n == 0 || n >= sizeof(name)) {
-                return fail(err, errlen, "option '%s': bad tenant name", key);
+                return lkv_errf(err, errlen, LKV_ECONFIG, "option '%s': bad tenant name", key);
             }
             memcpy(name, key + 7, n);
             name[n] = '\0';
@@ -883,11 +877,12 @@ int lkv_config_set(lkv_config *c, const char *profile, const char *key, const ch
         if (o == NULL) {
             char list[1024];
             list_opts(list, sizeof(list));
-            return fail(err, errlen,
-                        "unknown option '%s' (options: %s; profile fields go in a [profile NAME] "
-                        "section or as profile.NAME.field, tenant fields in [tenant NAME] or "
-                        "tenant.NAME.field)",
-                        key, list);
+            return lkv_errf(
+                err, errlen, LKV_ECONFIG,
+                "unknown option '%s' (options: %s; profile fields go in a [profile NAME] "
+                "section or as profile.NAME.field, tenant fields in [tenant NAME] or "
+                "tenant.NAME.field)",
+                key, list);
         }
         lkv_config tmp = *c;
         int rc = set_opt(&tmp, o, value, err, errlen);
@@ -950,8 +945,8 @@ int lkv_config_load_string(lkv_config *c, const char *text, const char *name, ch
             char *close = strchr(s, ']');
             char *sec = s + 1;
             if (close == NULL || trim(close + 1)[0] != '\0') {
-                rc = fail(err, errlen, "%s:%d: section header '%s' must be [profile NAME]", name,
-                          lineno, s);
+                rc = lkv_errf(err, errlen, LKV_ECONFIG,
+                              "%s:%d: section header '%s' must be [profile NAME]", name, lineno, s);
             } else {
                 *close = '\0';
                 sec = trim(sec);
@@ -963,23 +958,23 @@ int lkv_config_load_string(lkv_config *c, const char *text, const char *name, ch
                 *sp = '\0';
                 if (strcmp(sec, "tenant") == 0 && arg[0] != '\0') {
                     if (tenant_get(c, arg, msg, sizeof(msg)) == NULL) {
-                        rc = fail(err, errlen, "%s:%d: %s", name, lineno, msg);
+                        rc = lkv_errf(err, errlen, LKV_ECONFIG, "%s:%d: %s", name, lineno, msg);
                     } else {
                         snprintf(section, sizeof(section), "%s", arg);
                         in_section = 2;
                     }
                 } else if (strcmp(sec, "profile") != 0 || arg[0] == '\0') {
-                    rc = fail(err, errlen,
-                              "%s:%d: unknown section '[%s%s%s]' (sections are [profile NAME] "
-                              "and [tenant NAME])",
-                              name, lineno, sec, arg[0] ? " " : "", arg);
+                    rc = lkv_errf(err, errlen, LKV_ECONFIG,
+                                  "%s:%d: unknown section '[%s%s%s]' (sections are [profile NAME] "
+                                  "and [tenant NAME])",
+                                  name, lineno, sec, arg[0] ? " " : "", arg);
                 } else if (!profile_name_ok(arg)) {
-                    rc = fail(err, errlen,
-                              "%s:%d: profile name '%s' must be 1..%d characters of "
-                              "[A-Za-z0-9._-]",
-                              name, lineno, arg, LKV_PROFILE_NAME_MAX - 1);
+                    rc = lkv_errf(err, errlen, LKV_ECONFIG,
+                                  "%s:%d: profile name '%s' must be 1..%d characters of "
+                                  "[A-Za-z0-9._-]",
+                                  name, lineno, arg, LKV_PROFILE_NAME_MAX - 1);
                 } else if (profile_get(c, arg, msg, sizeof(msg)) == NULL) {
-                    rc = fail(err, errlen, "%s:%d: %s", name, lineno, msg);
+                    rc = lkv_errf(err, errlen, LKV_ECONFIG, "%s:%d: %s", name, lineno, msg);
                 } else {
                     snprintf(section, sizeof(section), "%s", arg);
                     in_section = 1;
@@ -988,7 +983,8 @@ int lkv_config_load_string(lkv_config *c, const char *text, const char *name, ch
         } else {
             char *eq = strchr(s, '=');
             if (eq == NULL) {
-                rc = fail(err, errlen, "%s:%d: expected 'key = value', got '%s'", name, lineno, s);
+                rc = lkv_errf(err, errlen, LKV_ECONFIG, "%s:%d: expected 'key = value', got '%s'",
+                              name, lineno, s);
             } else {
                 *eq = '\0';
                 char *key = trim(s);
@@ -999,14 +995,15 @@ int lkv_config_load_string(lkv_config *c, const char *text, const char *name, ch
                     value++;
                 }
                 if (key[0] == '\0') {
-                    rc = fail(err, errlen, "%s:%d: missing key before '='", name, lineno);
+                    rc = lkv_errf(err, errlen, LKV_ECONFIG, "%s:%d: missing key before '='", name,
+                                  lineno);
                 } else if (in_section == 2) {
                     if (tenant_set(c, section, key, value, msg, sizeof(msg)) != 0) {
-                        rc = fail(err, errlen, "%s:%d: %s", name, lineno, msg);
+                        rc = lkv_errf(err, errlen, LKV_ECONFIG, "%s:%d: %s", name, lineno, msg);
                     }
                 } else if (lkv_config_set(c, in_section == 1 ? section : NULL, key, value, msg,
                                           sizeof(msg)) != 0) {
-                    rc = fail(err, errlen, "%s:%d: %s", name, lineno, msg);
+                    rc = lkv_errf(err, errlen, LKV_ECONFIG, "%s:%d: %s", name, lineno, msg);
                 }
             }
         }
@@ -1022,7 +1019,8 @@ int lkv_config_load_file(lkv_config *c, const char *path, char *err, size_t errl
 {
     FILE *f = fopen(path, "rb");
     if (f == NULL) {
-        return fail(err, errlen, "option 'config': cannot open '%s': %s", path, strerror(errno));
+        return lkv_errf(err, errlen, LKV_ECONFIG, "option 'config': cannot open '%s': %s", path,
+                        strerror(errno));
     }
     size_t cap = 4096, n = 0;
     char *buf = lkv_xmalloc(cap);
@@ -1042,9 +1040,10 @@ int lkv_config_load_file(lkv_config *c, const char *path, char *err, size_t errl
     buf[n] = '\0';
     int rc;
     if (ioerr) {
-        rc = fail(err, errlen, "option 'config': cannot read '%s'", path);
+        rc = lkv_errf(err, errlen, LKV_ECONFIG, "option 'config': cannot read '%s'", path);
     } else if (memchr(buf, '\0', n) != NULL) {
-        rc = fail(err, errlen, "option 'config': '%s' is not a text file (NUL byte)", path);
+        rc = lkv_errf(err, errlen, LKV_ECONFIG,
+                      "option 'config': '%s' is not a text file (NUL byte)", path);
     } else {
         rc = lkv_config_load_string(c, buf, path, err, errlen);
     }
@@ -1093,28 +1092,30 @@ static int validate_cluster(const lkv_config *c, char *err, size_t errlen)
         return 0;
     }
     if (mode == 1 && c->cluster_etcd[0] == '\0') {
-        return fail(err, errlen, "option 'cluster_etcd': required with cluster_mode = etcd");
+        return lkv_errf(err, errlen, LKV_ECONFIG,
+                        "option 'cluster_etcd': required with cluster_mode = etcd");
     }
     if (mode == 2 && c->cluster_members[0] == '\0') {
-        return fail(err, errlen, "option 'cluster_members': required with cluster_mode = static");
+        return lkv_errf(err, errlen, LKV_ECONFIG,
+                        "option 'cluster_members': required with cluster_mode = static");
     }
     if (mode == 3 && strchr(c->cluster_dns, ':') == NULL) {
-        return fail(err, errlen,
-                    "option 'cluster_dns': name:port required with cluster_mode = dns");
+        return lkv_errf(err, errlen, LKV_ECONFIG,
+                        "option 'cluster_dns': name:port required with cluster_mode = dns");
     }
     if (c->cluster_token_file[0] == '\0') {
-        return fail(err, errlen,
-                    "option 'cluster_token_file': required in a cluster (the credential of "
-                    "forwarded and other member-to-member calls)");
+        return lkv_errf(err, errlen, LKV_ECONFIG,
+                        "option 'cluster_token_file': required in a cluster (the credential of "
+                        "forwarded and other member-to-member calls)");
     }
     size_t pl = strlen(c->cluster_prefix);
     if (pl < 2 || c->cluster_prefix[pl - 1] != '/') {
-        return fail(err, errlen, "option 'cluster_prefix': '%s' must end with '/'",
-                    c->cluster_prefix);
+        return lkv_errf(err, errlen, LKV_ECONFIG, "option 'cluster_prefix': '%s' must end with '/'",
+                        c->cluster_prefix);
     }
     if (c->cluster_advertise[0] != '\0' && strrchr(c->cluster_advertise, ':') == NULL) {
-        return fail(err, errlen, "option 'cluster_advertise': '%s' is not host:port",
-                    c->cluster_advertise);
+        return lkv_errf(err, errlen, LKV_ECONFIG,
+                        "option 'cluster_advertise': '%s' is not host:port", c->cluster_advertise);
     }
     return 0;
 }
@@ -1162,18 +1163,18 @@ int lkv_config_validate(lkv_config *c, char *err, size_t errlen)
     const char *colon = strrchr(c->listen, ':');
     uint64_t port;
     if (colon == NULL || colon == c->listen || parse_u64(colon + 1, &port) != 0 || port > 65535) {
-        return fail(err, errlen,
-                    "option 'listen': '%s' is not host:port (e.g. 127.0.0.1:7070, [::1]:0, "
-                    "0.0.0.0:7070; port 0 picks a free port)",
-                    c->listen);
+        return lkv_errf(err, errlen, LKV_ECONFIG,
+                        "option 'listen': '%s' is not host:port (e.g. 127.0.0.1:7070, [::1]:0, "
+                        "0.0.0.0:7070; port 0 picks a free port)",
+                        c->listen);
     }
     if (c->n_profiles == 0) {
-        return fail(err, errlen, "profiles: no model profile is configured");
+        return lkv_errf(err, errlen, LKV_ECONFIG, "profiles: no model profile is configured");
     }
     char msg[LKV_CONFIG_ERR_MAX];
     for (int i = 0; i < c->n_tenants; i++) {
         if (lkv_tenant_finish(&c->tenants[i], msg, (int)sizeof(msg)) != 0) {
-            return fail(err, errlen, "%s", msg);
+            return lkv_errf(err, errlen, LKV_ECONFIG, "%s", msg);
         }
     }
     lkv_auth *table = NULL;
@@ -1183,55 +1184,56 @@ int lkv_config_validate(lkv_config *c, char *err, size_t errlen)
     lkv_auth_destroy(table);
     if (lkv_auth_check_bind(c->listen, c->n_tenants > 0, c->allow_insecure_bind, msg,
                             (int)sizeof(msg)) != 0) {
-        return fail(err, errlen, "option 'listen': %s", msg);
+        return lkv_errf(err, errlen, LKV_ECONFIG, "option 'listen': %s", msg);
     }
     if ((c->tls_cert_file[0] != '\0') != (c->tls_key_file[0] != '\0')) {
-        return fail(err, errlen, "option '%s': TLS needs both tls_cert_file and tls_key_file",
-                    c->tls_cert_file[0] != '\0' ? "tls_key_file" : "tls_cert_file");
+        return lkv_errf(err, errlen, LKV_ECONFIG,
+                        "option '%s': TLS needs both tls_cert_file and tls_key_file",
+                        c->tls_cert_file[0] != '\0' ? "tls_key_file" : "tls_cert_file");
     }
     if (c->tls_client_ca_file[0] != '\0' && c->tls_cert_file[0] == '\0') {
-        return fail(err, errlen,
-                    "option 'tls_client_ca_file': client certificates need TLS "
-                    "(tls_cert_file and tls_key_file)");
+        return lkv_errf(err, errlen, LKV_ECONFIG,
+                        "option 'tls_client_ca_file': client certificates need TLS "
+                        "(tls_cert_file and tls_key_file)");
     }
     if (c->metrics_listen[0] != '\0') {
         const char *mc = strrchr(c->metrics_listen, ':');
         if (mc == NULL || mc == c->metrics_listen || parse_u64(mc + 1, &port) != 0 ||
             port > 65535) {
-            return fail(err, errlen,
-                        "option 'metrics_listen': '%s' is not host:port (e.g. 127.0.0.1:9464)",
-                        c->metrics_listen);
+            return lkv_errf(err, errlen, LKV_ECONFIG,
+                            "option 'metrics_listen': '%s' is not host:port (e.g. 127.0.0.1:9464)",
+                            c->metrics_listen);
         }
         if (!lkv_auth_addr_is_loopback(c->metrics_listen) && c->n_tenants == 0 &&
             !c->allow_insecure_bind) {
-            return fail(err, errlen,
-                        "option 'metrics_listen': %s is not loopback and there are no tenants "
-                        "to authorise scrapes (the metrics name tenants): bind loopback, "
-                        "configure tenants (scrapes then need an admin-role token), or set "
-                        "allow_insecure_bind = true",
-                        c->metrics_listen);
+            return lkv_errf(err, errlen, LKV_ECONFIG,
+                            "option 'metrics_listen': %s is not loopback and there are no tenants "
+                            "to authorise scrapes (the metrics name tenants): bind loopback, "
+                            "configure tenants (scrapes then need an admin-role token), or set "
+                            "allow_insecure_bind = true",
+                            c->metrics_listen);
         }
     }
     if (c->metrics_tls && (c->metrics_listen[0] == '\0' || c->tls_cert_file[0] == '\0')) {
-        return fail(err, errlen,
-                    "option 'metrics_tls': needs metrics_listen and the daemon's tls_cert_file "
-                    "and tls_key_file (the metrics endpoint uses the same certificate)");
+        return lkv_errf(err, errlen, LKV_ECONFIG,
+                        "option 'metrics_tls': needs metrics_listen and the daemon's tls_cert_file "
+                        "and tls_key_file (the metrics endpoint uses the same certificate)");
     }
     uint64_t max_block = 0;
     for (int i = 0; i < c->n_profiles; i++) {
         lkv_profile *p = &c->profiles[i];
         if (lkv_profile_finish(p, msg, (int)sizeof(msg)) != 0) {
-            return fail(err, errlen, "profile '%s' option %s", p->name, msg);
+            return lkv_errf(err, errlen, LKV_ECONFIG, "profile '%s' option %s", p->name, msg);
         }
         uint64_t bb = lkv_block_bytes(&p->shape);
         /* A block travels in one message with a little framing. */
         if (bb + 1024 > c->max_message_bytes) {
             char a[32], b[32];
-            return fail(err, errlen,
-                        "option 'max_message_bytes': %s cannot carry one block of profile '%s' "
-                        "(%s plus framing)",
-                        lkv_format_bytes(c->max_message_bytes, a, sizeof(a)), p->name,
-                        lkv_format_bytes(bb, b, sizeof(b)));
+            return lkv_errf(err, errlen, LKV_ECONFIG,
+                            "option 'max_message_bytes': %s cannot carry one block of profile '%s' "
+                            "(%s plus framing)",
+                            lkv_format_bytes(c->max_message_bytes, a, sizeof(a)), p->name,
+                            lkv_format_bytes(bb, b, sizeof(b)));
         }
         if (bb > max_block) {
             max_block = bb;
@@ -1239,26 +1241,27 @@ int lkv_config_validate(lkv_config *c, char *err, size_t errlen)
     }
     hold_check hc = {c, NULL};
     if (lkv_config_each_name(c->hold_profiles, hold_profile_ok, &hc) != 0) {
-        return fail(err, errlen, "option 'hold_profiles': no profile '%.64s' is configured",
-                    hc.bad);
+        return lkv_errf(err, errlen, LKV_ECONFIG,
+                        "option 'hold_profiles': no profile '%.64s' is configured", hc.bad);
     }
     if (lkv_config_each_name(c->hold_tenants, hold_tenant_ok, &hc) != 0) {
-        return fail(err, errlen,
-                    "option 'hold_tenants': no tenant '%.64s' (a [tenant NAME] section, or "
-                    "\"" LKV_AUTH_DEFAULT_TENANT "\")",
-                    hc.bad);
+        return lkv_errf(err, errlen, LKV_ECONFIG,
+                        "option 'hold_tenants': no tenant '%.64s' (a [tenant NAME] section, or "
+                        "\"" LKV_AUTH_DEFAULT_TENANT "\")",
+                        hc.bad);
     }
     if (c->hot_bytes < max_block) {
         char a[32], b[32];
-        return fail(err, errlen,
-                    "option 'hot_bytes': %s is smaller than one block of the largest profile (%s)",
-                    lkv_format_bytes(c->hot_bytes, a, sizeof(a)),
-                    lkv_format_bytes(max_block, b, sizeof(b)));
+        return lkv_errf(
+            err, errlen, LKV_ECONFIG,
+            "option 'hot_bytes': %s is smaller than one block of the largest profile (%s)",
+            lkv_format_bytes(c->hot_bytes, a, sizeof(a)),
+            lkv_format_bytes(max_block, b, sizeof(b)));
     }
     lkv_arena_region_cfg plan[LKV_CONFIG_MAX_PROFILES];
     if (lkv_store_plan_regions(c->profiles, c->n_profiles, c->hot_bytes, plan, msg,
                                (int)sizeof(msg)) != 0) {
-        return fail(err, errlen, "option 'hot_bytes': %s", msg);
+        return lkv_errf(err, errlen, LKV_ECONFIG, "option 'hot_bytes': %s", msg);
     }
     return 0;
 }
@@ -1316,7 +1319,8 @@ int lkv_config_from_args(lkv_config *c, int argc, char **argv, int *action, char
         }
         if (strcmp(a, "--config") == 0 || strcmp(a, "-c") == 0) {
             if (i + 1 >= argc) {
-                return fail(err, errlen, "option 'config': %s needs a FILE argument", a);
+                return lkv_errf(err, errlen, LKV_ECONFIG,
+                                "option 'config': %s needs a FILE argument", a);
             }
             config = argv[++i];
         } else if (strncmp(a, "--config=", 9) == 0) {
@@ -1347,7 +1351,7 @@ int lkv_config_from_args(lkv_config *c, int argc, char **argv, int *action, char
         const char *what = a;
         if (strcmp(a, "--set") == 0) {
             if (i + 1 >= argc) {
-                return fail(err, errlen, "argument '--set' needs KEY=VALUE");
+                return lkv_errf(err, errlen, LKV_ECONFIG, "argument '--set' needs KEY=VALUE");
             }
             what = argv[++i];
             snprintf(kv, sizeof(kv), "%s", what);
@@ -1358,20 +1362,22 @@ int lkv_config_from_args(lkv_config *c, int argc, char **argv, int *action, char
                 snprintf(kv, sizeof(kv), "%s", a + 2);
             } else {
                 if (i + 1 >= argc) {
-                    return fail(err, errlen, "option '%s': %s needs a value", a + 2, a);
+                    return lkv_errf(err, errlen, LKV_ECONFIG, "option '%s': %s needs a value",
+                                    a + 2, a);
                 }
                 snprintf(kv, sizeof(kv), "%s=%s", a + 2, argv[++i]);
             }
         } else {
-            return fail(err, errlen, "unexpected argument '%s' (see lazykvd --help)", a);
+            return lkv_errf(err, errlen, LKV_ECONFIG,
+                            "unexpected argument '%s' (see lazykvd --help)", a);
         }
         char *eq = strchr(kv, '=');
         if (eq == NULL) {
-            return fail(err, errlen, "argument '%s': expected KEY=VALUE", what);
+            return lkv_errf(err, errlen, LKV_ECONFIG, "argument '%s': expected KEY=VALUE", what);
         }
         *eq = '\0';
         if (lkv_config_set(c, NULL, kv, eq + 1, msg, sizeof(msg)) != 0) {
-            return fail(err, errlen, "command line '%s': %s", what, msg);
+            return lkv_errf(err, errlen, LKV_ECONFIG, "command line '%s': %s", what, msg);
         }
     }
     return lkv_config_validate(c, err, errlen);

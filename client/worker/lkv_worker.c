@@ -81,20 +81,6 @@ static char *dup_or_null(const char *s)
     return s != NULL && s[0] != '\0' ? lkv_xstrdup(s) : NULL;
 }
 
-static int errf(char *err, size_t len, int rc, const char *fmt, ...)
-    __attribute__((format(printf, 4, 5)));
-
-static int errf(char *err, size_t len, int rc, const char *fmt, ...)
-{
-    if (err != NULL && len > 0) {
-        va_list ap;
-        va_start(ap, fmt);
-        vsnprintf(err, len, fmt, ap);
-        va_end(ap);
-    }
-    return rc;
-}
-
 int lkv_worker_hash_file(const char *path, char *out, size_t len)
 {
     FILE *f = fopen(path, "rb");
@@ -138,7 +124,7 @@ int lkv_worker_create(const lkv_worker_opts *o, lkv_worker **out, char *err, siz
 {
     *out = NULL;
     if (o == NULL || (o->model_path == NULL && o->synth == NULL)) {
-        return errf(err, errlen, LKV_EINVAL, "worker: a model checkpoint path is required");
+        return lkv_errf(err, errlen, LKV_EINVAL, "worker: a model checkpoint path is required");
     }
     lkv_worker *w = lkv_xcalloc(1, sizeof(*w));
     w->o = *o;
@@ -179,8 +165,8 @@ int lkv_worker_create(const lkv_worker_opts *o, lkv_worker **out, char *err, siz
         }
         rc = lkv_synth_model(preset, (uint32_t)seed, 0, &w->m);
         if (rc != 0) {
-            errf(err, errlen, rc, "worker: unknown synthetic model '%s' (llama3-8b, llama3-mini)",
-                 o->synth);
+            lkv_errf(err, errlen, rc,
+                     "worker: unknown synthetic model '%s' (llama3-8b, llama3-mini)", o->synth);
             goto fail;
         }
         snprintf(w->hash, sizeof(w->hash), "synth:%s:%lu", preset, seed);
@@ -189,8 +175,8 @@ int lkv_worker_create(const lkv_worker_opts *o, lkv_worker **out, char *err, siz
         rc = lkv_model_load(w->model_path, &w->m);
     }
     if (rc != 0) {
-        errf(err, errlen, rc, "worker: cannot load the checkpoint %s: %s", w->model_path,
-             lkv_strerror(rc));
+        lkv_errf(err, errlen, rc, "worker: cannot load the checkpoint %s: %s", w->model_path,
+                 lkv_strerror(rc));
         goto fail;
     }
     if (o->round_weights_bf16) {
@@ -206,14 +192,14 @@ int lkv_worker_create(const lkv_worker_opts *o, lkv_worker **out, char *err, siz
     }
     rc = o->synth != NULL ? 0 : lkv_worker_hash_file(w->model_path, w->hash, sizeof(w->hash));
     if (rc != 0) {
-        errf(err, errlen, rc, "worker: cannot hash %s", w->model_path);
+        lkv_errf(err, errlen, rc, "worker: cannot hash %s", w->model_path);
         goto fail;
     }
     if (o->tokenizer_path != NULL) {
         rc = lkv_tokenizer_load(&w->tok, o->tokenizer_path, w->m->cfg.vocab_size);
         if (rc != 0) {
-            errf(err, errlen, rc, "worker: cannot load the tokenizer %s: %s", o->tokenizer_path,
-                 lkv_strerror(rc));
+            lkv_errf(err, errlen, rc, "worker: cannot load the tokenizer %s: %s", o->tokenizer_path,
+                     lkv_strerror(rc));
             goto fail;
         }
         w->have_tok = 1;
@@ -226,8 +212,8 @@ int lkv_worker_create(const lkv_worker_opts *o, lkv_worker **out, char *err, siz
                               .dtype = o->dtype,
                               .block_tokens = o->block_tokens > 0 ? o->block_tokens : 16};
     if (w->shape.block_tokens > LKV_MAX_BLOCK_TOKENS || lkv_dtype_size(w->shape.dtype) == 0) {
-        rc = errf(err, errlen, LKV_EINVAL, "worker: bad block_tokens %d or dtype %d",
-                  w->shape.block_tokens, w->shape.dtype);
+        rc = lkv_errf(err, errlen, LKV_EINVAL, "worker: bad block_tokens %d or dtype %d",
+                      w->shape.block_tokens, w->shape.dtype);
         goto fail;
     }
     if (w->o.max_position <= 0 || w->o.max_position > c->seq_len) {
@@ -235,7 +221,7 @@ int lkv_worker_create(const lkv_worker_opts *o, lkv_worker **out, char *err, siz
     }
     rc = lkv_runner_init(&w->run, w->m, w->be);
     if (rc != 0) {
-        errf(err, errlen, rc, "worker: runner: %s", lkv_strerror(rc));
+        lkv_errf(err, errlen, rc, "worker: runner: %s", lkv_strerror(rc));
         goto fail;
     }
     w->run.last_logits = 1; /* Sampling reads the question's last row only. */
@@ -248,10 +234,10 @@ int lkv_worker_create(const lkv_worker_opts *o, lkv_worker **out, char *err, siz
         /* A device backend keeps the worker pages in its own memory and maps the daemon's
          * device arena through its devmap ops (lkv_pagespace.h, "Device arenas"). */
         if (w->be->devmap == NULL && w->target != NULL) {
-            rc = errf(err, errlen, LKV_ENOTSUP,
-                      "worker: the %s backend cannot map lazykvd's arena (no device mapping "
-                      "ops): run it without a daemon",
-                      w->be->name);
+            rc = lkv_errf(err, errlen, LKV_ENOTSUP,
+                          "worker: the %s backend cannot map lazykvd's arena (no device mapping "
+                          "ops): run it without a daemon",
+                          w->be->name);
             goto fail;
         }
     }
@@ -260,7 +246,8 @@ int lkv_worker_create(const lkv_worker_opts *o, lkv_worker **out, char *err, siz
         lkv_client_options co = client_opts(w);
         rc = lkv_client_create(w->target, &co, &w->cl);
         if (rc != 0) {
-            errf(err, errlen, rc, "worker: client for %s: %s", w->target, lkv_client_last_error());
+            lkv_errf(err, errlen, rc, "worker: client for %s: %s", w->target,
+                     lkv_client_last_error());
             goto fail;
         }
     }
@@ -442,15 +429,16 @@ static int daemon_failed(req_state *s, const char *what, int rc)
         return 0;
     }
     if (daemon_down(rc)) {
-        return errf(s->res->error, sizeof(s->res->error), rc,
-                    "lazykvd at %s is unavailable during %s (%s: %s); the request was not "
-                    "served (start the daemon, or run with --local-fallback to compute "
-                    "locally%s)",
-                    s->w->target, what, lkv_err_name(rc), msg,
-                    s->w->tls[0] == NULL ? "; a daemon with TLS on needs --tls-ca" : "");
+        return lkv_errf(s->res->error, sizeof(s->res->error), rc,
+                        "lazykvd at %s is unavailable during %s (%s: %s); the request was not "
+                        "served (start the daemon, or run with --local-fallback to compute "
+                        "locally%s)",
+                        s->w->target, what, lkv_err_name(rc), msg,
+                        s->w->tls[0] == NULL ? "; a daemon with TLS on needs --tls-ca" : "");
     }
-    return errf(s->res->error, sizeof(s->res->error), rc, "%s refused by lazykvd at %s: %s (%s)",
-                what, s->w->target, msg[0] ? msg : lkv_strerror(rc), lkv_err_name(rc));
+    return lkv_errf(s->res->error, sizeof(s->res->error), rc,
+                    "%s refused by lazykvd at %s: %s (%s)", what, s->w->target,
+                    msg[0] ? msg : lkv_strerror(rc), lkv_err_name(rc));
 }
 
 /* Checks the profile's declared weights identity against the loaded checkpoint. */
@@ -465,23 +453,25 @@ static int check_model_id(req_state *s, const char *declared)
         if (strcmp(declared, w->hash) == 0) {
             return 0;
         }
-        return errf(s->res->error, sizeof(s->res->error), LKV_EPROFILE,
-                    "model identity mismatch: profile '%s' on lazykvd declares model_id %s, but "
-                    "the loaded checkpoint %s is %s; KV of another model is never used (load "
-                    "the right checkpoint, or give this model its own profile)",
-                    w->profile, declared, w->model_path, w->hash);
+        return lkv_errf(
+            s->res->error, sizeof(s->res->error), LKV_EPROFILE,
+            "model identity mismatch: profile '%s' on lazykvd declares model_id %s, but "
+            "the loaded checkpoint %s is %s; KV of another model is never used (load "
+            "the right checkpoint, or give this model its own profile)",
+            w->profile, declared, w->model_path, w->hash);
     }
     if (w->model_id == NULL) {
-        return errf(s->res->error, sizeof(s->res->error), LKV_EPROFILE,
-                    "model identity not confirmed: profile '%s' declares the revision '%s'; run "
-                    "the worker with --model-id '%s' if %s is that model",
-                    w->profile, declared, declared, w->model_path);
+        return lkv_errf(
+            s->res->error, sizeof(s->res->error), LKV_EPROFILE,
+            "model identity not confirmed: profile '%s' declares the revision '%s'; run "
+            "the worker with --model-id '%s' if %s is that model",
+            w->profile, declared, declared, w->model_path);
     }
     if (strcmp(declared, w->model_id) != 0) {
-        return errf(s->res->error, sizeof(s->res->error), LKV_EPROFILE,
-                    "model identity mismatch: profile '%s' declares model_id '%s', the worker "
-                    "runs '%s'; KV of another model is never used",
-                    w->profile, declared, w->model_id);
+        return lkv_errf(s->res->error, sizeof(s->res->error), LKV_EPROFILE,
+                        "model identity mismatch: profile '%s' declares model_id '%s', the worker "
+                        "runs '%s'; KV of another model is never used",
+                        w->profile, declared, w->model_id);
     }
     return 0;
 }
@@ -610,8 +600,9 @@ static int call_cache(req_state *s, const lkv_docref *refs)
     res->lookup_ms = now_ms() - t;
     if (rc != 0) {
         if (rc == LKV_EPROFILE || rc == LKV_EINVAL) {
-            return errf(res->error, sizeof(res->error), rc == LKV_EINVAL ? LKV_EPROFILE : rc,
-                        "Lookup refused by lazykvd at %s: %s", w->target, lkv_client_last_error());
+            return lkv_errf(res->error, sizeof(res->error), rc == LKV_EINVAL ? LKV_EPROFILE : rc,
+                            "Lookup refused by lazykvd at %s: %s", w->target,
+                            lkv_client_last_error());
         }
         return daemon_failed(s, "Lookup", rc);
     }
@@ -660,8 +651,8 @@ static int map_arena(req_state *s, const lkv_lease_arena *a)
     lkv_worker *w = s->w;
     int rc = lkv_pagespace_map(&w->ps, a, w->profile);
     if (rc != 0) {
-        return errf(s->res->error, sizeof(s->res->error), rc,
-                    "cannot map the arena of lazykvd at %s: %s", w->target, w->ps.err);
+        return lkv_errf(s->res->error, sizeof(s->res->error), rc,
+                        "cannot map the arena of lazykvd at %s: %s", w->target, w->ps.err);
     }
     return 0;
 }
@@ -688,30 +679,30 @@ static int apply_cache(req_state *s)
         }
         char why[256];
         if (!layout_matches(w, d, why, sizeof(why))) {
-            return errf(res->error, sizeof(res->error), LKV_EPROFILE, "%s", why);
+            return lkv_errf(res->error, sizeof(res->error), LKV_EPROFILE, "%s", why);
         }
         if (d->n_tokens != (uint64_t)q->docs[i].n_tokens ||
             d->n_pages != lkv_blocks_for_tokens(&w->shape, d->n_tokens) ||
             d->n_pages > LKV_MODEL_SEG_MAX_BLOCKS) {
-            return errf(res->error, sizeof(res->error), LKV_EPROTO,
-                        "Attach reply for document %d: %" PRIu64 " tokens in %u pages, "
-                        "expected %d tokens",
-                        i, d->n_tokens, d->n_pages, q->docs[i].n_tokens);
+            return lkv_errf(res->error, sizeof(res->error), LKV_EPROTO,
+                            "Attach reply for document %d: %" PRIu64 " tokens in %u pages, "
+                            "expected %d tokens",
+                            i, d->n_tokens, d->n_pages, q->docs[i].n_tokens);
         }
         if (d->region_base != w->ps.region_base || d->page_bytes != w->ps.page_bytes) {
-            return errf(res->error, sizeof(res->error), LKV_EPROTO,
-                        "Attach reply for document %d: pages in a region at %" PRIu64 " of %" PRIu64
-                        "-byte pages, the mapped region of profile '%s' is at "
-                        "%" PRIu64 " of %" PRIu64,
-                        i, d->region_base, d->page_bytes, w->profile, w->ps.region_base,
-                        w->ps.page_bytes);
+            return lkv_errf(res->error, sizeof(res->error), LKV_EPROTO,
+                            "Attach reply for document %d: pages in a region at %" PRIu64
+                            " of %" PRIu64 "-byte pages, the mapped region of profile '%s' is at "
+                            "%" PRIu64 " of %" PRIu64,
+                            i, d->region_base, d->page_bytes, w->profile, w->ps.region_base,
+                            w->ps.page_bytes);
         }
         lkv_model_seg *g = &s->segs[i];
         for (uint32_t b = 0; b < d->n_pages; b++) {
             if (d->pages[b] >= w->ps.n_daemon) {
-                return errf(res->error, sizeof(res->error), LKV_EPROTO,
-                            "Attach reply: page %u outside the arena of %u pages", d->pages[b],
-                            w->ps.n_daemon);
+                return lkv_errf(res->error, sizeof(res->error), LKV_EPROTO,
+                                "Attach reply: page %u outside the arena of %u pages", d->pages[b],
+                                w->ps.n_daemon);
             }
             /* The daemon's page: read in place. */
             g->pages[b] = lkv_pagespace_daemon_page(&w->ps, d->pages[b]);
@@ -856,8 +847,8 @@ static int apply_reserve(req_state *s)
         }
         char why[320];
         if (!doc_fits(w, &r->doc, (uint64_t)q->docs[i].n_tokens, why, sizeof(why))) {
-            return errf(res->error, sizeof(res->error), LKV_EPROTO,
-                        "Reserve reply for document %d: %s", i, why);
+            return lkv_errf(res->error, sizeof(res->error), LKV_EPROTO,
+                            "Reserve reply for document %d: %s", i, why);
         }
         if (r->already_present) {
             lkv_model_seg *g = &s->segs[i];
@@ -1009,8 +1000,8 @@ static int apply_copies(req_state *s)
             char why[320];
             if (!doc_fits(w, &s->copy[i].doc, (uint64_t)s->req->docs[i].n_tokens, why,
                           sizeof(why))) {
-                return errf(res->error, sizeof(res->error), LKV_EPROTO,
-                            "Reserve reply for the copy of document %d: %s", i, why);
+                return lkv_errf(res->error, sizeof(res->error), LKV_EPROTO,
+                                "Reserve reply for the copy of document %d: %s", i, why);
             }
             res->copies++;
         } else if (s->copy_state[i] < 0 && res->docs[i].hit) {
@@ -1101,9 +1092,9 @@ static int step_prefix_one(req_state *s, int i)
             lkv_prefix_remove(w->prefix, s->pfx[j]);
         }
         s->n_pfx = first_put;
-        return errf(res->error, sizeof(res->error), rc, "computing document %d (%d tokens): %s%s",
-                    i, n, lkv_strerror(rc),
-                    rc == LKV_ENOSPC ? " (worker pages exhausted: raise --local-pages)" : "");
+        return lkv_errf(res->error, sizeof(res->error), rc,
+                        "computing document %d (%d tokens): %s%s", i, n, lkv_strerror(rc),
+                        rc == LKV_ENOSPC ? " (worker pages exhausted: raise --local-pages)" : "");
     }
     return 0;
 }
@@ -1209,9 +1200,10 @@ static int step_miss_one(req_state *s, int i)
     phase_sync(s->w);
     res->miss_ms += now_ms() - t;
     if (rc != 0) {
-        return errf(res->error, sizeof(res->error), rc, "computing document %d (%d tokens): %s%s",
-                    i, q->docs[i].n_tokens, lkv_strerror(rc),
-                    rc == LKV_ENOSPC ? " (worker pages exhausted: raise --local-pages)" : "");
+        return lkv_errf(res->error, sizeof(res->error), rc,
+                        "computing document %d (%d tokens): %s%s", i, q->docs[i].n_tokens,
+                        lkv_strerror(rc),
+                        rc == LKV_ENOSPC ? " (worker pages exhausted: raise --local-pages)" : "");
     }
     note_pages(s, i);
     return 0;
@@ -1307,8 +1299,8 @@ static int step_materialise(req_state *s)
             }
         } else {
             if ((uint32_t)g->n_blocks > lkv_model_kv_room(&s->kv)) {
-                return errf(s->res->error, sizeof(s->res->error), LKV_ENOSPC,
-                            "materialise: worker pages exhausted (raise --local-pages)");
+                return lkv_errf(s->res->error, sizeof(s->res->error), LKV_ENOSPC,
+                                "materialise: worker pages exhausted (raise --local-pages)");
             }
             for (int b = 0; b < g->n_blocks; b++) {
                 dst[b] = lkv_model_kv_take(&s->kv);
@@ -1325,8 +1317,8 @@ static int step_materialise(req_state *s)
                                   .delta = g->start};
         int rc = be->materialise(be->ctx, &a);
         if (rc != 0) {
-            return errf(s->res->error, sizeof(s->res->error), rc, "materialise: %s",
-                        lkv_strerror(rc));
+            return lkv_errf(s->res->error, sizeof(s->res->error), rc, "materialise: %s",
+                            lkv_strerror(rc));
         }
         memcpy(g->pages, dst, (size_t)g->n_blocks * sizeof(uint32_t));
         g->start = 0; /* Keys now sit at their absolute positions. */
@@ -1338,53 +1330,53 @@ static int check_request(const lkv_worker *w, const lkv_rag_request *q, lkv_rag_
 {
     const int V = w->m->cfg.vocab_size;
     if (q->n_docs < 0 || (q->n_docs > 0 && q->docs == NULL)) {
-        return errf(res->error, sizeof(res->error), LKV_EINVAL, "bad document list");
+        return lkv_errf(res->error, sizeof(res->error), LKV_EINVAL, "bad document list");
     }
     int64_t total = 0;
     for (int i = 0; i < q->n_docs; i++) {
         if (q->docs[i].n_tokens < 1 || q->docs[i].tokens == NULL) {
-            return errf(res->error, sizeof(res->error), LKV_EINVAL,
-                        "document %d is empty (a document needs at least one token)", i);
+            return lkv_errf(res->error, sizeof(res->error), LKV_EINVAL,
+                            "document %d is empty (a document needs at least one token)", i);
         }
         if (q->docs[i].n_tokens > LKV_MODEL_SEG_MAX_BLOCKS * w->shape.block_tokens) {
-            return errf(res->error, sizeof(res->error), LKV_EINVAL,
-                        "document %d has %d tokens, more than a segment holds (%d)", i,
-                        q->docs[i].n_tokens, LKV_MODEL_SEG_MAX_BLOCKS * w->shape.block_tokens);
+            return lkv_errf(res->error, sizeof(res->error), LKV_EINVAL,
+                            "document %d has %d tokens, more than a segment holds (%d)", i,
+                            q->docs[i].n_tokens, LKV_MODEL_SEG_MAX_BLOCKS * w->shape.block_tokens);
         }
         for (int t = 0; t < q->docs[i].n_tokens; t++) {
             if (q->docs[i].tokens[t] < 0 || q->docs[i].tokens[t] >= V) {
-                return errf(res->error, sizeof(res->error), LKV_EINVAL,
-                            "document %d token %d is %d, outside the vocabulary 0..%d", i, t,
-                            q->docs[i].tokens[t], V - 1);
+                return lkv_errf(res->error, sizeof(res->error), LKV_EINVAL,
+                                "document %d token %d is %d, outside the vocabulary 0..%d", i, t,
+                                q->docs[i].tokens[t], V - 1);
             }
         }
         total += q->docs[i].n_tokens;
     }
     if (q->n_question < 1 || q->question == NULL) {
-        return errf(res->error, sizeof(res->error), LKV_EINVAL,
-                    "the question is empty (it needs at least one token)");
+        return lkv_errf(res->error, sizeof(res->error), LKV_EINVAL,
+                        "the question is empty (it needs at least one token)");
     }
     for (int t = 0; t < q->n_question; t++) {
         if (q->question[t] < 0 || q->question[t] >= V) {
-            return errf(res->error, sizeof(res->error), LKV_EINVAL,
-                        "question token %d is %d, outside the vocabulary 0..%d", t, q->question[t],
-                        V - 1);
+            return lkv_errf(res->error, sizeof(res->error), LKV_EINVAL,
+                            "question token %d is %d, outside the vocabulary 0..%d", t,
+                            q->question[t], V - 1);
         }
     }
     if (q->max_tokens < 1) {
-        return errf(res->error, sizeof(res->error), LKV_EINVAL, "max_tokens must be >= 1 (got %d)",
-                    q->max_tokens);
+        return lkv_errf(res->error, sizeof(res->error), LKV_EINVAL,
+                        "max_tokens must be >= 1 (got %d)", q->max_tokens);
     }
     total += q->n_question;
     if (total + q->max_tokens > w->o.max_position) {
-        return errf(
+        return lkv_errf(
             res->error, sizeof(res->error), LKV_EINVAL,
             "the prompt (%" PRId64 " tokens: %d documents and the question) plus "
             "max_tokens %d reaches position %" PRId64 ", past the model's maximum position %d",
             total, q->n_docs, q->max_tokens, total + q->max_tokens - 1, w->o.max_position - 1);
     }
     if (q->mode != LKV_RAG_LAZY && q->mode != LKV_RAG_MATERIALISE && q->mode != LKV_RAG_PREFIX) {
-        return errf(res->error, sizeof(res->error), LKV_EINVAL, "unknown mode %d", q->mode);
+        return lkv_errf(res->error, sizeof(res->error), LKV_EINVAL, "unknown mode %d", q->mode);
     }
     return 0;
 }
@@ -1440,8 +1432,8 @@ static int sample_row(req_state *s)
     int rc =
         w->be->sample(w->be->ctx, s->row, w->m->cfg.vocab_size, &s->req->sampling, &s->rng, &tok);
     if (rc != 0) {
-        return errf(s->res->error, sizeof(s->res->error), rc,
-                    "sampling failed (non-finite logits)");
+        return lkv_errf(s->res->error, sizeof(s->res->error), rc,
+                        "sampling failed (non-finite logits)");
     }
     take_token(s, tok);
     return 0;
@@ -1473,8 +1465,9 @@ static int step_question(req_state *s)
     int rc = lkv_runner_forward(&w->run, &s->kv, s->segs, nd, qs, q->question, q->n_question,
                                 s->logits, NULL);
     if (rc != 0) {
-        return errf(res->error, sizeof(res->error), rc, "question prefill: %s%s", lkv_strerror(rc),
-                    rc == LKV_ENOSPC ? " (worker pages exhausted: raise --local-pages)" : "");
+        return lkv_errf(res->error, sizeof(res->error), rc, "question prefill: %s%s",
+                        lkv_strerror(rc),
+                        rc == LKV_ENOSPC ? " (worker pages exhausted: raise --local-pages)" : "");
     }
     s->row = s->logits; /* The last question token's row (the runner's last_logits). */
     rc = sample_row(s);
@@ -1551,7 +1544,8 @@ static int setup_pages(req_state *s)
     if (w->ps.base == NULL) {
         int rc = lkv_pagespace_map_local(&w->ps, lkv_block_bytes(&w->shape));
         if (rc != 0) {
-            return errf(s->res->error, sizeof(s->res->error), rc, "worker pages: %s", w->ps.err);
+            return lkv_errf(s->res->error, sizeof(s->res->error), rc, "worker pages: %s",
+                            w->ps.err);
         }
     }
     lkv_pagespace_view(&w->ps, &w->shape, &s->kv);
@@ -1690,7 +1684,8 @@ int lkv_worker_job_open(lkv_worker *w, const lkv_rag_request *q, lkv_rag_result 
     res->local_only = !s->use_daemon;
     if (q->mode == LKV_RAG_PREFIX && w->prefix == NULL) {
         s->phase = PH_DONE;
-        return s->rc = errf(res->error, sizeof(res->error), LKV_EINVAL,
+        return s->rc =
+                   lkv_errf(res->error, sizeof(res->error), LKV_EINVAL,
                             "prefix mode needs the worker's prefix pool (lkv_worker_prefix_setup)");
     }
     s->refs = make_refs(s, &s->ids);
@@ -1902,7 +1897,7 @@ int lkv_worker_job_fail(lkv_worker_job *s, int rc, const char *msg)
 {
     if (s->rc == 0) {
         s->rc = rc;
-        errf(s->res->error, sizeof(s->res->error), rc, "%s", msg);
+        lkv_errf(s->res->error, sizeof(s->res->error), rc, "%s", msg);
     }
     s->phase = PH_DONE;
     return s->rc;
@@ -1956,8 +1951,8 @@ int lkv_worker_decode_batch(lkv_worker *w, lkv_worker_job **jobs, int n, int *n_
                 /* A batch is refused before anything is written: fail its members alone. */
                 int r1 = lkv_runner_decode_batch(&w->run, &seqs[b], 1, s->logits);
                 if (r1 != 0) {
-                    s->rc = errf(s->res->error, sizeof(s->res->error), r1, "decode step %d: %s",
-                                 s->res->n_out, lkv_strerror(r1));
+                    s->rc = lkv_errf(s->res->error, sizeof(s->res->error), r1, "decode step %d: %s",
+                                     s->res->n_out, lkv_strerror(r1));
                     s->phase = PH_DONE;
                     continue;
                 }
