@@ -664,6 +664,32 @@ static size_t varint_len(uint64_t v)
     return n;
 }
 
+/* Sends one PutRequest message bb (taken: destroyed here; gRPC may hold its slices longer,
+ * put_free waits for zero-copy ones) with the initial metadata if still pending, and records a
+ * failure on p. Returns 0 or the put's error. */
+static int put_send_message(lkv_put_t *p, grpc_byte_buffer *bb)
+{
+    grpc_op ops[2];
+    memset(ops, 0, sizeof(ops));
+    size_t k = op_send_md(&p->cl, &ops[0]);
+    ops[k].op = GRPC_OP_SEND_MESSAGE;
+    ops[k++].data.send_message.send_message = bb;
+    int ok = run_batch(&p->cl, ops, k);
+    grpc_byte_buffer_destroy(bb);
+    if (ok < 0) {
+        p->failed = LKV_EINTERNAL;
+        p->errstatus = -1;
+        snprintf(p->errmsg, sizeof(p->errmsg), "%s", tl_err.msg);
+        return p->failed;
+    }
+    p->header_pending = 0;
+    if (!ok) {
+        return put_fail_from_status(p);
+    }
+    err_clear();
+    return 0;
+}
+
 /* Zero-copy: sends one PutRequest carrying the pending header (if any) and n blocks of
  * block_bytes from data (first index first_index; borrowed until put_free). The bytes are those
  * protobuf-c would pack (fields in number order, proto3 defaults omitted), built as: one small
@@ -752,25 +778,7 @@ static int put_send_zc(lkv_put_t *p, uint32_t first_index, uint32_t n, const uin
         grpc_slice_unref(sl[i]);
     }
     free(sl);
-    grpc_op ops[2];
-    memset(ops, 0, sizeof(ops));
-    size_t k = op_send_md(&p->cl, &ops[0]);
-    ops[k].op = GRPC_OP_SEND_MESSAGE;
-    ops[k++].data.send_message.send_message = bb;
-    int ok = run_batch(&p->cl, ops, k);
-    grpc_byte_buffer_destroy(bb); /* gRPC may hold the slices longer: put_free waits. */
-    if (ok < 0) {
-        p->failed = LKV_EINTERNAL;
-        p->errstatus = -1;
-        snprintf(p->errmsg, sizeof(p->errmsg), "%s", tl_err.msg);
-        return p->failed;
-    }
-    p->header_pending = 0;
-    if (!ok) {
-        return put_fail_from_status(p);
-    }
-    err_clear();
-    return 0;
+    return put_send_message(p, bb);
 }
 
 /* Sends one PutRequest carrying the pending header (if any) and blocks. */
@@ -798,25 +806,7 @@ static int put_send(lkv_put_t *p, Lazykv__V1__Block **blocks, size_t n_blocks)
         /* Refused locally; the call goes on (nothing was sent). */
         return err_local(rc, "put: %s", why);
     }
-    grpc_op ops[2];
-    memset(ops, 0, sizeof(ops));
-    size_t n = op_send_md(&p->cl, &ops[0]);
-    ops[n].op = GRPC_OP_SEND_MESSAGE;
-    ops[n++].data.send_message.send_message = bb;
-    int ok = run_batch(&p->cl, ops, n);
-    grpc_byte_buffer_destroy(bb);
-    if (ok < 0) {
-        p->failed = LKV_EINTERNAL;
-        p->errstatus = -1;
-        snprintf(p->errmsg, sizeof(p->errmsg), "%s", tl_err.msg);
-        return p->failed;
-    }
-    p->header_pending = 0;
-    if (!ok) {
-        return put_fail_from_status(p);
-    }
-    err_clear();
-    return 0;
+    return put_send_message(p, bb);
 }
 
 int lkv_put_blocks(lkv_put_t *p, uint32_t first_index, uint32_t n, const void *data,
