@@ -53,6 +53,7 @@
 #include "lkv_err.h"
 #include "lkv_log.h"
 #include "lkv_pb.h"
+#include "lkv_wire.h"
 #include "lkv_status.h"
 
 #define ERR_MAX        512
@@ -643,27 +644,6 @@ static void put_ref_done(void *arg)
     pthread_mutex_unlock(&r->mu);
 }
 
-static size_t varint_put(uint8_t *out, uint64_t v)
-{
-    size_t n = 0;
-    while (v >= 0x80) {
-        out[n++] = (uint8_t)(v | 0x80);
-        v >>= 7;
-    }
-    out[n++] = (uint8_t)v;
-    return n;
-}
-
-static size_t varint_len(uint64_t v)
-{
-    size_t n = 1;
-    while (v >= 0x80) {
-        v >>= 7;
-        n++;
-    }
-    return n;
-}
-
 /* Sends one PutRequest message bb (taken: destroyed here; gRPC may hold its slices longer,
  * put_free waits for zero-copy ones) with the initial metadata if still pending, and records a
  * failure on p. Returns 0 or the put's error. */
@@ -721,23 +701,23 @@ static int put_send_zc(lkv_put_t *p, uint32_t first_index, uint32_t n, const uin
     size_t *cut = lkv_xmalloc(sizeof(size_t) * ((size_t)n + 1)); /* Framing end per block. */
     if (hdr_bytes != NULL) {
         frame[flen++] = 0x0a; /* header = 1, LEN */
-        flen += varint_put(frame + flen, hdr_len);
+        flen += lkv_wire_varint_put(frame + flen, hdr_len);
         memcpy(frame + flen, hdr_bytes, hdr_len);
         flen += hdr_len;
     }
     for (uint32_t i = 0; i < n; i++) {
         uint32_t index = first_index + i;
-        size_t body = (index ? 1 + varint_len(index) : 0) +
-                      (block_bytes ? 1 + varint_len(block_bytes) + block_bytes : 0);
+        size_t body = (index ? 1 + lkv_wire_varint_len(index) : 0) +
+                      (block_bytes ? 1 + lkv_wire_varint_len(block_bytes) + block_bytes : 0);
         frame[flen++] = 0x12; /* blocks = 2, LEN */
-        flen += varint_put(frame + flen, body);
+        flen += lkv_wire_varint_put(frame + flen, body);
         if (index) {
             frame[flen++] = 0x08; /* index = 1, VARINT */
-            flen += varint_put(frame + flen, index);
+            flen += lkv_wire_varint_put(frame + flen, index);
         }
         if (block_bytes) {
             frame[flen++] = 0x12; /* data = 2, LEN */
-            flen += varint_put(frame + flen, block_bytes);
+            flen += lkv_wire_varint_put(frame + flen, block_bytes);
         }
         cut[i] = flen;
     }

@@ -49,6 +49,7 @@
 #include "lkv_err.h"
 #include "lkv_log.h"
 #include "lkv_putwire.h"
+#include "lkv_wire.h"
 
 #define GET_TARGET_BYTES    (1u << 20) /* Block payload per Get message (>= 1 block). */
 #define MAX_LOOKUP_DOCS     65536u
@@ -837,27 +838,6 @@ static int get_next(void *arg, lkv_rpc *rpc)
     return get_send(arg, rpc, st);
 }
 
-static size_t put_varint(uint8_t *o, uint64_t v)
-{
-    size_t n = 0;
-    while (v >= 0x80) {
-        o[n++] = (uint8_t)(v | 0x80);
-        v >>= 7;
-    }
-    o[n++] = (uint8_t)v;
-    return n;
-}
-
-static size_t varint_len(uint64_t v)
-{
-    size_t n = 1;
-    while (v >= 0x80) {
-        v >>= 7;
-        n++;
-    }
-    return n;
-}
-
 /* Sends the next job_k blocks straight from the pinned arena pages: the GetResponse framing
  * (field 2 "blocks", each a Block {index = 1, data = 2}) is written here and copied; the
  * payloads are slices over the arena, released (one reference on the read) when gRPC is done. */
@@ -872,14 +852,14 @@ static int get_send_pinned(lkv_rpc *rpc, get_state *st)
     for (uint32_t i = 0; i < k; i++) {
         uint32_t idx = st->next + i;
         uint8_t *h = hdr + 32u * i;
-        size_t inner = 1 + varint_len(idx) + 1 + varint_len(bb) + bb;
+        size_t inner = 1 + lkv_wire_varint_len(idx) + 1 + lkv_wire_varint_len(bb) + bb;
         size_t n = 0;
         h[n++] = 0x12; /* GetResponse.blocks, length-delimited. */
-        n += put_varint(h + n, inner);
+        n += lkv_wire_varint_put(h + n, inner);
         h[n++] = 0x08; /* Block.index, varint. */
-        n += put_varint(h + n, idx);
+        n += lkv_wire_varint_put(h + n, idx);
         h[n++] = 0x12; /* Block.data, length-delimited. */
-        n += put_varint(h + n, bb);
+        n += lkv_wire_varint_put(h + n, bb);
         pc[2 * i] = (lkv_rpc_piece){h, n, 0};
         pc[2 * i + 1] = (lkv_rpc_piece){lkv_store_get_block_ptr(st->rd, idx), bb, 1};
     }

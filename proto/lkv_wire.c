@@ -35,6 +35,27 @@ lkv_wire_limits lkv_wire_limits_default(void)
     return l;
 }
 
+size_t lkv_wire_varint_put(uint8_t *out, uint64_t v)
+{
+    size_t n = 0;
+    while (v >= 0x80) {
+        out[n++] = (uint8_t)(v | 0x80);
+        v >>= 7;
+    }
+    out[n++] = (uint8_t)v;
+    return n;
+}
+
+size_t lkv_wire_varint_len(uint64_t v)
+{
+    size_t n = 1;
+    while (v >= 0x80) {
+        v >>= 7;
+        n++;
+    }
+    return n;
+}
+
 int lkv_wire_varint(const uint8_t *buf, size_t len, size_t *pos, uint64_t *v)
 {
     uint64_t x = 0;

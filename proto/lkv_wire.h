@@ -151,6 +151,12 @@ int lkv_wire_find(const uint8_t *buf, size_t len, uint32_t number, lkv_wire_fiel
  * *pos. Returns 0, or LKV_EPROTO if truncated or overlong (*pos unchanged). */
 int lkv_wire_varint(const uint8_t *buf, size_t len, size_t *pos, uint64_t *v);
 
+/* Writes v as a varint at out (room for 10 bytes) and returns its length (1..10), the bytes
+ * protobuf-c writes; lkv_wire_varint_len says that length without writing. For code that frames
+ * messages by hand (zero-copy Put and Get). */
+size_t lkv_wire_varint_put(uint8_t *out, uint64_t v);
+size_t lkv_wire_varint_len(uint64_t v);
+
 /* 1 if s[0..n) is valid UTF-8 (RFC 3629: no overlong forms, no surrogates, <= U+10FFFF) with
  * no NUL byte; else 0, with the offset of the first bad byte in *bad (optional). */
 int lkv_wire_utf8_ok(const uint8_t *s, size_t n, size_t *bad);

@@ -824,8 +824,43 @@ static void test_mutations(void)
     free(base.p);
 }
 
+/* The varint writer against this file's own (put_varint) and the reader, at every length. */
+static void test_varint_writer(void)
+{
+    const uint64_t vs[] = {0,
+                           1,
+                           127,
+                           128,
+                           300,
+                           16383,
+                           16384,
+                           (1ull << 21) - 1,
+                           1ull << 28,
+                           (1ull << 35) + 5,
+                           (1ull << 56) - 1,
+                           1ull << 63,
+                           UINT64_MAX};
+    for (size_t i = 0; i < sizeof(vs) / sizeof(vs[0]); i++) {
+        uint8_t out[10];
+        size_t n = lkv_wire_varint_put(out, vs[i]);
+        ASSERT_EQ(n, lkv_wire_varint_len(vs[i]));
+        wbuf ref = {0};
+        put_varint(&ref, vs[i]);
+        ASSERT_EQ(ref.n, n);
+        ASSERT_TRUE(memcmp(ref.p, out, n) == 0);
+        free(ref.p);
+        size_t pos = 0;
+        uint64_t back = 0;
+        ASSERT_OK(lkv_wire_varint(out, n, &pos, &back));
+        ASSERT_EQ(pos, n);
+        ASSERT_TRUE(back == vs[i]);
+    }
+    ASSERT_EQ(lkv_wire_varint_len(UINT64_MAX), 10);
+}
+
 int main(void)
 {
+    LKV_RUN(test_varint_writer);
     LKV_RUN(test_valid_requests);
     LKV_RUN(test_duplicate_singular);
     LKV_RUN(test_pathological_delete);
