@@ -1788,6 +1788,12 @@ static int commit_done(void *arg, lkv_rpc *rpc, void *job)
                                 "Commit: no reservation of %s in this lease (never reserved, "
                                 "already committed or aborted, or the lease expired)",
                                 hex);
+        } else if (rc == LKV_EPERM) {
+            rc = lkv_rpc_errorf(rpc, rc,
+                                "Commit of %s refused: it was reserved as scratch "
+                                "(ReserveRequest.scratch), which is never committed; nothing "
+                                "changed: Abort or Release it",
+                                hex);
         } else {
             rc = lkv_rpc_errorf(rpc, rc, "Commit of %s refused%s: %s", hex,
                                 rc == LKV_EINVAL ? " (nothing visible; the reservation is still "

@@ -36,6 +36,7 @@ typedef struct lease_doc {
     uint64_t page_bytes; /* Its region's page size. */
     lkv_store_put *tx;   /* Reserved: the open put (owned); NULL once attached or committed. */
     int committing;      /* 1 while lkv_lease_commit runs tx's commit without the lock. */
+    int scratch;         /* Reserved as scratch (passed the hot door): never committed. */
 } lease_doc;
 
 typedef struct waiter {
@@ -706,8 +707,11 @@ int lkv_lease_reserve_ex(lkv_lease_table *t, int owner, const uint8_t *id, uint3
             l->cap = l->cap ? l->cap * 2 : 4;
             l->docs = lkv_xrealloc(l->docs, l->cap * sizeof(*l->docs));
         }
-        l->docs[l->n_docs++] = (lease_doc){
-            .key = k, .n_blocks = info.n_blocks, .page_bytes = info.page_bytes, .tx = tx};
+        l->docs[l->n_docs++] = (lease_doc){.key = k,
+                                           .n_blocks = info.n_blocks,
+                                           .page_bytes = info.page_bytes,
+                                           .tx = tx,
+                                           .scratch = tx != NULL && scratch};
         uint64_t bytes = (uint64_t)info.n_blocks * info.page_bytes;
         if (tx != NULL) {
             t->st.reserved++;
@@ -764,6 +768,10 @@ int lkv_lease_commit(lkv_lease_table *t, int owner, const uint8_t *id, const lkv
     }
     if (e->committing) {
         rc = LKV_EBUSY; /* Another Commit of it is running. */
+        goto out;
+    }
+    if (e->scratch) {
+        rc = LKV_EPERM; /* It passed the hot door as scratch: it must not become a document. */
         goto out;
     }
     /* The commit (a synced RocksDB write in write-through) runs without the table lock: the

@@ -146,7 +146,9 @@ int lkv_lease_reserve_ex(lkv_lease_table *t, int owner, const uint8_t *id, uint3
  * Errors: LKV_ENOTFOUND (no such lease, or it holds no reservation of key); LKV_EINVAL (the
  * check failed: nothing visible, the reservation stays open: fix and commit again, or abort);
  * LKV_EIO / LKV_EROCKSDB (write-through could not persist: the reservation is gone, nothing
- * visible); LKV_EBUSY (another commit of it is running). The commit itself runs without the
+ * visible); LKV_EBUSY (another commit of it is running); LKV_EPERM (it was reserved as scratch,
+ * which passed the hot admission door and is never committed: nothing changes, the reservation
+ * stays open for Abort or Release). The commit itself runs without the
  * table's lock (a write-through sync does not hold up other leases); meanwhile the key stays
  * reserved and the lease is neither reaped nor released. */
 int lkv_lease_commit(lkv_lease_table *t, int owner, const uint8_t *id, const lkv_dockey *key,

@@ -417,6 +417,19 @@ static void test_reservations(void)
     uint32_t tk2[10];
     su_doc_tokens(8, 10, tk2);
     free0 = su_tiny_free(s);
+    /* A scratch reservation (it skipped the hot door) is never committed: refused, still open,
+     * nothing visible; Abort gives its pages back. */
+    ASSERT_OK(lkv_lease_reserve_ex(t, 0, id, 5000, salt, p, tk2, 10, 1, NULL, NULL, id, NULL, NULL,
+                                   &key2, &present, &d));
+    ASSERT_EQ(present, 0);
+    write_doc(s, arena, &d, 8, 10);
+    free(d.pages);
+    ASSERT_ERR(lkv_lease_commit(t, 0, id, &key2, &c, NULL), LKV_EPERM);
+    ASSERT_OK(lkv_store_lookup(s, &key2, 1, &in));
+    ASSERT_EQ(in.present, 0);
+    ASSERT_EQ(lstats(t).reserved, 1);
+    ASSERT_OK(lkv_lease_abort(t, 0, id, &key2));
+    ASSERT_EQ(su_tiny_free(s), free0);
     ASSERT_OK(lkv_lease_reserve(t, 0, id, 5000, salt, p, tk2, 10, NULL, NULL, id, NULL, NULL, &key2,
                                 &present, &d));
     free(d.pages);
