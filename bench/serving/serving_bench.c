@@ -88,7 +88,11 @@ typedef struct cfg {
                         then measured by the engine at max_batch 1 with out_tokens. */
     const char *cold_bytes;    /* lazykvd's cold tier (default 4KiB: nothing fits, an evicted
                                   document is gone; this measures the hot tier). */
-    const char *hot_admission; /* lazykvd's hot_admission (always / door; default always). */
+    const char *hot_admission; /* lazykvd's hot_admission (always / door; default door, the
+                                  daemon's default). */
+    int prefill_chunk;         /* The worker's prefill_chunk (tokens; 0: whole segments). */
+    int prefill_tokens;        /* The engine's step token budget (0: prefill_chunk + B when
+                                  chunking, else one unit a step). */
     double deadline_s;         /* Points not started after this many seconds are skipped. */
     const char *plan; /* --plan: the points to run (see usage), or NULL: the full product. */
     int batches[MAXL], n_batches;
@@ -422,6 +426,12 @@ typedef struct tput {
     double wall_ms, rps, tok_s, ttft_p50, ttft_p99;
     uint64_t worker_kv_bytes; /* High-water of pages granted to in-flight requests. */
     int max_batch_seen;
+    double hit;             /* Hit rate of its requests, % of document tokens. */
+    uint64_t reserve_busy;  /* Reserves answered "being computed" (another request in
+                               flight computes the document: computed twice). */
+    uint64_t prefill_units; /* Engine prefill units (chunks) and decode steps. */
+    uint64_t decode_steps;
+    uint64_t max_step_tokens; /* Largest step (decode rows + prefilled tokens). */
 } tput;
 
 typedef struct point {
@@ -568,8 +578,13 @@ static void run_tput(ctx *x, workload *wl, point *p, int batch, int n, tput *tp)
     if (p->mode == M_PREFIX) {
         kv_pages -= (uint32_t)(p->budget / x->page_bytes);
     }
-    lkv_engine_opts eo = {
-        .max_batch = batch, .kv_pages = kv_pages, .max_queue = n + 1, .prefill_units = 1};
+    lkv_engine_opts eo = {.max_batch = batch,
+                          .kv_pages = kv_pages,
+                          .max_queue = n + 1,
+                          .prefill_units = 1,
+                          .prefill_tokens = c->prefill_tokens > 0  ? c->prefill_tokens
+                                            : c->prefill_chunk > 0 ? c->prefill_chunk + batch
+                                                                   : 0};
     lkv_engine *e;
     if (lkv_engine_create(x->w, &eo, &e) != 0) {
         tp->failed = n;
@@ -577,6 +592,9 @@ static void run_tput(ctx *x, workload *wl, point *p, int batch, int n, tput *tp)
     }
     lkv_engine_req **rs = lkv_xcalloc((size_t)n, sizeof(*rs));
     double *tt = lkv_xcalloc((size_t)n, sizeof(double));
+    lkv_worker_stats ws0;
+    lkv_worker_stats_get(x->w, &ws0);
+    uint64_t hit_tok = 0, doc_tok = 0;
     double t0 = now_ms();
     for (int i = 0; i < n; i++) {
         char msg[256];
@@ -605,6 +623,8 @@ static void run_tput(ctx *x, workload *wl, point *p, int batch, int n, tput *tp)
         } else {
             out_tokens += (uint64_t)er.res->n_out;
             tt[k++] = er.res->ttft_ms;
+            hit_tok += er.res->hit_tokens;
+            doc_tok += er.res->hit_tokens + er.res->miss_tokens;
         }
     }
     tp->wall_ms = now_ms() - t0;
@@ -612,6 +632,13 @@ static void run_tput(ctx *x, workload *wl, point *p, int batch, int n, tput *tp)
     lkv_engine_stats_get(e, &st);
     tp->worker_kv_bytes = (uint64_t)st.max_pages_used * x->page_bytes;
     tp->max_batch_seen = st.max_batch_seen;
+    tp->prefill_units = st.prefill_units;
+    tp->decode_steps = st.decode_steps;
+    tp->max_step_tokens = st.max_step_tokens;
+    lkv_worker_stats ws1;
+    lkv_worker_stats_get(x->w, &ws1);
+    tp->reserve_busy = ws1.reserve_busy - ws0.reserve_busy;
+    tp->hit = doc_tok ? 100.0 * (double)hit_tok / (double)doc_tok : 0;
     for (int i = 0; i < n; i++) {
         lkv_engine_release(rs[i]);
     }
@@ -635,7 +662,8 @@ static void print_point(ctx *x, const point *p)
            p->ttft_p99, p->spread, p->b1_from_ttft ? p->rps1 : 0.0, hit, p->sim_hit,
            p->copies_refused);
     for (int i = 0; i < p->n_tp; i++) {
-        printf("  B%d %.2f r/s %.0f tok/s", p->tp[i].batch, p->tp[i].rps, p->tp[i].tok_s);
+        printf("  B%d %.2f r/s %.0f tok/s hit %.0f%% busy %llu", p->tp[i].batch, p->tp[i].rps,
+               p->tp[i].tok_s, p->tp[i].hit, (unsigned long long)p->tp[i].reserve_busy);
     }
     printf("\n");
     fflush(stdout);
@@ -667,10 +695,14 @@ static void print_point(ctx *x, const point *p)
         fprintf(j,
                 "%s{\"batch\": %d, \"requests\": %d, \"failed\": %d, \"wall_ms\": %.1f, \"rps\": "
                 "%.4f, \"tok_s\": %.2f, \"ttft_p50_ms\": %.2f, \"ttft_p99_ms\": %.2f, "
-                "\"worker_kv_bytes_max\": %llu, \"max_batch_seen\": %d}",
+                "\"worker_kv_bytes_max\": %llu, \"max_batch_seen\": %d, \"hit_rate_tokens\": %.3f, "
+                "\"reserve_busy\": %llu, \"prefill_units\": %llu, \"decode_steps\": %llu, "
+                "\"max_step_tokens\": %llu}",
                 p->b1_from_ttft || i > 0 ? ", " : "", t->batch, t->n, t->failed, t->wall_ms, t->rps,
                 t->tok_s, t->ttft_p50, t->ttft_p99, (unsigned long long)t->worker_kv_bytes,
-                t->max_batch_seen);
+                t->max_batch_seen, t->hit, (unsigned long long)t->reserve_busy,
+                (unsigned long long)t->prefill_units, (unsigned long long)t->decode_steps,
+                (unsigned long long)t->max_step_tokens);
     }
     fprintf(j, "]}");
     fflush(j);
@@ -973,7 +1005,8 @@ static void usage(void)
             "  [--tput-requests N] [--check N] [--local-pages N] [--dtype f32|bf16]\n"
             "  [--daemon-bin F] [--hot-backend host|cuda] [--out DIR] [--seed S]\n"
             "  [--ttft-tokens N] [--plan 'W:ALPHA:BUDGET[:REQ[:TPUT[:MODE+...]]];...']\n"
-            "  [--cold-bytes B] [--hot-admission always|door]\n");
+            "  [--cold-bytes B] [--hot-admission always|door] [--prefill-chunk N]\n"
+            "  [--prefill-tokens N]\n");
 }
 
 int main(int argc, char **argv)
@@ -986,7 +1019,7 @@ int main(int argc, char **argv)
     c->out = "bench/out";
     c->hot_backend = "host";
     c->cold_bytes = "4KiB";
-    c->hot_admission = "always";
+    c->hot_admission = "door";
     c->pool = 100;
     c->doc_tokens = 2048;
     c->k = 5;
@@ -1083,6 +1116,10 @@ int main(int argc, char **argv)
             c->cold_bytes = v;
         } else if (ARG("--hot-admission")) {
             c->hot_admission = v;
+        } else if (ARG("--prefill-chunk")) {
+            c->prefill_chunk = atoi(v);
+        } else if (ARG("--prefill-tokens")) {
+            c->prefill_tokens = atoi(v);
         } else if (ARG("--deadline-s")) {
             c->deadline_s = atof(v);
         } else if (ARG("--plan")) {
@@ -1156,6 +1193,7 @@ int main(int argc, char **argv)
                           .copy_budget = 1,
                           .no_put_when_full = 1,
                           .sync_phases = 1,
+                          .prefill_chunk = c->prefill_chunk,
                           .local_pages = 1};
     /* A first worker to learn the layout is cheap for the tiny model only; compute it here. */
     uint64_t max_doc = c->doc_tokens;
@@ -1226,11 +1264,13 @@ int main(int argc, char **argv)
             "\"warmup\": %d, \"requests\": %d, \"tput_requests\": %d, \"question_tokens\": %d, "
             "\"output_tokens\": %d, \"pool\": %u, \"doc_tokens\": %u, \"docs\": %u, "
             "\"short_median\": %u, \"short_sigma\": %g, \"short_docs\": %u, \"seed\": %llu, "
-            "\"cold_bytes\": \"%s\", \"hot_admission\": \"%s\",\n",
+            "\"cold_bytes\": \"%s\", \"hot_admission\": \"%s\", \"prefill_chunk\": %d, "
+            "\"prefill_tokens\": %d,\n",
             date, c->backend, c->synth != NULL ? c->synth : c->model,
             (unsigned long long)x.page_bytes, c->warmup, c->requests, c->tput_requests, c->question,
             c->out_tokens, c->pool, c->doc_tokens, c->k, c->short_median, c->short_sigma,
-            c->short_k, (unsigned long long)c->seed, c->cold_bytes, c->hot_admission);
+            c->short_k, (unsigned long long)c->seed, c->cold_bytes, c->hot_admission,
+            c->prefill_chunk, c->prefill_tokens);
     fprintf(x.tsv,
             "workload\talpha\tbudget\tmode\tpolicy\tttft_p50\tttft_p99\trps_b1\ttput...\thit\n");
     /* The points: the product of the lists, or --plan. */

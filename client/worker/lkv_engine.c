@@ -459,6 +459,52 @@ static int runnable(const lkv_engine *e)
     return 0;
 }
 
+/* Jobs decoding now (the rows of this iteration's decode step). */
+static int n_decoding(const lkv_engine *e)
+{
+    int n = 0;
+    for (int i = 0; i < e->n_running; i++) {
+        n += lkv_worker_job_state(e->running[i]->job) == LKV_JOB_DECODE;
+    }
+    return n;
+}
+
+/* Step 3: prefill units of the oldest prefilling requests, prefill_units of them, or while the
+ * token budget lasts (at least one). A unit always moves its job on (a chunk, a phase, DONE), so
+ * the loop ends; the cap is a guard against a job that would not. */
+static void prefill_step(lkv_engine *e)
+{
+    const int budget = e->o.prefill_tokens;
+    const int decoding = n_decoding(e);
+    uint64_t spent = (uint64_t)decoding, units = 0, tokens = 0;
+    const uint64_t cap = budget > 0 ? (uint64_t)budget + 64u * (uint64_t)e->o.max_batch
+                                    : (uint64_t)e->o.prefill_units;
+    while (units < cap && (budget > 0 ? units == 0 || spent < (uint64_t)budget : 1)) {
+        int i = oldest_prefill(e);
+        if (i < 0) {
+            break;
+        }
+        lkv_worker_job *j = e->running[i]->job;
+        uint64_t before = lkv_worker_job_prefilled(j);
+        lkv_worker_job_prefill(j);
+        uint64_t got = lkv_worker_job_prefilled(j) - before;
+        spent += got;
+        tokens += got;
+        units++;
+        publish_tokens(e->running[i]);
+    }
+    if (units == 0) {
+        return;
+    }
+    pthread_mutex_lock(&e->mu);
+    e->st.prefill_units += units;
+    e->st.prefill_tokens += tokens;
+    if (tokens + (uint64_t)decoding > e->st.max_step_tokens) {
+        e->st.max_step_tokens = tokens + (uint64_t)decoding;
+    }
+    pthread_mutex_unlock(&e->mu);
+}
+
 static void decode_step(lkv_engine *e)
 {
     lkv_worker_job **jobs = e->jobs_buf;
@@ -540,14 +586,7 @@ static void *engine_main(void *arg)
             admit(e, adm);
             adm = n;
         }
-        for (int u = 0; u < e->o.prefill_units; u++) {
-            int i = oldest_prefill(e);
-            if (i < 0) {
-                break;
-            }
-            lkv_worker_job_prefill(e->running[i]->job);
-            publish_tokens(e->running[i]);
-        }
+        prefill_step(e);
         decode_step(e);
         finish_done(e);
         take_calls(e);
@@ -562,7 +601,8 @@ int lkv_engine_create(lkv_worker *w, const lkv_engine_opts *o, lkv_engine **out)
     if (o != NULL) {
         d = *o;
     }
-    if (w == NULL || d.max_batch < 0 || d.max_queue < 0 || d.prefill_units < 0) {
+    if (w == NULL || d.max_batch < 0 || d.max_queue < 0 || d.prefill_units < 0 ||
+        d.prefill_tokens < 0) {
         return LKV_EINVAL;
     }
     lkv_engine *e = lkv_xcalloc(1, sizeof(*e));

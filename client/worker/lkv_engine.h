@@ -12,8 +12,13 @@
  *      alone (its KV lives there: misses, question, generated tokens), and its Lookup, Attach
  *      and Reserve are queued to the client-call thread (the request waits for them; nothing
  *      else does);
- *   3. runs prefill_units units of prefill (one missing document, or one question) of the
- *      running request that arrived first;
+ *   3. runs prefill of the running requests that are prefilling, oldest first: prefill_units
+ *      units (one missing document, or one question; with the worker's prefill_chunk, one
+ *      chunk of at most that many tokens of one of them), or, with prefill_tokens set, units
+ *      while the step's token budget lasts (chunked prefill, as vLLM and Sarathi-Serve
+ *      schedule it: the step's decode rows plus the tokens prefilled stay within
+ *      prefill_tokens, going on to the next prefilling request when one's prefill is done; at
+ *      least one unit runs per step, so prefill always advances);
  *   4. runs ONE decode step batched across every running request that is decoding
  *      (lkv_worker_decode_batch: one pass of every dense op over the batch's rows);
  *   5. publishes the new tokens, and finishes the requests that are done: their pages go
@@ -22,9 +27,13 @@
  * Every daemon call (also lease renewals, at half the TTL) runs on that one client-call thread,
  * never on the engine thread: a slow or stopped daemon delays the requests that wait for a
  * call, while decode steps of the others go on (integration.worker_fallbacks).
- * So decode never waits for a whole prefill queue, and a long prefill is split into documents.
+ * So decode never waits for a whole prefill queue, and a long prefill is split into documents,
+ * or, with the worker's prefill_chunk, into chunks (a decoding request then waits at most one
+ * budget's worth of prefill between two of its tokens, not a whole document's).
  * On the CPU backend every row is computed independently, so a request's tokens do not depend
- * on what it was batched with (greedy: exactly its solo tokens; sampling: its own rng).
+ * on what it was batched with (greedy: exactly its solo tokens; sampling: its own rng); chunk
+ * boundaries are the worker's (fixed multiples of prefill_chunk in each segment), not the
+ * budget's, so they do not depend on the schedule either.
  *
  * Limits: max_batch requests running (prefilling or decoding) at once, hence at most max_batch
  * in a decode step; kv_pages worker pages for the KV of running requests; max_queue requests
@@ -55,23 +64,28 @@ typedef struct lkv_engine lkv_engine;         /* Opaque. */
 typedef struct lkv_engine_req lkv_engine_req; /* Opaque: one request in the engine. */
 
 typedef struct lkv_engine_opts {
-    int max_batch;     /* Requests running at once (and so per decode step); 0: 16. */
-    uint32_t kv_pages; /* Worker pages for in-flight KV; 0 or more than the worker has: all. */
-    int max_queue;     /* Requests waiting for admission at most; 0: 1024. */
-    int prefill_units; /* Prefill units between two decode steps; 0: 1. */
+    int max_batch;      /* Requests running at once (and so per decode step); 0: 16. */
+    uint32_t kv_pages;  /* Worker pages for in-flight KV; 0 or more than the worker has: all. */
+    int max_queue;      /* Requests waiting for admission at most; 0: 1024. */
+    int prefill_units;  /* Prefill units between two decode steps; 0: 1 (prefill_tokens 0). */
+    int prefill_tokens; /* Token budget of a step (decode rows + prefilled tokens), > 0: used
+                           instead of prefill_units; 0: prefill_units. */
 } lkv_engine_opts;
 
 /* Engine totals. */
 typedef struct lkv_engine_stats {
     uint64_t submitted, finished, failed, cancelled, expired, refused;
-    uint64_t decode_steps;   /* Batched decode passes. */
-    uint64_t decode_tokens;  /* Sum of their batch sizes. */
-    int max_batch_seen;      /* Largest decode batch run. */
-    int running, queued;     /* Now. */
-    uint32_t pages_free;     /* Now. */
-    uint32_t pages_total;    /* The in-flight KV limit, pages. */
-    uint32_t max_pages_used; /* High-water mark of pages granted. */
-    int max_running_seen;    /* High-water mark of running requests. */
+    uint64_t decode_steps;    /* Batched decode passes. */
+    uint64_t decode_tokens;   /* Sum of their batch sizes. */
+    uint64_t prefill_units;   /* Prefill units run (chunks with the worker's prefill_chunk). */
+    uint64_t prefill_tokens;  /* Tokens they prefilled. */
+    uint64_t max_step_tokens; /* Largest step: its decode rows + prefilled tokens. */
+    int max_batch_seen;       /* Largest decode batch run. */
+    int running, queued;      /* Now. */
+    uint32_t pages_free;      /* Now. */
+    uint32_t pages_total;     /* The in-flight KV limit, pages. */
+    uint32_t max_pages_used;  /* High-water mark of pages granted. */
+    int max_running_seen;     /* High-water mark of running requests. */
 } lkv_engine_stats;
 
 enum lkv_engine_event_kind {

@@ -19,6 +19,7 @@ typedef struct slot {
     uint64_t h;    /* Block name; 0 = empty. */
     uint32_t page; /* Its page. */
     uint32_t pins; /* Pins held by requests. */
+    int pending;   /* 1 from put until ready: its KV is not written yet. */
 } slot;
 
 struct lkv_prefix {
@@ -68,7 +69,7 @@ static void insert(lkv_prefix *p, uint64_t h, uint32_t page)
     while (p->tab[i].h != 0) {
         i = (i + 1) & p->mask;
     }
-    p->tab[i] = (slot){.h = h, .page = page, .pins = 0};
+    p->tab[i] = (slot){.h = h, .page = page, .pins = 0, .pending = 1};
 }
 
 /* Removes the entry at s (backward-shift deletion keeps every probe chain unbroken). */
@@ -158,7 +159,7 @@ int lkv_prefix_get(lkv_prefix *p, uint64_t h, uint32_t *page)
     p->st.lookups++;
     lkv_policy_record(p->pol, h);
     slot *s = find(p, h);
-    if (s == NULL) {
+    if (s == NULL || s->pending) {
         return 0;
     }
     (void)lkv_policy_touch(p->pol, h);
@@ -195,6 +196,16 @@ int lkv_prefix_put(lkv_prefix *p, uint64_t h, uint32_t *page)
     p->st.admitted++;
     p->st.blocks++;
     *page = pg;
+    return 0;
+}
+
+int lkv_prefix_ready(lkv_prefix *p, uint64_t h)
+{
+    slot *s = find(p, h);
+    if (s == NULL) {
+        return LKV_ENOTFOUND;
+    }
+    s->pending = 0;
     return 0;
 }
 

@@ -11,6 +11,9 @@
  * computed block is admitted (evicting unpinned blocks in the policy's order) until one does not
  * fit, after which nothing more of that request is cached (its later blocks could never be
  * reached by a lookup). Blocks a request uses are pinned until it ends (lkv_prefix_unpin).
+ * An admitted block is PENDING until its KV is written (lkv_prefix_ready; with chunked prefill a
+ * document's blocks are admitted before its later chunks are computed): a lookup does not find
+ * a pending block (a miss), so no request reads a block another one has not written yet.
  *
  * Pages: the pool owns n_pages worker pages first_page .. first_page + n_pages - 1 (indices of
  * the caller's page space; never touched here, the caller reads and writes the KV). The budget is
@@ -54,14 +57,17 @@ int lkv_prefix_create(int kind, uint32_t first_page, uint32_t n_pages, uint64_t 
 /* Frees p (NULL is fine). */
 void lkv_prefix_destroy(lkv_prefix *p);
 
-/* Looks block h up (recording the access). Found: pins it (one pin per call), writes its page to
- * *page and returns 1. Absent: returns 0. */
+/* Looks block h up (recording the access). Found and not pending: pins it (one pin per call),
+ * writes its page to *page and returns 1. Absent or pending: returns 0. */
 int lkv_prefix_get(lkv_prefix *p, uint64_t h, uint32_t *page);
 
-/* Admits block h (absent; check with lkv_prefix_get first), pinned, on a free page (evicting
- * unpinned blocks as the policy chooses): returns 0 and *page. LKV_ENOSPC: no room (the budget is
- * pinned), nothing changed. LKV_EEXIST: h is present. */
+/* Admits block h (absent; check with lkv_prefix_get first), pinned and pending, on a free page
+ * (evicting unpinned blocks as the policy chooses): returns 0 and *page. LKV_ENOSPC: no room (the
+ * budget is pinned), nothing changed. LKV_EEXIST: h is present (maybe pending). */
 int lkv_prefix_put(lkv_prefix *p, uint64_t h, uint32_t *page);
+
+/* Block h's KV is written: lookups find it from now on. Returns 0 or LKV_ENOTFOUND. */
+int lkv_prefix_ready(lkv_prefix *p, uint64_t h);
 
 /* Drops one pin of h (taken by get or put). Returns 0 or LKV_ENOTFOUND / LKV_EINVAL (not
  * pinned). */

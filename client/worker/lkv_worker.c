@@ -126,6 +126,9 @@ int lkv_worker_create(const lkv_worker_opts *o, lkv_worker **out, char *err, siz
     if (o == NULL || (o->model_path == NULL && o->synth == NULL)) {
         return lkv_errf(err, errlen, LKV_EINVAL, "worker: a model checkpoint path is required");
     }
+    if (o->prefill_chunk < 0) {
+        return lkv_errf(err, errlen, LKV_EINVAL, "worker: prefill_chunk must be >= 0 (0: whole)");
+    }
     lkv_worker *w = lkv_xcalloc(1, sizeof(*w));
     w->o = *o;
     w->target = dup_or_null(o->target);
@@ -373,12 +376,20 @@ typedef struct lkv_worker_job {
     uint64_t pfx_chain; /* Chain value after the last block looked at. */
     int pfx_hitting;    /* 1 while every block so far was found. */
     int pfx_caching;    /* 1 while every computed block so far was admitted. */
+    int pfx_ready;      /* Entries of pfx whose KV is written (the rest are pending). */
+    int pfx_doc0;       /* Entry of pfx of the document in progress's first admitted block. */
+    int pfx_blk0;       /* That block's index in the document. */
+    /* Chunked prefill (opts.prefill_chunk): */
+    int seg_open;       /* 1 while the segment in progress (document next_doc, or the question)
+                           has chunks done and more to do. */
+    uint64_t prefilled; /* Tokens prefilled (lkv_worker_job_prefilled). */
 } req_state;
 
 enum job_phase {
     PH_WAIT = -1,  /* Waiting for the START call (Lookup, Attach, Reserve). */
-    PH_MISSES = 0, /* Computing misses, one document per step. */
-    PH_QUESTION,   /* Materialise (that mode) and the question prefill, in one step. */
+    PH_MISSES = 0, /* Computing misses, one document (or one chunk of one) per step. */
+    PH_QUESTION,   /* Materialise (that mode) and the question prefill, in one step (or one
+                      chunk per step, the copies with the first). */
     PH_DECODE,     /* One token per step. */
     PH_DONE,       /* Generation over (finish, or failed). */
 };
@@ -1014,6 +1025,18 @@ static int apply_copies(req_state *s)
     return 0;
 }
 
+/* Tokens of the next prefill chunk of a segment holding done of its n tokens: up to the next
+ * multiple of opts.prefill_chunk (0: all that is left). */
+static int chunk_len(const lkv_worker *w, int done, int n)
+{
+    const int c = w->o.prefill_chunk, left = n - done;
+    if (c <= 0) {
+        return left;
+    }
+    const int to = c - done % c;
+    return to < left ? to : left;
+}
+
 static void pfx_push(req_state *s, uint64_t h)
 {
     if (s->n_pfx == s->cap_pfx) {
@@ -1026,8 +1049,11 @@ static void pfx_push(req_state *s, uint64_t h)
 /* Step 3, prefix mode, document i: its blocks are named by the chain (lkv_prefix.h); while the
  * prompt's prefix is cached they come from the pool (pinned, read in place); from the first
  * absent block on, the rest of the document is computed (appended after its cached part), into
- * pool pages admitted for those blocks while the pool has room, then into the request's pages. */
-static int step_prefix_one(req_state *s, int i)
+ * pool pages admitted for those blocks while the pool has room, then into the request's pages.
+ * One call computes one chunk (opts.prefill_chunk; *more: 1 while the document has more): the
+ * first call looks the blocks up and admits the computed ones (pending in the pool until their
+ * chunk is written, so another request cannot read them before). */
+static int step_prefix_one(req_state *s, int i, int *more)
 {
     lkv_worker *w = s->w;
     const lkv_rag_request *q = s->req;
@@ -1035,67 +1061,81 @@ static int step_prefix_one(req_state *s, int i)
     const int B = w->shape.block_tokens, n = q->docs[i].n_tokens, nb = (n + B - 1) / B;
     const int *tok = q->docs[i].tokens;
     const uint64_t bb = lkv_block_bytes(&w->shape);
-    uint64_t h[LKV_MODEL_SEG_MAX_BLOCKS];
     lkv_model_seg *g = &s->segs[i];
-    memset(g, 0, sizeof(*g));
-    s->miss_src[i] = -1;
-    int m = 0;
-    for (int b = 0; b < nb; b++) {
-        int len = n - b * B < B ? n - b * B : B;
-        s->pfx_chain = lkv_prefix_chain(s->pfx_chain, tok + (size_t)b * B, len, b == 0);
-        h[b] = s->pfx_chain;
-        uint32_t pg;
-        if (s->pfx_hitting && lkv_prefix_get(w->prefix, h[b], &pg)) {
-            pfx_push(s, h[b]);
-            g->pages[b] = w->ps.first_local + pg;
-            m++;
-        } else {
-            s->pfx_hitting = 0;
+    *more = 0;
+    if (!s->seg_open) {
+        uint64_t h[LKV_MODEL_SEG_MAX_BLOCKS];
+        memset(g, 0, sizeof(*g));
+        s->miss_src[i] = -1;
+        int m = 0;
+        for (int b = 0; b < nb; b++) {
+            int len = n - b * B < B ? n - b * B : B;
+            s->pfx_chain = lkv_prefix_chain(s->pfx_chain, tok + (size_t)b * B, len, b == 0);
+            h[b] = s->pfx_chain;
+            uint32_t pg;
+            if (s->pfx_hitting && lkv_prefix_get(w->prefix, h[b], &pg)) {
+                pfx_push(s, h[b]);
+                g->pages[b] = w->ps.first_local + pg;
+                m++;
+            } else {
+                s->pfx_hitting = 0;
+            }
         }
-    }
-    res->prefix_hit_blocks += (uint64_t)m;
-    res->prefix_blocks += (uint64_t)nb;
-    res->docs[i].hit = m == nb;
-    if (m == nb) {
-        g->n_tokens = n;
-        g->n_blocks = nb;
-        res->hit_docs++;
-        res->hit_tokens += (uint64_t)n;
-        return 0;
-    }
-    res->miss_docs++;
-    res->hit_tokens += (uint64_t)m * B;
-    res->miss_tokens += (uint64_t)(n - m * B);
-    int k = m, first_put = s->n_pfx;
-    while (s->pfx_caching && k < nb) {
-        uint32_t pg;
-        if (lkv_prefix_put(w->prefix, h[k], &pg) != 0) {
-            s->pfx_caching = 0; /* Later blocks could never be reached by a lookup. */
-            break;
+        s->pfx_ready = s->n_pfx; /* Hits are written. */
+        res->prefix_hit_blocks += (uint64_t)m;
+        res->prefix_blocks += (uint64_t)nb;
+        res->docs[i].hit = m == nb;
+        if (m == nb) {
+            g->n_tokens = n;
+            g->n_blocks = nb;
+            res->hit_docs++;
+            res->hit_tokens += (uint64_t)n;
+            return 0;
         }
-        pfx_push(s, h[k]);
-        g->pages[k] = w->ps.first_local + pg;
-        w->be->fill_zero(w->be->ctx, s->kv.base + (uint64_t)g->pages[k] * s->kv.page_bytes, bb);
-        k++;
+        res->miss_docs++;
+        res->hit_tokens += (uint64_t)m * B;
+        res->miss_tokens += (uint64_t)(n - m * B);
+        int k = m;
+        s->pfx_doc0 = s->n_pfx;
+        s->pfx_blk0 = m;
+        while (s->pfx_caching && k < nb) {
+            uint32_t pg;
+            if (lkv_prefix_put(w->prefix, h[k], &pg) != 0) {
+                s->pfx_caching = 0; /* Later blocks could never be reached by a lookup. */
+                break;
+            }
+            pfx_push(s, h[k]);
+            g->pages[k] = w->ps.first_local + pg;
+            w->be->fill_zero(w->be->ctx, s->kv.base + (uint64_t)g->pages[k] * s->kv.page_bytes, bb);
+            k++;
+        }
+        g->n_blocks = k;
+        g->n_tokens = m * B;
     }
-    g->n_blocks = k;
-    g->n_tokens = m * B;
+    const int done = g->n_tokens, len = chunk_len(w, done, n);
     double t = now_ms();
-    int rc =
-        lkv_runner_forward(&w->run, &s->kv, NULL, 0, g, tok + (size_t)m * B, n - m * B, NULL, NULL);
+    int rc = lkv_runner_forward(&w->run, &s->kv, NULL, 0, g, tok + done, len, NULL, NULL);
     phase_sync(w);
     res->miss_ms += now_ms() - t;
     if (rc != 0) {
         /* The blocks admitted for this document hold no valid KV: take them out. */
-        for (int j = first_put; j < s->n_pfx; j++) {
+        for (int j = s->pfx_doc0; j < s->n_pfx; j++) {
             lkv_prefix_unpin(w->prefix, s->pfx[j]);
             lkv_prefix_remove(w->prefix, s->pfx[j]);
         }
-        s->n_pfx = first_put;
+        s->n_pfx = s->pfx_ready = s->pfx_doc0;
+        s->seg_open = 0;
         return lkv_errf(res->error, sizeof(res->error), rc,
                         "computing document %d (%d tokens): %s%s", i, n, lkv_strerror(rc),
                         rc == LKV_ENOSPC ? " (worker pages exhausted: raise --local-pages)" : "");
     }
+    s->prefilled += (uint64_t)len;
+    /* The admitted blocks this chunk completed (all of them at the document's end) are ready. */
+    const int full = g->n_tokens == n ? nb : g->n_tokens / B;
+    while (s->pfx_ready < s->n_pfx && s->pfx_blk0 + (s->pfx_ready - s->pfx_doc0) < full) {
+        lkv_prefix_ready(w->prefix, s->pfx[s->pfx_ready++]);
+    }
+    s->seg_open = *more = g->n_tokens < n;
     return 0;
 }
 
@@ -1151,61 +1191,72 @@ void lkv_worker_prefix_stats(const lkv_worker *w, struct lkv_prefix_stats *st)
 
 /* Step 3, one document: document i alone from position 0 into worker pages unless it is a hit
  * or a repeat (which reuses the first computation). */
-static int step_miss_one(req_state *s, int i)
+/* Step 3, document i: a hit needs nothing; a miss is computed from position 0 into its reserved
+ * pages (in place) or worker pages, one chunk per call (opts.prefill_chunk; *more: 1 while the
+ * document has more). A document repeated in the prompt is computed once. */
+static int step_miss_one(req_state *s, int i, int *more)
 {
     const lkv_rag_request *q = s->req;
     lkv_rag_result *res = s->res;
-    s->miss_src[i] = -1;
-    if (res->docs[i].hit) {
-        return 0;
-    }
-    for (int j = 0; j < i && s->use_daemon; j++) {
-        if (!res->docs[j].hit && strcmp(res->docs[j].key_hex, res->docs[i].key_hex) == 0) {
-            s->miss_src[i] = j;
+    lkv_model_seg *g = &s->segs[i];
+    double t = now_ms();
+    *more = 0;
+    if (!s->seg_open) {
+        s->miss_src[i] = -1;
+        if (res->docs[i].hit) {
+            return 0;
         }
-    }
-    if (!s->use_daemon) {
-        for (int j = 0; j < i && s->miss_src[i] < 0; j++) {
-            if (q->docs[j].n_tokens == q->docs[i].n_tokens &&
-                memcmp(q->docs[j].tokens, q->docs[i].tokens,
-                       (size_t)q->docs[i].n_tokens * sizeof(int)) == 0) {
+        for (int j = 0; j < i && s->use_daemon; j++) {
+            if (!res->docs[j].hit && strcmp(res->docs[j].key_hex, res->docs[i].key_hex) == 0) {
                 s->miss_src[i] = j;
             }
         }
-    }
-    lkv_model_seg *g = &s->segs[i];
-    if (s->miss_src[i] >= 0) {
-        *g = s->segs[s->miss_src[i]];
-        res->docs[i].page0 = res->docs[s->miss_src[i]].page0;
-        res->docs[i].pages_hash = res->docs[s->miss_src[i]].pages_hash;
-        res->docs[i].kv_hash = res->docs[s->miss_src[i]].kv_hash;
-        return 0;
-    }
-    double t = now_ms();
-    memset(g, 0, sizeof(*g));
-    if (s->resv_state[i] == 1) {
-        /* In place: the reserved pages (not zeroed by the daemon) take the KV; the runner
-         * allocates no page for a segment that has its pages. */
-        const lkv_attached_doc *d = &s->resv[i].doc;
-        for (uint32_t b = 0; b < d->n_pages; b++) {
-            g->pages[b] = lkv_pagespace_daemon_page(&s->w->ps, d->pages[b]);
-            s->w->be->fill_zero(s->w->be->ctx,
-                                s->kv.base + (uint64_t)g->pages[b] * s->kv.page_bytes,
-                                lkv_block_bytes(&s->w->shape));
+        if (!s->use_daemon) {
+            for (int j = 0; j < i && s->miss_src[i] < 0; j++) {
+                if (q->docs[j].n_tokens == q->docs[i].n_tokens &&
+                    memcmp(q->docs[j].tokens, q->docs[i].tokens,
+                           (size_t)q->docs[i].n_tokens * sizeof(int)) == 0) {
+                    s->miss_src[i] = j;
+                }
+            }
         }
-        g->n_blocks = (int32_t)d->n_pages;
+        if (s->miss_src[i] >= 0) {
+            *g = s->segs[s->miss_src[i]];
+            res->docs[i].page0 = res->docs[s->miss_src[i]].page0;
+            res->docs[i].pages_hash = res->docs[s->miss_src[i]].pages_hash;
+            res->docs[i].kv_hash = res->docs[s->miss_src[i]].kv_hash;
+            return 0;
+        }
+        memset(g, 0, sizeof(*g));
+        if (s->resv_state[i] == 1) {
+            /* In place: the reserved pages (not zeroed by the daemon) take the KV; the runner
+             * allocates no page for a segment that has its pages. */
+            const lkv_attached_doc *d = &s->resv[i].doc;
+            for (uint32_t b = 0; b < d->n_pages; b++) {
+                g->pages[b] = lkv_pagespace_daemon_page(&s->w->ps, d->pages[b]);
+                s->w->be->fill_zero(s->w->be->ctx,
+                                    s->kv.base + (uint64_t)g->pages[b] * s->kv.page_bytes,
+                                    lkv_block_bytes(&s->w->shape));
+            }
+            g->n_blocks = (int32_t)d->n_pages;
+        }
     }
-    int rc = lkv_runner_forward(&s->w->run, &s->kv, NULL, 0, g, q->docs[i].tokens,
-                                q->docs[i].n_tokens, NULL, NULL);
+    const int n = q->docs[i].n_tokens, done = g->n_tokens, len = chunk_len(s->w, done, n);
+    int rc = lkv_runner_forward(&s->w->run, &s->kv, NULL, 0, g, q->docs[i].tokens + done, len, NULL,
+                                NULL);
     phase_sync(s->w);
     res->miss_ms += now_ms() - t;
     if (rc != 0) {
+        s->seg_open = 0;
         return lkv_errf(res->error, sizeof(res->error), rc,
-                        "computing document %d (%d tokens): %s%s", i, q->docs[i].n_tokens,
-                        lkv_strerror(rc),
+                        "computing document %d (%d tokens): %s%s", i, n, lkv_strerror(rc),
                         rc == LKV_ENOSPC ? " (worker pages exhausted: raise --local-pages)" : "");
     }
-    note_pages(s, i);
+    s->prefilled += (uint64_t)len;
+    s->seg_open = *more = g->n_tokens < n;
+    if (!*more) {
+        note_pages(s, i);
+    }
     return 0;
 }
 
@@ -1439,35 +1490,49 @@ static int sample_row(req_state *s)
     return 0;
 }
 
-/* Step 4a: (materialise mode: the copies, then) the question prefill and the first token. */
+/* Step 4a: (materialise mode: the copies, then) the question prefill and the first token; one
+ * chunk per call (opts.prefill_chunk: the copies with the first, the first token after the
+ * last). */
 static int step_question(req_state *s)
 {
     lkv_worker *w = s->w;
     const lkv_rag_request *q = s->req;
     lkv_rag_result *res = s->res;
     const int nd = q->n_docs;
-    for (int i = 0; i < nd; i++) {
-        s->segs[i].start = res->docs[i].start;
-    }
-    if (q->mode == LKV_RAG_MATERIALISE) {
-        double t = now_ms();
-        int rc = step_materialise(s);
-        phase_sync(w);
-        res->copy_ms += now_ms() - t;
-        if (rc != 0) {
-            return rc;
+    lkv_model_seg *qs = &s->segs[nd];
+    if (!s->seg_open) {
+        for (int i = 0; i < nd; i++) {
+            s->segs[i].start = res->docs[i].start;
         }
+        if (q->mode == LKV_RAG_MATERIALISE) {
+            double t = now_ms();
+            int rc = step_materialise(s);
+            phase_sync(w);
+            res->copy_ms += now_ms() - t;
+            if (rc != 0) {
+                return rc;
+            }
+        }
+        memset(qs, 0, sizeof(*qs));
+        qs->start = res->n_prompt - q->n_question;
     }
     double t = now_ms();
-    lkv_model_seg *qs = &s->segs[nd];
-    memset(qs, 0, sizeof(*qs));
-    qs->start = res->n_prompt - q->n_question;
-    int rc = lkv_runner_forward(&w->run, &s->kv, s->segs, nd, qs, q->question, q->n_question,
-                                s->logits, NULL);
+    const int done = qs->n_tokens, len = chunk_len(w, done, q->n_question);
+    const int last = done + len == q->n_question;
+    int rc = lkv_runner_forward(&w->run, &s->kv, s->segs, nd, qs, q->question + done, len,
+                                last ? s->logits : NULL, NULL);
     if (rc != 0) {
+        s->seg_open = 0;
         return lkv_errf(res->error, sizeof(res->error), rc, "question prefill: %s%s",
                         lkv_strerror(rc),
                         rc == LKV_ENOSPC ? " (worker pages exhausted: raise --local-pages)" : "");
+    }
+    s->prefilled += (uint64_t)len;
+    s->seg_open = !last;
+    if (!last) {
+        phase_sync(w);
+        res->question_ms += now_ms() - t;
+        return 0;
     }
     s->row = s->logits; /* The last question token's row (the runner's last_logits). */
     rc = sample_row(s);
@@ -1630,6 +1695,7 @@ static void restart_local(req_state *s, const char *why)
     res->zero_copy_blocks = 0;
     memset(s->segs, 0, (size_t)(q->n_docs + 1) * sizeof(*s->segs));
     s->next_doc = 0;
+    s->seg_open = 0;
     s->replay = 0;
     s->replay_to = res->n_out;
     opened(s);
@@ -1833,13 +1899,16 @@ int lkv_worker_job_prefill(lkv_worker_job *s)
     if (!s->w->async) {
         renew_lease(s);
     }
-    int rc = check_pages(s);
+    int rc = check_pages(s), more = 0;
     if (rc == 0 && s->phase == PH_MISSES && s->req->mode == LKV_RAG_PREFIX) {
         /* Documents the pool serves whole cost nothing: go on to the next computed one. */
         while (rc == 0 && s->next_doc < s->req->n_docs) {
-            uint64_t before = s->res->miss_tokens;
-            rc = step_prefix_one(s, s->next_doc++);
-            if (s->res->miss_tokens != before) {
+            uint64_t before = s->prefilled;
+            rc = step_prefix_one(s, s->next_doc, &more);
+            if (!more) {
+                s->next_doc++;
+            }
+            if (s->prefilled != before) {
                 break;
             }
         }
@@ -1850,13 +1919,16 @@ int lkv_worker_job_prefill(lkv_worker_job *s)
             return 0;
         }
     } else if (rc == 0 && s->phase == PH_MISSES) {
-        while (s->next_doc < s->req->n_docs && s->res->docs[s->next_doc].hit) {
+        while (!s->seg_open && s->next_doc < s->req->n_docs && s->res->docs[s->next_doc].hit) {
             s->miss_src[s->next_doc++] = -1;
         }
         if (s->next_doc < s->req->n_docs) {
-            rc = step_miss_one(s, s->next_doc++);
+            rc = step_miss_one(s, s->next_doc, &more);
+            if (!more) {
+                s->next_doc++;
+            }
             if (rc == 0 && s->next_doc < s->req->n_docs) {
-                return 0; /* More documents: another step. */
+                return 0; /* More documents (or chunks): another step. */
             }
         }
         if (rc == 0) {
@@ -1871,6 +1943,11 @@ int lkv_worker_job_prefill(lkv_worker_job *s)
         s->phase = PH_DONE;
     }
     return rc;
+}
+
+uint64_t lkv_worker_job_prefilled(const lkv_worker_job *s)
+{
+    return s->prefilled;
 }
 
 int lkv_worker_job_state(const lkv_worker_job *s)
@@ -1996,6 +2073,10 @@ void lkv_worker_job_free(lkv_worker_job *s)
     lkv_rag_result *res = s->res;
     for (int j = 0; j < s->n_pfx; j++) {
         lkv_prefix_unpin(w->prefix, s->pfx[j]);
+        if (j >= s->pfx_ready) {
+            /* Admitted, never written (the request ended mid-document): out of the pool. */
+            lkv_prefix_remove(w->prefix, s->pfx[j]);
+        }
     }
     w->st.hit_docs += (uint64_t)res->hit_docs;
     w->st.miss_docs += (uint64_t)res->miss_docs;

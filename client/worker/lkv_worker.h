@@ -100,6 +100,15 @@ typedef struct lkv_worker_opts {
     int sync_phases;            /* 1: wait for the backend at the end of each timed phase (miss,
                                    copy, question), so that the phase times of an asynchronous
                                    (GPU) backend are device times. */
+    int prefill_chunk;          /* Chunked prefill: a prefill unit (lkv_worker_job_prefill)
+                                   computes at most this many tokens of one segment (a missing
+                                   document, or the question), its KV written chunk by chunk
+                                   into the same pages. Chunks are cut at multiples of
+                                   prefill_chunk from the segment's first token (prefix mode:
+                                   the first chunk after the cached prefix ends at the next such
+                                   multiple), so a document's KV depends on its tokens and this
+                                   option only, never on the schedule or the batch. 0: whole
+                                   segments (one unit per document, one for the question). */
     int hash_kv;                /* 1: each document's result gets kv_hash, a hash of its KV
                                    bytes read back from the pages the request used (a check
                                    that a hit reads what a miss wrote; copies the KV out). */
@@ -231,7 +240,9 @@ int lkv_worker_run(lkv_worker *w, const lkv_rag_request *req, lkv_rag_result *re
  *                             set up
  *   lkv_worker_job_prefill    one unit of prefill per call: one missing document, or the
  *                             question (and, in materialise mode, the copies) plus the first
- *                             sampled token
+ *                             sampled token; with opts.prefill_chunk, one chunk of at most
+ *                             that many tokens of one of them (the first token is sampled
+ *                             after the question's last chunk)
  *   lkv_worker_decode_batch   one decode step of every job given that is decoding, batched
  *   lkv_worker_job_finish     Commit / Put of the misses (only after a generation that
  *                             completed), then Release; frees the job
@@ -322,6 +333,10 @@ int lkv_worker_job_start(lkv_worker *w, const lkv_rag_request *q, lkv_rag_result
 
 /* One unit of prefill (see above). Returns 0 or the job's error (it is then DONE). */
 int lkv_worker_job_prefill(lkv_worker_job *j);
+
+/* Tokens j has prefilled so far (documents and question; the serving engine's token budget
+ * counts them). */
+uint64_t lkv_worker_job_prefilled(const lkv_worker_job *j);
 
 /* One decode step for every job of jobs[0..n) in state DECODE (others are skipped), as one
  * batched pass (lkv_runner_decode_batch), then one token sampled per job (appended to its

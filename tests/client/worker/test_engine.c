@@ -10,7 +10,16 @@
  *     and lets a queued request that needed them run; a cancelled queued request never runs;
  *   - deadlines: a request whose deadline passes while running or queued ends ETIMEDOUT;
  *   - FIFO admission under a page shortage (no overtaking);
- *   - a full admission queue refuses (LKV_ENOSPC, the message says so).
+ *   - a full admission queue refuses (LKV_ENOSPC, the message says so);
+ *   - chunked prefill (the worker's prefill_chunk, the engine's prefill_tokens budget): with
+ *     chunks of 1, 7 (boundaries inside blocks of 16 and inside documents), 16 and 40 tokens
+ *     and budgets from 1 token up, every request gives bitwise its solo tokens and logits, the
+ *     chunks really run (prefill units >= the chunks of every segment) and no step exceeds its
+ *     budget by more than one chunk; chunked KV is the unchunked KV up to fp32 rounding;
+ *   - cancellation mid-prefill (a request held between two chunks of one document, lazy and
+ *     prefix mode): it ends CANCELLED with no token, every page comes back, the prefix pool keeps
+ *     no block of the unfinished document, and the same request afterwards gives its solo
+ *     result.
  */
 #include <math.h>
 #include <pthread.h>
@@ -21,16 +30,24 @@
 
 #include "lkv_engine.h"
 #include "lkv_log.h"
+#include "lkv_prefix.h"
 #include "lkv_test.h"
 
-static lkv_worker *worker(uint32_t pages)
+static lkv_worker *worker_chunk(uint32_t pages, int chunk)
 {
-    lkv_worker_opts o = {
-        .model_path = LKV_TEST_MODEL_DIR "/stories260K.bin", .local_pages = pages, .threads = 1};
+    lkv_worker_opts o = {.model_path = LKV_TEST_MODEL_DIR "/stories260K.bin",
+                         .local_pages = pages,
+                         .threads = 1,
+                         .prefill_chunk = chunk};
     lkv_worker *w;
     char err[256];
     ASSERT_OK(lkv_worker_create(&o, &w, err, sizeof(err)));
     return w;
+}
+
+static lkv_worker *worker(uint32_t pages)
+{
+    return worker_chunk(pages, 0);
 }
 
 /* A request of nd documents (deterministic token ids from seed), a question, max_tokens. */
@@ -372,11 +389,218 @@ static void test_queue_full(void)
     lkv_worker_destroy(w);
 }
 
+/* Chunks of every segment of q with chunk c (documents and question). */
+static uint64_t chunks_of(const lkv_request *q, int c)
+{
+    uint64_t n = (uint64_t)(q->rag.n_question + c - 1) / (uint64_t)c;
+    for (int i = 0; i < q->rag.n_docs; i++) {
+        n += (uint64_t)(q->rag.docs[i].n_tokens + c - 1) / (uint64_t)c;
+    }
+    return n;
+}
+
+static void test_chunked_equals_solo(void)
+{
+    const int chunks[] = {1, 7, 16, 40}, budgets[] = {1, 9, 40, 45};
+    struct {
+        int nd, nq, max;
+        float temp;
+        int mode;
+    } spec[NREQ] = {{2, 4, 12, 0, 0},   {1, 7, 20, 0, 0}, {3, 2, 8, 0, 1},  {0, 5, 10, 0, 0},
+                    {2, 3, 9, 0.8f, 0}, {4, 6, 6, 0, 0},  {1, 17, 14, 0, 1}};
+    float *whole_logits = NULL; /* Request 1's first-token logits, unchunked. */
+    int vocab = 0;
+    {
+        lkv_worker *w = worker(512);
+        lkv_request *q = make(101, spec[1].nd, spec[1].nq, spec[1].max, 0, 0);
+        lkv_rag_result r;
+        ASSERT_OK(lkv_worker_run(w, &q->rag, &r));
+        vocab = r.vocab;
+        whole_logits = lkv_xmalloc((size_t)vocab * sizeof(float));
+        memcpy(whole_logits, r.logits, (size_t)vocab * sizeof(float));
+        lkv_rag_result_free(&r);
+        lkv_request_free(q);
+        free(q);
+        lkv_worker_destroy(w);
+    }
+    for (int ci = 0; ci < 4; ci++) {
+        const int c = chunks[ci], budget = budgets[ci];
+        lkv_worker *w = worker_chunk(512, c);
+        lkv_rag_result solo[NREQ];
+        uint64_t want_units = 0;
+        for (int i = 0; i < NREQ; i++) {
+            lkv_request *q =
+                make(100 + i, spec[i].nd, spec[i].nq, spec[i].max, spec[i].temp, spec[i].mode);
+            q->rag.stop_at_eos = 0;
+            want_units += chunks_of(q, c);
+            ASSERT_OK(lkv_worker_run(w, &q->rag, &solo[i]));
+            ASSERT_EQ(solo[i].n_out, spec[i].max);
+            lkv_request_free(q);
+            free(q);
+        }
+        /* Chunked KV is the unchunked KV up to rounding: the first token's logits agree. */
+        double num = 0, den = 0;
+        for (int v = 0; v < vocab; v++) {
+            double d = (double)solo[1].logits[v] - (double)whole_logits[v];
+            num += d * d;
+            den += (double)whole_logits[v] * whole_logits[v];
+        }
+        ASSERT_TRUE(sqrt(num / den) < 1e-4);
+        if (c < 40) {
+            ASSERT_TRUE(num > 0 || c == 16 || c == 1); /* (Rounding may coincide.) */
+        }
+        gate_close();
+        lkv_engine_opts eo = {.max_batch = 4, .prefill_tokens = budget};
+        lkv_engine *e;
+        ASSERT_OK(lkv_engine_create(w, &eo, &e));
+        lkv_engine_req *h[NREQ];
+        for (int i = 0; i < NREQ; i++) {
+            lkv_request *q =
+                make(100 + i, spec[i].nd, spec[i].nq, spec[i].max, spec[i].temp, spec[i].mode);
+            q->rag.stop_at_eos = 0;
+            ASSERT_OK(
+                lkv_engine_submit(e, q, 0, i == 0 ? gate_notify : NULL, NULL, &h[i], NULL, 0));
+            if (i == 0) {
+                gate_give(0);
+            }
+        }
+        gate_open();
+        for (int i = 0; i < NREQ; i++) {
+            int nt = 0;
+            ASSERT_OK(wait_end(h[i], &nt));
+            lkv_engine_result er;
+            lkv_engine_result_get(h[i], &er);
+            ASSERT_EQ(er.res->n_out, solo[i].n_out);
+            ASSERT_TRUE(
+                memcmp(er.res->tokens, solo[i].tokens, (size_t)solo[i].n_out * sizeof(int)) == 0);
+            ASSERT_TRUE(memcmp(er.res->logits, solo[i].logits,
+                               (size_t)solo[i].n_out * solo[i].vocab * sizeof(float)) == 0);
+            lkv_engine_release(h[i]);
+            lkv_rag_result_free(&solo[i]);
+        }
+        lkv_engine_stats st;
+        lkv_engine_stats_get(e, &st);
+        ASSERT_EQ(st.failed, 0);
+        ASSERT_EQ(st.pages_free, st.pages_total);
+        ASSERT_TRUE(st.prefill_units >= want_units); /* Every chunk was a unit of its own. */
+        ASSERT_TRUE(st.max_step_tokens <= (uint64_t)(budget > 4 ? budget : 4) + (uint64_t)c - 1);
+        ASSERT_TRUE(st.max_batch_seen > 1);
+        lkv_engine_destroy(e);
+        lkv_worker_destroy(w);
+    }
+    free(whole_logits);
+}
+
+/* Holds request B between two chunks of one of its documents (chunk 1, budget 1: one chunk per
+ * engine iteration while A decodes; A's notify gates the iterations), cancels it there. */
+static void cancel_mid_prefill(int mode)
+{
+    lkv_worker *w = worker_chunk(256, 1);
+    lkv_engine_opts eo = {.max_batch = 4, .prefill_tokens = 1};
+    if (mode == LKV_RAG_PREFIX) {
+        ASSERT_OK(lkv_worker_prefix_setup(w, 64, 0));
+        eo.kv_pages = 256 - 64;
+    }
+    lkv_request *qb = make(200, 3, 4, 6, 0, mode);
+    qb->rag.stop_at_eos = 0;
+    const int d0 = qb->rag.docs[0].n_tokens, d1 = qb->rag.docs[1].n_tokens;
+    lkv_rag_result solo;
+    ASSERT_OK(lkv_worker_run(w, &qb->rag, &solo));
+    if (mode == LKV_RAG_PREFIX) {
+        ASSERT_OK(lkv_worker_prefix_setup(w, 64, 0)); /* An empty pool again. */
+    }
+    lkv_engine *e;
+    ASSERT_OK(lkv_engine_create(w, &eo, &e));
+    lkv_request *qa = make(201, 0, 2, 400, 0, mode == LKV_RAG_PREFIX ? 0 : mode);
+    qa->rag.stop_at_eos = 0;
+    lkv_engine_req *a, *b;
+    gate_close();
+    ASSERT_OK(lkv_engine_submit(e, qa, 0, gate_notify, NULL, &a, NULL, 0));
+    lkv_engine_event ev;
+    ASSERT_TRUE(lkv_engine_wait(a, &ev, 10000) && ev.kind == LKV_ENGINE_TOKEN);
+    lkv_engine_stats st0, st;
+    lkv_engine_stats_get(e, &st0);
+    ASSERT_OK(lkv_engine_submit(e, qb, 0, NULL, NULL, &b, NULL, 0));
+    /* B's START (local: none), then d0 + d1 / 2 chunks: in the middle of document 1, which
+     * sits inside its first block (d1 < 35). */
+    const int k = d0 + d1 / 2;
+    gate_give(k + 1);
+    lkv_engine_stats_get(e, &st);
+    ASSERT_TRUE(st.prefill_units - st0.prefill_units >= (uint64_t)k - 1);
+    ASSERT_TRUE(st.prefill_tokens - st0.prefill_tokens < (uint64_t)(d0 + d1));
+    const uint64_t done1 = st.prefill_tokens - st0.prefill_tokens - (uint64_t)d0;
+    ASSERT_TRUE(st.prefill_tokens - st0.prefill_tokens > (uint64_t)d0);
+    /* The pool keeps document 0's blocks and document 1's blocks written whole. */
+    const uint64_t kept = (uint64_t)(d0 + 15) / 16 + done1 / 16;
+    ASSERT_TRUE(!lkv_engine_next(b, &ev)); /* Still prefilling: no token. */
+    lkv_engine_cancel(b);
+    gate_open();
+    int nb = -1;
+    ASSERT_ERR(wait_end(b, &nb), LKV_ECANCELLED);
+    ASSERT_EQ(nb, 0);
+    lkv_engine_cancel(a);
+    ASSERT_ERR(wait_end_from(a, NULL, 1), LKV_ECANCELLED);
+    lkv_engine_stats_get(e, &st);
+    ASSERT_EQ(st.pages_free, st.pages_total);
+    if (mode == LKV_RAG_PREFIX) {
+        lkv_prefix_stats ps;
+        lkv_worker_prefix_stats(w, &ps);
+        ASSERT_EQ(ps.pinned, 0);
+        /* Document 1's admitted blocks not written whole (pending) are gone. */
+        ASSERT_EQ(ps.blocks, kept);
+        ASSERT_TRUE(ps.admitted > kept);
+    }
+    /* The same request again: its solo result, bitwise. */
+    lkv_request *qc = make(200, 3, 4, 6, 0, mode);
+    qc->rag.stop_at_eos = 0;
+    lkv_engine_req *c;
+    ASSERT_OK(lkv_engine_submit(e, qc, 0, NULL, NULL, &c, NULL, 0));
+    ASSERT_OK(wait_end(c, NULL));
+    lkv_engine_result er;
+    lkv_engine_result_get(c, &er);
+    ASSERT_EQ(er.res->n_out, solo.n_out);
+    ASSERT_TRUE(memcmp(er.res->logits, solo.logits, (size_t)solo.n_out * solo.vocab * 4) == 0);
+    if (mode == LKV_RAG_PREFIX) {
+        ASSERT_EQ(er.res->prefix_hit_blocks, kept);
+    }
+    lkv_engine_release(a);
+    lkv_engine_release(b);
+    lkv_engine_release(c);
+    lkv_rag_result_free(&solo);
+    lkv_engine_destroy(e);
+    lkv_worker_destroy(w);
+}
+
+static void test_cancel_mid_prefill(void)
+{
+    cancel_mid_prefill(LKV_RAG_LAZY);
+    cancel_mid_prefill(LKV_RAG_PREFIX);
+}
+
+static void test_chunk_option(void)
+{
+    lkv_worker_opts o = {.model_path = LKV_TEST_MODEL_DIR "/stories260K.bin",
+                         .local_pages = 16,
+                         .prefill_chunk = -1};
+    lkv_worker *w;
+    char err[256];
+    ASSERT_ERR(lkv_worker_create(&o, &w, err, sizeof(err)), LKV_EINVAL);
+    ASSERT_TRUE(strstr(err, "prefill_chunk") != NULL);
+    w = worker(16);
+    lkv_engine_opts eo = {.prefill_tokens = -1};
+    lkv_engine *e;
+    ASSERT_ERR(lkv_engine_create(w, &eo, &e), LKV_EINVAL);
+    lkv_worker_destroy(w);
+}
+
 int main(void)
 {
     LKV_RUN(test_batch_equals_solo);
     LKV_RUN(test_pages_cancel_fifo);
     LKV_RUN(test_deadlines);
     LKV_RUN(test_queue_full);
+    LKV_RUN(test_chunked_equals_solo);
+    LKV_RUN(test_cancel_mid_prefill);
+    LKV_RUN(test_chunk_option);
     return 0;
 }

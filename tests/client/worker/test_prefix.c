@@ -3,7 +3,8 @@
  * block names are a chain (a name depends on every token before it, on the block boundaries and
  * on where documents start), the pool hands out each of its pages to one block at a time and only
  * its own pages, a pinned block is never evicted and is always found, a full pinned pool refuses
- * (changing nothing), remove frees only unpinned blocks, and over 200,000 random operations the
+ * (changing nothing), remove frees only unpinned blocks, a pending block (admitted, KV not yet
+ * written) is not found until it is ready, and over 200,000 random operations the
  * LRU pool evicts exactly what a naive LRU model (recency = when a block was last unpinned)
  * evicts, with every page in use by one block only.
  */
@@ -44,6 +45,7 @@ static void test_pool(void)
     uint32_t pg[6], seen = 0;
     for (uint64_t h = 1; h <= 4; h++) {
         ASSERT_OK(lkv_prefix_put(p, h * 11, &pg[h]));
+        ASSERT_OK(lkv_prefix_ready(p, h * 11));
         ASSERT_TRUE(pg[h] >= 100 && pg[h] < 104);
         ASSERT_TRUE((seen & (1u << (pg[h] - 100))) == 0);
         seen |= 1u << (pg[h] - 100);
@@ -70,6 +72,15 @@ static void test_pool(void)
     /* 33 was released before 11: the LRU victim is 33. */
     ASSERT_OK(lkv_prefix_put(p, 55, &pg[5]));
     ASSERT_EQ(pg[5], pg[3]); /* 33's page, reused. */
+    /* 55 is pending (its KV not written yet): a lookup misses it, a second put says EEXIST,
+     * ready makes it found. */
+    ASSERT_EQ(lkv_prefix_get(p, 55, &q), 0);
+    ASSERT_ERR(lkv_prefix_put(p, 55, &q), LKV_EEXIST);
+    ASSERT_ERR(lkv_prefix_ready(p, 77), LKV_ENOTFOUND);
+    ASSERT_OK(lkv_prefix_ready(p, 55));
+    ASSERT_EQ(lkv_prefix_get(p, 55, &q), 1);
+    ASSERT_EQ(q, pg[5]);
+    ASSERT_OK(lkv_prefix_unpin(p, 55));
     ASSERT_EQ(lkv_prefix_get(p, 33, &q), 0);
     ASSERT_EQ(lkv_prefix_get(p, 11, &q), 1); /* Still there (pinned again now). */
     /* Remove: only unpinned blocks. */
@@ -80,6 +91,11 @@ static void test_pool(void)
     ASSERT_EQ(lkv_prefix_get(p, 11, &q), 0);
     ASSERT_OK(lkv_prefix_put(p, 66, &q));
     ASSERT_EQ(q, pg[1]); /* The removed block's page. */
+    /* A pending block never written (its request failed) is removed like any other. */
+    ASSERT_OK(lkv_prefix_unpin(p, 66));
+    ASSERT_OK(lkv_prefix_remove(p, 66));
+    ASSERT_OK(lkv_prefix_put(p, 66, &q));
+    ASSERT_OK(lkv_prefix_ready(p, 66));
     lkv_prefix_stats_get(p, &st);
     ASSERT_EQ(st.blocks, 4);
     ASSERT_EQ(st.evictions, 1);
@@ -133,6 +149,7 @@ static void test_random(void)
                 continue;
             }
             ASSERT_OK(rc);
+            ASSERT_OK(lkv_prefix_ready(p, h));
             if (n == PAGES) {
                 ASSERT_EQ(pg, m.page[victim]); /* The LRU victim's page. */
                 m.present[victim] = 0;
