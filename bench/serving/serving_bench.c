@@ -27,7 +27,9 @@
  * --requests counted ones at one request at a time (TTFT p50/p99, the per-phase breakdown, hit
  * rates, throughput at B = 1), then --tput-requests more through the serving engine for each
  * batch limit of --batches above 1 (all submitted at t = 0, max_batch B: requests/s and output
- * tokens/s), continuing the same trace on the same warm cache. The simulator's prediction for the
+ * tokens/s; with --prefill-chunk N the engine prefills in chunks of N tokens at B > 1, a step's
+ * token budget --prefill-tokens, default N + B), continuing the same trace on the same warm
+ * cache. The simulator's prediction for the
  * same trace and budget (bench/hitrate lkv_sim, model agnostic / copy / prefix) is printed next
  * to the measured hit rate. Correctness (--check N): the first N requests in every mode,
  * each run twice (cold, then warm), greedy tokens compared with the no-cache run; lazy warm ==
@@ -90,7 +92,9 @@ typedef struct cfg {
                                   document is gone; this measures the hot tier). */
     const char *hot_admission; /* lazykvd's hot_admission (always / door; default door, the
                                   daemon's default). */
-    int prefill_chunk;         /* The worker's prefill_chunk (tokens; 0: whole segments). */
+    int prefill_chunk;         /* The worker's prefill_chunk (tokens; 0: whole segments) in the
+                                  throughput phases at B > 1 (the TTFT phase and B = 1 prefill
+                                  whole segments: one request has nothing to interleave). */
     int prefill_tokens;        /* The engine's step token budget (0: prefill_chunk + B when
                                   chunking, else one unit a step). */
     double deadline_s;         /* Points not started after this many seconds are skipped. */
@@ -578,13 +582,15 @@ static void run_tput(ctx *x, workload *wl, point *p, int batch, int n, tput *tp)
     if (p->mode == M_PREFIX) {
         kv_pages -= (uint32_t)(p->budget / x->page_bytes);
     }
+    const int chunk = batch > 1 ? c->prefill_chunk : 0;
+    lkv_worker_set_prefill_chunk(x->w, chunk);
     lkv_engine_opts eo = {.max_batch = batch,
                           .kv_pages = kv_pages,
                           .max_queue = n + 1,
                           .prefill_units = 1,
-                          .prefill_tokens = c->prefill_tokens > 0  ? c->prefill_tokens
-                                            : c->prefill_chunk > 0 ? c->prefill_chunk + batch
-                                                                   : 0};
+                          .prefill_tokens = chunk <= 0              ? 0
+                                            : c->prefill_tokens > 0 ? c->prefill_tokens
+                                                                    : chunk + batch};
     lkv_engine *e;
     if (lkv_engine_create(x->w, &eo, &e) != 0) {
         tp->failed = n;
@@ -643,6 +649,7 @@ static void run_tput(ctx *x, workload *wl, point *p, int batch, int n, tput *tp)
         lkv_engine_release(rs[i]);
     }
     lkv_engine_destroy(e);
+    lkv_worker_set_prefill_chunk(x->w, 0);
     tp->n = k;
     tp->rps = 1000.0 * k / tp->wall_ms;
     tp->tok_s = 1000.0 * (double)out_tokens / tp->wall_ms;
@@ -1193,7 +1200,6 @@ int main(int argc, char **argv)
                           .copy_budget = 1,
                           .no_put_when_full = 1,
                           .sync_phases = 1,
-                          .prefill_chunk = c->prefill_chunk,
                           .local_pages = 1};
     /* A first worker to learn the layout is cheap for the tiny model only; compute it here. */
     uint64_t max_doc = c->doc_tokens;

@@ -1980,6 +1980,15 @@ int lkv_worker_job_fail(lkv_worker_job *s, int rc, const char *msg)
     return s->rc;
 }
 
+int lkv_worker_set_prefill_chunk(lkv_worker *w, int n)
+{
+    if (n < 0) {
+        return LKV_EINVAL;
+    }
+    w->o.prefill_chunk = n;
+    return 0;
+}
+
 void lkv_worker_set_async(lkv_worker *w, int on)
 {
     w->async = on;

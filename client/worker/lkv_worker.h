@@ -358,6 +358,11 @@ int lkv_worker_job_fail(lkv_worker_job *j, int rc, const char *msg);
  * allowed). */
 void lkv_worker_job_finish(lkv_worker_job *j);
 
+/* Sets opts.prefill_chunk (n >= 0; 0: whole segments) for the requests started from now on; call
+ * with no request running (a request's chunks are then the same solo and in a batch). Returns 0
+ * or LKV_EINVAL. */
+int lkv_worker_set_prefill_chunk(lkv_worker *w, int n);
+
 /* Frees what res owns and zeroes it. */
 void lkv_rag_result_free(lkv_rag_result *res);
 
