@@ -730,10 +730,14 @@ static void fill_params(prefill_params *p, const lkv_prefill_args *a)
     p->out = a->out;
     p->scale_log2 = a->sm_scale * LKV__LOG2E;
     p->dtype = a->shape.dtype;
-    /* wgmma kernel variants (test and benchmark knobs): LKV_ATTN_WG_BN=64|96 keys per tile,
-     * LKV_ATTN_WG_PP=0|1 ping-pong between its consumer warpgroups. */
+    /* wgmma kernel variants (test and benchmark knobs): LKV_ATTN_WG_BN=64|96|128 keys per tile
+     * (128: head_dim 128 only, Q from shared memory), LKV_ATTN_WG_PP=0|1 ping-pong between its
+     * consumer warpgroups, LKV_ATTN_WG_QR=0|1 Q as a register operand (default 1). */
     const char *e = getenv("LKV_ATTN_WG_BN");
-    p->wg_bn = e != NULL && atoi(e) == 96 ? 96 : 64;
+    const int bn = e != NULL ? atoi(e) : 64;
+    p->wg_bn = bn == 96 || (bn == 128 && p->d == 128) ? bn : 64;
+    e = getenv("LKV_ATTN_WG_QR");
+    p->wg_qr = e != NULL ? atoi(e) != 0 : 1;
     e = getenv("LKV_ATTN_WG_PP");
     p->wg_pp = e != NULL ? atoi(e) != 0 : 0;
 }

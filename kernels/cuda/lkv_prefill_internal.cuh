@@ -29,7 +29,8 @@ struct prefill_params {
     int n_splits, refs_per_split;
     float scale_log2;
     int dtype; /* enum lkv_dtype (bf16 or f16) */
-    int wg_bn; /* wgmma kernel: keys per tile (64 or 96) */
+    int wg_bn; /* wgmma kernel: keys per tile (64, 96, or 128 at head_dim 128) */
+    int wg_qr; /* wgmma kernel: 1 = Q as a register operand of S = Q K^T (else shared memory) */
     int wg_pp; /* wgmma kernel: 1 = ping-pong between the consumer warpgroups */
 };
 

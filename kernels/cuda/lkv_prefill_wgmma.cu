@@ -63,6 +63,13 @@ extern "C" {
 #define WG_BM      LKV__WG_BM
 #define WG_THREADS 384
 #define WG_REF_WIN 256
+/* Registers per thread after setmaxnreg: producer and consumer warpgroups (128 x 56 + 256 x 224
+ * = 64512 of the 65536). At 40 the producer's loop spilled (ptxas -v: 8 bytes, the only spill
+ * of the BN 64 kernels); the consumers' code is allocated against their own count. BN 128 (a
+ * variant) takes 24 / 240 instead, as FlashAttention-3: its consumers spill 240 bytes at 224
+ * (its producer spills a little at 24). */
+#define WG_REG_PRODUCER_S "56"
+#define WG_REG_CONSUMER_S "224"
 
 /* Per-stage tile metadata, written by the producer before it arms the stage's barrier. */
 template <int BN> struct wg_meta {
@@ -170,7 +177,7 @@ static __device__ __forceinline__ uint64_t wg_desc(uint32_t addr, uint32_t lbo, 
 
 /* ---------------------------------------------------------------- the kernel */
 
-template <typename T, int D, int BN, int NST>
+template <typename T, int D, int BN, int NST, bool QR>
 __global__ void __launch_bounds__(WG_THREADS, 1)
     prefill_wgmma_kernel(const prefill_params p, const lkv__dev_pe pe, const lkv__dev_slopes sl,
                          const __grid_constant__ CUtensorMap tm_arena,
@@ -216,7 +223,11 @@ __global__ void __launch_bounds__(WG_THREADS, 1)
 
     if (wg == 0) {
         /* ------------------------------------------------------------ producer */
-        asm volatile("setmaxnreg.dec.sync.aligned.u32 40;\n");
+        if constexpr (BN == 128) {
+            asm volatile("setmaxnreg.dec.sync.aligned.u32 24;\n");
+        } else {
+            asm volatile("setmaxnreg.dec.sync.aligned.u32 " WG_REG_PRODUCER_S ";\n");
+        }
         if (tid >= 32) {
             return;
         }
@@ -328,7 +339,11 @@ __global__ void __launch_bounds__(WG_THREADS, 1)
         }
     } else {
         /* ---------------------------------------------------------------- consumers */
-        asm volatile("setmaxnreg.inc.sync.aligned.u32 232;\n");
+        if constexpr (BN == 128) {
+            asm volatile("setmaxnreg.inc.sync.aligned.u32 240;\n");
+        } else {
+            asm volatile("setmaxnreg.inc.sync.aligned.u32 " WG_REG_CONSUMER_S ";\n");
+        }
         const int c = wg - 1;            /* consumer index 0 / 1 */
         const int ct = tid - 128 * wg;   /* thread within the warpgroup */
         const int cw = ct >> 5;          /* warp within the warpgroup */
@@ -354,6 +369,9 @@ __global__ void __launch_bounds__(WG_THREADS, 1)
         auto rotate = [&](int start) {
             constexpr int NCH = 64 * (D / 8) / 128; /* 16-byte chunks per thread */
             const T *qg = (const T *)p.q;
+            if (QR) {
+                named_bar(bar_id, 128); /* every warp has its fragments of the last rotation */
+            }
 #pragma unroll
             for (int b0 = 0; b0 < NCH; b0 += 4) {
                 uint4 v[4];
@@ -427,6 +445,11 @@ __global__ void __launch_bounds__(WG_THREADS, 1)
          * releases tile it - 1's stage and rescales O. */
         float sacc[BN / 2];
         uint32_t pa[BN / 16][4];
+        /* QR: this warp's 16 rows of the rotated Q as wgmma A fragments (the mma.sync A layout),
+         * D / 16 k steps, loaded by ldmatrix after each rotation: S = Q K^T then reads only K
+         * from shared memory (at BN 64 an SS product needs as many shared-memory cycles as
+         * tensor cycles). */
+        uint32_t qf[QR ? D / 16 : 1][4];
         /* Ping-pong (p.wg_pp): the two consumer warpgroups take turns issuing their products
          * (named barriers 5 and 6), so one's softmax runs under the other's matrix work.
          * Consumer 1 opens with one free turn for consumer 0; both walk the same tiles, so
@@ -440,7 +463,7 @@ __global__ void __launch_bounds__(WG_THREADS, 1)
          * (C7520) when one sits in a branch it cannot prove uniform, so the products below are
          * issued only on straight-line paths (the loops exit before them). */
         int s = 0, kind = -1;
-        bool tfull = false;
+        bool tfull = false, sync_q = false;
         const wg_meta<BN> *m = meta;
         auto prep = [&](int it) {
             s = it % NST;
@@ -459,6 +482,7 @@ __global__ void __launch_bounds__(WG_THREADS, 1)
                 rot_start = tstart;
                 rotate(tstart);
                 sync = true;
+                sync_q = true;
             }
             if (m->zero) {
                 /* Zero the V rows of invalid slots (16 bytes per thread per step). */
@@ -473,6 +497,15 @@ __global__ void __launch_bounds__(WG_THREADS, 1)
             if (sync) {
                 fence_proxy_async();
                 named_bar(bar_id, 128);
+            }
+            if (QR && sync_q) {
+                const int lr = cw * 16 + (lane & 15);
+#pragma unroll
+                for (int kk = 0; kk < (QR ? D / 16 : 0); kk++) {
+                    lkv__ldsm_x4(qf[kk][0], qf[kk][1], qf[kk][2], qf[kk][3],
+                                 qw + pswz<64>(lr, kk * 16 + (lane >> 4) * 8));
+                }
+                sync_q = false;
             }
         };
         auto fence_o = [&]() {
@@ -490,9 +523,13 @@ __global__ void __launch_bounds__(WG_THREADS, 1)
 #pragma unroll
             for (int kk = 0; kk < D / 16; kk++) {
                 const uint32_t pn = (uint32_t)(kk >> 2), kb = (uint32_t)((kk & 3) * 32);
-                const uint64_t da = da0 + ((pn * (64 * 128) + kb) >> 4);
                 const uint64_t db = db0 + ((pn * (BN * 128) + kb) >> 4);
-                lkv__wgmma_ss<T, BN>::run(sacc, da, db, kk > 0 ? 1 : 0);
+                if constexpr (QR) {
+                    lkv__wgmma_rs<T, BN>::run(sacc, qf[kk], db, kk > 0 ? 1 : 0);
+                } else {
+                    const uint64_t da = da0 + ((pn * (64 * 128) + kb) >> 4);
+                    lkv__wgmma_ss<T, BN>::run(sacc, da, db, kk > 0 ? 1 : 0);
+                }
             }
             lkv__wgmma_commit();
         };
@@ -742,7 +779,7 @@ static int device_ok(void)
             cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) == cudaSuccess &&
             cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev) == cudaSuccess &&
             major == 9 && minor == 0 &&
-            cudaFuncGetAttributes(&fa, prefill_wgmma_kernel<__nv_bfloat16, 128, 64, 4>) ==
+            cudaFuncGetAttributes(&fa, prefill_wgmma_kernel<__nv_bfloat16, 128, 64, 4, true>) ==
                 cudaSuccess &&
             fa.binaryVersion == 90 && get_encode() != NULL;
         cudaGetLastError();
@@ -780,7 +817,7 @@ static int encode(CUtensorMap *m, int dtype, const void *base, cuuint64_t d1, cu
     return 0;
 }
 
-template <typename T, int D, int BN, int NST>
+template <typename T, int D, int BN, int NST, bool QR>
 static int launch(const prefill_params &p, const lkv__dev_pe &pe, const lkv__dev_slopes &sl,
                   cudaStream_t st)
 {
@@ -804,34 +841,44 @@ static int launch(const prefill_params &p, const lkv__dev_pe &pe, const lkv__dev
     const int smem = wg_smem<D, BN, NST>::ALLOC;
     static bool attr_set;
     if (!attr_set) {
-        LKV__CUDA_CHECK(cudaFuncSetAttribute(prefill_wgmma_kernel<T, D, BN, NST>,
+        LKV__CUDA_CHECK(cudaFuncSetAttribute(prefill_wgmma_kernel<T, D, BN, NST, QR>,
                                              cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
         attr_set = true;
     }
     const long rows = (long)p.n_new * p.group;
     dim3 grid((unsigned)((rows + WG_BM - 1) / WG_BM), (unsigned)p.n_kv, (unsigned)p.n_splits);
-    prefill_wgmma_kernel<T, D, BN, NST><<<grid, WG_THREADS, smem, st>>>(p, pe, sl, ta, tk, tv);
+    prefill_wgmma_kernel<T, D, BN, NST, QR><<<grid, WG_THREADS, smem, st>>>(p, pe, sl, ta, tk, tv);
     LKV__CUDA_CHECK_LAUNCH();
     return 0;
+}
+
+template <typename T>
+static int launch_t(const prefill_params *p, const lkv__dev_pe *pe, const lkv__dev_slopes *sl,
+                    cudaStream_t st)
+{
+    const bool qr = p->wg_qr != 0;
+    if (p->d == 128) {
+        if (p->wg_bn == 128) {
+            return launch<T, 128, 128, 2, false>(*p, *pe, *sl, st);
+        }
+        if (p->wg_bn == 96) {
+            return qr ? launch<T, 128, 96, 3, true>(*p, *pe, *sl, st)
+                      : launch<T, 128, 96, 3, false>(*p, *pe, *sl, st);
+        }
+        return qr ? launch<T, 128, 64, 4, true>(*p, *pe, *sl, st)
+                  : launch<T, 128, 64, 4, false>(*p, *pe, *sl, st);
+    }
+    if (p->wg_bn == 96) {
+        return qr ? launch<T, 64, 96, 4, true>(*p, *pe, *sl, st)
+                  : launch<T, 64, 96, 4, false>(*p, *pe, *sl, st);
+    }
+    return qr ? launch<T, 64, 64, 4, true>(*p, *pe, *sl, st)
+              : launch<T, 64, 64, 4, false>(*p, *pe, *sl, st);
 }
 
 int lkv__prefill_wgmma_launch(const prefill_params *p, const lkv__dev_pe *pe,
                               const lkv__dev_slopes *sl, cudaStream_t st)
 {
-    const bool bf = p->dtype == LKV_DTYPE_BF16;
-    const bool b96 = p->wg_bn == 96;
-    if (p->d == 128) {
-        if (b96) {
-            return bf ? launch<__nv_bfloat16, 128, 96, 3>(*p, *pe, *sl, st)
-                      : launch<__half, 128, 96, 3>(*p, *pe, *sl, st);
-        }
-        return bf ? launch<__nv_bfloat16, 128, 64, 4>(*p, *pe, *sl, st)
-                  : launch<__half, 128, 64, 4>(*p, *pe, *sl, st);
-    }
-    if (b96) {
-        return bf ? launch<__nv_bfloat16, 64, 96, 4>(*p, *pe, *sl, st)
-                  : launch<__half, 64, 96, 4>(*p, *pe, *sl, st);
-    }
-    return bf ? launch<__nv_bfloat16, 64, 64, 4>(*p, *pe, *sl, st)
-              : launch<__half, 64, 64, 4>(*p, *pe, *sl, st);
+    return p->dtype == LKV_DTYPE_BF16 ? launch_t<__nv_bfloat16>(p, pe, sl, st)
+                                      : launch_t<__half>(p, pe, sl, st);
 }
