@@ -738,6 +738,8 @@ static void fill_params(prefill_params *p, const lkv_prefill_args *a)
     p->wg_bn = bn == 96 || (bn == 128 && p->d == 128) ? bn : 64;
     e = getenv("LKV_ATTN_WG_QR");
     p->wg_qr = e != NULL ? atoi(e) != 0 : 1;
+    e = getenv("LKV_ATTN_WG_NST"); /* 5: a deeper ring (head_dim 128, BN 64, Q in registers) */
+    p->wg_nst = e != NULL && atoi(e) == 5 ? 5 : 4;
     e = getenv("LKV_ATTN_WG_PP");
     p->wg_pp = e != NULL ? atoi(e) != 0 : 0;
 }
@@ -752,6 +754,19 @@ static void plan_launch(const lkv_prefill_args *a, prefill_params *p, bool *wg)
     } else {
         plan_prefill(a, PF_BM, 2, &p->n_splits, &p->refs_per_split);
     }
+}
+
+/* Workspace layout of a split launch: part_o [rows][ns][d], part_lse [rows][ns], then (wgmma
+ * kernel) the merge counters, one int per (kv head, row tile of LKV__WG_BM rows), 16-byte
+ * aligned. */
+static size_t ws_counters_off(size_t rows, int ns, int d)
+{
+    return (rows * (size_t)ns * ((size_t)d + 1) * sizeof(float) + 15) & ~(size_t)15;
+}
+static size_t ws_counters_bytes(const lkv_prefill_args *a)
+{
+    const size_t rows = (size_t)a->n_new * (a->shape.n_q_heads / a->shape.n_kv_heads);
+    return (rows + LKV__WG_BM - 1) / LKV__WG_BM * a->shape.n_kv_heads * sizeof(int) + 16;
 }
 
 extern "C" size_t lkv_attn_prefill_cuda_workspace(const lkv_prefill_args *a)
@@ -770,7 +785,7 @@ extern "C" size_t lkv_attn_prefill_cuda_workspace(const lkv_prefill_args *a)
         return 0;
     }
     const size_t rows = (size_t)a->n_new * a->shape.n_q_heads;
-    return rows * ns * ((size_t)a->shape.head_dim + 1) * sizeof(float) + 256;
+    return ws_counters_off(rows, ns, a->shape.head_dim) + ws_counters_bytes(a);
 }
 
 template <typename T, int D>
@@ -853,6 +868,14 @@ extern "C" int lkv_attn_prefill_cuda(const lkv_prefill_args *a, void *workspace,
         const size_t rows = (size_t)a->n_new * p.n_q;
         p.part_o = (float *)workspace;
         p.part_lse = p.part_o + rows * p.n_splits * p.d;
+        if (wg) {
+            /* The wgmma kernel merges in its own launch (its last CTA per row tile and kv
+             * head): zero its counters first (they are left zero; this one-shot launcher cannot
+             * know whether the workspace was used otherwise in between). */
+            const size_t cb = ws_counters_bytes(a);
+            p.counters = (int *)((char *)workspace + ws_counters_off(rows, p.n_splits, p.d));
+            LKV__CUDA_CHECK(cudaMemsetAsync(p.counters, 0, cb, (cudaStream_t)stream));
+        }
     }
     if (p.n_splits > 65535) {
         return LKV_EINVAL;
@@ -871,7 +894,7 @@ extern "C" int lkv_attn_prefill_cuda(const lkv_prefill_args *a, void *workspace,
     if (rc != 0) {
         return rc;
     }
-    if (p.n_splits > 1) {
+    if (p.n_splits > 1 && !wg) {
         return lkv__merge_launch(a->shape.dtype, p.part_o, p.part_lse, a->n_new * p.n_q, p.n_splits,
                                  p.d, a->out, NULL, st);
     }

@@ -26,12 +26,14 @@ struct prefill_params {
     void *out;
     float *part_o;   /* [n_new * n_q][n_splits][d] */
     float *part_lse; /* [n_new * n_q][n_splits] (log2) */
+    int *counters;   /* wgmma kernel: [n_kv][row tiles] merge arrivals, zero between launches */
     int n_splits, refs_per_split;
     float scale_log2;
-    int dtype; /* enum lkv_dtype (bf16 or f16) */
-    int wg_bn; /* wgmma kernel: keys per tile (64, 96, or 128 at head_dim 128) */
-    int wg_qr; /* wgmma kernel: 1 = Q as a register operand of S = Q K^T (else shared memory) */
-    int wg_pp; /* wgmma kernel: 1 = ping-pong between the consumer warpgroups */
+    int dtype;  /* enum lkv_dtype (bf16 or f16) */
+    int wg_bn;  /* wgmma kernel: keys per tile (64, 96, or 128 at head_dim 128) */
+    int wg_qr;  /* wgmma kernel: 1 = Q as a register operand of S = Q K^T (else shared memory) */
+    int wg_nst; /* wgmma kernel: shared-memory stages of the ring (4, or 5 at head_dim 128) */
+    int wg_pp;  /* wgmma kernel: 1 = ping-pong between the consumer warpgroups */
 };
 
 /* Query rows per CTA of the wgmma kernel (two consumer warpgroups of 64 rows). */
@@ -43,7 +45,8 @@ struct prefill_params {
 int lkv__prefill_wgmma_ok(const prefill_params *p);
 
 /* Launches the wgmma kernel with p's split plan (p->n_splits CTAs per row tile and kv head;
- * the caller merges the partials). Returns 0, LKV_ECUDA (logged). */
+ * with more than one, the last CTA of each merges the partials in the same launch, on
+ * p->counters, which must be zero and are left zero). Returns 0, LKV_ECUDA (logged). */
 int lkv__prefill_wgmma_launch(const prefill_params *p, const lkv__dev_pe *pe,
                               const lkv__dev_slopes *sl, cudaStream_t st);
 

@@ -89,7 +89,8 @@ template <int D, int BN, int NST> struct wg_smem {
     static constexpr int OFF_REFS = OFF_META + NST * (int)sizeof(wg_meta<BN>);
     static constexpr int OFF_FREQ = OFF_REFS + WG_REF_WIN * 8;
     static constexpr int OFF_BAR = OFF_FREQ + 2 * 128 * 4;
-    static constexpr int TOTAL = OFF_BAR + 2 * NST * 8;
+    static constexpr int OFF_FLAG = OFF_BAR + 2 * NST * 8; /* the folded merge's "last" flag */
+    static constexpr int TOTAL = OFF_FLAG + 16;
     static constexpr int ALLOC = TOTAL + 1024; /* base aligned up to 1024 in the kernel */
 };
 
@@ -173,6 +174,86 @@ static __device__ __forceinline__ uint64_t wg_desc(uint32_t addr, uint32_t lbo, 
 {
     return (uint64_t)((addr & 0x3ffffu) >> 4) | ((uint64_t)(lbo >> 4) << 16) |
            ((uint64_t)(sbo >> 4) << 32) | (1ull << 62);
+}
+
+/* Split-KV merge folded into the launch (as the decode kernel's dec_merge_last): every CTA of
+ * a (row tile, kv head) has written its partial; the 256 consumer threads pass a named barrier,
+ * one of them counts the CTA's arrival on the tile's counter (acq_rel at gpu scope: it releases
+ * the barrier-ordered partial stores and, in the last CTA, acquires the others'), and the last
+ * CTA merges the n_splits partials of its rows by log-sum-exp (one warp per row, 4 columns a
+ * lane, partials read through L2), writes out and resets the counter to 0 for the next launch.
+ * A row with no keys gets zeros. flag: a free int of shared memory; t: 0..255. */
+template <typename T, int D>
+static __device__ __forceinline__ void merge_last(const prefill_params &p, int *flag, int t,
+                                                  int row0, int kvh)
+{
+    named_bar(3, 256);
+    int *ctr = p.counters + (size_t)kvh * gridDim.x + blockIdx.x;
+    if (t == 0) {
+        int prev;
+        asm volatile("atom.acq_rel.gpu.global.add.s32 %0, [%1], 1;\n"
+                     : "=r"(prev)
+                     : "l"(ctr)
+                     : "memory");
+        *flag = prev == p.n_splits - 1;
+    }
+    named_bar(3, 256);
+    if (!*flag) {
+        return;
+    }
+    const int S = p.n_splits, g = p.group, R = p.n_new * g;
+    const int warp = t >> 5, lane = t & 31;
+    for (int r = warp; r < WG_BM; r += 8) {
+        const int gr = row0 + r;
+        if (gr >= R) {
+            break;
+        }
+        const size_t orow = (size_t)(gr / g) * p.n_q + kvh * g + gr % g;
+        const float *lse = p.part_lse + orow * S;
+        float m = -INFINITY;
+        for (int s = lane; s < S; s += 32) {
+            m = fmaxf(m, __ldcg(lse + s));
+        }
+#pragma unroll
+        for (int off = 16; off > 0; off >>= 1) {
+            m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, off));
+        }
+        float sum = 0.0f;
+        if (m != -INFINITY) {
+            for (int s = lane; s < S; s += 32) {
+                sum += exp2f(__ldcg(lse + s) - m);
+            }
+        }
+#pragma unroll
+        for (int off = 16; off > 0; off >>= 1) {
+            sum += __shfl_xor_sync(0xffffffffu, sum, off);
+        }
+        const float inv = sum > 0.0f ? 1.0f / sum : 0.0f;
+        float4 acc = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+        if (lane * 4 < D && sum > 0.0f) {
+            const float *po = p.part_o + orow * S * D + lane * 4;
+            for (int s = 0; s < S; s++) {
+                const float w = exp2f(__ldcg(lse + s) - m) * inv;
+                if (w > 0.0f) {
+                    const float4 v = __ldcg((const float4 *)(po + (size_t)s * D));
+                    acc.x = fmaf(w, v.x, acc.x);
+                    acc.y = fmaf(w, v.y, acc.y);
+                    acc.z = fmaf(w, v.z, acc.z);
+                    acc.w = fmaf(w, v.w, acc.w);
+                }
+            }
+        }
+        if (lane * 4 < D) {
+            T *out = (T *)p.out + orow * D + lane * 4;
+            uint2 pk;
+            pk.x = lkv__elem<T>::pack2(acc.x, acc.y);
+            pk.y = lkv__elem<T>::pack2(acc.z, acc.w);
+            *(uint2 *)out = pk;
+        }
+    }
+    if (t == 0) {
+        *ctr = 0;
+    }
 }
 
 /* ---------------------------------------------------------------- the kernel */
@@ -733,6 +814,9 @@ __global__ void __launch_bounds__(WG_THREADS, 1)
                 }
             }
         }
+        if (p.n_splits > 1) {
+            merge_last<T, D>(p, (int *)(sm + L::OFF_FLAG), ct + 128 * c, row0, kvh);
+        }
     }
 #endif
 }
@@ -864,6 +948,9 @@ static int launch_t(const prefill_params *p, const lkv__dev_pe *pe, const lkv__d
         if (p->wg_bn == 96) {
             return qr ? launch<T, 128, 96, 3, true>(*p, *pe, *sl, st)
                       : launch<T, 128, 96, 3, false>(*p, *pe, *sl, st);
+        }
+        if (p->wg_nst == 5 && qr) {
+            return launch<T, 128, 64, 5, true>(*p, *pe, *sl, st);
         }
         return qr ? launch<T, 128, 64, 4, true>(*p, *pe, *sl, st)
                   : launch<T, 128, 64, 4, false>(*p, *pe, *sl, st);

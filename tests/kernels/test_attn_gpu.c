@@ -1221,15 +1221,19 @@ int main(int argc, char **argv)
         for (size_t i = 0; i < sizeof hopper_pf / sizeof hopper_pf[0]; i++) {
             run_prefill(idx++, &hopper_pf[i]);
         }
-        /* Forced split factors (partials through the merge) and one split over many
-         * references (the producer's reference window slides). */
-        const char *splits[] = {"3", "7", "1"};
+        /* Forced split factors (partials through the merge: the wgmma kernel's folded merge,
+         * the mma.sync kernel's merge kernel; 36 splits: more than a warp's 32 lanes in the
+         * folded merge), the short-question shape (64 new tokens, Llama-3-8B heads) and one
+         * split over many references (the producer's reference window slides). */
+        const char *splits[] = {"3", "7", "40", "8", "1"};
         const pf_cfg split_pf[] = {
             {LKV_DTYPE_BF16, 128, 32, 8, 0, 16, 70, 5, 800, 1},
             {LKV_DTYPE_F16, 64, 8, 2, 3, 8, 90, 4, 500, 0},
+            {LKV_DTYPE_BF16, 128, 32, 8, 0, 8, 64, 5, 3000, 0},
+            {LKV_DTYPE_F16, 128, 32, 8, 1, 16, 64, 5, 1200, 1},
             {LKV_DTYPE_BF16, 128, 8, 2, 1, 8, 40, 4, 1500, 0},
         };
-        for (int i = 0; i < 3; i++) {
+        for (int i = 0; i < 5; i++) {
             setenv("LKV_ATTN_PREFILL_SPLITS", splits[i], 1);
             run_prefill(idx++, &split_pf[i]);
         }
