@@ -742,8 +742,8 @@ static void fill_params(prefill_params *p, const lkv_prefill_args *a)
     p->wg_bn = bn == 96 || (bn == 128 && p->d == 128) ? bn : 64;
     e = getenv("LKV_ATTN_WG_QR");
     p->wg_qr = e != NULL ? atoi(e) != 0 : 1;
-    e = getenv("LKV_ATTN_WG_FOLD"); /* 0: merge split partials in a second kernel */
-    p->wg_fold = e != NULL ? atoi(e) != 0 : 1;
+    e = getenv("LKV_ATTN_WG_FOLD"); /* 1: fold the merge into the launch (measured slower) */
+    p->wg_fold = e != NULL ? atoi(e) != 0 : 0;
     e = getenv("LKV_ATTN_WG_NST"); /* 5: a deeper ring (head_dim 128, BN 64, Q in registers) */
     p->wg_nst = e != NULL && atoi(e) == 5 ? 5 : 4;
     e = getenv("LKV_ATTN_WG_PP");

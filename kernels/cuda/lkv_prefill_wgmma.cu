@@ -9,21 +9,25 @@
  * BN keys (template: 64, the default, or 96; a run of up to BN / B references with the same
  * document start; then the new tokens in tiles of BN, causally only up to the CTA's last
  * token), writes each tile's key positions into the stage's metadata and issues the tensor
- * copies (one box of B rows x 64 columns per block, per 64-column panel, for K and for V; new
- * tokens: one box of BN rows) into a ring of NST shared-memory stages (4; 3 at BN 96 and
- * head_dim 128), completing on the stage's "full" mbarrier. Its other warps exit (setmaxnreg
- * 40 / 232; ptxas still allocates the 168 registers of the launch bound everywhere).
+ * copies from its lanes in parallel (one box of B rows x 64 columns per block, per 64-column
+ * panel, for K and for V; new tokens: one box of BN rows, from lane 0) into a ring of NST
+ * shared-memory stages (4; 3 at BN 96 and head_dim 128; 5 and 2 as variants), completing on the
+ * stage's "full" mbarrier. Its other warps exit. setmaxnreg 56 / 224 (24 / 240 at BN 128):
+ * ptxas reports the launch bound's 168 but allocates each side's code against its own count.
  * Warpgroups 1 and 2 are consumers, 64 query rows each (BM = 128 per CTA, GQA rows packed as in
  * the mma.sync kernel: row = token * group + head-in-group). Consumer pipeline, FlashAttention-3's
- * intra-warpgroup overlap: iteration j issues S(j) = Q K(j) (wgmma m64nBNk16, Q and K from
- * shared memory) and O += P(j-1) V(j-1) (wgmma m64nDk16, P from registers in the accumulator
- * layout, V from shared memory MN-major) as two groups, waits for the first, runs the mask +
- * online softmax of tile j (log2 domain: the scale and log2(e) are folded into Q) while P V
+ * intra-warpgroup overlap: iteration j issues S(j) = Q K(j) (wgmma m64nBNk16, Q from registers:
+ * the rotated tile's A fragments, loaded by ldmatrix after each rotation (QR; else from shared
+ * memory), K from shared memory) and O += P(j-1) V(j-1) (wgmma m64nDk16, P from registers in the
+ * accumulator layout, V from shared memory MN-major) as two groups, waits for the first, runs the
+ * mask + online softmax of tile j (log2 domain: the scale and log2(e) are folded into Q) while P V
  * runs, waits for the second, hands stage j-1 back (one arrival per warp on its "empty"
  * mbarrier) and rescales O (only when a row maximum moved). Tile 0 is peeled and the last P V
  * issued after the loop, so no wgmma sits under a data-dependent branch (ptxas serialises
  * every wgmma of the function otherwise, C7520). Optional ping-pong (p.wg_pp): the two
- * consumers take turns issuing their products through named barriers.
+ * consumers take turns issuing their products through named barriers. Split launches write
+ * fp32 partials; with p.counters set the last CTA of each (row tile, kv head) merges them
+ * (merge_last), else the caller's merge kernel does.
  *
  * Shared memory layouts: every tile is stored as 64-column panels of [rows][64] 16-bit
  * elements, 128 bytes a row, with the 128-byte swizzle (16-byte chunk c of row r at chunk
