@@ -86,6 +86,7 @@ struct decode_params {
     int n_q, n_kv, group, head_chunks, d, L, B, layer;
     uint64_t slab_bytes;
     int n_splits, refs_per_split;
+    int pdl;          /* Launched with programmatic dependent launch (plan option). */
     float scale_log2; /* sm_scale * log2(e). */
 };
 
@@ -653,6 +654,107 @@ template <int D> static __device__ __forceinline__ int dswz(int row, int col)
     return row * D + ((((col >> 3) ^ (row & 7))) << 3) + (col & 7);
 }
 
+/* Loads this lane's raw query values (head gq of the chunk when hv, else zeros): the pairs of
+ * dims kk*16 + 2tq (+8) of every block kk, exactly the B-fragment elements it rotates and, for
+ * full-width RoPE, their partners. */
+template <typename T, int D>
+static __device__ __forceinline__ void dec_load_q(const T *qg, bool hv, int tq,
+                                                  uint32_t (&qraw)[D / 16][2])
+{
+#pragma unroll
+    for (int kk = 0; kk < D / 16; kk++) {
+#pragma unroll
+        for (int e2 = 0; e2 < 2; e2++) {
+            qraw[kk][e2] = hv ? __ldg((const unsigned int *)(qg + kk * 16 + 2 * tq + e2 * 8)) : 0u;
+        }
+    }
+}
+
+/* Rotates the chunk's raw query by q_pos - start, scales it by sc and rounds it once to 16 bits
+ * into this lane's Q^T B fragments qb (head gq; dims kk*16 + 2tq + {0,1} and +8). The warp's
+ * lanes share the angles: one sincos per pair, through the warp's csw ([D/2][2] cos, sin).
+ * Call with the whole warp. */
+template <typename T, int D>
+static __device__ __forceinline__ void
+dec_rotate_q(const lkv__dev_pe &pe, float *csw, const uint32_t (&qraw)[D / 16][2], const T *qg,
+             bool hv, int lane, int tq, int64_t pos, int64_t start, float sc,
+             uint32_t (&qb)[D / 16][2])
+{
+    const float delta = (float)(pos - start);
+    for (int j = lane; j < pe.n_pairs; j += 32) {
+        lkv__turn_sincos_fast(delta, pe.freq_hi[j], pe.freq_lo[j], &csw[2 * j + 1], &csw[2 * j]);
+    }
+    __syncwarp();
+    if (pe.n_pairs == D / 2 && pe.pairing == LKV_ROPE_HALF) {
+        /* Fast path, half-split pairs over the whole head: dims i < D/2 pair with i + D/2, so
+         * the fragments of blocks kk and kk + D/32 rotate together. */
+#pragma unroll
+        for (int kk = 0; kk < D / 32; kk++) {
+#pragma unroll
+            for (int e2 = 0; e2 < 2; e2++) {
+                const int i = kk * 16 + 2 * tq + e2 * 8;
+                const float2 x = lkv__elem<T>::to_f2(qraw[kk][e2]);
+                const float2 xp = lkv__elem<T>::to_f2(qraw[kk + D / 32][e2]);
+                const float4 cs = *(const float4 *)(csw + 2 * i); /* c0 s0 c1 s1 */
+                qb[kk][e2] = lkv__elem<T>::pack2(fmaf(-xp.x, cs.y, x.x * cs.x) * sc,
+                                                 fmaf(-xp.y, cs.w, x.y * cs.z) * sc);
+                qb[kk + D / 32][e2] = lkv__elem<T>::pack2(fmaf(x.x, cs.y, xp.x * cs.x) * sc,
+                                                          fmaf(x.y, cs.w, xp.y * cs.z) * sc);
+            }
+        }
+    } else if (pe.n_pairs == D / 2 && pe.pairing == LKV_ROPE_INTERLEAVED) {
+        /* Fast path, interleaved pairs over the whole head: a lane's two adjacent dims
+         * (2tq, 2tq + 1) of a fragment are one pair. */
+#pragma unroll
+        for (int kk = 0; kk < D / 16; kk++) {
+#pragma unroll
+            for (int e2 = 0; e2 < 2; e2++) {
+                const int i = kk * 16 + 2 * tq + e2 * 8;
+                const float2 x = lkv__elem<T>::to_f2(qraw[kk][e2]);
+                const float2 cs = *(const float2 *)(csw + i); /* pair i / 2: c, s */
+                qb[kk][e2] = lkv__elem<T>::pack2(fmaf(-x.y, cs.y, x.x * cs.x) * sc,
+                                                 fmaf(x.x, cs.y, x.y * cs.x) * sc);
+            }
+        }
+    } else if (pe.n_pairs == 0) {
+#pragma unroll
+        for (int kk = 0; kk < D / 16; kk++) {
+#pragma unroll
+            for (int e2 = 0; e2 < 2; e2++) {
+                const float2 x = lkv__elem<T>::to_f2(qraw[kk][e2]);
+                qb[kk][e2] = lkv__elem<T>::pack2(x.x * sc, x.y * sc);
+            }
+        }
+    } else {
+        /* Partial rotary: a partner may sit outside this lane's values; read it from the
+         * query in global memory (L1/L2 resident; rare configurations). */
+#pragma unroll
+        for (int kk = 0; kk < D / 16; kk++) {
+#pragma unroll
+            for (int e2 = 0; e2 < 2; e2++) {
+                const float2 x = lkv__elem<T>::to_f2(qraw[kk][e2]);
+                float v[2];
+#pragma unroll
+                for (int e1 = 0; e1 < 2; e1++) {
+                    const int i = kk * 16 + 2 * tq + e2 * 8 + e1;
+                    int pair = 0, partner = i;
+                    const int role = lkv__pair_of(i, pe.pairing, pe.n_pairs, &pair, &partner);
+                    float sn = 0.0f, cs = 1.0f, xp = 0.0f;
+                    if (role != 0) {
+                        cs = csw[2 * pair];
+                        sn = csw[2 * pair + 1];
+                        xp = hv ? lkv__elem<T>::to_f(qg[partner]) : 0.0f;
+                    }
+                    const float xi = e1 ? x.y : x.x;
+                    v[e1] = fmaf(xp, role > 0 ? -sn : sn, xi * cs) * sc;
+                }
+                qb[kk][e2] = lkv__elem<T>::pack2(v[0], v[1]);
+            }
+        }
+    }
+    __syncwarp(); /* csw is rewritten at the next rotation. */
+}
+
 template <typename T, int D, int NST>
 __global__ void __launch_bounds__(MMA_WARPS * 32)
     decode_mma_kernel(const decode_params p, const lkv__dev_pe pe, const lkv__dev_slopes sl)
@@ -680,8 +782,17 @@ __global__ void __launch_bounds__(MMA_WARPS * 32)
     float *accw = (float *)ring0;               /* [W][G][D], reuses the ring after the loop */
     T *ring = ring0 + (size_t)warp * NST * STAGE;
 
-    /* Latency chain at small batch: ref_offset -> refs -> the first K/V loads. The first
-     * steps are issued before the query is staged, so the query loads overlap them. */
+    /* The raw query first (this lane's B-fragment values, straight into registers, no shared
+     * staging and no barrier): it does not depend on the latency chain of batch 1 (q_pos,
+     * ref_offset -> refs -> the first K/V loads), so it lands while that chain is in flight
+     * and the first rotation below is done before the first K/V step arrives. Under
+     * programmatic dependent launch the previous kernel may write it: loaded after the wait. */
+    const bool hv = gq < nh;
+    const T *qg = (const T *)p.q + ((size_t)b * p.n_q + h0 + (hv ? gq : 0)) * D;
+    uint32_t qraw[D / 16][2];
+    if (!p.pdl) {
+        dec_load_q<T, D>(qg, hv, tq, qraw);
+    }
     const int64_t pos = p.q_pos[b];
     const int rend = p.ref_offset[b + 1];
     const int r0 = p.ref_offset[b] + split * p.refs_per_split;
@@ -724,35 +835,47 @@ __global__ void __launch_bounds__(MMA_WARPS * 32)
      * workspace, out) waits for it to complete. Without the launch attribute: a no-op. */
     const int64_t first_start = wk.r < wk.r1 ? (int64_t)lkv_ref_start(wk.cur) : -1;
     lkv__pdl_wait();
+    if (p.pdl) {
+        dec_load_q<T, D>(qg, hv, tq, qraw);
+    }
 #pragma unroll
     for (int s = 0; s < NST - 1; s++) {
         issue(&qu.ref[s], &qu.t0[s]);
     }
 
-    /* This lane's raw query values, straight from global memory into registers: head gq of
-     * the chunk, the pairs of dims kk*16 + 2tq (+8) of every block kk, exactly the B-fragment
-     * elements it rotates and, for full-width RoPE, their partners. No shared staging, so no
-     * barrier before the loop (the staging barrier waited on these loads for every warp). */
-    const T *qg = (const T *)p.q + ((size_t)b * p.n_q + h0 + (gq < nh ? gq : 0)) * D;
-    uint32_t qraw[D / 16][2];
+    /* Two rotated queries: qb for the document being consumed (cur_start), qb2 for the next
+     * one the producer has seen (start2, -1 when none), rotated as soon as its first step is
+     * issued, i.e. while earlier steps are in flight, so that a document change does not put
+     * the sincos and the fragment build between a landed step and its first MMA. Both
+     * rotations of a short walk happen here, in the prologue, under the first loads. */
+    const float sc = p.scale_log2;
+    uint32_t qb[D / 16][2];  /* Q^T B fragments: head gq, dims kk*16 + 2tq + {0,1} and +8 */
+    uint32_t qb2[D / 16][2]; /* The same for start2. */
+    float o[D / 16][4];      /* O^T accumulators: dims mt*16 + gq (+8), heads 2tq + {0,1} */
 #pragma unroll
-    for (int kk = 0; kk < D / 16; kk++) {
+    for (int mt = 0; mt < D / 16; mt++) {
+        o[mt][0] = o[mt][1] = o[mt][2] = o[mt][3] = 0.0f;
+        qb[mt][0] = qb[mt][1] = qb2[mt][0] = qb2[mt][1] = 0u;
+    }
+    int64_t cur_start = first_start, start2 = -1;
+    if (first_start >= 0) {
+        dec_rotate_q<T, D>(pe, csw, qraw, qg, hv, lane, tq, pos, first_start, sc, qb);
+    }
+    auto ahead = [&](uint64_t ref, int t) {
+        if (t >= 0 && start2 < 0) {
+            const int64_t s = lkv_ref_start(ref);
+            if (s != cur_start) {
+                dec_rotate_q<T, D>(pe, csw, qraw, qg, hv, lane, tq, pos, s, sc, qb2);
+                start2 = s;
+            }
+        }
+    };
 #pragma unroll
-        for (int e2 = 0; e2 < 2; e2++) {
-            qraw[kk][e2] =
-                gq < nh ? __ldg((const unsigned int *)(qg + kk * 16 + 2 * tq + e2 * 8)) : 0u;
-        }
+    for (int s = 0; s < NST - 1; s++) {
+        ahead(qu.ref[s], qu.t0[s]);
     }
-    /* The angles of the warp's first document while its first steps are in flight, not
-     * after they land (frequencies straight from the kernel parameters). */
-    int64_t cs_start = first_start;
-    if (cs_start >= 0) {
-        const float delta = (float)(pos - cs_start);
-        for (int j = lane; j < pe.n_pairs; j += 32) {
-            lkv__turn_sincos_fast(delta, pe.freq_hi[j], pe.freq_lo[j], &csw[2 * j + 1],
-                                  &csw[2 * j]);
-        }
-    }
+    ahead(wk.cur, wk.r < wk.r1 ? 0 : -1); /* The walk's next reference (already loaded). */
+
     /* This lane's two head columns of S^T / O^T. */
     float slope[2];
 #pragma unroll
@@ -760,16 +883,7 @@ __global__ void __launch_bounds__(MMA_WARPS * 32)
         const int h = 2 * tq + e;
         slope[e] = (alibi && h < nh) ? sl.s[h0 + h] * LKV__LOG2E : 0.0f;
     }
-
-    uint32_t qb[D / 16][2]; /* Q^T B fragments: head gq, dims kk*16 + 2tq + {0,1} and +8 */
-    float o[D / 16][4];     /* O^T accumulators: dims mt*16 + gq (+8), heads 2tq + {0,1} */
-#pragma unroll
-    for (int mt = 0; mt < D / 16; mt++) {
-        o[mt][0] = o[mt][1] = o[mt][2] = o[mt][3] = 0.0f;
-        qb[mt][0] = qb[mt][1] = 0u;
-    }
     float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};
-    int64_t cur_start = -1;
     int cslot = 0;
     for (;;) {
         uint64_t nref, ref;
@@ -784,103 +898,38 @@ __global__ void __launch_bounds__(MMA_WARPS * 32)
         const int valid = min((int)lkv_ref_valid(ref), p.B);
         if (start != cur_start) {
             cur_start = start;
-            /* The warp's lanes share the pairs' angles: one sincos per pair, via smem (the
-             * first document's were computed in the prologue). */
-            if (start != cs_start) {
-                cs_start = start;
-                const float delta = (float)(pos - start);
-                for (int j = lane; j < pe.n_pairs; j += 32) {
-                    lkv__turn_sincos_fast(delta, pe.freq_hi[j], pe.freq_lo[j], &csw[2 * j + 1],
-                                          &csw[2 * j]);
+            if (start == start2) {
+#pragma unroll
+                for (int kk = 0; kk < D / 16; kk++) {
+                    qb[kk][0] = qb2[kk][0];
+                    qb[kk][1] = qb2[kk][1];
                 }
+                start2 = -1;
+            } else { /* Not seen ahead (more than one new document within the ring). */
+                dec_rotate_q<T, D>(pe, csw, qraw, qg, hv, lane, tq, pos, start, sc, qb);
             }
-            __syncwarp();
-            const float sc = p.scale_log2;
-            if (pe.n_pairs == D / 2 && pe.pairing == LKV_ROPE_HALF) {
-                /* Fast path, half-split pairs over the whole head: dims i < D/2 pair with
-                 * i + D/2, so the fragments of blocks kk and kk + D/32 rotate together. */
-#pragma unroll
-                for (int kk = 0; kk < D / 32; kk++) {
-#pragma unroll
-                    for (int e2 = 0; e2 < 2; e2++) {
-                        const int i = kk * 16 + 2 * tq + e2 * 8;
-                        const float2 x = lkv__elem<T>::to_f2(qraw[kk][e2]);
-                        const float2 xp = lkv__elem<T>::to_f2(qraw[kk + D / 32][e2]);
-                        const float4 cs = *(const float4 *)(csw + 2 * i); /* c0 s0 c1 s1 */
-                        qb[kk][e2] = lkv__elem<T>::pack2(fmaf(-xp.x, cs.y, x.x * cs.x) * sc,
-                                                         fmaf(-xp.y, cs.w, x.y * cs.z) * sc);
-                        qb[kk + D / 32][e2] = lkv__elem<T>::pack2(
-                            fmaf(x.x, cs.y, xp.x * cs.x) * sc, fmaf(x.y, cs.w, xp.y * cs.z) * sc);
-                    }
-                }
-            } else if (pe.n_pairs == D / 2 && pe.pairing == LKV_ROPE_INTERLEAVED) {
-                /* Fast path, interleaved pairs over the whole head: a lane's two adjacent
-                 * dims (2tq, 2tq + 1) of a fragment are one pair. */
-#pragma unroll
-                for (int kk = 0; kk < D / 16; kk++) {
-#pragma unroll
-                    for (int e2 = 0; e2 < 2; e2++) {
-                        const int i = kk * 16 + 2 * tq + e2 * 8;
-                        const float2 x = lkv__elem<T>::to_f2(qraw[kk][e2]);
-                        const float2 cs = *(const float2 *)(csw + i); /* pair i / 2: c, s */
-                        qb[kk][e2] = lkv__elem<T>::pack2(fmaf(-x.y, cs.y, x.x * cs.x) * sc,
-                                                         fmaf(x.x, cs.y, x.y * cs.x) * sc);
-                    }
-                }
-            } else if (pe.n_pairs == 0) {
-#pragma unroll
-                for (int kk = 0; kk < D / 16; kk++) {
-#pragma unroll
-                    for (int e2 = 0; e2 < 2; e2++) {
-                        const float2 x = lkv__elem<T>::to_f2(qraw[kk][e2]);
-                        qb[kk][e2] = lkv__elem<T>::pack2(x.x * sc, x.y * sc);
-                    }
-                }
-            } else {
-                /* Partial rotary: a partner may sit outside this lane's values; read it from
-                 * the query in global memory (L1/L2 resident; rare configurations). */
-#pragma unroll
-                for (int kk = 0; kk < D / 16; kk++) {
-#pragma unroll
-                    for (int e2 = 0; e2 < 2; e2++) {
-                        const float2 x = lkv__elem<T>::to_f2(qraw[kk][e2]);
-                        float v[2];
-#pragma unroll
-                        for (int e1 = 0; e1 < 2; e1++) {
-                            const int i = kk * 16 + 2 * tq + e2 * 8 + e1;
-                            int pair = 0, partner = i;
-                            const int role =
-                                lkv__pair_of(i, pe.pairing, pe.n_pairs, &pair, &partner);
-                            float sn = 0.0f, cs = 1.0f, xp = 0.0f;
-                            if (role != 0) {
-                                cs = csw[2 * pair];
-                                sn = csw[2 * pair + 1];
-                                xp = gq < nh ? lkv__elem<T>::to_f(qg[partner]) : 0.0f;
-                            }
-                            const float xi = e1 ? x.y : x.x;
-                            v[e1] = fmaf(xp, role > 0 ? -sn : sn, xi * cs) * sc;
-                        }
-                        qb[kk][e2] = lkv__elem<T>::pack2(v[0], v[1]);
-                    }
-                }
-            }
-            __syncwarp(); /* csw is rewritten at the next document. */
         }
+        ahead(nref, nt0);
         const float kbias = alibi ? (float)(start + (int64_t)blk * p.B - pos) : 0.0f;
         {
             lkv__cp_async_wait<NST - 1>();
             __syncwarp();
             const T *st = ring + (size_t)cslot * STAGE;
             cslot = cslot + 1 == NST ? 0 : cslot + 1;
-            /* S^T = K Q^T. */
-            float sacc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+            /* S^T = K Q^T, as two independent accumulation chains (even and odd k blocks):
+             * half the dependent MMA latency before the softmax. */
+            float sacc[4] = {0.0f, 0.0f, 0.0f, 0.0f}, sacc2[4] = {0.0f, 0.0f, 0.0f, 0.0f};
 #pragma unroll
             for (int kk = 0; kk < D / 16; kk++) {
                 uint32_t a[4];
                 const int mm = lane >> 3;
                 lkv__ldsm_x4(a[0], a[1], a[2], a[3],
                              st + dswz<D>((mm & 1) * 8 + (lane & 7), kk * 16 + (mm >> 1) * 8));
-                lkv__mma<T>::run(sacc, a, qb[kk][0], qb[kk][1]);
+                lkv__mma<T>::run((kk & 1) ? sacc2 : sacc, a, qb[kk][0], qb[kk][1]);
+            }
+#pragma unroll
+            for (int e = 0; e < 4; e++) {
+                sacc[e] += sacc2[e];
             }
             /* Mask, bias, online softmax per head column (keys gq and gq + 8). */
 #pragma unroll
@@ -1198,6 +1247,7 @@ static int plan_fill(const lkv_decode_plan_cfg *cfg, lkv_decode_plan *pl)
     p->slab_bytes = lkv_slab_bytes(s);
     p->n_splits = pl->n_splits;
     p->refs_per_split = pl->refs_per_split;
+    p->pdl = pl->pdl;
     p->scale_log2 = cfg->sm_scale * LKV__LOG2E;
     return 0;
 }
