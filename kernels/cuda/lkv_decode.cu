@@ -183,22 +183,30 @@ static __device__ __forceinline__ void dec_store(const decode_params &p, const f
         scr[W * G + 2 * h + 1] = ls > 0.0f ? M + log2f(ls) : -INFINITY;
     }
     __syncthreads();
-    for (int i = threadIdx.x; i < nh * d; i += blockDim.x) {
-        const int h = i / d, dim = i - h * d;
-        float o = 0.0f;
+    /* Four consecutive dims per thread and item (d % 8 == 0): 16-byte loads of the warps'
+     * partials, one 8- or 16-byte store. */
+    const int d4 = d / 4;
+    for (int i = threadIdx.x; i < nh * d4; i += blockDim.x) {
+        const int h = i / d4, dim = 4 * (i - h * d4);
+        float4 o = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
 #pragma unroll
         for (int w = 0; w < W; w++) {
-            o = fmaf(accw[(w * G + h) * d + dim], scr[w * G + h], o);
+            const float4 a = *(const float4 *)(accw + (w * G + h) * d + dim);
+            const float sc = scr[w * G + h];
+            o = make_float4(fmaf(a.x, sc, o.x), fmaf(a.y, sc, o.y), fmaf(a.z, sc, o.z),
+                            fmaf(a.w, sc, o.w));
         }
-        const float res = o * scr[W * G + 2 * h], lse2 = scr[W * G + 2 * h + 1];
+        const float inv = scr[W * G + 2 * h], lse2 = scr[W * G + 2 * h + 1];
+        o = make_float4(o.x * inv, o.y * inv, o.z * inv, o.w * inv);
         const size_t row = (size_t)b * p.n_q + h0 + h;
         if (p.n_splits == 1) {
-            ((T *)p.out)[row * d + dim] = lkv__elem<T>::from_f(res);
+            *(uint2 *)((T *)p.out + row * d + dim) =
+                make_uint2(lkv__elem<T>::pack2(o.x, o.y), lkv__elem<T>::pack2(o.z, o.w));
             if (dim == 0 && p.lse != NULL) {
                 p.lse[row] = lse2 * LKV__LN2;
             }
         } else {
-            p.part_o[(row * p.n_splits + split) * d + dim] = res;
+            *(float4 *)(p.part_o + (row * p.n_splits + split) * d + dim) = o;
             if (dim == 0) {
                 p.part_lse[row * p.n_splits + split] = lse2;
             }
@@ -893,30 +901,18 @@ __global__ void __launch_bounds__(MMA_WARPS * 32)
         qb[mt][0] = qb[mt][1] = qb2[mt][0] = qb2[mt][1] = 0u;
     }
     int64_t cur_start = -1, start2 = -1;
-    {
-        static_assert(NST == 3, "the prologue looks at two queued steps");
-        int64_t c0 = qu.t0[0] >= 0 ? (int64_t)lkv_ref_start(qu.ref[0]) : -1;
-        int64_t c1 = qu.t0[1] >= 0 ? (int64_t)lkv_ref_start(qu.ref[1]) : -1;
-        int64_t c2 = wk.r < wk.r1 ? (int64_t)lkv_ref_start(wk.cur) : -1;
-#pragma unroll 1
-        for (int k = 0; k < 3 && start2 < 0; k++) {
-            const int64_t s = c0;
-            c0 = c1;
-            c1 = c2;
-            if (s < 0 || s == cur_start) {
-                continue;
-            }
-            dec_rotate_q<T, D, RM>(pe, csw, qraw, qg, hv, lane, tq, pos, s, sc, qb2);
-            if (cur_start < 0) {
-                cur_start = s;
+    if (qu.t0[0] >= 0) {
+        cur_start = lkv_ref_start(qu.ref[0]);
+        dec_rotate_q<T, D, RM>(pe, csw, qraw, qg, hv, lane, tq, pos, cur_start, sc, qb);
+        int64_t nx = wk.r < wk.r1 ? (int64_t)lkv_ref_start(wk.cur) : -1;
 #pragma unroll
-                for (int kk = 0; kk < D / 16; kk++) {
-                    qb[kk][0] = qb2[kk][0];
-                    qb[kk][1] = qb2[kk][1];
-                }
-            } else {
-                start2 = s;
-            }
+        for (int s = NST - 2; s >= 1; s--) { /* the earliest other start in sight wins */
+            const int64_t st = qu.t0[s] >= 0 ? (int64_t)lkv_ref_start(qu.ref[s]) : -1;
+            nx = st >= 0 && st != cur_start ? st : nx;
+        }
+        if (nx >= 0 && nx != cur_start) {
+            dec_rotate_q<T, D, RM>(pe, csw, qraw, qg, hv, lane, tq, pos, nx, sc, qb2);
+            start2 = nx;
         }
     }
 
@@ -970,12 +966,13 @@ __global__ void __launch_bounds__(MMA_WARPS * 32)
         }
         if (rs >= 0) {
             dec_rotate_q<T, D, RM>(pe, csw, qraw, qg, hv, lane, tq, pos, rs, sc, qb2);
-            if (now) {
+            if (now) { /* qb2 is taken: whatever was rotated ahead into it is gone */
 #pragma unroll
                 for (int kk = 0; kk < D / 16; kk++) {
                     qb[kk][0] = qb2[kk][0];
                     qb[kk][1] = qb2[kk][1];
                 }
+                start2 = -1;
             } else {
                 start2 = rs;
             }
