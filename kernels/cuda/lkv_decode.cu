@@ -61,12 +61,9 @@ extern "C" {
 #include "lkv_attn_cuda.h"
 }
 
-#define GEN_WARPS 4 /* Warps per CTA of the generic kernel. */
-#define MMA_WARPS 4 /* Warps per CTA of the tensor-core kernel. */
-#define DEC_NST   3 /* cp.async stages per warp (2 in flight while one is computed) */
-/* The tensor-core kernel's ring when the whole grid fits one CTA per SM (batch 1 over short
- * contexts: 4 references per warp): every step of a warp in flight from the prologue on. */
-#define DEC_NST_DEEP   5
+#define GEN_WARPS      4  /* Warps per CTA of the generic kernel. */
+#define MMA_WARPS      4  /* Warps per CTA of the tensor-core kernel. */
+#define DEC_NST        3  /* cp.async stages per warp (2 in flight while one is computed) */
 #define MERGE_INFLIGHT 16 /* partial loads in flight per thread in the folded merge */
 /* At least this many references per warp in a split. 2 gave 32 splits at batch 1 over 4k; 4
  * gives 16, measured faster on the H200 (2026-12-01: 16.3 against 19.0 us single launch, 12.7
@@ -1187,11 +1184,7 @@ template <typename T, int NST> static void pick_mma(lkv_decode_plan *pl)
 template <typename T> static void pick_kernel(lkv_decode_plan *pl)
 {
     if (pl->mma) {
-        if (pl->nst == DEC_NST_DEEP) {
-            pick_mma<T, DEC_NST_DEEP>(pl);
-        } else {
-            pick_mma<T, DEC_NST>(pl);
-        }
+        pick_mma<T, DEC_NST>(pl);
         return;
     }
     switch (pl->G) {
@@ -1252,8 +1245,7 @@ static int plan_fill(const lkv_decode_plan_cfg *cfg, lkv_decode_plan *pl)
     const int W = pl->mma ? MMA_WARPS : GEN_WARPS;
     pl->threads = W * 32;
     /* The ring depth is a template parameter of the tensor-core kernel; a 6-stage ring at one
-     * CTA per SM lost to 3 stages at two CTAs per SM at every batch but batch 1 over 4k
-     * (kernels/dev/README.md), so the deep ring is chosen below only for a one-wave grid. */
+     * CTA per SM lost to 3 stages at two CTAs per SM at every batch (kernels/dev/README.md). */
     pl->nst = DEC_NST;
     pl->pdl = cfg->pdl != 0;
     if (pl->mma) {
@@ -1277,12 +1269,11 @@ static int plan_fill(const lkv_decode_plan_cfg *cfg, lkv_decode_plan *pl)
     const long base = (long)cfg->batch * s->n_kv_heads * pl->head_chunks;
     const int max_refs = pl->max_refs;
     long splits;
-    int sms = 1;
     if (cfg->splits > 0) {
         const long cap1 = (max_refs + W - 1) / W; /* at most one reference per warp per split */
         splits = cfg->splits < cap1 ? cfg->splits : cap1;
     } else {
-        int dev = 0, per_sm = 1;
+        int dev = 0, sms = 1, per_sm = 1;
         LKV__CUDA_CHECK(cudaGetDevice(&dev));
         LKV__CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
         LKV__CUDA_CHECK(cudaFuncSetAttribute(
@@ -1311,18 +1302,6 @@ static int plan_fill(const lkv_decode_plan_cfg *cfg, lkv_decode_plan *pl)
     pl->n_splits = (max_refs + rps - 1) / rps;
     if (pl->n_splits < 1) {
         pl->n_splits = 1;
-    }
-    /* A grid that fits one CTA per SM (planner's choice only) gets the deep ring: its warps
-     * have a few steps each, all in flight at once instead of two. */
-    if (pl->mma && cfg->splits == 0 && base * pl->n_splits <= sms) {
-        pl->nst = DEC_NST_DEEP;
-        pl->smem = (size_t)(8 * d + 256 + 2 * W * 8 + W * d) * sizeof(float) +
-                   (size_t)W * pl->nst * 2 * 16 * d * 2;
-        if (s->dtype == LKV_DTYPE_BF16) {
-            pick_kernel<__nv_bfloat16>(pl);
-        } else {
-            pick_kernel<__half>(pl);
-        }
     }
     /* The folded merge reuses the CTA's shared memory. */
     const size_t merge_smem =
