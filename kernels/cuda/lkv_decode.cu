@@ -36,18 +36,24 @@
  *
  * Lazy RoPE (option B of DESIGN.md 10.2): keys are stored rotated at document-local positions,
  * so only the query is rotated, by q_pos - start, whenever the warp's walk enters a reference
- * with a new document start (the tensor-core path computes one sincos per pair per warp and
- * shares it through shared memory; the first document's while the first steps are in flight;
- * full-width half-split and interleaved RoPE take branch-free fast paths). Angles use the exact
+ * with a new document start. The tensor-core path computes one sincos per pair per warp and
+ * shares it through shared memory; its rotation path (none, full-width half-split, full-width
+ * interleaved, partial) is a template constant chosen by the plan; it rotates the first
+ * document in the prologue, under the first loads, and the next document ahead (a second set
+ * of B fragments) as soon as the producer has issued a step of it. Angles use the exact
  * integer offset (hi/lo turns, sincospif) and fp32 math; the softmax scale and log2(e) are folded
- * in. The raw query is kept in shared memory as fp32 so rotations never compound. ALiBi adds slope
- * * ((start + block * B + t) - q_pos), exact integers converted once.
+ * in. The raw query is kept (fp32 in shared memory in the generic path, 16-bit in registers in
+ * the tensor-core one) so rotations never compound. ALiBi adds slope * ((start + block * B + t)
+ * - q_pos), exact integers converted once.
  *
  * Softmax: log2 domain, online per step; the running max is uniform over the lanes that share
  * a head, so partial sums are on one scale and are reduced once at the end.
  *
- * Batch-1 latency (ncu on the H200, kernels/dev/README.md round 3): the query is staged with one
- * 16-byte load per thread (a scalar loop was 29% of the stall samples); the kernels declare no
+ * Batch-1 latency (ncu on the H200, kernels/dev/README.md rounds 3 and 5): at batch 1 a warp
+ * is alone on its scheduler and runs at 7-8 cycles per instruction, so the instruction count
+ * of its path is its time: the tensor-core kernel forms every cp.async and ldmatrix address
+ * from per-lane constants plus immediates, loads the raw query before the reference chain,
+ * accumulates S in two independent MMA chains and stores 4 dims per thread; the kernels declare no
  * static shared memory (it moved the swizzled ring off 128-byte alignment and doubled the L2
  * sector requests of every cp.async); the merge's arrival is one acq_rel atomic per CTA after a
  * barrier, not a fence per thread. Optional programmatic dependent launch (plan option) lets a
