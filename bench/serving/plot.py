@@ -113,6 +113,18 @@ def markdown(d):
             t = tput(p, b)
             cells.append("%.3f (%.0f)" % (t["rps"], t["tok_s"]) if t else "")
         out.append("| " + " | ".join(cells) + " |")
+    rows = [(p, t) for p in pts for t in p["throughput"] if "hit_rate_tokens" in t]
+    if rows:
+        out += ["", "Throughput phase (the engine; hit % of its requests, Reserves answered "
+                "'being computed' by another request in flight, prefill units, decode steps, largest "
+                "step in tokens):", "", "| workload | alpha | budget | mode | policy | B | r/s | "
+                "TTFT p50 ms | hit % | busy | prefill units | decode steps | max step |",
+                "|" + "---|" * 13]
+        for p, t in rows:
+            out.append("| %s | %g | %s | %s | %s | %d | %.3f | %.0f | %.1f | %d | %d | %d | %d |" % (
+                p["workload"], p["alpha"], gib(p["budget_bytes"]), p["mode"], p["policy"],
+                t["batch"], t["rps"], t.get("ttft_p50_ms", 0), t["hit_rate_tokens"],
+                t["reserve_busy"], t["prefill_units"], t["decode_steps"], t["max_step_tokens"]))
     small = min(p["budget_bytes"] for p in pts)
     head = [p for p in pts if p["workload"] == "paper" and p["alpha"] == 2.1 and
             p["policy"] == "adaptive" and (p["budget_bytes"] == small or p["mode"] == "none")]
