@@ -995,6 +995,40 @@ static int docref_fill(const lkv_docref *r, Lazykv__V1__DocRef *d, Lazykv__V1__T
     return 0;
 }
 
+/* The DocRef messages of a Lookup or Attach request: built from the caller's refs, which they
+ * borrow (keys and token arrays are not copied); owned by the caller, released with
+ * docrefs_free. */
+typedef struct docrefs {
+    Lazykv__V1__DocRef *ds;
+    Lazykv__V1__TokenDoc *ts;
+    Lazykv__V1__DocRef **dp;
+} docrefs;
+
+static void docrefs_free(docrefs *d)
+{
+    free(d->dp);
+    free(d->ts);
+    free(d->ds);
+}
+
+/* Fills d from refs[0..n) (n may be 0); on an error the arrays are still allocated and
+ * docrefs_free must be called. */
+static int docrefs_build(docrefs *d, const lkv_docref *refs, size_t n)
+{
+    size_t cap = n ? n : 1;
+    d->ds = lkv_xcalloc(cap, sizeof(*d->ds));
+    d->ts = lkv_xcalloc(cap, sizeof(*d->ts));
+    d->dp = lkv_xcalloc(cap, sizeof(*d->dp));
+    for (size_t i = 0; i < n; i++) {
+        int rc = docref_fill(&refs[i], &d->ds[i], &d->ts[i]);
+        if (rc != 0) {
+            return rc;
+        }
+        d->dp[i] = &d->ds[i];
+    }
+    return 0;
+}
+
 static void copy_name(char *dst, size_t cap, const char *src)
 {
     snprintf(dst, cap, "%s", src != NULL ? src : "");
@@ -1007,20 +1041,14 @@ int lkv_client_lookup(lkv_client_t *c, const lkv_docref *refs, size_t n, int dea
     if (n == 0) {
         return err_local(LKV_EINVAL, "lookup: no documents");
     }
-    Lazykv__V1__DocRef *ds = lkv_xcalloc(n, sizeof(*ds));
-    Lazykv__V1__TokenDoc *ts = lkv_xcalloc(n, sizeof(*ts));
-    Lazykv__V1__DocRef **dp = lkv_xcalloc(n, sizeof(*dp));
-    int rc = 0;
-    for (size_t i = 0; i < n; i++) {
-        rc = docref_fill(&refs[i], &ds[i], &ts[i]);
-        if (rc != 0) {
-            goto out;
-        }
-        dp[i] = &ds[i];
+    docrefs d;
+    int rc = docrefs_build(&d, refs, n);
+    if (rc != 0) {
+        goto out;
     }
     Lazykv__V1__LookupRequest req = LAZYKV__V1__LOOKUP_REQUEST__INIT;
     req.n_docs = n;
-    req.docs = dp;
+    req.docs = d.dp;
     ProtobufCMessage *m = NULL;
     rc = unary(c, "/lazykv.v1.Cache/Lookup", &req.base, &lazykv__v1__lookup_response__descriptor,
                deadline_ms, &m);
@@ -1048,9 +1076,7 @@ int lkv_client_lookup(lkv_client_t *c, const lkv_docref *refs, size_t n, int dea
     }
     lkv_pb_free(m);
 out:
-    free(dp);
-    free(ts);
-    free(ds);
+    docrefs_free(&d);
     return rc;
 }
 
@@ -1874,21 +1900,15 @@ static int attach_call(lkv_client_t *c, const lkv_docref *refs, size_t n, const 
     if (n == 0 && lease_id == NULL) {
         return err_local(LKV_EINVAL, "attach: no documents");
     }
-    Lazykv__V1__DocRef *ds = lkv_xcalloc(n ? n : 1, sizeof(*ds));
-    Lazykv__V1__TokenDoc *ts = lkv_xcalloc(n ? n : 1, sizeof(*ts));
-    Lazykv__V1__DocRef **dp = lkv_xcalloc(n ? n : 1, sizeof(*dp));
     ProtobufCMessage *m = NULL;
-    int rc = 0;
-    for (size_t i = 0; i < n; i++) {
-        rc = docref_fill(&refs[i], &ds[i], &ts[i]);
-        if (rc != 0) {
-            goto out;
-        }
-        dp[i] = &ds[i];
+    docrefs d;
+    int rc = docrefs_build(&d, refs, n);
+    if (rc != 0) {
+        goto out;
     }
     Lazykv__V1__AttachRequest req = LAZYKV__V1__ATTACH_REQUEST__INIT;
     req.n_docs = n;
-    req.docs = dp;
+    req.docs = d.dp;
     req.ttl_ms = ttl_ms;
     req.mode = mode == 1 ? LAZYKV__V1__ATTACH_MODE__ATTACH_MODE_PRESENT
                          : LAZYKV__V1__ATTACH_MODE__ATTACH_MODE_ALL;
@@ -1941,9 +1961,7 @@ out:
     if (rc != 0) {
         lkv_lease_free(out);
     }
-    free(dp);
-    free(ts);
-    free(ds);
+    docrefs_free(&d);
     return rc;
 }
 

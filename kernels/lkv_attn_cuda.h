@@ -26,13 +26,15 @@
  * Split-KV workspace. Decode and prefill split long key ranges over several CTAs and merge the
  * partial results by log-sum-exp: decode inside the same launch (the last CTA of a sequence
  * merges; the decode plan owns or borrows its workspace, see below), prefill in a second
- * kernel. The one-shot launchers need device scratch of lkv_attn_*_cuda_workspace() bytes: pass
- * it (workspace, workspace_bytes) to keep the call allocation-free and stream-safe (one
- * workspace serves one stream at a time; decode and prefill may share it). With workspace ==
- * NULL they use one process-wide cached cudaMalloc buffer that grows on demand (a grow frees the
- * old buffer, which synchronises the device); that buffer is shared, so NULL is only for
- * single-stream use (tests, tools). The one-shot decode also plans on every call and zeroes the
- * merge counters with a cudaMemsetAsync: model runners use a decode plan instead.
+ * kernel (or, with LKV_ATTN_WG_FOLD=1 on Hopper, in the same launch on merge counters that the
+ * prefill workspace also holds and that the launcher zeroes with a cudaMemsetAsync). The one-shot
+ * launchers need device scratch of lkv_attn_*_cuda_workspace() bytes: pass it (workspace,
+ * workspace_bytes) to keep the call allocation-free and stream-safe (one workspace serves one
+ * stream at a time; decode and prefill may share it). With workspace == NULL they use one
+ * process-wide cached cudaMalloc buffer that grows on demand (a grow frees the old buffer, which
+ * synchronises the device); that buffer is shared, so NULL is only for single-stream use (tests,
+ * tools). The one-shot decode also plans on every call and zeroes the merge counters with a
+ * cudaMemsetAsync: model runners use a decode plan instead.
  */
 #ifndef LKV_ATTN_CUDA_H
 #define LKV_ATTN_CUDA_H

@@ -18,6 +18,11 @@
 #   CHECK_TIMEOUT, BENCH_TIMEOUT  seconds (default 240, 300): a hung kernel cannot eat the call
 #   NCU          space-separated "kernel-regex|LKV_BENCH_ONLY[|set]" items (set: a ncu --set name,
 #                default the sections listed below)
+#   NCU_SRC      with STEPS word "ncusrc": space-separated "kernel-regex|LKV_BENCH_ONLY" items;
+#                each gets ncu_source.sh's full report and SASS source page ($OUT/ncu_srcN.csv
+#                and .txt: stall samples per instruction)
+#   NOBUILD=1    use the programs already in $BUILD/bin (built on the dev machine and carried:
+#                same nvcc 13.0, sm_90), no configure or build here
 #   LKV_GPU_CHECK_CASES  scales the random cases of the GPU check (default 2)
 # Usage: bash bench/kernels/run_gpu.sh
 set -uo pipefail
@@ -32,7 +37,9 @@ rc_all=0
 log "configure + build ($BUILD)"
 DEV=OFF; TARGETS="test_attn_gpu bench_attn"
 if has dev; then DEV=ON; TARGETS="$TARGETS dev_decode_v1 dev_decode_v4 dev_decode_current"; fi
-if ! { cmake -S . -B "$BUILD" -G Ninja -DLAZYKV_KERNELS_ONLY=ON -DCMAKE_BUILD_TYPE=Release \
+if [ "${NOBUILD:-0}" = 1 ]; then
+  echo "prebuilt programs in $BUILD/bin" >"$OUT/build.log"
+elif ! { cmake -S . -B "$BUILD" -G Ninja -DLAZYKV_KERNELS_ONLY=ON -DCMAKE_BUILD_TYPE=Release \
          -DCMAKE_CUDA_ARCHITECTURES=90 -DLKV_KERNELS_DEV=$DEV >"$OUT/build.log" 2>&1 &&
        cmake --build "$BUILD" -j "$(nproc)" --target $TARGETS >>"$OUT/build.log" 2>&1; }; then
   tail -30 "$OUT/build.log"; echo "BUILD FAILED"; exit 1
@@ -120,6 +127,16 @@ if has ncu && [ -n "${NCU:-}" ]; then
     echo "ncu rc=$?"
     tail -n +1 "$OUT/ncu.txt" | awk -v n="######## ncu $i:" 'index($0,n)==1{p=1} p' |
       grep -E "Duration|DRAM Throughput|Memory Throughput|Achieved Occupancy|Registers Per|Grid Size|Block Size|Warp Cycles Per Issued|Issued Ipc|L2 Hit|Eligible Warps|No Eligible|Theoretical Occ|Waves Per|Dynamic Shared" | head -24
+  done
+fi
+
+if has ncusrc && [ -n "${NCU_SRC:-}" ]; then
+  i=0
+  for item in $NCU_SRC; do
+    k=${item%%|*}; only=${item#*|}; i=$((i + 1))
+    log "ncu source page $i: $k at $only"
+    LKV_BENCH_ONLY=$only LKV_BENCH_REPS=1 bash bench/kernels/ncu_source.sh "$OUT/ncu_src$i.csv" \
+      "$k" 2 "$BUILD/bin/bench_attn" /tmp/ncu_src.jsonl
   done
 fi
 

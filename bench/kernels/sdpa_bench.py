@@ -18,7 +18,8 @@ timing, medians:
            causal mask (torch.nn.attention.bias.causal_lower_right), default dispatcher;
   gemm     torch.matmul bf16 8192 x 8192 x 8192: the tensor-core ceiling;
   copy     torch copy_ of 4 GiB (read + write bytes): the bandwidth ceiling.
-Arguments after the output: "quick" skips batches above 16; "prefill" skips decode.
+Arguments after the output: "quick" skips batches above 16; "prefill" skips decode; "decode"
+skips prefill.
 """
 import json
 import sys
@@ -120,6 +121,7 @@ def main():
     out = open(sys.argv[1] if len(sys.argv) > 1 else "sdpa.jsonl", "w")
     quick = "quick" in sys.argv[2:]
     prefill_only = "prefill" in sys.argv[2:]
+    decode_only = "decode" in sys.argv[2:]
 
     def emit(rec):
         out.write(json.dumps(rec) + "\n")
@@ -222,7 +224,7 @@ def main():
         from torch.nn.attention.bias import causal_lower_right
     except ImportError:  # pragma: no cover
         causal_lower_right = None
-    for ctx in (8192, 32768):
+    for ctx in (() if decode_only else (8192, 32768)):
         for n_new in (64, 512, 2048):
             q = rnd(1, HQ, n_new, D)
             k = rnd(1, HKV, ctx + n_new, D)

@@ -17,6 +17,13 @@ static __device__ __forceinline__ void lkv__cp_async16(void *dst, const void *sr
     const int n = valid ? 16 : 0;
     asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(d), "l"(src), "r"(n));
 }
+/* The same with the destination as a shared-memory address (lkv__smem_u32), so that callers
+ * can form it with adds and XORs of per-lane constants. */
+static __device__ __forceinline__ void lkv__cp_async16_s(uint32_t dst, const void *src, bool valid)
+{
+    const int n = valid ? 16 : 0;
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(n));
+}
 static __device__ __forceinline__ void lkv__cp_async_commit()
 {
     asm volatile("cp.async.commit_group;\n" ::);
@@ -46,6 +53,22 @@ static __device__ __forceinline__ void lkv__ldsm_x4_t(uint32_t &r0, uint32_t &r1
     asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
                  : "=r"(r0), "=r"(r1), "=r"(r2), "=r"(r3)
                  : "r"(lkv__smem_u32(p)));
+}
+
+/* The same from a shared-memory address (lkv__smem_u32). */
+static __device__ __forceinline__ void lkv__ldsm_x4_s(uint32_t &r0, uint32_t &r1, uint32_t &r2,
+                                                      uint32_t &r3, uint32_t a)
+{
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+                 : "=r"(r0), "=r"(r1), "=r"(r2), "=r"(r3)
+                 : "r"(a));
+}
+static __device__ __forceinline__ void lkv__ldsm_x4_t_s(uint32_t &r0, uint32_t &r1, uint32_t &r2,
+                                                        uint32_t &r3, uint32_t a)
+{
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+                 : "=r"(r0), "=r"(r1), "=r"(r2), "=r"(r3)
+                 : "r"(a));
 }
 
 /* Transposes an 8x8 16-bit matrix held in the standard fragment layout. */

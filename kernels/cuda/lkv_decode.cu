@@ -36,18 +36,24 @@
  *
  * Lazy RoPE (option B of DESIGN.md 10.2): keys are stored rotated at document-local positions,
  * so only the query is rotated, by q_pos - start, whenever the warp's walk enters a reference
- * with a new document start (the tensor-core path computes one sincos per pair per warp and
- * shares it through shared memory; the first document's while the first steps are in flight;
- * full-width half-split and interleaved RoPE take branch-free fast paths). Angles use the exact
+ * with a new document start. The tensor-core path computes one sincos per pair per warp and
+ * shares it through shared memory; its rotation path (none, full-width half-split, full-width
+ * interleaved, partial) is a template constant chosen by the plan; it rotates the first
+ * document in the prologue, under the first loads, and the next document ahead (a second set
+ * of B fragments) as soon as the producer has issued a step of it. Angles use the exact
  * integer offset (hi/lo turns, sincospif) and fp32 math; the softmax scale and log2(e) are folded
- * in. The raw query is kept in shared memory as fp32 so rotations never compound. ALiBi adds slope
- * * ((start + block * B + t) - q_pos), exact integers converted once.
+ * in. The raw query is kept (fp32 in shared memory in the generic path, 16-bit in registers in
+ * the tensor-core one) so rotations never compound. ALiBi adds slope * ((start + block * B + t)
+ * - q_pos), exact integers converted once.
  *
  * Softmax: log2 domain, online per step; the running max is uniform over the lanes that share
  * a head, so partial sums are on one scale and are reduced once at the end.
  *
- * Batch-1 latency (ncu on the H200, kernels/dev/README.md round 3): the query is staged with one
- * 16-byte load per thread (a scalar loop was 29% of the stall samples); the kernels declare no
+ * Batch-1 latency (ncu on the H200, kernels/dev/README.md rounds 3 and 5): at batch 1 a warp
+ * is alone on its scheduler and runs at 7-8 cycles per instruction, so the instruction count
+ * of its path is its time: the tensor-core kernel forms every cp.async and ldmatrix address
+ * from per-lane constants plus immediates, loads the raw query before the reference chain,
+ * accumulates S in two independent MMA chains and stores 4 dims per thread; the kernels declare no
  * static shared memory (it moved the swizzled ring off 128-byte alignment and doubled the L2
  * sector requests of every cp.async); the merge's arrival is one acq_rel atomic per CTA after a
  * barrier, not a fence per thread. Optional programmatic dependent launch (plan option) lets a
@@ -86,6 +92,7 @@ struct decode_params {
     int n_q, n_kv, group, head_chunks, d, L, B, layer;
     uint64_t slab_bytes;
     int n_splits, refs_per_split;
+    int pdl;          /* Launched with programmatic dependent launch (plan option). */
     float scale_log2; /* sm_scale * log2(e). */
 };
 
@@ -162,8 +169,9 @@ static __device__ __forceinline__ void dec_store(const decode_params &p, const f
                                                  const float *lw, const float *accw, float *scr,
                                                  int nh, int d, int b, int h0, int split)
 {
-    /* Per head: the common max, each warp's scale and the total sum, once (scr: [W][G] scales,
-     * then [G][2] max and sum; shared memory not otherwise in use here). */
+    /* Per head, once: the common max, each warp's scale, the reciprocal of the total sum and
+     * the log2 sum (scr: [W][G] scales, then [G][2] reciprocal and lse2; shared memory not
+     * otherwise in use here), so the loop over the elements is a few FMAs and a store. */
     for (int h = threadIdx.x; h < nh; h += blockDim.x) {
         float M = -INFINITY;
 #pragma unroll
@@ -177,28 +185,34 @@ static __device__ __forceinline__ void dec_store(const decode_params &p, const f
             scr[w * G + h] = sc;
             ls += lw[w * G + h] * sc;
         }
-        scr[W * G + 2 * h] = M;
-        scr[W * G + 2 * h + 1] = ls;
+        scr[W * G + 2 * h] = ls > 0.0f ? 1.0f / ls : 0.0f;
+        scr[W * G + 2 * h + 1] = ls > 0.0f ? M + log2f(ls) : -INFINITY;
     }
     __syncthreads();
-    for (int i = threadIdx.x; i < nh * d; i += blockDim.x) {
-        const int h = i / d, dim = i - h * d;
-        float o = 0.0f;
+    /* Four consecutive dims per thread and item (d % 8 == 0): 16-byte loads of the warps'
+     * partials, one 8- or 16-byte store. */
+    const int d4 = d / 4;
+    for (int i = threadIdx.x; i < nh * d4; i += blockDim.x) {
+        const int h = i / d4, dim = 4 * (i - h * d4);
+        float4 o = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
 #pragma unroll
         for (int w = 0; w < W; w++) {
-            o = fmaf(accw[(w * G + h) * d + dim], scr[w * G + h], o);
+            const float4 a = *(const float4 *)(accw + (w * G + h) * d + dim);
+            const float sc = scr[w * G + h];
+            o = make_float4(fmaf(a.x, sc, o.x), fmaf(a.y, sc, o.y), fmaf(a.z, sc, o.z),
+                            fmaf(a.w, sc, o.w));
         }
-        const float M = scr[W * G + 2 * h], ls = scr[W * G + 2 * h + 1];
+        const float inv = scr[W * G + 2 * h], lse2 = scr[W * G + 2 * h + 1];
+        o = make_float4(o.x * inv, o.y * inv, o.z * inv, o.w * inv);
         const size_t row = (size_t)b * p.n_q + h0 + h;
-        const float res = ls > 0.0f ? o / ls : 0.0f;
-        const float lse2 = ls > 0.0f ? M + log2f(ls) : -INFINITY;
         if (p.n_splits == 1) {
-            ((T *)p.out)[row * d + dim] = lkv__elem<T>::from_f(res);
+            *(uint2 *)((T *)p.out + row * d + dim) =
+                make_uint2(lkv__elem<T>::pack2(o.x, o.y), lkv__elem<T>::pack2(o.z, o.w));
             if (dim == 0 && p.lse != NULL) {
-                p.lse[row] = ls > 0.0f ? lse2 * LKV__LN2 : -INFINITY;
+                p.lse[row] = lse2 * LKV__LN2;
             }
         } else {
-            p.part_o[(row * p.n_splits + split) * d + dim] = res;
+            *(float4 *)(p.part_o + (row * p.n_splits + split) * d + dim) = o;
             if (dim == 0) {
                 p.part_lse[row * p.n_splits + split] = lse2;
             }
@@ -653,7 +667,121 @@ template <int D> static __device__ __forceinline__ int dswz(int row, int col)
     return row * D + ((((col >> 3) ^ (row & 7))) << 3) + (col & 7);
 }
 
-template <typename T, int D, int NST>
+/* Loads this lane's raw query values (head gq of the chunk when hv, else zeros): the pairs of
+ * dims kk*16 + 2tq (+8) of every block kk, exactly the B-fragment elements it rotates and, for
+ * full-width RoPE, their partners. */
+template <typename T, int D>
+static __device__ __forceinline__ void dec_load_q(const T *qg, bool hv, int tq,
+                                                  uint32_t (&qraw)[D / 16][2])
+{
+#pragma unroll
+    for (int kk = 0; kk < D / 16; kk++) {
+#pragma unroll
+        for (int e2 = 0; e2 < 2; e2++) {
+            qraw[kk][e2] = hv ? __ldg((const unsigned int *)(qg + kk * 16 + 2 * tq + e2 * 8)) : 0u;
+        }
+    }
+}
+
+/* How the tensor-core kernel rotates its query, fixed by the plan (a template constant: each
+ * kernel carries one rotation path; four inlined paths per call site made the batch-1 kernel
+ * 15k instructions long, and its warps waited on instruction fetch, ncu 2026-12-01). */
+enum {
+    DEC_RM_NONE = 0,  /* no RoPE (none, ALiBi, LKV_ATTN_NO_ROTATE): scale only */
+    DEC_RM_HALF = 1,  /* half-split pairs over the whole head (Llama) */
+    DEC_RM_INTER = 2, /* interleaved pairs over the whole head (GPT-J) */
+    DEC_RM_PART = 3,  /* partial rotary, either pairing */
+};
+
+/* Rotates the chunk's raw query by q_pos - start, scales it by sc and rounds it once to 16 bits
+ * into this lane's Q^T B fragments qb (head gq; dims kk*16 + 2tq + {0,1} and +8). The warp's
+ * lanes share the angles: one sincos per pair, scaled by sc, through the warp's csw ([D/2][2]
+ * cos, sin). Call with the whole warp. */
+template <typename T, int D, int RM>
+static __device__ __forceinline__ void
+dec_rotate_q(const lkv__dev_pe &pe, float *csw, const uint32_t (&qraw)[D / 16][2], const T *qg,
+             bool hv, int lane, int tq, int64_t pos, int64_t start, float sc,
+             uint32_t (&qb)[D / 16][2])
+{
+    if (RM == DEC_RM_NONE) {
+#pragma unroll
+        for (int kk = 0; kk < D / 16; kk++) {
+#pragma unroll
+            for (int e2 = 0; e2 < 2; e2++) {
+                const float2 x = lkv__elem<T>::to_f2(qraw[kk][e2]);
+                qb[kk][e2] = lkv__elem<T>::pack2(x.x * sc, x.y * sc);
+            }
+        }
+        return;
+    }
+    const float delta = (float)(pos - start);
+    for (int j = lane; j < pe.n_pairs; j += 32) {
+        float s, c;
+        lkv__turn_sincos_fast(delta, pe.freq_hi[j], pe.freq_lo[j], &s, &c);
+        *(float2 *)(csw + 2 * j) = make_float2(c * sc, s * sc);
+    }
+    __syncwarp();
+    if (RM == DEC_RM_HALF) {
+        /* Dims i < D/2 pair with i + D/2: the fragments of blocks kk and kk + D/32 rotate
+         * together. */
+#pragma unroll
+        for (int kk = 0; kk < D / 32; kk++) {
+#pragma unroll
+            for (int e2 = 0; e2 < 2; e2++) {
+                const int i = kk * 16 + 2 * tq + e2 * 8;
+                const float2 x = lkv__elem<T>::to_f2(qraw[kk][e2]);
+                const float2 xp = lkv__elem<T>::to_f2(qraw[kk + D / 32][e2]);
+                const float4 cs = *(const float4 *)(csw + 2 * i); /* c0 s0 c1 s1 */
+                qb[kk][e2] = lkv__elem<T>::pack2(fmaf(-xp.x, cs.y, x.x * cs.x),
+                                                 fmaf(-xp.y, cs.w, x.y * cs.z));
+                qb[kk + D / 32][e2] =
+                    lkv__elem<T>::pack2(fmaf(x.x, cs.y, xp.x * cs.x), fmaf(x.y, cs.w, xp.y * cs.z));
+            }
+        }
+    } else if (RM == DEC_RM_INTER) {
+        /* A lane's two adjacent dims (2tq, 2tq + 1) of a fragment are one pair. */
+#pragma unroll
+        for (int kk = 0; kk < D / 16; kk++) {
+#pragma unroll
+            for (int e2 = 0; e2 < 2; e2++) {
+                const int i = kk * 16 + 2 * tq + e2 * 8;
+                const float2 x = lkv__elem<T>::to_f2(qraw[kk][e2]);
+                const float2 cs = *(const float2 *)(csw + i); /* pair i / 2: c, s */
+                qb[kk][e2] =
+                    lkv__elem<T>::pack2(fmaf(-x.y, cs.y, x.x * cs.x), fmaf(x.x, cs.y, x.y * cs.x));
+            }
+        }
+    } else {
+        /* Partial rotary: a partner may sit outside this lane's values; read it from the
+         * query in global memory (L1/L2 resident; rare configurations). */
+#pragma unroll
+        for (int kk = 0; kk < D / 16; kk++) {
+#pragma unroll
+            for (int e2 = 0; e2 < 2; e2++) {
+                const float2 x = lkv__elem<T>::to_f2(qraw[kk][e2]);
+                float v[2];
+#pragma unroll
+                for (int e1 = 0; e1 < 2; e1++) {
+                    const int i = kk * 16 + 2 * tq + e2 * 8 + e1;
+                    int pair = 0, partner = i;
+                    const int role = lkv__pair_of(i, pe.pairing, pe.n_pairs, &pair, &partner);
+                    float sn = 0.0f, cs = sc, xp = 0.0f;
+                    if (role != 0) {
+                        cs = csw[2 * pair];
+                        sn = csw[2 * pair + 1];
+                        xp = hv ? lkv__elem<T>::to_f(qg[partner]) : 0.0f;
+                    }
+                    const float xi = e1 ? x.y : x.x;
+                    v[e1] = fmaf(xp, role > 0 ? -sn : sn, xi * cs);
+                }
+                qb[kk][e2] = lkv__elem<T>::pack2(v[0], v[1]);
+            }
+        }
+    }
+    __syncwarp(); /* csw is rewritten at the next rotation. */
+}
+
+template <typename T, int D, int NST, int RM>
 __global__ void __launch_bounds__(MMA_WARPS * 32)
     decode_mma_kernel(const decode_params p, const lkv__dev_pe pe, const lkv__dev_slopes sl)
 {
@@ -662,6 +790,10 @@ __global__ void __launch_bounds__(MMA_WARPS * 32)
     lkv__pdl_trigger(); /* The next kernel of the stream may start its prologue (plan option). */
     constexpr int G = 8;
     constexpr int STAGE = 2 * 16 * D; /* elements of K then V rows of one step */
+    constexpr int RB = D * 2;         /* bytes of one K (V) row */
+    constexpr int CPR = D / 8;        /* 16-byte chunks per row */
+    constexpr int RPI = 32 / CPR;     /* rows per warp-wide copy instruction */
+    constexpr int XP = 8 / RPI;       /* period of the row swizzle over those instructions */
     extern __shared__ __align__(128) float smem[];
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     const int gq = lane >> 2, tq = lane & 3; /* mma fragment coordinates */
@@ -678,20 +810,38 @@ __global__ void __launch_bounds__(MMA_WARPS * 32)
     float *csw = lw + W * G + (size_t)warp * D; /* [W][D/2][2] cos, sin per pair */
     T *ring0 = (T *)(lw + W * G + W * D);       /* [W][NST][STAGE] */
     float *accw = (float *)ring0;               /* [W][G][D], reuses the ring after the loop */
-    T *ring = ring0 + (size_t)warp * NST * STAGE;
+    const uint32_t ring_s = lkv__smem_u32(ring0 + (size_t)warp * NST * STAGE);
 
-    /* Latency chain at small batch: ref_offset -> refs -> the first K/V loads. The first
-     * steps are issued before the query is staged, so the query loads overlap them. */
+    /* The raw query first (this lane's B-fragment values, straight into registers, no shared
+     * staging and no barrier): it does not depend on the latency chain of batch 1 (q_pos,
+     * ref_offset -> refs -> the first K/V loads), so it lands while that chain is in flight
+     * and the first rotation below is done before the first K/V step arrives. Under
+     * programmatic dependent launch the previous kernel may write it: loaded after the wait. */
+    const bool hv = gq < nh;
+    const T *qg = (const T *)p.q + ((size_t)b * p.n_q + h0 + (hv ? gq : 0)) * D;
+    uint32_t qraw[D / 16][2];
+    if (!p.pdl) {
+        dec_load_q<T, D>(qg, hv, tq, qraw);
+    }
     const int64_t pos = p.q_pos[b];
     const int rend = p.ref_offset[b + 1];
     const int r0 = p.ref_offset[b] + split * p.refs_per_split;
     const int r1 = split == p.n_splits - 1 ? rend : min(rend, r0 + p.refs_per_split);
     const size_t slab_k = ((size_t)(p.layer * 2) * p.n_kv + kvh) * p.slab_bytes;
-    const size_t slab_v = ((size_t)(p.layer * 2 + 1) * p.n_kv + kvh) * p.slab_bytes;
+    const size_t slab_kv = (size_t)p.n_kv * p.slab_bytes; /* from a K slab to its V slab */
     const bool alibi = pe.kind == LKV_POSENC_ALIBI;
 
     /* Producer: the warp's reference walk; cp.async of step (reference, tokens pt0 .. pt0 +
-     * 15) into the ring; each issued step travels through the queue to the consumer. */
+     * 15) into the ring; each issued step travels through the queue to the consumer. Copy
+     * instruction i moves rows RPI*i + cq, chunk cc: the global address is one per-lane base
+     * plus a constant, the shared one (XOR swizzle, dswz) one of XP per-lane values plus a
+     * constant, so a full step is 2 * 16 * D / 256 copies and a handful of adds. */
+    const int cq = lane / CPR, cc = lane % CPR;
+    uint32_t sx[XP];
+#pragma unroll
+    for (int j = 0; j < XP; j++) {
+        sx[j] = (uint32_t)(cq * RB) + ((uint32_t)(cc ^ cq ^ (RPI * j)) << 4);
+    }
     dec_walk wk;
     wk.init(p.refs, r0 + warp, r1, W);
     dec_queue<NST> qu;
@@ -700,18 +850,27 @@ __global__ void __launch_bounds__(MMA_WARPS * 32)
         uint64_t pref = 0;
         const int pt0 = wk.take(16, p.B, &pref);
         if (pt0 >= 0) {
-            const int valid = min((int)lkv_ref_valid(pref), p.B);
-            const char *base = p.arena + (size_t)lkv_ref_page(pref) * p.page_bytes;
-            T *st = ring + (size_t)pslot * STAGE;
+            const int lim = min((int)lkv_ref_valid(pref), p.B) - pt0; /* valid rows, >= 1 */
+            const char *gk = p.arena + (size_t)lkv_ref_page(pref) * p.page_bytes + slab_k +
+                             (size_t)(pt0 + cq) * RB + cc * 16;
+            const char *gv = gk + slab_kv;
+            const uint32_t st = ring_s + (uint32_t)(pslot * STAGE * 2);
+            if (lim >= 16) {
 #pragma unroll
-            for (int i = 0; i < 16 * (D / 8) / 32; i++) {
-                const int idx = lane + 32 * i;
-                const int row = idx / (D / 8), c = idx % (D / 8);
-                const int t = pt0 + row;
-                const bool ok = t < valid;
-                const size_t off = ok ? ((size_t)t * D + c * 8) * sizeof(T) : 0;
-                lkv__cp_async16(st + dswz<D>(row, c * 8), base + slab_k + off, ok);
-                lkv__cp_async16(st + 16 * D + dswz<D>(row, c * 8), base + slab_v + off, ok);
+                for (int i = 0; i < 16 / RPI; i++) {
+                    const uint32_t d = st + sx[i % XP] + RPI * i * RB;
+                    lkv__cp_async16_s(d, gk + RPI * i * RB, true);
+                    lkv__cp_async16_s(d + 16 * RB, gv + RPI * i * RB, true);
+                }
+            } else { /* Partial block: rows >= lim are zero-filled (their source not read). */
+#pragma unroll
+                for (int i = 0; i < 16 / RPI; i++) {
+                    const bool ok = RPI * i + cq < lim;
+                    const int off = ok ? RPI * i * RB : -cq * RB; /* row pt0 when not read */
+                    const uint32_t d = st + sx[i % XP] + RPI * i * RB;
+                    lkv__cp_async16_s(d, gk + off, ok);
+                    lkv__cp_async16_s(d + 16 * RB, gv + off, ok);
+                }
             }
         }
         lkv__cp_async_commit();
@@ -722,37 +881,47 @@ __global__ void __launch_bounds__(MMA_WARPS * 32)
     /* Under programmatic dependent launch the metadata loads above (q_pos, ref_offset, the
      * first references) overlap the previous kernel's tail; everything below (K/V, q, the
      * workspace, out) waits for it to complete. Without the launch attribute: a no-op. */
-    const int64_t first_start = wk.r < wk.r1 ? (int64_t)lkv_ref_start(wk.cur) : -1;
     lkv__pdl_wait();
+    if (p.pdl) {
+        dec_load_q<T, D>(qg, hv, tq, qraw);
+    }
 #pragma unroll
     for (int s = 0; s < NST - 1; s++) {
         issue(&qu.ref[s], &qu.t0[s]);
     }
 
-    /* This lane's raw query values, straight from global memory into registers: head gq of
-     * the chunk, the pairs of dims kk*16 + 2tq (+8) of every block kk, exactly the B-fragment
-     * elements it rotates and, for full-width RoPE, their partners. No shared staging, so no
-     * barrier before the loop (the staging barrier waited on these loads for every warp). */
-    const T *qg = (const T *)p.q + ((size_t)b * p.n_q + h0 + (gq < nh ? gq : 0)) * D;
-    uint32_t qraw[D / 16][2];
+    /* Two rotated queries: qb for the document being consumed (cur_start), qb2 for the next
+     * one the producer has seen (start2, -1 when none), rotated when its first step is issued,
+     * i.e. while earlier steps are in flight, so that a document change does not put the
+     * sincos and the fragment build between a landed step and its first MMA. In the prologue
+     * (under the first loads) the warp rotates its first document and the next one if it is
+     * already in sight: the queued steps and the walk's next reference. One rotation call
+     * site there and one in the loop (each inlines the rotation). */
+    const float sc = p.scale_log2;
+    uint32_t qb[D / 16][2];  /* Q^T B fragments: head gq, dims kk*16 + 2tq + {0,1} and +8 */
+    uint32_t qb2[D / 16][2]; /* The same for start2. */
+    float o[D / 16][4];      /* O^T accumulators: dims mt*16 + gq (+8), heads 2tq + {0,1} */
 #pragma unroll
-    for (int kk = 0; kk < D / 16; kk++) {
+    for (int mt = 0; mt < D / 16; mt++) {
+        o[mt][0] = o[mt][1] = o[mt][2] = o[mt][3] = 0.0f;
+        qb[mt][0] = qb[mt][1] = qb2[mt][0] = qb2[mt][1] = 0u;
+    }
+    int64_t cur_start = -1, start2 = -1;
+    if (qu.t0[0] >= 0) {
+        cur_start = lkv_ref_start(qu.ref[0]);
+        dec_rotate_q<T, D, RM>(pe, csw, qraw, qg, hv, lane, tq, pos, cur_start, sc, qb);
+        int64_t nx = wk.r < wk.r1 ? (int64_t)lkv_ref_start(wk.cur) : -1;
 #pragma unroll
-        for (int e2 = 0; e2 < 2; e2++) {
-            qraw[kk][e2] =
-                gq < nh ? __ldg((const unsigned int *)(qg + kk * 16 + 2 * tq + e2 * 8)) : 0u;
+        for (int s = NST - 2; s >= 1; s--) { /* the earliest other start in sight wins */
+            const int64_t st = qu.t0[s] >= 0 ? (int64_t)lkv_ref_start(qu.ref[s]) : -1;
+            nx = st >= 0 && st != cur_start ? st : nx;
+        }
+        if (nx >= 0 && nx != cur_start) {
+            dec_rotate_q<T, D, RM>(pe, csw, qraw, qg, hv, lane, tq, pos, nx, sc, qb2);
+            start2 = nx;
         }
     }
-    /* The angles of the warp's first document while its first steps are in flight, not
-     * after they land (frequencies straight from the kernel parameters). */
-    int64_t cs_start = first_start;
-    if (cs_start >= 0) {
-        const float delta = (float)(pos - cs_start);
-        for (int j = lane; j < pe.n_pairs; j += 32) {
-            lkv__turn_sincos_fast(delta, pe.freq_hi[j], pe.freq_lo[j], &csw[2 * j + 1],
-                                  &csw[2 * j]);
-        }
-    }
+
     /* This lane's two head columns of S^T / O^T. */
     float slope[2];
 #pragma unroll
@@ -760,16 +929,14 @@ __global__ void __launch_bounds__(MMA_WARPS * 32)
         const int h = 2 * tq + e;
         slope[e] = (alibi && h < nh) ? sl.s[h0 + h] * LKV__LOG2E : 0.0f;
     }
-
-    uint32_t qb[D / 16][2]; /* Q^T B fragments: head gq, dims kk*16 + 2tq + {0,1} and +8 */
-    float o[D / 16][4];     /* O^T accumulators: dims mt*16 + gq (+8), heads 2tq + {0,1} */
-#pragma unroll
-    for (int mt = 0; mt < D / 16; mt++) {
-        o[mt][0] = o[mt][1] = o[mt][2] = o[mt][3] = 0.0f;
-        qb[mt][0] = qb[mt][1] = 0u;
-    }
+    /* ldmatrix row addresses of this lane (dswz): K block kk at st + ka + (kx ^ 32 kk), V
+     * block mt at st + va + (vx ^ 32 mt). */
+    const int mm = lane >> 3, r7 = lane & 7;
+    const uint32_t ka = (uint32_t)(((mm & 1) * 8 + r7) * RB);
+    const uint32_t kx = (uint32_t)(((mm >> 1) ^ r7) << 4);
+    const uint32_t va = (uint32_t)(16 * RB + ((mm >> 1) * 8 + r7) * RB);
+    const uint32_t vx = (uint32_t)(((mm & 1) ^ r7) << 4);
     float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};
-    int64_t cur_start = -1;
     int cslot = 0;
     for (;;) {
         uint64_t nref, ref;
@@ -782,105 +949,58 @@ __global__ void __launch_bounds__(MMA_WARPS * 32)
         const int64_t start = lkv_ref_start(ref);
         const int blk = (int)lkv_ref_block(ref);
         const int valid = min((int)lkv_ref_valid(ref), p.B);
+        /* A new document: take qb2 when it was rotated ahead, else rotate now. Otherwise
+         * rotate the next document ahead once the producer has issued a step of it. */
+        bool now = false;
+        int64_t rs = -1;
         if (start != cur_start) {
             cur_start = start;
-            /* The warp's lanes share the pairs' angles: one sincos per pair, via smem (the
-             * first document's were computed in the prologue). */
-            if (start != cs_start) {
-                cs_start = start;
-                const float delta = (float)(pos - start);
-                for (int j = lane; j < pe.n_pairs; j += 32) {
-                    lkv__turn_sincos_fast(delta, pe.freq_hi[j], pe.freq_lo[j], &csw[2 * j + 1],
-                                          &csw[2 * j]);
-                }
-            }
-            __syncwarp();
-            const float sc = p.scale_log2;
-            if (pe.n_pairs == D / 2 && pe.pairing == LKV_ROPE_HALF) {
-                /* Fast path, half-split pairs over the whole head: dims i < D/2 pair with
-                 * i + D/2, so the fragments of blocks kk and kk + D/32 rotate together. */
-#pragma unroll
-                for (int kk = 0; kk < D / 32; kk++) {
-#pragma unroll
-                    for (int e2 = 0; e2 < 2; e2++) {
-                        const int i = kk * 16 + 2 * tq + e2 * 8;
-                        const float2 x = lkv__elem<T>::to_f2(qraw[kk][e2]);
-                        const float2 xp = lkv__elem<T>::to_f2(qraw[kk + D / 32][e2]);
-                        const float4 cs = *(const float4 *)(csw + 2 * i); /* c0 s0 c1 s1 */
-                        qb[kk][e2] = lkv__elem<T>::pack2(fmaf(-xp.x, cs.y, x.x * cs.x) * sc,
-                                                         fmaf(-xp.y, cs.w, x.y * cs.z) * sc);
-                        qb[kk + D / 32][e2] = lkv__elem<T>::pack2(
-                            fmaf(x.x, cs.y, xp.x * cs.x) * sc, fmaf(x.y, cs.w, xp.y * cs.z) * sc);
-                    }
-                }
-            } else if (pe.n_pairs == D / 2 && pe.pairing == LKV_ROPE_INTERLEAVED) {
-                /* Fast path, interleaved pairs over the whole head: a lane's two adjacent
-                 * dims (2tq, 2tq + 1) of a fragment are one pair. */
+            if (start == start2) {
 #pragma unroll
                 for (int kk = 0; kk < D / 16; kk++) {
-#pragma unroll
-                    for (int e2 = 0; e2 < 2; e2++) {
-                        const int i = kk * 16 + 2 * tq + e2 * 8;
-                        const float2 x = lkv__elem<T>::to_f2(qraw[kk][e2]);
-                        const float2 cs = *(const float2 *)(csw + i); /* pair i / 2: c, s */
-                        qb[kk][e2] = lkv__elem<T>::pack2(fmaf(-x.y, cs.y, x.x * cs.x) * sc,
-                                                         fmaf(x.x, cs.y, x.y * cs.x) * sc);
-                    }
+                    qb[kk][0] = qb2[kk][0];
+                    qb[kk][1] = qb2[kk][1];
                 }
-            } else if (pe.n_pairs == 0) {
-#pragma unroll
-                for (int kk = 0; kk < D / 16; kk++) {
-#pragma unroll
-                    for (int e2 = 0; e2 < 2; e2++) {
-                        const float2 x = lkv__elem<T>::to_f2(qraw[kk][e2]);
-                        qb[kk][e2] = lkv__elem<T>::pack2(x.x * sc, x.y * sc);
-                    }
-                }
+                start2 = -1;
             } else {
-                /* Partial rotary: a partner may sit outside this lane's values; read it from
-                 * the query in global memory (L1/L2 resident; rare configurations). */
+                now = true;
+                rs = start;
+            }
+        }
+        if (!now && start2 < 0 && nt0 >= 0 && (int64_t)lkv_ref_start(nref) != cur_start) {
+            rs = lkv_ref_start(nref);
+        }
+        if (rs >= 0) {
+            dec_rotate_q<T, D, RM>(pe, csw, qraw, qg, hv, lane, tq, pos, rs, sc, qb2);
+            if (now) { /* qb2 is taken: whatever was rotated ahead into it is gone */
 #pragma unroll
                 for (int kk = 0; kk < D / 16; kk++) {
-#pragma unroll
-                    for (int e2 = 0; e2 < 2; e2++) {
-                        const float2 x = lkv__elem<T>::to_f2(qraw[kk][e2]);
-                        float v[2];
-#pragma unroll
-                        for (int e1 = 0; e1 < 2; e1++) {
-                            const int i = kk * 16 + 2 * tq + e2 * 8 + e1;
-                            int pair = 0, partner = i;
-                            const int role =
-                                lkv__pair_of(i, pe.pairing, pe.n_pairs, &pair, &partner);
-                            float sn = 0.0f, cs = 1.0f, xp = 0.0f;
-                            if (role != 0) {
-                                cs = csw[2 * pair];
-                                sn = csw[2 * pair + 1];
-                                xp = gq < nh ? lkv__elem<T>::to_f(qg[partner]) : 0.0f;
-                            }
-                            const float xi = e1 ? x.y : x.x;
-                            v[e1] = fmaf(xp, role > 0 ? -sn : sn, xi * cs) * sc;
-                        }
-                        qb[kk][e2] = lkv__elem<T>::pack2(v[0], v[1]);
-                    }
+                    qb[kk][0] = qb2[kk][0];
+                    qb[kk][1] = qb2[kk][1];
                 }
+                start2 = -1;
+            } else {
+                start2 = rs;
             }
-            __syncwarp(); /* csw is rewritten at the next document. */
         }
         const float kbias = alibi ? (float)(start + (int64_t)blk * p.B - pos) : 0.0f;
         {
             lkv__cp_async_wait<NST - 1>();
             __syncwarp();
-            const T *st = ring + (size_t)cslot * STAGE;
+            const uint32_t st = ring_s + (uint32_t)(cslot * STAGE * 2);
             cslot = cslot + 1 == NST ? 0 : cslot + 1;
-            /* S^T = K Q^T. */
-            float sacc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+            /* S^T = K Q^T, as two independent accumulation chains (even and odd k blocks):
+             * half the dependent MMA latency before the softmax. */
+            float sacc[4] = {0.0f, 0.0f, 0.0f, 0.0f}, sacc2[4] = {0.0f, 0.0f, 0.0f, 0.0f};
 #pragma unroll
             for (int kk = 0; kk < D / 16; kk++) {
                 uint32_t a[4];
-                const int mm = lane >> 3;
-                lkv__ldsm_x4(a[0], a[1], a[2], a[3],
-                             st + dswz<D>((mm & 1) * 8 + (lane & 7), kk * 16 + (mm >> 1) * 8));
-                lkv__mma<T>::run(sacc, a, qb[kk][0], qb[kk][1]);
+                lkv__ldsm_x4_s(a[0], a[1], a[2], a[3], st + ka + (kx ^ (uint32_t)(32 * kk)));
+                lkv__mma<T>::run((kk & 1) ? sacc2 : sacc, a, qb[kk][0], qb[kk][1]);
+            }
+#pragma unroll
+            for (int e = 0; e < 4; e++) {
+                sacc[e] += sacc2[e];
             }
             /* Mask, bias, online softmax per head column (keys gq and gq + 8). */
 #pragma unroll
@@ -909,18 +1029,21 @@ __global__ void __launch_bounds__(MMA_WARPS * 32)
             /* P^T as the B operand: transpose the two 8x8 (keys x heads) halves. */
             const uint32_t pb0 = lkv__movmatrix_t(lkv__elem<T>::pack2(sacc[0], sacc[1]));
             const uint32_t pb1 = lkv__movmatrix_t(lkv__elem<T>::pack2(sacc[2], sacc[3]));
-            /* O^T = alpha O^T + V^T P^T. */
+            /* O^T = alpha O^T + V^T P^T; the rescale only when a running max moved in the
+             * warp (alpha == 1 everywhere otherwise: a vote instead of 2 D / 4 multiplies). */
+            if (__any_sync(0xffffffffu, alpha[0] != 1.0f || alpha[1] != 1.0f)) {
+#pragma unroll
+                for (int mt = 0; mt < D / 16; mt++) {
+                    o[mt][0] *= alpha[0];
+                    o[mt][1] *= alpha[1];
+                    o[mt][2] *= alpha[0];
+                    o[mt][3] *= alpha[1];
+                }
+            }
 #pragma unroll
             for (int mt = 0; mt < D / 16; mt++) {
                 uint32_t a[4];
-                const int mm = lane >> 3;
-                lkv__ldsm_x4_t(a[0], a[1], a[2], a[3],
-                               st + 16 * D +
-                                   dswz<D>((mm >> 1) * 8 + (lane & 7), mt * 16 + (mm & 1) * 8));
-                o[mt][0] *= alpha[0];
-                o[mt][1] *= alpha[1];
-                o[mt][2] *= alpha[0];
-                o[mt][3] *= alpha[1];
+                lkv__ldsm_x4_t_s(a[0], a[1], a[2], a[3], st + va + (vx ^ (uint32_t)(32 * mt)));
                 lkv__mma<T>::run(o[mt], a, pb0, pb1);
             }
             __syncwarp();
@@ -994,11 +1117,11 @@ static void launch_gen(dim3 grid, size_t smem, cudaStream_t st, int pdl, const d
     launch_ex(decode_kernel<T, G, LT>, grid, GEN_WARPS * 32, smem, st, pdl, p, pe, sl);
 }
 
-template <typename T, int D, int NST>
+template <typename T, int D, int NST, int RM>
 static void launch_mma(dim3 grid, size_t smem, cudaStream_t st, int pdl, const decode_params &p,
                        const lkv__dev_pe &pe, const lkv__dev_slopes &sl)
 {
-    launch_ex(decode_mma_kernel<T, D, NST>, grid, MMA_WARPS * 32, smem, st, pdl, p, pe, sl);
+    launch_ex(decode_mma_kernel<T, D, NST, RM>, grid, MMA_WARPS * 32, smem, st, pdl, p, pe, sl);
 }
 
 struct lkv_decode_plan {
@@ -1037,14 +1160,30 @@ static int shape_ok(const lkv_kv_shape *s)
            s->block_tokens <= LKV_MAX_BLOCK_TOKENS;
 }
 
-template <typename T, int NST> static void pick_mma(lkv_decode_plan *pl)
+template <typename T, int NST, int RM> static void pick_mma_rm(lkv_decode_plan *pl)
 {
     if (pl->shape.head_dim == 128) {
-        pl->kernel = (const void *)decode_mma_kernel<T, 128, NST>;
-        pl->launch = launch_mma<T, 128, NST>;
+        pl->kernel = (const void *)decode_mma_kernel<T, 128, NST, RM>;
+        pl->launch = launch_mma<T, 128, NST, RM>;
     } else {
-        pl->kernel = (const void *)decode_mma_kernel<T, 64, NST>;
-        pl->launch = launch_mma<T, 64, NST>;
+        pl->kernel = (const void *)decode_mma_kernel<T, 64, NST, RM>;
+        pl->launch = launch_mma<T, 64, NST, RM>;
+    }
+}
+
+/* The tensor-core kernel's rotation path (DEC_RM_*) for the plan's encoding. */
+template <typename T, int NST> static void pick_mma(lkv_decode_plan *pl)
+{
+    const lkv__dev_pe *pe = &pl->pe;
+    const int full = 2 * pe->n_pairs == pl->shape.head_dim;
+    if (pe->n_pairs == 0) {
+        pick_mma_rm<T, NST, DEC_RM_NONE>(pl);
+    } else if (full && pe->pairing == LKV_ROPE_HALF) {
+        pick_mma_rm<T, NST, DEC_RM_HALF>(pl);
+    } else if (full && pe->pairing == LKV_ROPE_INTERLEAVED) {
+        pick_mma_rm<T, NST, DEC_RM_INTER>(pl);
+    } else {
+        pick_mma_rm<T, NST, DEC_RM_PART>(pl);
     }
 }
 
@@ -1198,6 +1337,7 @@ static int plan_fill(const lkv_decode_plan_cfg *cfg, lkv_decode_plan *pl)
     p->slab_bytes = lkv_slab_bytes(s);
     p->n_splits = pl->n_splits;
     p->refs_per_split = pl->refs_per_split;
+    p->pdl = pl->pdl;
     p->scale_log2 = cfg->sm_scale * LKV__LOG2E;
     return 0;
 }

@@ -673,8 +673,8 @@ static bool want_wgmma(const prefill_params *p)
 }
 
 /* Split plan for a tensor-core launch with row tiles of bm rows and ctas_per_sm resident CTAs. */
-static void plan_prefill(const lkv_prefill_args *a, int bm, int ctas_per_sm, int *n_splits,
-                         int *rps)
+static void plan_prefill(const lkv_prefill_args *a, int bm, int ctas_per_sm, int max_splits,
+                         int *n_splits, int *rps)
 {
     const lkv_kv_shape *s = &a->shape;
     *n_splits = 1;
@@ -693,6 +693,9 @@ static void plan_prefill(const lkv_prefill_args *a, int bm, int ctas_per_sm, int
     if (splits > cap) {
         splits = cap;
     }
+    if (splits > max_splits) {
+        splits = max_splits;
+    }
     if (splits < 1) {
         splits = 1;
     }
@@ -701,6 +704,7 @@ static void plan_prefill(const lkv_prefill_args *a, int bm, int ctas_per_sm, int
     const int forced = e != NULL ? atoi(e) : 0;
     if (forced > 0) {
         splits = forced < cap ? forced : cap;
+        splits = splits < max_splits ? splits : max_splits;
     }
     *rps = (int)((a->n_refs + splits - 1) / splits);
     *n_splits = (a->n_refs + *rps - 1) / *rps;
@@ -730,10 +734,18 @@ static void fill_params(prefill_params *p, const lkv_prefill_args *a)
     p->out = a->out;
     p->scale_log2 = a->sm_scale * LKV__LOG2E;
     p->dtype = a->shape.dtype;
-    /* wgmma kernel variants (test and benchmark knobs): LKV_ATTN_WG_BN=64|96 keys per tile,
-     * LKV_ATTN_WG_PP=0|1 ping-pong between its consumer warpgroups. */
+    /* wgmma kernel variants (test and benchmark knobs): LKV_ATTN_WG_BN=64|96|128 keys per tile
+     * (128: head_dim 128 only, Q from shared memory), LKV_ATTN_WG_PP=0|1 ping-pong between its
+     * consumer warpgroups, LKV_ATTN_WG_QR=0|1 Q as a register operand (default 1). */
     const char *e = getenv("LKV_ATTN_WG_BN");
-    p->wg_bn = e != NULL && atoi(e) == 96 ? 96 : 64;
+    const int bn = e != NULL ? atoi(e) : 64;
+    p->wg_bn = bn == 96 || (bn == 128 && p->d == 128) ? bn : 64;
+    e = getenv("LKV_ATTN_WG_QR");
+    p->wg_qr = e != NULL ? atoi(e) != 0 : 1;
+    e = getenv("LKV_ATTN_WG_FOLD"); /* 1: fold the merge into the launch (measured slower) */
+    p->wg_fold = e != NULL ? atoi(e) != 0 : 0;
+    e = getenv("LKV_ATTN_WG_NST"); /* 5: a deeper ring (head_dim 128, BN 64, Q in registers) */
+    p->wg_nst = e != NULL && atoi(e) == 5 ? 5 : 4;
     e = getenv("LKV_ATTN_WG_PP");
     p->wg_pp = e != NULL ? atoi(e) != 0 : 0;
 }
@@ -744,10 +756,23 @@ static void plan_launch(const lkv_prefill_args *a, prefill_params *p, bool *wg)
 {
     *wg = use_mma(&a->shape) && want_wgmma(p);
     if (*wg) {
-        plan_prefill(a, LKV__WG_BM, 1, &p->n_splits, &p->refs_per_split);
+        plan_prefill(a, LKV__WG_BM, 1, LKV__WG_MAX_SPLITS, &p->n_splits, &p->refs_per_split);
     } else {
-        plan_prefill(a, PF_BM, 2, &p->n_splits, &p->refs_per_split);
+        plan_prefill(a, PF_BM, 2, 65535, &p->n_splits, &p->refs_per_split);
     }
+}
+
+/* Workspace layout of a split launch: part_o [rows][ns][d], part_lse [rows][ns], then (wgmma
+ * kernel) the merge counters, one int per (kv head, row tile of LKV__WG_BM rows), 16-byte
+ * aligned. */
+static size_t ws_counters_off(size_t rows, int ns, int d)
+{
+    return (rows * (size_t)ns * ((size_t)d + 1) * sizeof(float) + 15) & ~(size_t)15;
+}
+static size_t ws_counters_bytes(const lkv_prefill_args *a)
+{
+    const size_t rows = (size_t)a->n_new * (a->shape.n_q_heads / a->shape.n_kv_heads);
+    return (rows + LKV__WG_BM - 1) / LKV__WG_BM * a->shape.n_kv_heads * sizeof(int) + 16;
 }
 
 extern "C" size_t lkv_attn_prefill_cuda_workspace(const lkv_prefill_args *a)
@@ -758,15 +783,15 @@ extern "C" size_t lkv_attn_prefill_cuda_workspace(const lkv_prefill_args *a)
     /* The larger of the two tensor-core kernels' plans, so that the size depends only on the
      * shape, n_new and n_refs (not on the device or the pointers' alignment). */
     int ns = 1, rps = 1;
-    plan_prefill(a, LKV__WG_BM, 1, &ns, &rps);
+    plan_prefill(a, LKV__WG_BM, 1, LKV__WG_MAX_SPLITS, &ns, &rps);
     int ns2 = 1;
-    plan_prefill(a, PF_BM, 2, &ns2, &rps);
+    plan_prefill(a, PF_BM, 2, 65535, &ns2, &rps);
     ns = ns2 > ns ? ns2 : ns;
     if (ns == 1) {
         return 0;
     }
     const size_t rows = (size_t)a->n_new * a->shape.n_q_heads;
-    return rows * ns * ((size_t)a->shape.head_dim + 1) * sizeof(float) + 256;
+    return ws_counters_off(rows, ns, a->shape.head_dim) + ws_counters_bytes(a);
 }
 
 template <typename T, int D>
@@ -849,6 +874,14 @@ extern "C" int lkv_attn_prefill_cuda(const lkv_prefill_args *a, void *workspace,
         const size_t rows = (size_t)a->n_new * p.n_q;
         p.part_o = (float *)workspace;
         p.part_lse = p.part_o + rows * p.n_splits * p.d;
+        if (wg && p.wg_fold) {
+            /* The wgmma kernel merges in its own launch (its last CTA per row tile and kv
+             * head): zero its counters first (they are left zero; this one-shot launcher cannot
+             * know whether the workspace was used otherwise in between). */
+            const size_t cb = ws_counters_bytes(a);
+            p.counters = (int *)((char *)workspace + ws_counters_off(rows, p.n_splits, p.d));
+            LKV__CUDA_CHECK(cudaMemsetAsync(p.counters, 0, cb, (cudaStream_t)stream));
+        }
     }
     if (p.n_splits > 65535) {
         return LKV_EINVAL;
@@ -867,7 +900,7 @@ extern "C" int lkv_attn_prefill_cuda(const lkv_prefill_args *a, void *workspace,
     if (rc != 0) {
         return rc;
     }
-    if (p.n_splits > 1) {
+    if (p.n_splits > 1 && p.counters == NULL) {
         return lkv__merge_launch(a->shape.dtype, p.part_o, p.part_lse, a->n_new * p.n_q, p.n_splits,
                                  p.d, a->out, NULL, st);
     }

@@ -9,21 +9,25 @@
  * BN keys (template: 64, the default, or 96; a run of up to BN / B references with the same
  * document start; then the new tokens in tiles of BN, causally only up to the CTA's last
  * token), writes each tile's key positions into the stage's metadata and issues the tensor
- * copies (one box of B rows x 64 columns per block, per 64-column panel, for K and for V; new
- * tokens: one box of BN rows) into a ring of NST shared-memory stages (4; 3 at BN 96 and
- * head_dim 128), completing on the stage's "full" mbarrier. Its other warps exit (setmaxnreg
- * 40 / 232; ptxas still allocates the 168 registers of the launch bound everywhere).
+ * copies from its lanes in parallel (one box of B rows x 64 columns per block, per 64-column
+ * panel, for K and for V; new tokens: one box of BN rows, from lane 0) into a ring of NST
+ * shared-memory stages (4; 3 at BN 96 and head_dim 128; 5 and 2 as variants), completing on the
+ * stage's "full" mbarrier. Its other warps exit. setmaxnreg 56 / 224 (24 / 240 at BN 128):
+ * ptxas reports the launch bound's 168 but allocates each side's code against its own count.
  * Warpgroups 1 and 2 are consumers, 64 query rows each (BM = 128 per CTA, GQA rows packed as in
  * the mma.sync kernel: row = token * group + head-in-group). Consumer pipeline, FlashAttention-3's
- * intra-warpgroup overlap: iteration j issues S(j) = Q K(j) (wgmma m64nBNk16, Q and K from
- * shared memory) and O += P(j-1) V(j-1) (wgmma m64nDk16, P from registers in the accumulator
- * layout, V from shared memory MN-major) as two groups, waits for the first, runs the mask +
- * online softmax of tile j (log2 domain: the scale and log2(e) are folded into Q) while P V
+ * intra-warpgroup overlap: iteration j issues S(j) = Q K(j) (wgmma m64nBNk16, Q from registers:
+ * the rotated tile's A fragments, loaded by ldmatrix after each rotation (QR; else from shared
+ * memory), K from shared memory) and O += P(j-1) V(j-1) (wgmma m64nDk16, P from registers in the
+ * accumulator layout, V from shared memory MN-major) as two groups, waits for the first, runs the
+ * mask + online softmax of tile j (log2 domain: the scale and log2(e) are folded into Q) while P V
  * runs, waits for the second, hands stage j-1 back (one arrival per warp on its "empty"
  * mbarrier) and rescales O (only when a row maximum moved). Tile 0 is peeled and the last P V
  * issued after the loop, so no wgmma sits under a data-dependent branch (ptxas serialises
  * every wgmma of the function otherwise, C7520). Optional ping-pong (p.wg_pp): the two
- * consumers take turns issuing their products through named barriers.
+ * consumers take turns issuing their products through named barriers. Split launches write
+ * fp32 partials; with p.counters set the last CTA of each (row tile, kv head) merges them
+ * (merge_last), else the caller's merge kernel does.
  *
  * Shared memory layouts: every tile is stored as 64-column panels of [rows][64] 16-bit
  * elements, 128 bytes a row, with the 128-byte swizzle (16-byte chunk c of row r at chunk
@@ -63,6 +67,13 @@ extern "C" {
 #define WG_BM      LKV__WG_BM
 #define WG_THREADS 384
 #define WG_REF_WIN 256
+/* Registers per thread after setmaxnreg: producer and consumer warpgroups (128 x 56 + 256 x 224
+ * = 64512 of the 65536). At 40 the producer's loop spilled (ptxas -v: 8 bytes, the only spill
+ * of the BN 64 kernels); the consumers' code is allocated against their own count. BN 128 (a
+ * variant) takes 24 / 240 instead, as FlashAttention-3: its consumers spill 240 bytes at 224
+ * (its producer spills a little at 24). */
+#define WG_REG_PRODUCER_S "56"
+#define WG_REG_CONSUMER_S "224"
 
 /* Per-stage tile metadata, written by the producer before it arms the stage's barrier. */
 template <int BN> struct wg_meta {
@@ -82,7 +93,8 @@ template <int D, int BN, int NST> struct wg_smem {
     static constexpr int OFF_REFS = OFF_META + NST * (int)sizeof(wg_meta<BN>);
     static constexpr int OFF_FREQ = OFF_REFS + WG_REF_WIN * 8;
     static constexpr int OFF_BAR = OFF_FREQ + 2 * 128 * 4;
-    static constexpr int TOTAL = OFF_BAR + 2 * NST * 8;
+    static constexpr int OFF_FLAG = OFF_BAR + 2 * NST * 8; /* the folded merge's "last" flag */
+    static constexpr int TOTAL = OFF_FLAG + 16;
     static constexpr int ALLOC = TOTAL + 1024; /* base aligned up to 1024 in the kernel */
 };
 
@@ -168,9 +180,91 @@ static __device__ __forceinline__ uint64_t wg_desc(uint32_t addr, uint32_t lbo, 
            ((uint64_t)(sbo >> 4) << 32) | (1ull << 62);
 }
 
+/* Split-KV merge folded into the launch (as the decode kernel's dec_merge_last): every CTA of
+ * a (row tile, kv head) has written its partial; the 256 consumer threads pass a named barrier,
+ * one of them counts the CTA's arrival on the tile's counter (acq_rel at gpu scope: it releases
+ * the barrier-ordered partial stores and, in the last CTA, acquires the others'), and the last
+ * CTA merges the n_splits partials of its rows by log-sum-exp (partials read through L2),
+ * writes out and resets the counter to 0 for the next launch. A row with no keys gets zeros.
+ * flag: a free int of shared memory; w: free shared memory for LKV__WG_BM x n_splits floats
+ * (the K/V ring: the plan keeps n_splits <= LKV__WG_MAX_SPLITS); t: 0..255. */
+template <typename T, int D>
+static __device__ __forceinline__ void merge_last(const prefill_params &p, int *flag, float *w,
+                                                  int t, int row0, int kvh)
+{
+    named_bar(3, 256);
+    int *ctr = p.counters + (size_t)kvh * gridDim.x + blockIdx.x;
+    if (t == 0) {
+        int prev;
+        asm volatile("atom.acq_rel.gpu.global.add.s32 %0, [%1], 1;\n"
+                     : "=r"(prev)
+                     : "l"(ctr)
+                     : "memory");
+        *flag = prev == p.n_splits - 1;
+    }
+    named_bar(3, 256);
+    if (!*flag) {
+        return;
+    }
+    const int S = p.n_splits, g = p.group, R = p.n_new * g;
+    const int nrow = min(WG_BM, R - row0);
+    /* Weights w[r][s] = 2^(lse - max) / sum per row, in the (free) K/V ring; then every
+     * thread sums 4 columns of one row over the splits, loads unrolled for memory-level
+     * parallelism (a warp walking the rows one split at a time was latency-bound: +23 us at 64
+     * new tokens over 8k). */
+    if (t < nrow) {
+        const size_t orow = (size_t)((row0 + t) / g) * p.n_q + kvh * g + (row0 + t) % g;
+        const float *lse = p.part_lse + orow * S;
+        float *wr = w + t * S;
+        float m = -INFINITY;
+#pragma unroll 4
+        for (int s = 0; s < S; s++) {
+            wr[s] = __ldcg(lse + s);
+            m = fmaxf(m, wr[s]);
+        }
+        float sum = 0.0f;
+        if (m != -INFINITY) {
+            for (int s = 0; s < S; s++) {
+                wr[s] = exp2f(wr[s] - m);
+                sum += wr[s];
+            }
+        }
+        const float inv = sum > 0.0f ? 1.0f / sum : 0.0f;
+        for (int s = 0; s < S; s++) {
+            wr[s] = m != -INFINITY ? wr[s] * inv : 0.0f;
+        }
+    }
+    named_bar(3, 256);
+    constexpr int NC = D / 4;
+    for (int it = t; it < nrow * NC; it += 256) {
+        const int r = it / NC, c4 = (it % NC) * 4;
+        const int gr = row0 + r;
+        const size_t orow = (size_t)(gr / g) * p.n_q + kvh * g + gr % g;
+        const float *po = p.part_o + orow * S * D + c4;
+        const float *wr = w + r * S;
+        float4 acc = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+#pragma unroll 8
+        for (int s = 0; s < S; s++) {
+            const float4 v = __ldcg((const float4 *)(po + (size_t)s * D));
+            const float ws = wr[s]; /* 0 for a split without keys (its partial is zeros) */
+            acc.x = fmaf(ws, v.x, acc.x);
+            acc.y = fmaf(ws, v.y, acc.y);
+            acc.z = fmaf(ws, v.z, acc.z);
+            acc.w = fmaf(ws, v.w, acc.w);
+        }
+        uint2 pk;
+        pk.x = lkv__elem<T>::pack2(acc.x, acc.y);
+        pk.y = lkv__elem<T>::pack2(acc.z, acc.w);
+        *(uint2 *)((T *)p.out + orow * D + c4) = pk;
+    }
+    if (t == 0) {
+        *ctr = 0;
+    }
+}
+
 /* ---------------------------------------------------------------- the kernel */
 
-template <typename T, int D, int BN, int NST>
+template <typename T, int D, int BN, int NST, bool QR>
 __global__ void __launch_bounds__(WG_THREADS, 1)
     prefill_wgmma_kernel(const prefill_params p, const lkv__dev_pe pe, const lkv__dev_slopes sl,
                          const __grid_constant__ CUtensorMap tm_arena,
@@ -179,6 +273,7 @@ __global__ void __launch_bounds__(WG_THREADS, 1)
 {
 #if WG_ARCH_OK
     using L = wg_smem<D, BN, NST>;
+    static_assert(2 * NST * L::KV_BYTES >= WG_BM * LKV__WG_MAX_SPLITS * 4, "merge weights");
     extern __shared__ __align__(1024) unsigned char smem_dyn[];
     unsigned char *sm =
         (unsigned char *)(((uintptr_t)smem_dyn + 1023) & ~(uintptr_t)1023); /* 1024-aligned */
@@ -216,7 +311,11 @@ __global__ void __launch_bounds__(WG_THREADS, 1)
 
     if (wg == 0) {
         /* ------------------------------------------------------------ producer */
-        asm volatile("setmaxnreg.dec.sync.aligned.u32 40;\n");
+        if constexpr (BN == 128) {
+            asm volatile("setmaxnreg.dec.sync.aligned.u32 24;\n");
+        } else {
+            asm volatile("setmaxnreg.dec.sync.aligned.u32 " WG_REG_PRODUCER_S ";\n");
+        }
         if (tid >= 32) {
             return;
         }
@@ -295,28 +394,31 @@ __global__ void __launch_bounds__(WG_THREADS, 1)
                 }
                 break;
             }
-            if (lane == 0) {
-                const uint32_t kdst = lkv__smem_u32(ks) + (uint32_t)(s * L::KV_BYTES);
-                const uint32_t vdst = lkv__smem_u32(vs) + (uint32_t)(s * L::KV_BYTES);
-                if (kind == 0) {
+            const uint32_t kdst = lkv__smem_u32(ks) + (uint32_t)(s * L::KV_BYTES);
+            const uint32_t vdst = lkv__smem_u32(vs) + (uint32_t)(s * L::KV_BYTES);
+            if (kind == 0) {
+                /* One tensor copy per (block, 64-column panel, K or V), spread over the lanes
+                 * (a single issuing lane serialised the 16 copies of a tile of 16-token
+                 * blocks); the transaction bytes are expected before any copy is issued. */
+                constexpr int NP = D / 64;
+                if (lane == 0) {
                     mbar_expect_tx(full_bar(s), (uint32_t)(nb * B * D * 2 * 2));
-                    for (int bi = 0; bi < nb; bi++) {
-                        const int page = (int)lkv_ref_page(rbuf[r + bi - w0]);
+                }
+                __syncwarp();
+                for (int l = lane; l < nb * NP * 2; l += 32) {
+                    const int bi = l / (2 * NP), pn = (l >> 1) % NP, isv = l & 1;
+                    const int page = (int)lkv_ref_page(rbuf[r + bi - w0]);
+                    const uint32_t off = (uint32_t)((pn * BN + bi * B) * 128);
+                    tma_load_3d((isv ? vdst : kdst) + off, &tm_arena, full_bar(s), pn * 64,
+                                isv ? row_v : row_k, page);
+                }
+            } else if (lane == 0) {
+                mbar_expect_tx(full_bar(s), (uint32_t)(BN * D * 2 * 2));
 #pragma unroll
-                        for (int pn = 0; pn < D / 64; pn++) {
-                            const uint32_t off = (uint32_t)((pn * BN + bi * B) * 128);
-                            tma_load_3d(kdst + off, &tm_arena, full_bar(s), pn * 64, row_k, page);
-                            tma_load_3d(vdst + off, &tm_arena, full_bar(s), pn * 64, row_v, page);
-                        }
-                    }
-                } else {
-                    mbar_expect_tx(full_bar(s), (uint32_t)(BN * D * 2 * 2));
-#pragma unroll
-                    for (int pn = 0; pn < D / 64; pn++) {
-                        const uint32_t off = (uint32_t)(pn * BN * 128);
-                        tma_load_3d(kdst + off, &tm_knew, full_bar(s), pn * 64, kvh, j0);
-                        tma_load_3d(vdst + off, &tm_vnew, full_bar(s), pn * 64, kvh, j0);
-                    }
+                for (int pn = 0; pn < D / 64; pn++) {
+                    const uint32_t off = (uint32_t)(pn * BN * 128);
+                    tma_load_3d(kdst + off, &tm_knew, full_bar(s), pn * 64, kvh, j0);
+                    tma_load_3d(vdst + off, &tm_vnew, full_bar(s), pn * 64, kvh, j0);
                 }
             }
             __syncwarp();
@@ -328,7 +430,11 @@ __global__ void __launch_bounds__(WG_THREADS, 1)
         }
     } else {
         /* ---------------------------------------------------------------- consumers */
-        asm volatile("setmaxnreg.inc.sync.aligned.u32 232;\n");
+        if constexpr (BN == 128) {
+            asm volatile("setmaxnreg.inc.sync.aligned.u32 240;\n");
+        } else {
+            asm volatile("setmaxnreg.inc.sync.aligned.u32 " WG_REG_CONSUMER_S ";\n");
+        }
         const int c = wg - 1;            /* consumer index 0 / 1 */
         const int ct = tid - 128 * wg;   /* thread within the warpgroup */
         const int cw = ct >> 5;          /* warp within the warpgroup */
@@ -354,6 +460,9 @@ __global__ void __launch_bounds__(WG_THREADS, 1)
         auto rotate = [&](int start) {
             constexpr int NCH = 64 * (D / 8) / 128; /* 16-byte chunks per thread */
             const T *qg = (const T *)p.q;
+            if (QR) {
+                named_bar(bar_id, 128); /* every warp has its fragments of the last rotation */
+            }
 #pragma unroll
             for (int b0 = 0; b0 < NCH; b0 += 4) {
                 uint4 v[4];
@@ -427,6 +536,11 @@ __global__ void __launch_bounds__(WG_THREADS, 1)
          * releases tile it - 1's stage and rescales O. */
         float sacc[BN / 2];
         uint32_t pa[BN / 16][4];
+        /* QR: this warp's 16 rows of the rotated Q as wgmma A fragments (the mma.sync A layout),
+         * D / 16 k steps, loaded by ldmatrix after each rotation: S = Q K^T then reads only K
+         * from shared memory (at BN 64 an SS product needs as many shared-memory cycles as
+         * tensor cycles). */
+        uint32_t qf[QR ? D / 16 : 1][4];
         /* Ping-pong (p.wg_pp): the two consumer warpgroups take turns issuing their products
          * (named barriers 5 and 6), so one's softmax runs under the other's matrix work.
          * Consumer 1 opens with one free turn for consumer 0; both walk the same tiles, so
@@ -440,7 +554,7 @@ __global__ void __launch_bounds__(WG_THREADS, 1)
          * (C7520) when one sits in a branch it cannot prove uniform, so the products below are
          * issued only on straight-line paths (the loops exit before them). */
         int s = 0, kind = -1;
-        bool tfull = false;
+        bool tfull = false, sync_q = false;
         const wg_meta<BN> *m = meta;
         auto prep = [&](int it) {
             s = it % NST;
@@ -459,6 +573,7 @@ __global__ void __launch_bounds__(WG_THREADS, 1)
                 rot_start = tstart;
                 rotate(tstart);
                 sync = true;
+                sync_q = true;
             }
             if (m->zero) {
                 /* Zero the V rows of invalid slots (16 bytes per thread per step). */
@@ -473,6 +588,15 @@ __global__ void __launch_bounds__(WG_THREADS, 1)
             if (sync) {
                 fence_proxy_async();
                 named_bar(bar_id, 128);
+            }
+            if (QR && sync_q) {
+                const int lr = cw * 16 + (lane & 15);
+#pragma unroll
+                for (int kk = 0; kk < (QR ? D / 16 : 0); kk++) {
+                    lkv__ldsm_x4(qf[kk][0], qf[kk][1], qf[kk][2], qf[kk][3],
+                                 qw + pswz<64>(lr, kk * 16 + (lane >> 4) * 8));
+                }
+                sync_q = false;
             }
         };
         auto fence_o = [&]() {
@@ -490,9 +614,13 @@ __global__ void __launch_bounds__(WG_THREADS, 1)
 #pragma unroll
             for (int kk = 0; kk < D / 16; kk++) {
                 const uint32_t pn = (uint32_t)(kk >> 2), kb = (uint32_t)((kk & 3) * 32);
-                const uint64_t da = da0 + ((pn * (64 * 128) + kb) >> 4);
                 const uint64_t db = db0 + ((pn * (BN * 128) + kb) >> 4);
-                lkv__wgmma_ss<T, BN>::run(sacc, da, db, kk > 0 ? 1 : 0);
+                if constexpr (QR) {
+                    lkv__wgmma_rs<T, BN>::run(sacc, qf[kk], db, kk > 0 ? 1 : 0);
+                } else {
+                    const uint64_t da = da0 + ((pn * (64 * 128) + kb) >> 4);
+                    lkv__wgmma_ss<T, BN>::run(sacc, da, db, kk > 0 ? 1 : 0);
+                }
             }
             lkv__wgmma_commit();
         };
@@ -696,6 +824,10 @@ __global__ void __launch_bounds__(WG_THREADS, 1)
                 }
             }
         }
+        if (p.n_splits > 1 && p.counters != NULL) {
+            merge_last<T, D>(p, (int *)(sm + L::OFF_FLAG), (float *)(sm + L::OFF_K), ct + 128 * c,
+                             row0, kvh);
+        }
     }
 #endif
 }
@@ -742,7 +874,7 @@ static int device_ok(void)
             cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) == cudaSuccess &&
             cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev) == cudaSuccess &&
             major == 9 && minor == 0 &&
-            cudaFuncGetAttributes(&fa, prefill_wgmma_kernel<__nv_bfloat16, 128, 64, 4>) ==
+            cudaFuncGetAttributes(&fa, prefill_wgmma_kernel<__nv_bfloat16, 128, 64, 4, true>) ==
                 cudaSuccess &&
             fa.binaryVersion == 90 && get_encode() != NULL;
         cudaGetLastError();
@@ -780,7 +912,7 @@ static int encode(CUtensorMap *m, int dtype, const void *base, cuuint64_t d1, cu
     return 0;
 }
 
-template <typename T, int D, int BN, int NST>
+template <typename T, int D, int BN, int NST, bool QR>
 static int launch(const prefill_params &p, const lkv__dev_pe &pe, const lkv__dev_slopes &sl,
                   cudaStream_t st)
 {
@@ -804,34 +936,47 @@ static int launch(const prefill_params &p, const lkv__dev_pe &pe, const lkv__dev
     const int smem = wg_smem<D, BN, NST>::ALLOC;
     static bool attr_set;
     if (!attr_set) {
-        LKV__CUDA_CHECK(cudaFuncSetAttribute(prefill_wgmma_kernel<T, D, BN, NST>,
+        LKV__CUDA_CHECK(cudaFuncSetAttribute(prefill_wgmma_kernel<T, D, BN, NST, QR>,
                                              cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
         attr_set = true;
     }
     const long rows = (long)p.n_new * p.group;
     dim3 grid((unsigned)((rows + WG_BM - 1) / WG_BM), (unsigned)p.n_kv, (unsigned)p.n_splits);
-    prefill_wgmma_kernel<T, D, BN, NST><<<grid, WG_THREADS, smem, st>>>(p, pe, sl, ta, tk, tv);
+    prefill_wgmma_kernel<T, D, BN, NST, QR><<<grid, WG_THREADS, smem, st>>>(p, pe, sl, ta, tk, tv);
     LKV__CUDA_CHECK_LAUNCH();
     return 0;
+}
+
+template <typename T>
+static int launch_t(const prefill_params *p, const lkv__dev_pe *pe, const lkv__dev_slopes *sl,
+                    cudaStream_t st)
+{
+    const bool qr = p->wg_qr != 0;
+    if (p->d == 128) {
+        if (p->wg_bn == 128) {
+            return launch<T, 128, 128, 2, false>(*p, *pe, *sl, st);
+        }
+        if (p->wg_bn == 96) {
+            return qr ? launch<T, 128, 96, 3, true>(*p, *pe, *sl, st)
+                      : launch<T, 128, 96, 3, false>(*p, *pe, *sl, st);
+        }
+        if (p->wg_nst == 5 && qr) {
+            return launch<T, 128, 64, 5, true>(*p, *pe, *sl, st);
+        }
+        return qr ? launch<T, 128, 64, 4, true>(*p, *pe, *sl, st)
+                  : launch<T, 128, 64, 4, false>(*p, *pe, *sl, st);
+    }
+    if (p->wg_bn == 96) {
+        return qr ? launch<T, 64, 96, 4, true>(*p, *pe, *sl, st)
+                  : launch<T, 64, 96, 4, false>(*p, *pe, *sl, st);
+    }
+    return qr ? launch<T, 64, 64, 4, true>(*p, *pe, *sl, st)
+              : launch<T, 64, 64, 4, false>(*p, *pe, *sl, st);
 }
 
 int lkv__prefill_wgmma_launch(const prefill_params *p, const lkv__dev_pe *pe,
                               const lkv__dev_slopes *sl, cudaStream_t st)
 {
-    const bool bf = p->dtype == LKV_DTYPE_BF16;
-    const bool b96 = p->wg_bn == 96;
-    if (p->d == 128) {
-        if (b96) {
-            return bf ? launch<__nv_bfloat16, 128, 96, 3>(*p, *pe, *sl, st)
-                      : launch<__half, 128, 96, 3>(*p, *pe, *sl, st);
-        }
-        return bf ? launch<__nv_bfloat16, 128, 64, 4>(*p, *pe, *sl, st)
-                  : launch<__half, 128, 64, 4>(*p, *pe, *sl, st);
-    }
-    if (b96) {
-        return bf ? launch<__nv_bfloat16, 64, 96, 4>(*p, *pe, *sl, st)
-                  : launch<__half, 64, 96, 4>(*p, *pe, *sl, st);
-    }
-    return bf ? launch<__nv_bfloat16, 64, 64, 4>(*p, *pe, *sl, st)
-              : launch<__half, 64, 64, 4>(*p, *pe, *sl, st);
+    return p->dtype == LKV_DTYPE_BF16 ? launch_t<__nv_bfloat16>(p, pe, sl, st)
+                                      : launch_t<__half>(p, pe, sl, st);
 }

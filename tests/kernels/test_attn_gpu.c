@@ -1148,6 +1148,14 @@ int main(int argc, char **argv)
         {LKV_DTYPE_F16, 64, 8, 8, 1, 16, 3, 4, 200, 1, 0, 0, 0},
         {LKV_DTYPE_BF16, 8, 8, 4, 1, 16, 2, 3, 100, 0, 0, 0, 0},
         {LKV_DTYPE_BF16, 128, 32, 1, 5, 64, 2, 3, 200, 0, 0, 0, 0},
+        /* Many short documents (1-2 blocks): a warp meets a new start at almost every step,
+         * so the tensor-core kernel's rotation ahead (qb2) and its fallback (a second new
+         * start while qb2 is still pending) both run; every RoPE fast path and the partial
+         * one, near the maximum position too. */
+        {LKV_DTYPE_BF16, 128, 32, 8, 3, 16, 2, 12, 24, 0, 0, 0, 0},
+        {LKV_DTYPE_F16, 64, 16, 4, 1, 16, 3, 9, 20, 1, 0, 0, 0},
+        {LKV_DTYPE_BF16, 128, 8, 8, 2, 5, 2, 10, 12, 0, 0, 0, 0},
+        {LKV_DTYPE_F16, 128, 32, 8, 0, 16, 1, 40, 30, 1, 0, 0, 0},
     };
     for (size_t i = 0; i < sizeof fixed_dec / sizeof fixed_dec[0]; i++) {
         run_decode(idx++, &fixed_dec[i]);
@@ -1221,15 +1229,19 @@ int main(int argc, char **argv)
         for (size_t i = 0; i < sizeof hopper_pf / sizeof hopper_pf[0]; i++) {
             run_prefill(idx++, &hopper_pf[i]);
         }
-        /* Forced split factors (partials through the merge) and one split over many
-         * references (the producer's reference window slides). */
-        const char *splits[] = {"3", "7", "1"};
+        /* Forced split factors (partials through the merge: the wgmma kernel's folded merge,
+         * the mma.sync kernel's merge kernel; 36 splits: more than a warp's 32 lanes in the
+         * folded merge), the short-question shape (64 new tokens, Llama-3-8B heads) and one
+         * split over many references (the producer's reference window slides). */
+        const char *splits[] = {"3", "7", "40", "8", "1"};
         const pf_cfg split_pf[] = {
             {LKV_DTYPE_BF16, 128, 32, 8, 0, 16, 70, 5, 800, 1},
             {LKV_DTYPE_F16, 64, 8, 2, 3, 8, 90, 4, 500, 0},
+            {LKV_DTYPE_BF16, 128, 32, 8, 0, 8, 64, 5, 3000, 0},
+            {LKV_DTYPE_F16, 128, 32, 8, 1, 16, 64, 5, 1200, 1},
             {LKV_DTYPE_BF16, 128, 8, 2, 1, 8, 40, 4, 1500, 0},
         };
-        for (int i = 0; i < 3; i++) {
+        for (int i = 0; i < 5; i++) {
             setenv("LKV_ATTN_PREFILL_SPLITS", splits[i], 1);
             run_prefill(idx++, &split_pf[i]);
         }
