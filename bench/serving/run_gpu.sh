@@ -35,8 +35,8 @@ nvidia-smi --query-gpu=name,memory.total,memory.used --format=csv,noheader
 COMMON="--backend cuda --synth llama3-8b:1 --hot-backend cuda --daemon-bin bin/lazykvd --out $OUT"
 case "${MODE:-quick}" in
   quick) FLAGS="--quick" ;;
-  # The full grid in ONE call (issue 18 item 3; about 6.5 minutes, estimated from the 19:27
-  # and 19:56 runs' per-request times): the headline point (paper, alpha 2.1, 1 GiB) with 100
+  # The full grid in ONE call (issue 18 item 3; about 440 s: the headline point measured 252 s
+  # at 23:08, the rest estimated at ~190 s from the 19:56 run's per-request times): the headline point (paper, alpha 2.1, 1 GiB) with 100
   # counted requests in every mode (p99 from 100 samples), LRU rows for the baselines, B = 1, 8,
   # 32; every other point of the grid (paper and short, alpha 1.1 and 2.1, 1 and 32 GiB) with
   # 30 requests and B = 8 in prefix, block and lazy; no cache once per shape (its TTFT depends
