@@ -22,6 +22,8 @@
  * and, separately, to its last commit.
  *
  * Usage: bench_cold [--values N] [--block-bytes B] [--passes P] [--dir D] [--json PATH]
+ * (JSON by default in bench/out/bench_cold.json, relative to the working directory: run it from
+ * the repository root, as the other benchmarks.)
  */
 #define XXH_INLINE_ALL
 #include <errno.h>
@@ -91,7 +93,7 @@ int main(int argc, char **argv)
 {
     int n_values = 64, passes = 3, per_doc = 8;
     size_t bb = 2u << 20;
-    const char *base = "/tmp", *json = "bench_cold.json";
+    const char *base = "/tmp", *json = NULL;
     for (int i = 1; i + 1 < argc; i += 2) {
         if (strcmp(argv[i], "--values") == 0) {
             n_values = atoi(argv[i + 1]);
@@ -557,8 +559,15 @@ int main(int argc, char **argv)
     printf("write-back persistence / plain writes: %.3f (target >= 0.5)\n", cw / pw);
     printf("write-back persistence / plain writes + fdatasync: %.3f\n",
            cw / get("write: plain write()+fdatasync"));
+    if (json == NULL) {
+        mkdir("bench", 0755);
+        mkdir("bench/out", 0755);
+        json = "bench/out/bench_cold.json";
+    }
     FILE *f = fopen(json, "w");
-    if (f != NULL) {
+    if (f == NULL) {
+        fprintf(stderr, "bench_cold: cannot write %s: %s\n", json, strerror(errno));
+    } else {
         fprintf(f,
                 "{\"bench\":\"cold\",\"values\":%d,\"block_bytes\":%zu,\"passes\":%d,\"modes\":{",
                 n_values, bb, passes);
