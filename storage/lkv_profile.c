@@ -34,7 +34,6 @@
 #include <inttypes.h>
 #include <math.h>
 #include <sodium.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -45,18 +44,10 @@
 #define MAX_BLOCK_BYTES (1ull << 30)
 #define ENC_BYTES       85
 
-static int fail(char *err, int errlen, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
-
-static int fail(char *err, int errlen, const char *fmt, ...)
-{
-    if (err != NULL && errlen > 0) {
-        va_list ap;
-        va_start(ap, fmt);
-        vsnprintf(err, (size_t)errlen, fmt, ap);
-        va_end(ap);
-    }
-    return LKV_EINVAL;
-}
+/* A refused profile: the reason into err (errlen bytes; this module's API counts them in an
+ * int), LKV_EINVAL returned. */
+#define fail(err, errlen, ...)                                                                     \
+    lkv_errf((err), (errlen) > 0 ? (size_t)(errlen) : 0, LKV_EINVAL, __VA_ARGS__)
 
 static int name_ok(const char *name)
 {
