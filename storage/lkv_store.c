@@ -232,6 +232,11 @@ static const store_stat store_stats[] = {
     {FLD(wb_failed),
      D("store_wb_failed", NULL, LKV_STAT_COUNTER, "docs",
        "Write-back failures (the document stays hot only).", "persistence", "wb_failed")},
+    {FLD(wb_cold_declined),
+     D("store_wb_cold_declined", NULL, LKV_STAT_COUNTER, "docs",
+       "Write-back failures where the cold tier's policy did not admit the document (no I/O "
+       "error; it stays hot only).",
+       "persistence", "wb_cold_declined")},
     {FLD(wb_retries), D("store_wb_retries", NULL, LKV_STAT_COUNTER, "docs",
                         "Write-back attempts put back for a full disk (retried later).",
                         "persistence", "wb_retries")},

@@ -538,6 +538,9 @@ typedef struct lkv_store_stats {
     uint64_t wb_pending;       /* Write-back documents queued, not yet persisted. */
     uint64_t wb_persisted;     /* Documents persisted by the writer. */
     uint64_t wb_failed;        /* Writer failures (document stays hot only). */
+    uint64_t wb_cold_declined; /* Of wb_failed: documents the cold tier's policy did not admit
+                                * (no I/O failed: its budget held entries that won the contest,
+                                * or were pinned). */
     uint64_t wb_retries;       /* Writer attempts put back for a full disk (retried later). */
     uint64_t wb_backlog_bytes; /* Unpersisted write-back payload bytes (queued, being written,
                                 * reserved by committing puts). */

@@ -672,6 +672,7 @@ static void *writer_main(void *arg)
         int rc = lkv__cold_admit(s, d);
         if (rc != 0) {
             s->st.wb_failed++;
+            s->st.wb_cold_declined += rc == LKV_ENOSPC; /* The cold policy's decision. */
             LKV_LOGW("store: write-back skipped a document: cold tier %s", lkv_strerror(rc));
             wb_done(s, d);
             lkv__unref(s, d);

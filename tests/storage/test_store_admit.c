@@ -264,7 +264,11 @@ static void test_declined(void)
     ASSERT_OK(put_doc(s, 10, NULL, 0, &r));
     ASSERT_EQ(r.tier, LKV_TIER_HOT);
     ASSERT_EQ(su_stats(s).drops, 1);
-    /* The writer could not persist the hot documents either (1 KiB): close says so. */
+    /* The writer could not persist the hot documents either (1 KiB): close says so, and the
+     * failures are the cold policy's refusals, not I/O errors. */
+    st = su_stats(s);
+    ASSERT_TRUE(st.wb_failed > 0);
+    ASSERT_EQ(st.wb_cold_declined, st.wb_failed);
     ASSERT_ERR(lkv_store_close(s), LKV_EIO);
     su_policy_kind = 0;
     su_rmdir(dir);
