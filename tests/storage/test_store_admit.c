@@ -265,8 +265,14 @@ static void test_declined(void)
     ASSERT_EQ(r.tier, LKV_TIER_HOT);
     ASSERT_EQ(su_stats(s).drops, 1);
     /* The writer could not persist the hot documents either (1 KiB): close says so, and the
-     * failures are the cold policy's refusals, not I/O errors. */
+     * failures are the cold policy's refusals, not I/O errors. (Wait for the writer to take
+     * every queued document first: it runs on its own thread; a flush would consume the error
+     * close must report.) */
+    for (int i = 0; i < 10000 && su_stats(s).wb_pending > 0; i++) {
+        usleep(1000);
+    }
     st = su_stats(s);
+    ASSERT_EQ(st.wb_pending, 0);
     ASSERT_TRUE(st.wb_failed > 0);
     ASSERT_EQ(st.wb_cold_declined, st.wb_failed);
     ASSERT_ERR(lkv_store_close(s), LKV_EIO);
