@@ -510,19 +510,19 @@ void lkv__demote(lkv_store *s, doc *d)
 
 /* ---- cold writes ---------------------------------------------------------------------------- */
 
-int lkv__write_through(lkv_store *s, doc *d)
+/* Around a caller's synchronous cold write of d (admitted cold, lock held): pins it cold and
+ * marks it busy, then drops the lock for the I/O; cold_io_end retakes it, unpins, and undoes
+ * the admission if the write failed (rc), returning rc. */
+static void cold_io_begin(lkv_store *s, doc *d)
 {
-    int rc = lkv__cold_admit(s, d);
-    if (rc != 0) {
-        return rc;
-    }
     lkv__cold_pin(s, d);
     d->cold_busy = 1;
     lkv__sizes_sync(s, d);
     pthread_mutex_unlock(&s->mu);
-    uint8_t *scratch = s->scratch ? lkv_xmalloc(s->page_bytes) : NULL;
-    rc = write_doc(s, d, 1, scratch);
-    free(scratch);
+}
+
+static int cold_io_end(lkv_store *s, doc *d, int rc)
+{
     pthread_mutex_lock(&s->mu);
     lkv__cold_unpin(s, d);
     d->cold_busy = 0;
@@ -531,6 +531,19 @@ int lkv__write_through(lkv_store *s, doc *d)
         cold_unadmit(s, d);
     }
     return rc;
+}
+
+int lkv__write_through(lkv_store *s, doc *d)
+{
+    int rc = lkv__cold_admit(s, d);
+    if (rc != 0) {
+        return rc;
+    }
+    cold_io_begin(s, d);
+    uint8_t *scratch = s->scratch ? lkv_xmalloc(s->page_bytes) : NULL;
+    rc = write_doc(s, d, 1, scratch);
+    free(scratch);
+    return cold_io_end(s, d, rc);
 }
 
 /* d's cold record (the document's metadata). */
@@ -560,19 +573,9 @@ int lkv__cold_write_staged(lkv_store *s, doc *d, lkv_cold_batch *b, int sync)
         lkv_cold_batch_free(b);
         return rc;
     }
-    lkv__cold_pin(s, d);
-    d->cold_busy = 1;
-    lkv__sizes_sync(s, d);
-    pthread_mutex_unlock(&s->mu);
+    cold_io_begin(s, d);
     rc = lkv_cold_batch_write(s->cold, b, sync);
-    pthread_mutex_lock(&s->mu);
-    lkv__cold_unpin(s, d);
-    d->cold_busy = 0;
-    lkv__sizes_sync(s, d);
-    if (rc != 0) {
-        cold_unadmit(s, d);
-    }
-    return rc;
+    return cold_io_end(s, d, rc);
 }
 
 void lkv__wb_enqueue(lkv_store *s, doc *d)
