@@ -39,7 +39,9 @@
 
 #include <assert.h>
 #include <inttypes.h>
+#include <sched.h>
 #include <stdatomic.h>
+#include <stddef.h>
 #include <stdlib.h>
 #include <stdio.h>
 #include <string.h>
@@ -685,11 +687,22 @@ typedef struct get_state {
     int job_rc;         /* Pool job result (begin or the reads of one message). */
     uint32_t job_k;     /* Blocks the read job covers. */
     uint32_t job_bad;   /* The block it failed at. */
+    /* Staged (hot, not host-mapped: a CUDA arena; or stage_always): each message's blocks are
+     * copied into a slot of svc->stage and sent from it (get_stage_next). */
+    int staged;
+    lkv_stage_slot *slot;    /* The slot being filled, owned by the call; NULL otherwise. */
+    lkv_stage_waiter waiter; /* Queued while the ring is full. */
+    lkv_arena_done copy;     /* Completion of the asynchronous copy into slot. */
+    atomic_int copying;      /* 1 while that copy is in flight: cleanup waits for it. */
+    lkv_rpc_ticket ticket;   /* The call, parked for a slot or a copy. */
 } get_state;
 
 static int get_started(lkv_cache_svc *svc, lkv_rpc *rpc, get_state *st, int rc);
 static int get_send(const lkv_cache_svc *svc, lkv_rpc *rpc, get_state *st);
 static int get_send_pinned(lkv_rpc *rpc, get_state *st);
+static int get_stage_next(lkv_cache_svc *svc, lkv_rpc *rpc, get_state *st);
+static int send_framed(lkv_rpc *rpc, get_state *st, const uint8_t *staged,
+                       void (*release)(void *), void *arg);
 
 /* Pool jobs of a Get: begin (a cold document is promoted: whole-document RocksDB reads) and the
  * reads of one message of a document streamed from the cold tier. */
@@ -794,7 +807,16 @@ static int get_started(lkv_cache_svc *svc, lkv_rpc *rpc, get_state *st, int rc)
     }
     st->per_msg = (uint32_t)(per > 0 ? per : 1);
     st->cold = lkv_store_get_pages(st->rd) == NULL;
-    if (!st->cold && lkv_store_get_block_ptr(st->rd, 0) != NULL) {
+    int host_mapped = !st->cold && lkv_store_get_block_ptr(st->rd, 0) != NULL;
+    if (!st->cold && svc->stage != NULL && (!host_mapped || svc->stage_always) &&
+        bb <= lkv_stage_slot_bytes(svc->stage)) {
+        /* Through the staging ring: one slot per message, so no more blocks than fit. */
+        uint64_t fit = lkv_stage_slot_bytes(svc->stage) / bb;
+        st->staged = 1;
+        if (st->per_msg > fit) {
+            st->per_msg = (uint32_t)fit;
+        }
+    } else if (host_mapped) {
         /* Hot in host memory: blocks go on the wire from the pinned arena pages. */
         st->hold = lkv_xmalloc(sizeof(*st->hold));
         atomic_init(&st->hold->refs, 1);
@@ -834,8 +856,123 @@ static int get_next(void *arg, lkv_rpc *rpc)
     if (st->hold != NULL) {
         return get_send_pinned(rpc, st);
     }
+    if (st->staged) {
+        return get_stage_next(arg, rpc, st);
+    }
     get_read(st); /* Copies out of the hot arena (not host-mapped: CUDA). */
     return get_send(arg, rpc, st);
+}
+
+/* ---- Get through the staging ring (a CUDA arena) ----------------------------------------
+ *
+ * Per message: take a slot (or park the call as a ring waiter: the release that frees one
+ * hands it over, stage_granted), park the call, queue the copy of the message's blocks from
+ * the arena into the slot (cudaMemcpyAsync, lkv_store_get_blocks_async), and when it lands
+ * (copy_landed, a CUDA callback thread) resume the call to send the blocks as slices over the
+ * slot; gRPC's release of the message returns the slot. A host arena copies at once and the
+ * call resumes itself, so the same parked path runs without a GPU (stage_always). A wait that
+ * runs out (the ring's get_stage_wait) sends that message by the copying path instead, and so
+ * does every message while the ring stays starved (lkv_stage.h), so clients that stop reading
+ * while holding slots cannot stall the others beyond one wait. Cleanup
+ * of a call that ends while parked: unqueue its waiter (a grant already under way finds the
+ * ticket stale and returns the slot itself), wait for a copy in flight (the DMA writes into
+ * the slot and reads pages the read handle pins), then return the slot. */
+
+static int stage_fill(lkv_cache_svc *svc, lkv_rpc *rpc, get_state *st);
+
+static int stage_copied(void *arg, lkv_rpc *rpc, void *unused)
+{
+    (void)unused;
+    get_state *st = lkv_rpc_state(rpc);
+    lkv_stage_slot *sl = st->slot;
+    st->slot = NULL;
+    if (st->job_rc != 0) {
+        lkv_stage_release(sl);
+        return get_send(arg, rpc, st); /* Fails the call as job_rc says. */
+    }
+    return send_framed(rpc, st, lkv_stage_slot_ptr(sl), lkv_stage_release_cb, sl);
+}
+
+static int stage_have_slot(void *arg, lkv_rpc *rpc, void *slot)
+{
+    get_state *st = lkv_rpc_state(rpc);
+    st->slot = slot;
+    return stage_fill(arg, rpc, st);
+}
+
+static int stage_fallback(void *arg, lkv_rpc *rpc, void *unused)
+{
+    (void)unused;
+    get_state *st = lkv_rpc_state(rpc);
+    if (st->buf == NULL) {
+        st->buf = lkv_xmalloc((size_t)st->per_msg * st->info.block_bytes);
+    }
+    get_read(st); /* The copying path, for this message (counted: get_stage timed_out). */
+    return get_send(arg, rpc, st);
+}
+
+/* A ring waiter served (any thread): ctx/tag are the parked call's ticket. */
+static void stage_granted(void *ctx, uint64_t tag, lkv_stage_slot *slot)
+{
+    lkv_rpc_ticket t = {ctx, tag};
+    if (slot == NULL) {
+        (void)lkv_rpc_resume(t, stage_fallback, NULL); /* Refused: the call ended. */
+        return;
+    }
+    if (lkv_rpc_resume(t, stage_have_slot, slot) != 0) {
+        lkv_stage_release(slot); /* The call ended while it waited. */
+    }
+}
+
+/* The copy into st->slot landed (a CUDA callback thread: no CUDA calls here). */
+static void copy_landed(lkv_arena_done *d, int rc)
+{
+    get_state *st = (get_state *)((char *)d - offsetof(get_state, copy));
+    st->job_rc = rc;
+    st->job_bad = st->next;
+    lkv_rpc_ticket t = st->ticket;
+    /* From here on cleanup may free st (if the call ended): only t is used. */
+    atomic_store_explicit(&st->copying, 0, memory_order_release);
+    (void)lkv_rpc_resume(t, stage_copied, NULL);
+}
+
+static int stage_fill(lkv_cache_svc *svc, lkv_rpc *rpc, get_state *st)
+{
+    (void)svc;
+    lkv_rpc_defer(rpc, &st->ticket);
+    st->copy.fn = copy_landed;
+    atomic_store_explicit(&st->copying, 1, memory_order_relaxed);
+    int rc = lkv_store_get_blocks_async(st->rd, st->next, st->job_k,
+                                        lkv_stage_slot_ptr(st->slot), &st->copy);
+    if (rc != LKV_EAGAIN) {
+        /* Copied at once (a host arena) or failed: resume ourselves (this thread, parked). */
+        atomic_store_explicit(&st->copying, 0, memory_order_relaxed);
+        st->job_rc = rc;
+        st->job_bad = st->next;
+        if (lkv_rpc_resume(st->ticket, stage_copied, NULL) != 0) {
+            /* Cannot happen (the call is parked by us, on its own thread); cleanup frees. */
+            LKV_LOGE("Get: could not resume a call it parked");
+        }
+    }
+    return LKV_EAGAIN;
+}
+
+static int get_stage_next(lkv_cache_svc *svc, lkv_rpc *rpc, get_state *st)
+{
+    lkv_stage_slot *sl = lkv_stage_try_acquire(svc->stage);
+    if (sl != NULL) {
+        st->slot = sl;
+        return stage_fill(svc, rpc, st);
+    }
+    lkv_rpc_defer(rpc, &st->ticket); /* The ring is full: wait for a release. */
+    int rc = lkv_stage_acquire(svc->stage, &st->waiter, stage_granted, st->ticket.srv,
+                               st->ticket.id, &sl);
+    if (rc == 0 && lkv_rpc_resume(st->ticket, stage_have_slot, sl) != 0) {
+        lkv_stage_release(sl); /* Freed meanwhile; unreachable refusal as in stage_fill. */
+    } else if (rc == LKV_EBUSY) {
+        (void)lkv_rpc_resume(st->ticket, stage_fallback, NULL); /* Starved: copy at once. */
+    }
+    return LKV_EAGAIN;
 }
 
 /* Sends the next job_k blocks straight from the pinned arena pages: the GetResponse framing
@@ -843,9 +980,20 @@ static int get_next(void *arg, lkv_rpc *rpc)
  * payloads are slices over the arena, released (one reference on the read) when gRPC is done. */
 static int get_send_pinned(lkv_rpc *rpc, get_state *st)
 {
+    atomic_fetch_add(&st->hold->refs, 1); /* This message's; released by the engine. */
+    return send_framed(rpc, st, NULL, get_hold_unref, st->hold);
+}
+
+/* Sends blocks next..next+job_k-1 as one GetResponse whose framing is copied and whose
+ * payloads are borrowed: from the arena pages (staged NULL) or from staged + i * block_bytes
+ * (a staging slot). release(arg) runs once gRPC has let go of them (or at once on failure). */
+static int send_framed(lkv_rpc *rpc, get_state *st, const uint8_t *staged,
+                       void (*release)(void *), void *arg)
+{
     uint32_t k = st->job_k;
     uint64_t bb = st->info.block_bytes;
-    lkv_rpc_piece stack_p[2 * 16];
+    assert(k > 0);
+    lkv_rpc_piece stack_p[2 * 16] = {{0}};
     uint8_t stack_h[16 * 32];
     lkv_rpc_piece *pc = k <= 16 ? stack_p : lkv_xmalloc(sizeof(*pc) * 2 * k);
     uint8_t *hdr = k <= 16 ? stack_h : lkv_xmalloc(32u * k);
@@ -861,10 +1009,11 @@ static int get_send_pinned(lkv_rpc *rpc, get_state *st)
         h[n++] = 0x12; /* Block.data, length-delimited. */
         n += lkv_wire_varint_put(h + n, bb);
         pc[2 * i] = (lkv_rpc_piece){h, n, 0};
-        pc[2 * i + 1] = (lkv_rpc_piece){lkv_store_get_block_ptr(st->rd, idx), bb, 1};
+        const void *data = staged != NULL ? (const void *)(staged + (size_t)i * bb)
+                                          : lkv_store_get_block_ptr(st->rd, idx);
+        pc[2 * i + 1] = (lkv_rpc_piece){data, bb, 1};
     }
-    atomic_fetch_add(&st->hold->refs, 1); /* This message's; released by the engine. */
-    int rc = lkv_rpc_send_pieces(rpc, pc, (int)(2 * k), get_hold_unref, st->hold);
+    int rc = lkv_rpc_send_pieces(rpc, pc, (int)(2 * k), release, arg);
     if (pc != stack_p) {
         free(pc);
         free(hdr);
@@ -930,10 +1079,19 @@ out:
 
 static void get_cleanup(void *arg, lkv_rpc *rpc)
 {
-    (void)arg;
     get_state *st = lkv_rpc_state(rpc);
     if (st == NULL) {
         return;
+    }
+    if (st->staged) {
+        lkv_cache_svc *svc = arg;
+        (void)lkv_stage_cancel(svc->stage, &st->waiter); /* A grant under way finds it stale. */
+        while (atomic_load_explicit(&st->copying, memory_order_acquire)) {
+            sched_yield(); /* One message's DMA at most. */
+        }
+        if (st->slot != NULL) {
+            lkv_stage_release(st->slot);
+        }
     }
     if (st->hold != NULL) {
         get_hold_unref(st->hold); /* The read ends once gRPC has let go of every block too. */

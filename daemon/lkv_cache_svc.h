@@ -20,6 +20,7 @@
 
 #include "lkv_lease.h"
 #include "lkv_server.h"
+#include "lkv_stage.h"
 #include "lkv_store.h"
 #include "lkv_wirekey.h"
 
@@ -39,6 +40,14 @@ typedef struct lkv_cache_svc {
     uint8_t salt[LKV_SALT_BYTES]; /* Default tenant's salt (tenants: next issue). */
     int durability;               /* enum lkv_durability, reported in PutResponse. */
     uint64_t get_target_bytes;    /* Block payload per Get message (at least one block). */
+    /* Get staging ring (storage/lkv_stage.h; borrowed, outlives the server), or NULL: hot
+     * blocks that are not host-mapped (a CUDA arena) are copied into one of its slots
+     * (cudaMemcpyAsync, the call parked meanwhile) and sent from it; with NULL they are read
+     * with a blocking cudaMemcpy into a per-call buffer and packed (the copying path).
+     * stage_always: stage host-arena reads too (tests and benchmarks of the ring without a
+     * GPU); 0: a host arena is sent from its pinned pages. */
+    lkv_stage *stage;
+    int stage_always;
     uint32_t max_lookup_docs;     /* Documents per Lookup. */
     /* Request size bounds (lkv_method.max_request_bytes): Lookup and Attach; Get and Delete
      * (one document). 0: the server's max_message_bytes. Put always gets the server's. */

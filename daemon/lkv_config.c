@@ -162,6 +162,7 @@ enum opt_kind {
     OPT_CORRUPT,  /* int, enum lkv_cold_on_corruption (refuse / reset). */
     OPT_DURABLE,  /* int, enum lkv_durability. */
     OPT_ADMIT,    /* int, enum lkv_hot_admission. */
+    OPT_STAGING,  /* int, enum lkv_get_staging. */
     OPT_LOGLEVEL, /* int, enum lkv_log_level. */
     OPT_ROLES,    /* uint32_t, enum lkv_role mask. */
     OPT_BOOL,     /* int, 0 or 1. */
@@ -203,6 +204,14 @@ static const opt opts[] = {
     {"hot_admission", OPT_ADMIT, OFF(hot_admission), 0, 0, 0, "door",
      "new documents into the hot tier: door (only if the policy's admission filter accepts "
      "them, as bench/hitrate simulates; else cold only or declined), or always (evicting)"},
+    {"get_staging", OPT_STAGING, OFF(get_staging), 0, 0, 0, "auto",
+     "Get of a CUDA arena: auto (through the pinned staging ring), off (a blocking copy into "
+     "a per-call buffer, packed), always (the ring for a host arena too: tests, benchmarks)"},
+    {"get_stage_slots", OPT_U32, OFF(get_stage_slots), 0, 1, 65536, "64",
+     "slots of the Get staging ring (each one message: max(1MiB, the largest block), pinned)"},
+    {"get_stage_wait", OPT_DURATION, OFF(get_stage_wait_ms), 0, 0, 3600000, "200ms",
+     "a Get message waiting this long for a staging slot is sent by the copying path (0 = "
+     "wait until a slot frees or the deadline), ms"},
     {"threads", OPT_INT, OFF(threads), 0, 1, 256, "2",
      "gRPC polling threads (each with its own completion queue)"},
     {"pool_threads", OPT_INT, OFF(pool_threads), 0, 0, 256, "4",
@@ -315,6 +324,7 @@ static const char *const backend_names[] = {"auto", "host", "cuda", NULL};
 static const char *const cost_names[] = {"documents", "bytes", NULL};
 static const char *const durable_names[] = {"write-back", "write-through", NULL};
 static const char *const admit_names[] = {"always", "door", NULL}; /* enum lkv_hot_admission. */
+static const char *const staging_names[] = {"auto", "off", "always", NULL}; /* lkv_get_staging */
 static const char *const corrupt_names[] = {"refuse", "reset", NULL};
 static const char *const level_names[] = {"debug", "info", "warn", "error", NULL};
 
@@ -466,6 +476,8 @@ static int set_opt(lkv_config *c, const opt *o, const char *value, char *err, si
         return set_enum(o, field, value, durable_names, err, errlen);
     case OPT_ADMIT:
         return set_enum(o, field, value, admit_names, err, errlen);
+    case OPT_STAGING:
+        return set_enum(o, field, value, staging_names, err, errlen);
     case OPT_CORRUPT:
         return set_enum(o, field, value, corrupt_names, err, errlen);
     case OPT_LOGLEVEL:

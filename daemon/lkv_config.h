@@ -43,6 +43,13 @@
 #define LKV_CONFIG_MAX_TENANTS  256
 #define LKV_CONFIG_ERR_MAX      512 /* Suggested size of err buffers. */
 
+/* get_staging: how a Get sends hot blocks that are not host-mapped (a CUDA arena). */
+enum lkv_get_staging {
+    LKV_GET_STAGING_AUTO = 0,   /* Through the pinned staging ring (storage/lkv_stage.h). */
+    LKV_GET_STAGING_OFF = 1,    /* A blocking copy into a per-call buffer, then packed. */
+    LKV_GET_STAGING_ALWAYS = 2, /* The ring for a host arena too (tests, benchmarks). */
+};
+
 typedef struct lkv_config {
     char listen[256];           /* host:port to bind; port 0 picks a free port. */
     char data_dir[1024];        /* Cold tier (RocksDB) directory, created if absent. */
@@ -54,6 +61,9 @@ typedef struct lkv_config {
     int policy_cost_bytes;      /* 1: GDSF cost = bytes (byte hit rate); 0: cost 1 per doc. */
     int durability;             /* enum lkv_durability. */
     int hot_admission;          /* enum lkv_hot_admission: always / door (lkv_store.h). */
+    int get_staging;            /* enum lkv_get_staging. */
+    uint32_t get_stage_slots;   /* Slots of the Get staging ring. */
+    uint64_t get_stage_wait_ms; /* Longest wait for a slot before the copying path (0: none). */
     int threads;                /* gRPC polling threads (one completion queue each). */
     int pool_threads;           /* Worker threads for blocking work (0: run it inline). */
     uint64_t max_message_bytes; /* Largest gRPC message received or sent, bytes. */

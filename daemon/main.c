@@ -55,7 +55,9 @@
 #include "lkv_lease.h"
 #include "lkv_log.h"
 #include "lkv_metrics.h"
+#include "lkv_layout.h"
 #include "lkv_server.h"
+#include "lkv_stage.h"
 #include "lkv_store.h"
 #include "lkv_tenancy.h"
 #include "lkv_tls.h"
@@ -316,6 +318,43 @@ static void tier_ratio_read(void *ctx, double *v, int n)
     }
 }
 
+/* The Get staging ring (storage/lkv_stage.h) the cache service sends hot blocks of a CUDA
+ * arena through (get_staging auto), or of any arena (always); none for off, or for a host
+ * arena under auto (sent from its pages). A slot holds one Get message: max(the message
+ * target, the largest block of a profile). Pinned memory for a CUDA arena. */
+static int make_stage(const lkv_config *cfg, lkv_store *store, lkv_stats *stats,
+                      lkv_cache_svc *cache, lkv_stage **out)
+{
+    lkv_store_arena_info ai;
+    lkv_store_arena_info_get(store, &ai);
+    *out = NULL;
+    if (cfg->get_staging == LKV_GET_STAGING_OFF ||
+        (cfg->get_staging == LKV_GET_STAGING_AUTO && ai.backend != LKV_HOT_CUDA)) {
+        if (ai.backend == LKV_HOT_CUDA) {
+            LKV_LOGI("get staging off: Get copies CUDA blocks into a per-call buffer");
+        }
+        return 0;
+    }
+    uint64_t slot = cache->get_target_bytes;
+    for (int i = 0; i < lkv_store_profile_count(store); i++) {
+        uint64_t bb = lkv_block_bytes(&lkv_store_profile_at(store, i)->shape);
+        slot = bb > slot ? bb : slot;
+    }
+    int mem = ai.backend == LKV_HOT_CUDA ? LKV_STAGE_MEM_PINNED : LKV_STAGE_MEM_HOST;
+    int rc = lkv_stage_create(slot, cfg->get_stage_slots, mem, cfg->get_stage_wait_ms, stats, out);
+    if (rc != 0) {
+        LKV_LOGE("cannot create the Get staging ring (%u x %" PRIu64 " bytes): %s",
+                 cfg->get_stage_slots, slot, lkv_strerror(rc));
+        return rc;
+    }
+    cache->stage_always = cfg->get_staging == LKV_GET_STAGING_ALWAYS;
+    char b[32];
+    LKV_LOGI("get staging ring: %u slots x %s%s, wait %" PRIu64 " ms", cfg->get_stage_slots,
+             lkv_format_bytes(lkv_stage_slot_bytes(*out), b, sizeof(b)),
+             mem == LKV_STAGE_MEM_PINNED ? " pinned" : " (host memory)", cfg->get_stage_wait_ms);
+    return 0;
+}
+
 static void register_tier_ratios(lkv_stats *stats, lkv_store *store)
 {
     static const lkv_stat_desc d[4] = {
@@ -541,6 +580,16 @@ int main(int argc, char **argv)
     }
     cache.route = lkv_cluster_route;
     cache.route_ctx = g_cluster;
+    lkv_stage *stage = NULL;
+    if (make_stage(&cfg, store, stats, &cache, &stage) != 0) {
+        lkv_cluster_destroy(g_cluster);
+        lkv_lease_table_destroy(leases);
+        lkv_tenancy_destroy(ten);
+        lkv_store_close(store);
+        lkv_stats_destroy(stats);
+        return 1;
+    }
+    cache.stage = stage;
     lkv_method methods[LKV_CACHE_SVC_METHODS + LKV_CLUSTER_METHODS + LKV_ADMIN_SVC_METHODS +
                        LKV_HEALTH_METHODS];
     int n = 0;
@@ -585,6 +634,7 @@ int main(int argc, char **argv)
         LKV_LOGE("%s", err);
         lkv_cluster_destroy(g_cluster);
         lkv_lease_table_destroy(leases);
+        lkv_stage_destroy(stage);
         lkv_tenancy_destroy(ten);
         lkv_store_close(store);
         lkv_stats_destroy(stats);
@@ -605,6 +655,7 @@ int main(int argc, char **argv)
         lkv_cluster_destroy(g_cluster);
         lkv_lease_table_destroy(leases); /* Before the server: see the shutdown below. */
         lkv_server_destroy(srv);
+        lkv_stage_destroy(stage);
         lkv_tenancy_destroy(ten);
         lkv_store_close(store);
         lkv_stats_destroy(stats);
@@ -645,6 +696,7 @@ int main(int argc, char **argv)
             lkv_cluster_destroy(g_cluster);
             lkv_lease_table_destroy(leases); /* Before the server: see the shutdown below. */
             lkv_server_destroy(srv);
+            lkv_stage_destroy(stage);
             lkv_tenancy_destroy(ten);
             lkv_store_close(store);
             lkv_stats_destroy(stats);
@@ -680,6 +732,7 @@ int main(int argc, char **argv)
      * its (ended) call through the server's ticket table, which must still exist. */
     lkv_lease_table_destroy(leases); /* Unpins what live leases hold, aborts reservations. */
     lkv_server_destroy(srv);
+    lkv_stage_destroy(stage); /* After the server: gRPC has dropped every slice over it. */
     lkv_tenancy_destroy(ten);
     LKV_LOGI("shutdown: server stopped; flushing write-back documents and closing the store");
     lkv_store_stats_get(store, &st);

@@ -50,6 +50,7 @@ struct lkv_arena {
     region *reg;       /* Regions (owned). */
     char shm_name[64]; /* Host: shm_open name. */
     uint8_t ipc[64];   /* CUDA: IPC handle bytes. */
+    void *stream;      /* CUDA: the stream of asynchronous reads (lkv_arena_read_async). */
 };
 
 uint64_t lkv_arena_page_size(uint64_t block_bytes)
@@ -148,6 +149,12 @@ static int cuda_create(lkv_arena *a, int device)
     }
     a->base = p;
     a->device = device;
+    rc = lkv__cuda_stream_create(device, &a->stream);
+    if (rc != 0) {
+        lkv__cuda_free(device, p);
+        a->base = NULL;
+        return rc;
+    }
     return 0;
 #else
     (void)a;
@@ -261,6 +268,7 @@ void lkv_arena_destroy(lkv_arena *a)
         }
     } else {
 #ifdef LKV_HAVE_CUDA
+        lkv__cuda_stream_destroy(a->device, a->stream); /* Waits for reads in flight. */
         lkv__cuda_free(a->device, a->base);
 #endif
     }
@@ -373,6 +381,42 @@ int lkv_arena_read(lkv_arena *a, int r, uint32_t page, void *dst, size_t len)
 #ifdef LKV_HAVE_CUDA
     return lkv__cuda_d2h(a->device, dst, src, len);
 #else
+    return LKV_ENOTSUP;
+#endif
+}
+
+int lkv_arena_read_async(lkv_arena *a, int r, const uint32_t *pages, uint32_t n, size_t len,
+                         void *dst, lkv_arena_done *done)
+{
+    for (uint32_t i = 0; i < n; i++) {
+        if (page_addr(a, r, pages[i], len) == NULL) {
+            return LKV_EINVAL;
+        }
+    }
+    if (a->backend == LKV_ARENA_HOST) {
+        for (uint32_t i = 0; i < n; i++) {
+            memcpy((uint8_t *)dst + (size_t)i * len, page_addr(a, r, pages[i], len), len);
+        }
+        return 0;
+    }
+#ifdef LKV_HAVE_CUDA
+    int rc = 0;
+    uint32_t queued = 0;
+    for (; queued < n && rc == 0; queued++) {
+        rc = lkv__cuda_d2h_async(a->device, a->stream, (uint8_t *)dst + (size_t)queued * len,
+                                 page_addr(a, r, pages[queued], len), len);
+    }
+    if (rc == 0) {
+        rc = lkv__cuda_stream_then(a->device, a->stream, done);
+        if (rc == 0) {
+            return LKV_EAGAIN;
+        }
+    }
+    /* Copies already queued may still be writing dst: wait for them before saying no. */
+    lkv__cuda_stream_sync(a->device, a->stream);
+    return rc;
+#else
+    (void)done;
     return LKV_ENOTSUP;
 #endif
 }

@@ -107,6 +107,22 @@ int lkv_arena_writev(lkv_arena *a, int region, uint32_t page, const struct iovec
 /* Copies len (<= the region's page_bytes) bytes from the start of page into host memory dst. */
 int lkv_arena_read(lkv_arena *a, int region, uint32_t page, void *dst, size_t len);
 
+/* Completion of an asynchronous read (lkv_arena_read_async): caller-owned, usually embedded in
+ * the reader's state; fn(self, rc) is called once, rc 0 (the bytes are there) or LKV_ECUDA. */
+typedef struct lkv_arena_done {
+    void (*fn)(struct lkv_arena_done *self, int rc);
+} lkv_arena_done;
+
+/* Copies the first len (<= the region's page_bytes) bytes of each of pages[0..n) (borrowed)
+ * into dst + i * len (caller-owned, n * len bytes). Host arena: at once, returns 0 and done is
+ * not used. CUDA arena: queues cudaMemcpyAsync copies on the arena's own stream (so dst should
+ * be page-locked, lkv_stage.h, for a real DMA) and returns LKV_EAGAIN: done->fn(done, rc) is
+ * then called exactly once from a CUDA callback thread, which must not call CUDA; until then
+ * the pages must stay owned and dst and done valid. Errors (< 0, done not called, no copy left
+ * in flight): LKV_EINVAL (a bad region, page or len), LKV_ECUDA, LKV_ENOTSUP. */
+int lkv_arena_read_async(lkv_arena *a, int region, const uint32_t *pages, uint32_t n, size_t len,
+                         void *dst, lkv_arena_done *done);
+
 /* Host pointer to the start of page (host backend), or NULL (cuda backend, bad region or
  * page). Borrowed, valid until destroy. */
 void *lkv_arena_host_ptr(lkv_arena *a, int region, uint32_t page);

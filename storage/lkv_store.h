@@ -70,6 +70,7 @@
 #include <stdint.h>
 #include <sys/uio.h>
 
+#include "lkv_arena.h"
 #include "lkv_dockey.h"
 #include "lkv_profile.h"
 #include "lkv_stats.h"
@@ -430,6 +431,15 @@ int lkv_store_get_block(lkv_store_read *rd, uint32_t index, void *buf, size_t le
  * valid and unchanged until lkv_store_get_end(rd). NULL if the read streams from the cold tier,
  * the arena is not host-mapped (CUDA), or index is out of range. */
 const void *lkv_store_get_block_ptr(const lkv_store_read *rd, uint32_t index);
+
+/* Copies blocks first..first+n-1 of a document read from the hot tier into dst (caller-owned
+ * host memory, n * block_bytes bytes, block i at dst + (i - first) * block_bytes), without the
+ * store lock: lkv_arena_read_async (lkv_arena.h) over its pages. Host arena: done at once,
+ * returns 0 (done unused). CUDA arena: returns LKV_EAGAIN and done->fn(done, rc) runs once, on
+ * a CUDA callback thread, when the bytes are in dst; rd must not be ended before that. Errors
+ * (done not called): LKV_EINVAL (a cold read, or a bad range), LKV_ECUDA. */
+int lkv_store_get_blocks_async(lkv_store_read *rd, uint32_t first, uint32_t n, void *dst,
+                               lkv_arena_done *done);
 
 /* Info of the document being read (borrowed, valid until lkv_store_get_end). */
 const lkv_doc_info *lkv_store_get_info(const lkv_store_read *rd);

@@ -10,6 +10,7 @@
 #include <cuda_runtime_api.h>
 #include <string.h>
 
+#include "lkv_arena.h"
 #include "lkv_log.h"
 
 #define CUDA_TRY(expr)                                                                             \
@@ -77,5 +78,77 @@ int lkv__cuda_d2h(int device, void *dst, const void *src, size_t len)
 {
     CUDA_TRY(cudaSetDevice(device));
     CUDA_TRY(cudaMemcpy(dst, src, len, cudaMemcpyDeviceToHost));
+    return 0;
+}
+
+int lkv__cuda_host_alloc(size_t bytes, void **out)
+{
+    void *p = NULL;
+    *out = NULL;
+    CUDA_TRY(cudaHostAlloc(&p, bytes, cudaHostAllocPortable));
+    *out = p;
+    return 0;
+}
+
+void lkv__cuda_host_free(void *p)
+{
+    if (p != NULL) {
+        cudaFreeHost(p);
+    }
+}
+
+int lkv__cuda_stream_create(int device, void **out)
+{
+    cudaStream_t st = NULL;
+    *out = NULL;
+    CUDA_TRY(cudaSetDevice(device));
+    CUDA_TRY(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking));
+    *out = st;
+    return 0;
+}
+
+void lkv__cuda_stream_destroy(int device, void *stream)
+{
+    if (stream == NULL || cudaSetDevice(device) != cudaSuccess) {
+        return;
+    }
+    cudaStreamSynchronize((cudaStream_t)stream);
+    cudaStreamDestroy((cudaStream_t)stream);
+}
+
+void lkv__cuda_stream_sync(int device, void *stream)
+{
+    if (cudaSetDevice(device) != cudaSuccess) {
+        return;
+    }
+    cudaError_t e = cudaStreamSynchronize((cudaStream_t)stream);
+    if (e != cudaSuccess) {
+        LKV_LOGE("cudaStreamSynchronize: %s", cudaGetErrorString(e));
+    }
+}
+
+int lkv__cuda_d2h_async(int device, void *stream, void *dst, const void *src, size_t len)
+{
+    CUDA_TRY(cudaSetDevice(device));
+    CUDA_TRY(cudaMemcpyAsync(dst, src, len, cudaMemcpyDeviceToHost, (cudaStream_t)stream));
+    return 0;
+}
+
+/* The stream callback: the stream's status becomes the done function's rc. */
+static void CUDART_CB stream_cb(cudaStream_t stream, cudaError_t status, void *user)
+{
+    (void)stream;
+    lkv_arena_done *d = user;
+    if (status != cudaSuccess) {
+        /* No CUDA call may be made here: cudaGetErrorString is a host table lookup. */
+        LKV_LOGE("asynchronous arena copy failed: %s", cudaGetErrorString(status));
+    }
+    d->fn(d, status == cudaSuccess ? 0 : LKV_ECUDA);
+}
+
+int lkv__cuda_stream_then(int device, void *stream, void *done)
+{
+    CUDA_TRY(cudaSetDevice(device));
+    CUDA_TRY(cudaStreamAddCallback((cudaStream_t)stream, stream_cb, done, 0));
     return 0;
 }
