@@ -102,6 +102,9 @@ static void test_shipped_file_equals_defaults(void)
     ASSERT_EQ(a.cold_bytes, b.cold_bytes);
     ASSERT_EQ(a.hot_backend, b.hot_backend);
     ASSERT_EQ(a.cuda_device, b.cuda_device);
+    ASSERT_EQ(a.get_staging, b.get_staging);
+    ASSERT_EQ(a.get_stage_slots, b.get_stage_slots);
+    ASSERT_EQ(a.get_stage_wait_ms, b.get_stage_wait_ms);
     ASSERT_EQ(a.policy_kind, b.policy_kind);
     ASSERT_EQ(a.policy_cost_bytes, b.policy_cost_bytes);
     ASSERT_EQ(a.durability, b.durability);
@@ -127,6 +130,32 @@ static void test_shipped_file_equals_defaults(void)
         ASSERT_EQ(a.profiles[i].max_doc_tokens, b.profiles[i].max_doc_tokens);
     }
     ASSERT_TRUE(strstr(b.source, "lazykvd.conf") != NULL);
+}
+
+/* The Get staging ring's options: defaults, every name, bounds, and a bad name named. */
+static void test_get_staging(void)
+{
+    static lkv_config c;
+    char err[LKV_CONFIG_ERR_MAX];
+    lkv_config_defaults(&c);
+    ASSERT_EQ(c.get_staging, LKV_GET_STAGING_AUTO);
+    ASSERT_EQ(c.get_stage_slots, 64);
+    ASSERT_EQ(c.get_stage_wait_ms, 200);
+    ASSERT_OK(lkv_config_load_string(&c, "get_staging = off\nget_stage_slots = 3\n"
+                                     "get_stage_wait = 0\n", "t.conf", err, sizeof(err)));
+    ASSERT_EQ(c.get_staging, LKV_GET_STAGING_OFF);
+    ASSERT_EQ(c.get_stage_slots, 3);
+    ASSERT_EQ(c.get_stage_wait_ms, 0);
+    ASSERT_OK(lkv_config_load_string(&c, "get_staging = always\n", "t.conf", err, sizeof(err)));
+    ASSERT_EQ(c.get_staging, LKV_GET_STAGING_ALWAYS);
+    ASSERT_TRUE(lkv_config_load_string(&c, "get_staging = pinned\n", "t.conf", err,
+                                       sizeof(err)) != 0);
+    ASSERT_TRUE(strstr(err, "get_staging") != NULL);
+    ASSERT_TRUE(lkv_config_load_string(&c, "get_stage_slots = 0\n", "t.conf", err,
+                                       sizeof(err)) != 0);
+    ASSERT_TRUE(strstr(err, "get_stage_slots") != NULL);
+    ASSERT_TRUE(lkv_config_load_string(&c, "get_stage_slots = 65537\n", "t.conf", err,
+                                       sizeof(err)) != 0);
 }
 
 static void test_good_text(void)
@@ -646,6 +675,7 @@ int main(void)
     LKV_RUN(test_defaults);
     LKV_RUN(test_shipped_file_equals_defaults);
     LKV_RUN(test_good_text);
+    LKV_RUN(test_get_staging);
     LKV_RUN(test_overrides);
     LKV_RUN(test_bad_values_name_the_option);
     LKV_RUN(test_bad_args_name_the_option);
