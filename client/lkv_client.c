@@ -1574,6 +1574,269 @@ int lkv_client_get_buf(lkv_client_t *c, const lkv_docref *ref, int deadline_ms,
     return 0;
 }
 
+/* ---- get into the caller's buffer ----
+ *
+ * lkv_client_get_into decodes each GetResponse straight from the slices gRPC received it in and
+ * copies every block's payload once, into its place in the caller's buffer: no gathered copy of
+ * a multi-slice message (get_recv's readall: a fresh allocation per message, whose pages the
+ * kernel zeroes), no second copy by a callback. The cursor below reads across slice boundaries. */
+
+typedef struct slice_cur {
+    grpc_slice *sl; /* The message's slices (references held). */
+    size_t n;       /* Slices. */
+    size_t i;       /* Current slice. */
+    size_t off;     /* Offset in it. */
+    size_t left;    /* Bytes left in the message. */
+} slice_cur;
+
+static int cur_byte(slice_cur *c, uint8_t *b)
+{
+    if (c->left == 0) {
+        return -1;
+    }
+    while (c->off == GRPC_SLICE_LENGTH(c->sl[c->i])) {
+        c->i++;
+        c->off = 0;
+    }
+    *b = GRPC_SLICE_START_PTR(c->sl[c->i])[c->off++];
+    c->left--;
+    return 0;
+}
+
+static int cur_varint(slice_cur *c, uint64_t *v)
+{
+    uint64_t x = 0;
+    for (int shift = 0; shift < 64; shift += 7) {
+        uint8_t b;
+        if (cur_byte(c, &b) != 0) {
+            return -1;
+        }
+        x |= (uint64_t)(b & 0x7f) << shift;
+        if ((b & 0x80) == 0) {
+            *v = x;
+            return 0;
+        }
+    }
+    return -1;
+}
+
+/* Copies (dst != NULL) or skips n bytes. */
+static int cur_take(slice_cur *c, uint8_t *dst, size_t n)
+{
+    if (n > c->left) {
+        return -1;
+    }
+    c->left -= n;
+    while (n > 0) {
+        size_t avail = GRPC_SLICE_LENGTH(c->sl[c->i]) - c->off;
+        if (avail == 0) {
+            c->i++;
+            c->off = 0;
+            continue;
+        }
+        size_t k = n < avail ? n : avail;
+        if (dst != NULL) {
+            memcpy(dst, GRPC_SLICE_START_PTR(c->sl[c->i]) + c->off, k);
+            dst += k;
+        }
+        c->off += k;
+        n -= k;
+    }
+    return 0;
+}
+
+static int cur_skip_field(slice_cur *c, uint64_t wt)
+{
+    uint64_t v;
+    switch (wt) {
+    case 0:
+        return cur_varint(c, &v);
+    case 1:
+        return cur_take(c, NULL, 8);
+    case 5:
+        return cur_take(c, NULL, 4);
+    case 2:
+        return cur_varint(c, &v) != 0 || v > SIZE_MAX ? -1 : cur_take(c, NULL, (size_t)v);
+    default:
+        return -1;
+    }
+}
+
+/* Decodes one GetResponse (after the header message) from c: each Block's data goes to
+ * buf + g->next * block_bytes, then its index is checked against g->next. 0 or a code
+ * (recorded through get_stop). */
+static int get_decode_into(lkv_get_t *g, slice_cur *c, uint8_t *buf)
+{
+    size_t bb = (size_t)g->h.block_bytes;
+    while (c->left > 0) {
+        uint64_t tag, len;
+        if (cur_varint(c, &tag) != 0) {
+            return -1;
+        }
+        uint64_t field = tag >> 3, wt = tag & 7;
+        if (field == 1 && wt == 2) {
+            return get_stop(g, bad_reply(LKV_ECORRUPT, "Get stream", "second header"));
+        }
+        if (field != 2 || wt != 2) {
+            if (cur_skip_field(c, wt) != 0) {
+                return -1;
+            }
+            continue;
+        }
+        if (cur_varint(c, &len) != 0 || len > c->left) {
+            return -1;
+        }
+        size_t end_left = c->left - (size_t)len; /* c->left once this Block is consumed. */
+        uint64_t index = 0;
+        int have_data = 0;
+        while (c->left > end_left) {
+            uint64_t t2, v;
+            if (cur_varint(c, &t2) != 0) {
+                return -1;
+            }
+            if ((t2 >> 3) == 1 && (t2 & 7) == 0) {
+                if (cur_varint(c, &index) != 0) {
+                    return -1;
+                }
+            } else if ((t2 >> 3) == 2 && (t2 & 7) == 2) {
+                if (cur_varint(c, &v) != 0 || v > c->left - end_left) {
+                    return -1;
+                }
+                if (v != bb) {
+                    return get_stop(g, bad_reply(LKV_ECORRUPT, "Get stream",
+                                                 "block size is not block_bytes"));
+                }
+                if (g->next >= g->h.n_blocks || have_data) {
+                    return get_stop(g, bad_reply(LKV_ECORRUPT, "Get stream",
+                                                 "more blocks than announced"));
+                }
+                if (cur_take(c, buf + (size_t)g->next * bb, bb) != 0) {
+                    return -1;
+                }
+                have_data = 1;
+            } else if (cur_skip_field(c, t2 & 7) != 0) {
+                return -1;
+            }
+            if (c->left < end_left) {
+                return -1; /* A field ran past its Block. */
+            }
+        }
+        if (!have_data && bb != 0) {
+            return get_stop(g, bad_reply(LKV_ECORRUPT, "Get stream", "block without data"));
+        }
+        if (index != g->next) {
+            return get_stop(g, bad_reply(LKV_ECORRUPT, "Get stream", "block index out of order"));
+        }
+        g->next++;
+    }
+    return 0;
+}
+
+/* Receives the next message and decodes it into buf. 1 if one came, 0 at the end of the
+ * stream, or a negative code (recorded in g). */
+static int get_recv_into(lkv_get_t *g, uint8_t *buf)
+{
+    grpc_byte_buffer *recv = NULL;
+    grpc_op op;
+    memset(&op, 0, sizeof(op));
+    op.op = GRPC_OP_RECV_MESSAGE;
+    op.data.recv_message.recv_message = &recv;
+    int ok = run_batch(&g->cl, &op, 1);
+    if (ok == 1 && recv == NULL) {
+        g->cl.msg_eos = 1;
+    }
+    if (ok != 1 || recv == NULL) {
+        return 0;
+    }
+    size_t total = grpc_byte_buffer_length(recv);
+    if (g->cl.c->max_msg != 0 && total > g->cl.c->max_msg) {
+        grpc_byte_buffer_destroy(recv);
+        return get_stop(g, bad_reply(LKV_EPROTO, "GetResponse", "over the message limit"));
+    }
+    grpc_byte_buffer_reader rd;
+    if (!grpc_byte_buffer_reader_init(&rd, recv)) {
+        grpc_byte_buffer_destroy(recv);
+        return get_stop(g, bad_reply(LKV_EPROTO, "GetResponse", "unreadable (compressed?)"));
+    }
+    grpc_slice stack[32];
+    grpc_slice *sl = stack;
+    size_t n = 0, cap = 32;
+    grpc_slice one;
+    while (grpc_byte_buffer_reader_next(&rd, &one)) {
+        if (n == cap) {
+            cap *= 2;
+            grpc_slice *bigger = lkv_xmalloc(cap * sizeof(*bigger));
+            memcpy(bigger, sl, n * sizeof(*sl));
+            if (sl != stack) {
+                free(sl);
+            }
+            sl = bigger;
+        }
+        sl[n++] = one;
+    }
+    grpc_byte_buffer_reader_destroy(&rd);
+    grpc_byte_buffer_destroy(recv);
+    slice_cur c = {sl, n, 0, 0, total};
+    int rc = get_decode_into(g, &c, buf);
+    if (rc == -1) {
+        rc = get_stop(g, bad_reply(LKV_EPROTO, "GetResponse", "malformed protobuf encoding"));
+    }
+    for (size_t i = 0; i < n; i++) {
+        grpc_slice_unref(sl[i]);
+    }
+    if (sl != stack) {
+        free(sl);
+    }
+    return rc < 0 ? rc : 1;
+}
+
+int lkv_client_get_into(lkv_client_t *c, const lkv_docref *ref, int deadline_ms,
+                        lkv_get_header *header, void *buf, size_t cap, size_t *len)
+{
+    lkv_get_t *g = NULL;
+    lkv_get_header h;
+    *len = 0;
+    int rc = lkv_client_get_begin(c, ref, deadline_ms, &h, &g);
+    if (header != NULL) {
+        *header = h;
+    }
+    if (rc != 0) {
+        return rc;
+    }
+    size_t need = (size_t)h.n_blocks * (size_t)h.block_bytes;
+    if (need > cap || (need > 0 && buf == NULL)) {
+        rc = get_stop(g, err_local(LKV_ETOOBIG,
+                                   "get: the document is %zu bytes, the buffer %zu", need, cap));
+        lkv_get_end(g);
+        tl_err.status = -1;
+        return rc;
+    }
+    /* The header message may already carry blocks (the daemon sends it alone; accept both). */
+    for (size_t i = 0; i < g->m.n_blk; i++) {
+        const get_blk *b = &g->m.blk[i];
+        if (b->index != g->next || g->next >= h.n_blocks || b->len != h.block_bytes) {
+            rc = get_stop(g, bad_reply(LKV_ECORRUPT, "Get stream", "bad block in the header"));
+            break;
+        }
+        memcpy((uint8_t *)buf + (size_t)g->next * h.block_bytes, b->data, b->len);
+        g->next++;
+    }
+    get_msg_clear(&g->m);
+    while (rc == 0) {
+        rc = get_recv_into(g, buf);
+        if (rc == 0) {
+            rc = get_finish(g);
+            break;
+        }
+        rc = rc < 0 ? rc : 0;
+    }
+    if (rc == 0) {
+        *len = need;
+    }
+    lkv_get_end(g); /* Any failure above reaped the status first: its message stays. */
+    return rc;
+}
+
 /* ---- delete, stats ---- */
 
 int lkv_client_delete(lkv_client_t *c, const lkv_docref *ref, int deadline_ms, uint8_t *key_out)

@@ -238,6 +238,17 @@ void lkv_get_end(lkv_get_t *g);
 int lkv_client_get_buf(lkv_client_t *c, const lkv_docref *ref, int deadline_ms,
                        lkv_get_header *header, uint8_t **data, size_t *len);
 
+/* Gets one document into the caller's buffer buf (cap bytes, borrowed): on 0, *len =
+ * header->n_blocks * header->block_bytes bytes were written, block i at buf + i * block_bytes.
+ * Each block is copied once, from the slices gRPC received it in, straight to its place (no
+ * gathered copy of a message that came in several slices, no allocation per message), so a
+ * caller that reuses one buffer reads at the rate of the transport. LKV_ETOOBIG (nothing
+ * written, the call cancelled) if the document does not fit in cap; header (may be NULL)
+ * still receives the stream header then, so the caller can size a buffer and retry. Other
+ * errors as lkv_client_get; on any error buf may hold some blocks. */
+int lkv_client_get_into(lkv_client_t *c, const lkv_docref *ref, int deadline_ms,
+                        lkv_get_header *header, void *buf, size_t cap, size_t *len);
+
 /* Deletes a document from every tier. key_out (may be NULL, 32 bytes) receives its key.
  * LKV_ENOTFOUND if it was not cached. */
 int lkv_client_delete(lkv_client_t *c, const lkv_docref *ref, int deadline_ms, uint8_t *key_out);

@@ -1,7 +1,8 @@
 /*
  * test_c_roundtrip.c: integration.c_roundtrip. A real lazykvd driven by the C client: put
  * multi-block documents (partial last block) by streaming and one-shot, look many up in one
- * call, get them back byte-identical (by key and by tokens, callback and buffer), delete, and
+ * call, get them back byte-identical (by key and by tokens, callback, buffer, and into the
+ * caller's buffer, lkv_client_get_into: exact fit, a byte short), delete, and
  * messages over 4 MiB (three 2 MiB llama-3.1-8b blocks in one Put message); the same handle
  * used by several threads at once.
  */
@@ -40,6 +41,31 @@ static void check_get(const it_shape *s, const it_doc *d, const lkv_docref *ref,
     ASSERT_EQ(len, d->n_blocks * d->block_bytes);
     ASSERT_TRUE(memcmp(data, d->blocks, len) == 0);
     free(data);
+
+    /* Into the caller's buffer: poisoned first, so every byte must have been written; a byte
+     * short is LKV_ETOOBIG with the header filled in and nothing written. */
+    size_t need = (size_t)d->n_blocks * d->block_bytes;
+    uint8_t *buf = malloc(need + 64);
+    memset(buf, 0xEE, need + 64);
+    lkv_get_header h2;
+    memset(&h2, 0, sizeof(h2));
+    size_t got = 1;
+    ASSERT_ERR(lkv_client_get_into(cl, ref, 0, &h2, buf, need - 1, &got), LKV_ETOOBIG);
+    ASSERT_EQ(got, 0);
+    ASSERT_EQ(h2.n_blocks, d->n_blocks);
+    ASSERT_EQ(h2.block_bytes, d->block_bytes);
+    ASSERT_TRUE(lkv_client_last_error()[0] != '\0');
+    ASSERT_EQ(buf[0], 0xEE);
+    rc = lkv_client_get_into(cl, ref, 0, &h2, buf, need + 64, &got);
+    if (rc != 0) {
+        LKV_FAIL("get_into: %s: %s", lkv_err_name(rc), lkv_client_last_error());
+    }
+    ASSERT_EQ(got, need);
+    ASSERT_TRUE(memcmp(h2.key, key, LKV_KEY_BYTES) == 0);
+    ASSERT_TRUE(memcmp(buf, d->blocks, need) == 0);
+    ASSERT_EQ(buf[need], 0xEE); /* Not a byte past the document. */
+    ASSERT_EQ(buf[need + 63], 0xEE);
+    free(buf);
 }
 
 static void test_ping(void)
