@@ -1703,12 +1703,12 @@ static int get_decode_into(lkv_get_t *g, slice_cur *c, uint8_t *buf)
                     return -1;
                 }
                 if (v != bb) {
-                    return get_stop(g, bad_reply(LKV_ECORRUPT, "Get stream",
-                                                 "block size is not block_bytes"));
+                    return get_stop(
+                        g, bad_reply(LKV_ECORRUPT, "Get stream", "block size is not block_bytes"));
                 }
                 if (g->next >= g->h.n_blocks || have_data) {
-                    return get_stop(g, bad_reply(LKV_ECORRUPT, "Get stream",
-                                                 "more blocks than announced"));
+                    return get_stop(
+                        g, bad_reply(LKV_ECORRUPT, "Get stream", "more blocks than announced"));
                 }
                 if (cur_take(c, buf + (size_t)g->next * bb, bb) != 0) {
                     return -1;
@@ -1805,8 +1805,8 @@ int lkv_client_get_into(lkv_client_t *c, const lkv_docref *ref, int deadline_ms,
     }
     size_t need = (size_t)h.n_blocks * (size_t)h.block_bytes;
     if (need > cap || (need > 0 && buf == NULL)) {
-        rc = get_stop(g, err_local(LKV_ETOOBIG,
-                                   "get: the document is %zu bytes, the buffer %zu", need, cap));
+        rc = get_stop(
+            g, err_local(LKV_ETOOBIG, "get: the document is %zu bytes, the buffer %zu", need, cap));
         lkv_get_end(g);
         tl_err.status = -1;
         return rc;

@@ -701,8 +701,8 @@ static int get_started(lkv_cache_svc *svc, lkv_rpc *rpc, get_state *st, int rc);
 static int get_send(const lkv_cache_svc *svc, lkv_rpc *rpc, get_state *st);
 static int get_send_pinned(lkv_rpc *rpc, get_state *st);
 static int get_stage_next(lkv_cache_svc *svc, lkv_rpc *rpc, get_state *st);
-static int send_framed(lkv_rpc *rpc, get_state *st, const uint8_t *staged,
-                       void (*release)(void *), void *arg);
+static int send_framed(lkv_rpc *rpc, get_state *st, const uint8_t *staged, void (*release)(void *),
+                       void *arg);
 
 /* Pool jobs of a Get: begin (a cold document is promoted: whole-document RocksDB reads) and the
  * reads of one message of a document streamed from the cold tier. */
@@ -942,8 +942,8 @@ static int stage_fill(lkv_cache_svc *svc, lkv_rpc *rpc, get_state *st)
     lkv_rpc_defer(rpc, &st->ticket);
     st->copy.fn = copy_landed;
     atomic_store_explicit(&st->copying, 1, memory_order_relaxed);
-    int rc = lkv_store_get_blocks_async(st->rd, st->next, st->job_k,
-                                        lkv_stage_slot_ptr(st->slot), &st->copy);
+    int rc = lkv_store_get_blocks_async(st->rd, st->next, st->job_k, lkv_stage_slot_ptr(st->slot),
+                                        &st->copy);
     if (rc != LKV_EAGAIN) {
         /* Copied at once (a host arena) or failed: resume ourselves (this thread, parked). */
         atomic_store_explicit(&st->copying, 0, memory_order_relaxed);
@@ -987,8 +987,8 @@ static int get_send_pinned(lkv_rpc *rpc, get_state *st)
 /* Sends blocks next..next+job_k-1 as one GetResponse whose framing is copied and whose
  * payloads are borrowed: from the arena pages (staged NULL) or from staged + i * block_bytes
  * (a staging slot). release(arg) runs once gRPC has let go of them (or at once on failure). */
-static int send_framed(lkv_rpc *rpc, get_state *st, const uint8_t *staged,
-                       void (*release)(void *), void *arg)
+static int send_framed(lkv_rpc *rpc, get_state *st, const uint8_t *staged, void (*release)(void *),
+                       void *arg)
 {
     uint32_t k = st->job_k;
     uint64_t bb = st->info.block_bytes;

@@ -48,7 +48,7 @@ typedef struct lkv_cache_svc {
      * GPU); 0: a host arena is sent from its pinned pages. */
     lkv_stage *stage;
     int stage_always;
-    uint32_t max_lookup_docs;     /* Documents per Lookup. */
+    uint32_t max_lookup_docs; /* Documents per Lookup. */
     /* Request size bounds (lkv_method.max_request_bytes): Lookup and Attach; Get and Delete
      * (one document). 0: the server's max_message_bytes. Put always gets the server's. */
     uint64_t max_request_bytes;

@@ -32,7 +32,16 @@ struct lkv_stage_slot {
     int held; /* Under ring->mu. */
 };
 
-enum { ST_SLOTS, ST_SLOT_BYTES, ST_IN_USE, ST_ACQUIRED, ST_WAITED, ST_TIMED_OUT, ST_BYPASSED, N_ST };
+enum {
+    ST_SLOTS,
+    ST_SLOT_BYTES,
+    ST_IN_USE,
+    ST_ACQUIRED,
+    ST_WAITED,
+    ST_TIMED_OUT,
+    ST_BYPASSED,
+    N_ST
+};
 
 struct lkv_stage {
     pthread_mutex_t mu;
@@ -85,19 +94,17 @@ static int stats_register(lkv_stage *r)
         {"lkv_get_stage_slot_bytes", NULL, LKV_STAT_GAUGE, "bytes",
          "Get staging ring: bytes of one slot", "get_stage", "slot_bytes"},
         {"lkv_get_stage_in_use", NULL, LKV_STAT_GAUGE, "slots",
-         "Get staging ring: slots held now (being filled or owned by gRPC)", "get_stage",
-         "in_use"},
+         "Get staging ring: slots held now (being filled or owned by gRPC)", "get_stage", "in_use"},
         {"lkv_get_stage_acquired", NULL, LKV_STAT_COUNTER, "slots",
          "Get staging ring: slots handed out", "get_stage", "acquired"},
         {"lkv_get_stage_waited", NULL, LKV_STAT_COUNTER, "calls",
-         "Get staging ring: messages that waited for a slot (ring full)", "get_stage",
-         "waited"},
+         "Get staging ring: messages that waited for a slot (ring full)", "get_stage", "waited"},
         {"lkv_get_stage_timed_out", NULL, LKV_STAT_COUNTER, "calls",
          "Get staging ring: waits that ran out (message sent by the copying path)", "get_stage",
          "timed_out"},
         {"lkv_get_stage_bypassed", NULL, LKV_STAT_COUNTER, "calls",
-         "Get staging ring: messages sent by the copying path at once (ring starved)",
-         "get_stage", "bypassed"},
+         "Get staging ring: messages sent by the copying path at once (ring starved)", "get_stage",
+         "bypassed"},
     };
     return lkv_stats_register(r->stats, d, N_ST, stats_read, r, &r->group);
 }

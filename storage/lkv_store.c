@@ -1839,8 +1839,8 @@ const void *lkv_store_get_block_ptr(const lkv_store_read *rd, uint32_t index)
 int lkv_store_get_blocks_async(lkv_store_read *rd, uint32_t first, uint32_t n, void *dst,
                                lkv_arena_done *done)
 {
-    if (rd->snap != NULL || n == 0 || first >= rd->info.n_blocks ||
-        n > rd->info.n_blocks - first || dst == NULL || done == NULL) {
+    if (rd->snap != NULL || n == 0 || first >= rd->info.n_blocks || n > rd->info.n_blocks - first ||
+        dst == NULL || done == NULL) {
         return LKV_EINVAL;
     }
     return lkv_arena_read_async(rd->s->arena, rd->d->profile, rd->pages + first, n,

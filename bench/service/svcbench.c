@@ -274,8 +274,8 @@ static int op_get_into(void *ctx, int tid, uint64_t iter, uint64_t *bytes, doubl
     ref.key = b->ws_keys[i];
     lkv_get_header h;
     size_t len = 0;
-    int rc = lkv_client_get_into(b->handles[tid], &ref, CALL_DEADLINE_MS, &h, b->docbuf[tid], cap,
-                                 &len);
+    int rc =
+        lkv_client_get_into(b->handles[tid], &ref, CALL_DEADLINE_MS, &h, b->docbuf[tid], cap, &len);
     if (rc == 0 && len != (size_t)b->ws_blocks[i] * b->opt->block_bytes) {
         rc = LKV_EPROTO;
     }

@@ -141,21 +141,23 @@ static void test_get_staging(void)
     ASSERT_EQ(c.get_staging, LKV_GET_STAGING_AUTO);
     ASSERT_EQ(c.get_stage_slots, 64);
     ASSERT_EQ(c.get_stage_wait_ms, 200);
-    ASSERT_OK(lkv_config_load_string(&c, "get_staging = off\nget_stage_slots = 3\n"
-                                     "get_stage_wait = 0\n", "t.conf", err, sizeof(err)));
+    ASSERT_OK(lkv_config_load_string(&c,
+                                     "get_staging = off\nget_stage_slots = 3\n"
+                                     "get_stage_wait = 0\n",
+                                     "t.conf", err, sizeof(err)));
     ASSERT_EQ(c.get_staging, LKV_GET_STAGING_OFF);
     ASSERT_EQ(c.get_stage_slots, 3);
     ASSERT_EQ(c.get_stage_wait_ms, 0);
     ASSERT_OK(lkv_config_load_string(&c, "get_staging = always\n", "t.conf", err, sizeof(err)));
     ASSERT_EQ(c.get_staging, LKV_GET_STAGING_ALWAYS);
-    ASSERT_TRUE(lkv_config_load_string(&c, "get_staging = pinned\n", "t.conf", err,
-                                       sizeof(err)) != 0);
+    ASSERT_TRUE(lkv_config_load_string(&c, "get_staging = pinned\n", "t.conf", err, sizeof(err)) !=
+                0);
     ASSERT_TRUE(strstr(err, "get_staging") != NULL);
-    ASSERT_TRUE(lkv_config_load_string(&c, "get_stage_slots = 0\n", "t.conf", err,
-                                       sizeof(err)) != 0);
+    ASSERT_TRUE(lkv_config_load_string(&c, "get_stage_slots = 0\n", "t.conf", err, sizeof(err)) !=
+                0);
     ASSERT_TRUE(strstr(err, "get_stage_slots") != NULL);
-    ASSERT_TRUE(lkv_config_load_string(&c, "get_stage_slots = 65537\n", "t.conf", err,
-                                       sizeof(err)) != 0);
+    ASSERT_TRUE(
+        lkv_config_load_string(&c, "get_stage_slots = 65537\n", "t.conf", err, sizeof(err)) != 0);
 }
 
 static void test_good_text(void)

@@ -409,8 +409,8 @@ static int bench(const char *json_path)
             gbs[k][j] = r[1];
         }
         printf("%-10s get_staging=%-6s hot_backend=%-4s waited %.0f timed_out %.0f\n",
-               g_cuda ? cfgs[k][0] : "ring-host", stg, be,
-               stat_or(c, "get_stage", "waited", 0), stat_or(c, "get_stage", "timed_out", 0));
+               g_cuda ? cfgs[k][0] : "ring-host", stg, be, stat_or(c, "get_stage", "waited", 0),
+               stat_or(c, "get_stage", "timed_out", 0));
         lkv_client_destroy(c);
         lkv_daemon_stop(&dm, SIGTERM, 20000);
         lkv_daemon_cleanup(&dm);
