@@ -212,6 +212,8 @@ static const opt opts[] = {
     {"get_stage_wait", OPT_DURATION, OFF(get_stage_wait_ms), 0, 0, 3600000, "200ms",
      "a Get message waiting this long for a staging slot is sent by the copying path (0 = "
      "wait until a slot frees or the deadline), ms"},
+    {"get_stage_streams", OPT_INT, OFF(get_stage_streams), 0, 1, 16, "1",
+     "CUDA streams the Get staging copies are spread over (each message on one), 1..16"},
     {"threads", OPT_INT, OFF(threads), 0, 1, 256, "2",
      "gRPC polling threads (each with its own completion queue)"},
     {"pool_threads", OPT_INT, OFF(pool_threads), 0, 0, 256, "4",
@@ -1436,6 +1438,7 @@ void lkv_config_to_store(const lkv_config *c, lkv_store_config *out)
     out->hot_bytes = c->hot_bytes;
     out->hot_backend = c->hot_backend;
     out->cuda_device = c->cuda_device;
+    out->cuda_read_streams = c->get_stage_streams;
     out->cold_bytes = c->cold_bytes;
     out->policy_kind = c->policy_kind;
     out->policy_cost_bytes = c->policy_cost_bytes;

@@ -64,6 +64,7 @@ typedef struct lkv_config {
     int get_staging;            /* enum lkv_get_staging. */
     uint32_t get_stage_slots;   /* Slots of the Get staging ring. */
     uint64_t get_stage_wait_ms; /* Longest wait for a slot before the copying path (0: none). */
+    int get_stage_streams;      /* CUDA streams of the staging copies (lkv_store cuda_read_streams). */
     int threads;                /* gRPC polling threads (one completion queue each). */
     int pool_threads;           /* Worker threads for blocking work (0: run it inline). */
     uint64_t max_message_bytes; /* Largest gRPC message received or sent, bytes. */

@@ -18,6 +18,7 @@
 #include <fcntl.h>
 #include <sodium.h>
 #include <stdio.h>
+#include <stdatomic.h>
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
@@ -50,7 +51,9 @@ struct lkv_arena {
     region *reg;       /* Regions (owned). */
     char shm_name[64]; /* Host: shm_open name. */
     uint8_t ipc[64];   /* CUDA: IPC handle bytes. */
-    void *stream;      /* CUDA: the stream of asynchronous reads (lkv_arena_read_async). */
+    void *stream[LKV_ARENA_MAX_STREAMS]; /* CUDA: streams of asynchronous reads. */
+    int n_streams;                       /* CUDA: streams created (>= 1). */
+    atomic_uint next_stream;             /* Round robin over them, one read per stream. */
 };
 
 uint64_t lkv_arena_page_size(uint64_t block_bytes)
@@ -149,7 +152,8 @@ static int cuda_create(lkv_arena *a, int device)
     }
     a->base = p;
     a->device = device;
-    rc = lkv__cuda_stream_create(device, &a->stream);
+    rc = lkv__cuda_stream_create(device, &a->stream[0]);
+    a->n_streams = 1;
     if (rc != 0) {
         lkv__cuda_free(device, p);
         a->base = NULL;
@@ -268,7 +272,9 @@ void lkv_arena_destroy(lkv_arena *a)
         }
     } else {
 #ifdef LKV_HAVE_CUDA
-        lkv__cuda_stream_destroy(a->device, a->stream); /* Waits for reads in flight. */
+        for (int i = 0; i < a->n_streams; i++) {
+            lkv__cuda_stream_destroy(a->device, a->stream[i]); /* Waits for reads in flight. */
+        }
         lkv__cuda_free(a->device, a->base);
 #endif
     }
@@ -402,23 +408,45 @@ int lkv_arena_read_async(lkv_arena *a, int r, const uint32_t *pages, uint32_t n,
 #ifdef LKV_HAVE_CUDA
     int rc = 0;
     uint32_t queued = 0;
+    void *st = a->stream[atomic_fetch_add_explicit(&a->next_stream, 1, memory_order_relaxed) %
+                         (unsigned)a->n_streams];
     for (; queued < n && rc == 0; queued++) {
-        rc = lkv__cuda_d2h_async(a->device, a->stream, (uint8_t *)dst + (size_t)queued * len,
+        rc = lkv__cuda_d2h_async(a->device, st, (uint8_t *)dst + (size_t)queued * len,
                                  page_addr(a, r, pages[queued], len), len);
     }
     if (rc == 0) {
-        rc = lkv__cuda_stream_then(a->device, a->stream, done);
+        rc = lkv__cuda_stream_then(a->device, st, done);
         if (rc == 0) {
             return LKV_EAGAIN;
         }
     }
     /* Copies already queued may still be writing dst: wait for them before saying no. */
-    lkv__cuda_stream_sync(a->device, a->stream);
+    lkv__cuda_stream_sync(a->device, st);
     return rc;
 #else
     (void)done;
     return LKV_ENOTSUP;
 #endif
+}
+
+int lkv_arena_set_read_streams(lkv_arena *a, int n)
+{
+    if (n < 1 || n > LKV_ARENA_MAX_STREAMS) {
+        return LKV_EINVAL;
+    }
+    if (a->backend != LKV_ARENA_CUDA) {
+        return 0;
+    }
+#ifdef LKV_HAVE_CUDA
+    while (a->n_streams < n) {
+        int rc = lkv__cuda_stream_create(a->device, &a->stream[a->n_streams]);
+        if (rc != 0) {
+            return rc;
+        }
+        a->n_streams++;
+    }
+#endif
+    return 0;
 }
 
 void *lkv_arena_host_ptr(lkv_arena *a, int r, uint32_t page)

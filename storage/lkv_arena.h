@@ -115,13 +115,21 @@ typedef struct lkv_arena_done {
 
 /* Copies the first len (<= the region's page_bytes) bytes of each of pages[0..n) (borrowed)
  * into dst + i * len (caller-owned, n * len bytes). Host arena: at once, returns 0 and done is
- * not used. CUDA arena: queues cudaMemcpyAsync copies on the arena's own stream (so dst should
+ * not used. CUDA arena: queues cudaMemcpyAsync copies on one of the arena's streams (so dst should
  * be page-locked, lkv_stage.h, for a real DMA) and returns LKV_EAGAIN: done->fn(done, rc) is
  * then called exactly once from a CUDA callback thread, which must not call CUDA; until then
  * the pages must stay owned and dst and done valid. Errors (< 0, done not called, no copy left
  * in flight): LKV_EINVAL (a bad region, page or len), LKV_ECUDA, LKV_ENOTSUP. */
 int lkv_arena_read_async(lkv_arena *a, int region, const uint32_t *pages, uint32_t n, size_t len,
                          void *dst, lkv_arena_done *done);
+
+/* Most CUDA streams of asynchronous reads (lkv_arena_set_read_streams). */
+#define LKV_ARENA_MAX_STREAMS 16
+
+/* Gives a CUDA arena n (1..LKV_ARENA_MAX_STREAMS) streams for lkv_arena_read_async, taken in
+ * turn by successive reads (each read's copies and completion on one stream); call before any
+ * read (not thread-safe). A host arena ignores it (0). LKV_EINVAL, LKV_ECUDA. Default 1. */
+int lkv_arena_set_read_streams(lkv_arena *a, int n);
 
 /* Host pointer to the start of page (host backend), or NULL (cuda backend, bad region or
  * page). Borrowed, valid until destroy. */

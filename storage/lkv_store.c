@@ -564,6 +564,14 @@ int lkv_store_open(const lkv_store_config *cfg, lkv_store **out)
     if (rc != 0) {
         goto fail_early;
     }
+    rc = lkv_arena_set_read_streams(s->arena,
+                                    cfg->cuda_read_streams > 0 ? cfg->cuda_read_streams : 1);
+    if (rc != 0) {
+        LKV_LOGE("store: cuda_read_streams %d: %s", cfg->cuda_read_streams, lkv_strerror(rc));
+        lkv_arena_destroy(s->arena);
+        rc = rc == LKV_EINVAL ? LKV_ECONFIG : rc;
+        goto fail_early;
+    }
     lkv_cold_options co;
     memset(&co, 0, sizeof co);
     co.min_blob_bytes = cfg->cold_min_blob_bytes;

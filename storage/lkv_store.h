@@ -179,6 +179,7 @@ typedef struct lkv_store_config {
                            * releases of the store lock; 0 = 64; UINT32_MAX = one hold. */
     int hot_admission;    /* enum lkv_hot_admission (0: always). See "Hot admission" above
                            * lkv_store_put_begin. */
+    int cuda_read_streams; /* CUDA arena: streams of lkv_store_get_blocks_async (0 = 1). */
 } lkv_store_config;
 
 /* Opens (or creates) the store. Validates cfg (LKV_ECONFIG with a log line naming the field:

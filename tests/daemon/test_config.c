@@ -141,6 +141,16 @@ static void test_get_staging(void)
     ASSERT_EQ(c.get_staging, LKV_GET_STAGING_AUTO);
     ASSERT_EQ(c.get_stage_slots, 64);
     ASSERT_EQ(c.get_stage_wait_ms, 200);
+    ASSERT_EQ(c.get_stage_streams, 1);
+    lkv_store_config sc;
+    lkv_config_to_store(&c, &sc);
+    ASSERT_EQ(sc.cuda_read_streams, 1);
+    ASSERT_OK(lkv_config_load_string(&c, "get_stage_streams = 4\n", "t.conf", err, sizeof(err)));
+    lkv_config_to_store(&c, &sc);
+    ASSERT_EQ(sc.cuda_read_streams, 4);
+    ASSERT_TRUE(lkv_config_load_string(&c, "get_stage_streams = 17\n", "t.conf", err,
+                                       sizeof(err)) != 0);
+    ASSERT_TRUE(strstr(err, "get_stage_streams") != NULL);
     ASSERT_OK(lkv_config_load_string(&c,
                                      "get_staging = off\nget_stage_slots = 3\n"
                                      "get_stage_wait = 0\n",

@@ -90,6 +90,45 @@ static void test_copy_and_shm(void)
     ASSERT_TRUE(shm_open(saved, O_RDONLY, 0) < 0);
 }
 
+static void never_called(lkv_arena_done *d, int rc)
+{
+    (void)d;
+    LKV_FAIL("a host arena's read_async completed through done (rc %d)", rc);
+}
+
+/* lkv_arena_read_async on a host arena: copies at once (0, done unused), page i at dst + i *
+ * len, in the order of the page list; a bad page anywhere refuses before anything is copied. */
+static void test_read_async_host(void)
+{
+    lkv_arena *a;
+    ASSERT_OK(lkv_arena_create(LKV_ARENA_HOST, 0, 4096, 8, &a));
+    uint8_t page[4096];
+    for (uint32_t p = 0; p < 8; p++) {
+        memset(page, 0x10 + (int)p, sizeof page);
+        ASSERT_OK(lkv_arena_write(a, 0, p, page, sizeof page));
+    }
+    uint32_t pages[3] = {5, 1, 7};
+    uint8_t dst[3 * 1000 + 1];
+    memset(dst, 0xEE, sizeof dst);
+    lkv_arena_done d = {never_called};
+    ASSERT_OK(lkv_arena_read_async(a, 0, pages, 3, 1000, dst, &d));
+    for (int i = 0; i < 3; i++) {
+        ASSERT_EQ(dst[i * 1000], 0x10 + pages[i]);
+        ASSERT_EQ(dst[i * 1000 + 999], 0x10 + pages[i]);
+    }
+    ASSERT_EQ(dst[3000], 0xEE);
+    uint32_t bad[2] = {2, 8};
+    memset(dst, 0xEE, sizeof dst);
+    ASSERT_ERR(lkv_arena_read_async(a, 0, bad, 2, 1000, dst, &d), LKV_EINVAL);
+    ASSERT_EQ(dst[0], 0xEE);
+    ASSERT_ERR(lkv_arena_read_async(a, 0, pages, 3, 4097, dst, &d), LKV_EINVAL);
+    ASSERT_ERR(lkv_arena_read_async(a, 1, pages, 3, 1000, dst, &d), LKV_EINVAL);
+    ASSERT_ERR(lkv_arena_set_read_streams(a, 0), LKV_EINVAL);
+    ASSERT_ERR(lkv_arena_set_read_streams(a, LKV_ARENA_MAX_STREAMS + 1), LKV_EINVAL);
+    ASSERT_OK(lkv_arena_set_read_streams(a, 4)); /* Host: nothing to create. */
+    lkv_arena_destroy(a);
+}
+
 static void test_bad_args(void)
 {
     lkv_arena *a;
@@ -235,6 +274,7 @@ int main(void)
     LKV_RUN(test_alloc);
     LKV_RUN(test_copy_and_shm);
     LKV_RUN(test_bad_args);
+    LKV_RUN(test_read_async_host);
     LKV_RUN(test_sweep);
     return 0;
 }
