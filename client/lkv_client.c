@@ -1662,29 +1662,38 @@ static int cur_skip_field(slice_cur *c, uint64_t wt)
     }
 }
 
+/* What decode_into found wrong (0: nothing). */
+enum {
+    GI_MALFORMED = -1, /* Not a protobuf encoding (truncated, bad varint, bad wire type). */
+    GI_HEADER = -2,    /* A second header. */
+    GI_SIZE = -3,      /* A block whose size is not block_bytes. */
+    GI_MORE = -4,      /* More blocks than announced, or two data fields in one Block. */
+    GI_NODATA = -5,    /* A Block without data. */
+    GI_ORDER = -6,     /* A block index out of order. */
+};
+
 /* Decodes one GetResponse (after the header message) from c: each Block's data goes to
- * buf + g->next * block_bytes, then its index is checked against g->next. 0 or a code
- * (recorded through get_stop). */
-static int get_decode_into(lkv_get_t *g, slice_cur *c, uint8_t *buf)
+ * buf + *next * bb, then its index is checked against *next (so the fields of a Block may come
+ * in any order) and *next advances. Stops at the first fault: 0 or a GI_* code. */
+static int decode_into(slice_cur *c, uint8_t *buf, size_t bb, uint32_t n_blocks, uint32_t *next)
 {
-    size_t bb = (size_t)g->h.block_bytes;
     while (c->left > 0) {
         uint64_t tag, len;
         if (cur_varint(c, &tag) != 0) {
-            return -1;
+            return GI_MALFORMED;
         }
         uint64_t field = tag >> 3, wt = tag & 7;
         if (field == 1 && wt == 2) {
-            return get_stop(g, bad_reply(LKV_ECORRUPT, "Get stream", "second header"));
+            return GI_HEADER;
         }
         if (field != 2 || wt != 2) {
             if (cur_skip_field(c, wt) != 0) {
-                return -1;
+                return GI_MALFORMED;
             }
             continue;
         }
         if (cur_varint(c, &len) != 0 || len > c->left) {
-            return -1;
+            return GI_MALFORMED;
         }
         size_t end_left = c->left - (size_t)len; /* c->left once this Block is consumed. */
         uint64_t index = 0;
@@ -1692,44 +1701,82 @@ static int get_decode_into(lkv_get_t *g, slice_cur *c, uint8_t *buf)
         while (c->left > end_left) {
             uint64_t t2, v;
             if (cur_varint(c, &t2) != 0) {
-                return -1;
+                return GI_MALFORMED;
             }
             if ((t2 >> 3) == 1 && (t2 & 7) == 0) {
                 if (cur_varint(c, &index) != 0) {
-                    return -1;
+                    return GI_MALFORMED;
                 }
             } else if ((t2 >> 3) == 2 && (t2 & 7) == 2) {
-                if (cur_varint(c, &v) != 0 || v > c->left - end_left) {
-                    return -1;
+                if (cur_varint(c, &v) != 0 || c->left < end_left || v > c->left - end_left) {
+                    return GI_MALFORMED;
                 }
                 if (v != bb) {
-                    return get_stop(
-                        g, bad_reply(LKV_ECORRUPT, "Get stream", "block size is not block_bytes"));
+                    return GI_SIZE;
                 }
-                if (g->next >= g->h.n_blocks || have_data) {
-                    return get_stop(
-                        g, bad_reply(LKV_ECORRUPT, "Get stream", "more blocks than announced"));
+                if (*next >= n_blocks || have_data) {
+                    return GI_MORE;
                 }
-                if (cur_take(c, buf + (size_t)g->next * bb, bb) != 0) {
-                    return -1;
+                if (cur_take(c, buf + (size_t)*next * bb, bb) != 0) {
+                    return GI_MALFORMED;
                 }
                 have_data = 1;
             } else if (cur_skip_field(c, t2 & 7) != 0) {
-                return -1;
+                return GI_MALFORMED;
             }
             if (c->left < end_left) {
-                return -1; /* A field ran past its Block. */
+                return GI_MALFORMED; /* A field ran past its Block. */
             }
         }
-        if (!have_data && bb != 0) {
-            return get_stop(g, bad_reply(LKV_ECORRUPT, "Get stream", "block without data"));
+        if (!have_data) {
+            return GI_NODATA;
         }
-        if (index != g->next) {
-            return get_stop(g, bad_reply(LKV_ECORRUPT, "Get stream", "block index out of order"));
+        if (index != *next) {
+            return GI_ORDER;
         }
-        g->next++;
+        (*next)++;
     }
     return 0;
+}
+
+/* For tests (tests/client/test_client.c, declared there): decode_into over n parts (parts[i],
+ * lens[i] bytes each; parts may be empty) as the slices of one message. */
+int lkv__get_into_scan(const uint8_t *const *parts, const size_t *lens, size_t n, uint8_t *buf,
+                       size_t bb, uint32_t n_blocks, uint32_t *next);
+int lkv__get_into_scan(const uint8_t *const *parts, const size_t *lens, size_t n, uint8_t *buf,
+                       size_t bb, uint32_t n_blocks, uint32_t *next)
+{
+    grpc_slice *sl = lkv_xmalloc((n > 0 ? n : 1) * sizeof(*sl));
+    size_t total = 0;
+    for (size_t i = 0; i < n; i++) {
+        sl[i] = grpc_slice_from_static_buffer(parts[i], lens[i]);
+        total += lens[i];
+    }
+    slice_cur c = {sl, n, 0, 0, total};
+    int rc = decode_into(&c, buf, bb, n_blocks, next);
+    free(sl);
+    return rc;
+}
+
+/* decode_into for g, its faults recorded as g's failure (get_stop). 0 or a code. */
+static int get_decode_into(lkv_get_t *g, slice_cur *c, uint8_t *buf)
+{
+    static const char *const why[] = {
+        NULL,
+        "malformed protobuf encoding",
+        "second header",
+        "block size is not block_bytes",
+        "more blocks than announced",
+        "block without data",
+        "block index out of order",
+    };
+    int rc = decode_into(c, buf, (size_t)g->h.block_bytes, g->h.n_blocks, &g->next);
+    if (rc == 0) {
+        return 0;
+    }
+    int code = rc == GI_MALFORMED ? LKV_EPROTO : LKV_ECORRUPT;
+    return get_stop(g,
+                    bad_reply(code, rc == GI_MALFORMED ? "GetResponse" : "Get stream", why[-rc]));
 }
 
 /* Receives the next message and decodes it into buf. 1 if one came, 0 at the end of the
@@ -1778,9 +1825,6 @@ static int get_recv_into(lkv_get_t *g, uint8_t *buf)
     grpc_byte_buffer_destroy(recv);
     slice_cur c = {sl, n, 0, 0, total};
     int rc = get_decode_into(g, &c, buf);
-    if (rc == -1) {
-        rc = get_stop(g, bad_reply(LKV_EPROTO, "GetResponse", "malformed protobuf encoding"));
-    }
     for (size_t i = 0; i < n; i++) {
         grpc_slice_unref(sl[i]);
     }

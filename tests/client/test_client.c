@@ -17,6 +17,9 @@
 int lkv__get_response_scan(const uint8_t *p, size_t len, uint32_t *idx, const uint8_t **data,
                            size_t *lens, size_t cap, size_t *n, int *has_header);
 
+int lkv__get_into_scan(const uint8_t *const *parts, const size_t *lens, size_t n, uint8_t *buf,
+                       size_t bb, uint32_t n_blocks, uint32_t *next);
+
 static uint64_t rng = 0x9e3779b97f4a7c15ull;
 static uint64_t rnd(void)
 {
@@ -101,6 +104,141 @@ static void test_get_decode(void)
         }
         free(enc);
     }
+}
+
+/* Splits enc[0..len) into 1..5 parts at random points (empty parts too) and decodes it as the
+ * slices of one message with lkv_client_get_into's decoder. */
+static int scan_split(const uint8_t *enc, size_t len, uint8_t *buf, size_t bb, uint32_t n_blocks,
+                      uint32_t *next)
+{
+    const uint8_t *parts[5];
+    size_t lens[5], cuts[6];
+    size_t n = 1 + rnd() % 5;
+    cuts[0] = 0;
+    cuts[n] = len;
+    for (size_t i = 1; i < n; i++) {
+        cuts[i] = len ? rnd() % (len + 1) : 0;
+    }
+    for (size_t i = 1; i < n; i++) { /* Sort the inner cuts. */
+        for (size_t j = i + 1; j < n; j++) {
+            if (cuts[j] < cuts[i]) {
+                size_t t = cuts[i];
+                cuts[i] = cuts[j];
+                cuts[j] = t;
+            }
+        }
+    }
+    for (size_t i = 0; i < n; i++) {
+        parts[i] = enc + cuts[i];
+        lens[i] = cuts[i + 1] - cuts[i];
+    }
+    return lkv__get_into_scan(parts, lens, n, buf, bb, n_blocks, next);
+}
+
+/* The decoder of lkv_client_get_into over messages split into slices anywhere: a valid stream
+ * message lands byte for byte at its blocks' places and nowhere else; every fault is refused
+ * (out of order, wrong size, more than announced, no data, a second header, truncation,
+ * damage) without writing past the buffer (ASan) and without a crash. */
+static void test_get_into_decode(void)
+{
+    enum { BB = 300, NB = 8 };
+    static uint8_t payload[NB][BB];
+    static uint8_t buf[NB * BB + 16];
+    for (int iter = 0; iter < 600; iter++) {
+        Lazykv__V1__GetResponse r = LAZYKV__V1__GET_RESPONSE__INIT;
+        Lazykv__V1__Block b[NB], *bp[NB];
+        uint32_t first = (uint32_t)(rnd() % 3);
+        size_t k = 1 + rnd() % (NB - first);
+        int fault = (int)(rnd() % 6); /* 0..2: valid; 3: order; 4: size; 5: too many. */
+        uint32_t n_blocks = (uint32_t)(first + k);
+        for (size_t i = 0; i < k; i++) {
+            Lazykv__V1__Block init = LAZYKV__V1__BLOCK__INIT;
+            b[i] = init;
+            b[i].index = first + (uint32_t)i;
+            for (size_t j = 0; j < BB; j++) {
+                payload[i][j] = (uint8_t)rnd();
+            }
+            b[i].data.data = payload[i];
+            b[i].data.len = BB;
+            bp[i] = &b[i];
+        }
+        if (fault == 3) {
+            b[k - 1].index += 1 + (uint32_t)(rnd() % 5);
+        } else if (fault == 4) {
+            b[rnd() % k].data.len = BB - 1 - rnd() % 10;
+        } else if (fault == 5) {
+            n_blocks = first + (uint32_t)k - 1;
+        }
+        r.n_blocks = k;
+        r.blocks = bp;
+        size_t len = lazykv__v1__get_response__get_packed_size(&r);
+        uint8_t *enc = malloc(len);
+        lazykv__v1__get_response__pack(&r, enc);
+        memset(buf, 0xEE, sizeof buf);
+        uint32_t next = first;
+        int rc = scan_split(enc, len, buf, BB, n_blocks, &next);
+        if (fault <= 2) {
+            ASSERT_EQ(rc, 0);
+            ASSERT_EQ(next, first + k);
+            for (size_t i = 0; i < k; i++) {
+                ASSERT_TRUE(memcmp(buf + (first + i) * BB, payload[i], BB) == 0);
+            }
+            for (size_t j = 0; j < first * BB; j++) {
+                ASSERT_EQ(buf[j], 0xEE); /* Blocks before the first are left alone. */
+            }
+            for (size_t j = (first + k) * BB; j < sizeof buf; j++) {
+                ASSERT_EQ(buf[j], 0xEE);
+            }
+            /* Each proper prefix: refused or short, never more blocks, never a crash. */
+            for (int t = 0; t < 4 && len > 1; t++) {
+                size_t cut = rnd() % len;
+                uint32_t nx = first;
+                int rc2 = scan_split(enc, cut, buf, BB, n_blocks, &nx);
+                ASSERT_TRUE(rc2 != 0 || nx < first + k);
+            }
+            /* Damaged bytes: any answer, no crash, nothing past the announced blocks. */
+            for (int t = 0; t < 4; t++) {
+                uint8_t *bad = malloc(len);
+                memcpy(bad, enc, len);
+                for (int f = 0; f < 3; f++) {
+                    bad[rnd() % len] ^= (uint8_t)(1u << (rnd() % 8));
+                }
+                uint32_t nx = first;
+                (void)scan_split(bad, len, buf, BB, n_blocks, &nx);
+                ASSERT_TRUE(nx <= n_blocks);
+                for (size_t j = (size_t)n_blocks * BB; j < sizeof buf; j++) {
+                    ASSERT_EQ(buf[j], 0xEE);
+                }
+                free(bad);
+            }
+        } else if (fault == 3) {
+            ASSERT_EQ(rc, -6);
+        } else if (fault == 4) {
+            ASSERT_EQ(rc, -3);
+        } else {
+            ASSERT_EQ(rc, -4);
+            ASSERT_EQ(next, n_blocks);
+        }
+        free(enc);
+    }
+    /* A second header, and a Block without data. */
+    Lazykv__V1__GetResponse r = LAZYKV__V1__GET_RESPONSE__INIT;
+    Lazykv__V1__GetHeader h = LAZYKV__V1__GET_HEADER__INIT;
+    r.header = &h;
+    uint8_t enc[256];
+    size_t len = lazykv__v1__get_response__pack(&r, enc);
+    uint32_t next = 0;
+    ASSERT_EQ(scan_split(enc, len, buf, BB, NB, &next), -2);
+    Lazykv__V1__GetResponse r2 = LAZYKV__V1__GET_RESPONSE__INIT;
+    Lazykv__V1__Block nb = LAZYKV__V1__BLOCK__INIT, *nbp = &nb;
+    r2.n_blocks = 1;
+    r2.blocks = &nbp;
+    len = lazykv__v1__get_response__pack(&r2, enc);
+    next = 0;
+    ASSERT_EQ(scan_split(enc, len, buf, BB, NB, &next), -5);
+    next = 0;
+    ASSERT_EQ(scan_split(enc, 0, buf, BB, NB, &next), 0); /* An empty message: no blocks. */
+    ASSERT_EQ(next, 0);
 }
 
 static void test_hex(void)
@@ -199,6 +337,7 @@ int main(void)
 {
     LKV_RUN(test_hex);
     LKV_RUN(test_get_decode);
+    LKV_RUN(test_get_into_decode);
     LKV_RUN(test_options);
     LKV_RUN(test_unreachable);
     LKV_RUN(test_admin_lease_args);
