@@ -253,6 +253,10 @@ static const opt opts[] = {
     {"cold_on_corruption", OPT_CORRUPT, OFF(cold_on_corruption), 0, 0, 0, "refuse",
      "a damaged cold database at start: refuse (log the file and the fix, exit) or reset "
      "(move it aside, start empty; a damaged WAL keeps what precedes the damage)"},
+    {"wb_wal", OPT_BOOL, OFF(wb_wal), 0, 0, 0, "true",
+     "write-back: the writer writes through RocksDB's WAL (true), or without it (false: each "
+     "byte written once; a document counts as persisted only once the writer flushed its "
+     "memtable; deletes keep the WAL)"},
     {"wb_max_backlog_bytes", OPT_SIZE, OFF(wb_max_backlog_bytes), 0, 0, UINT64_MAX, "256MiB",
      "write-back: bound of the unpersisted backlog (what a crash can lose); puts beyond it "
      "wait for the writer within their deadline, bytes (0 = unbounded)"},
@@ -1451,4 +1455,5 @@ void lkv_config_to_store(const lkv_config *c, lkv_store_config *out)
     out->cold_min_free_bytes = c->cold_min_free_bytes;
     out->cold_on_corruption = c->cold_on_corruption;
     out->wb_max_backlog_bytes = c->wb_max_backlog_bytes;
+    out->wb_no_wal = !c->wb_wal;
 }

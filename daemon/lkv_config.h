@@ -64,13 +64,13 @@ typedef struct lkv_config {
     int get_staging;            /* enum lkv_get_staging. */
     uint32_t get_stage_slots;   /* Slots of the Get staging ring. */
     uint64_t get_stage_wait_ms; /* Longest wait for a slot before the copying path (0: none). */
-    int get_stage_streams;      /* CUDA streams of the staging copies (lkv_store cuda_read_streams). */
-    int threads;                /* gRPC polling threads (one completion queue each). */
-    int pool_threads;           /* Worker threads for blocking work (0: run it inline). */
-    uint64_t max_message_bytes; /* Largest gRPC message received or sent, bytes. */
-    uint64_t max_request_bytes; /* Largest Lookup/Attach request, bytes (lkv_method). */
-    uint32_t max_lookup_docs;   /* Documents per Lookup. */
-    uint32_t max_connections;   /* Connections open at once (0: from RLIMIT_NOFILE). */
+    int get_stage_streams; /* CUDA streams of the staging copies (lkv_store cuda_read_streams). */
+    int threads;           /* gRPC polling threads (one completion queue each). */
+    int pool_threads;      /* Worker threads for blocking work (0: run it inline). */
+    uint64_t max_message_bytes;        /* Largest gRPC message received or sent, bytes. */
+    uint64_t max_request_bytes;        /* Largest Lookup/Attach request, bytes (lkv_method). */
+    uint32_t max_lookup_docs;          /* Documents per Lookup. */
+    uint32_t max_connections;          /* Connections open at once (0: from RLIMIT_NOFILE). */
     uint32_t max_connections_per_peer; /* ... from one IP address (0: no cap). */
     uint32_t max_calls_per_peer;       /* Calls in flight from one IP address (0: no cap). */
     uint32_t tls_max_streams;          /* TLS: streams open at once per connection (0: gRPC's). */
@@ -84,6 +84,7 @@ typedef struct lkv_config {
     uint64_t cold_min_free_bytes;      /* Disk headroom kept free under data_dir, bytes. */
     int cold_on_corruption;            /* enum lkv_cold_on_corruption. */
     uint64_t wb_max_backlog_bytes;     /* Write-back backlog bound, bytes (0 = unbounded). */
+    int wb_wal;                        /* Write-back through the WAL (0: memtable flushes). */
     int n_profiles;                    /* Profiles in use (built-in + configured). */
     lkv_profile profiles[LKV_CONFIG_MAX_PROFILES]; /* Finished by lkv_config_validate. */
     char source[1024]; /* The config file read, or "" for embedded defaults only. */

@@ -43,14 +43,14 @@ typedef struct region {
 } region;
 
 struct lkv_arena {
-    int backend;       /* LKV_ARENA_HOST or LKV_ARENA_CUDA. */
-    int device;        /* CUDA device, -1 for host. */
-    uint8_t *base;     /* Host mapping or device pointer. */
-    uint64_t bytes;    /* Bytes of the allocation (end of the last region). */
-    int n_regions;     /* Entries of reg. */
-    region *reg;       /* Regions (owned). */
-    char shm_name[64]; /* Host: shm_open name. */
-    uint8_t ipc[64];   /* CUDA: IPC handle bytes. */
+    int backend;                         /* LKV_ARENA_HOST or LKV_ARENA_CUDA. */
+    int device;                          /* CUDA device, -1 for host. */
+    uint8_t *base;                       /* Host mapping or device pointer. */
+    uint64_t bytes;                      /* Bytes of the allocation (end of the last region). */
+    int n_regions;                       /* Entries of reg. */
+    region *reg;                         /* Regions (owned). */
+    char shm_name[64];                   /* Host: shm_open name. */
+    uint8_t ipc[64];                     /* CUDA: IPC handle bytes. */
     void *stream[LKV_ARENA_MAX_STREAMS]; /* CUDA: streams of asynchronous reads. */
     int n_streams;                       /* CUDA: streams created (>= 1). */
     atomic_uint next_stream;             /* Round robin over them, one read per stream. */

@@ -48,6 +48,7 @@ struct lkv_cold {
     rocksdb_options_t *opts;        /* Open options (kept until close). */
     rocksdb_writeoptions_t *wsync;  /* sync = true. */
     rocksdb_writeoptions_t *wasync; /* sync = false. */
+    rocksdb_writeoptions_t *wnowal; /* No WAL (LKV_COLD_NO_WAL). */
     rocksdb_readoptions_t *ropts;   /* Default read options (verify_checksums on). */
     rocksdb_readoptions_t *bropts;  /* Block reads: verify_checksums off (our XXH3 tag). */
     int fault_writes;               /* Injected failures left (atomic). */
@@ -555,6 +556,8 @@ int lkv_cold_open_ex(const char *dir, const lkv_cold_options *o, lkv_cold **out)
     rocksdb_writeoptions_set_sync(c->wsync, 1);
     c->wasync = rocksdb_writeoptions_create();
     rocksdb_writeoptions_set_sync(c->wasync, 0);
+    c->wnowal = rocksdb_writeoptions_create();
+    rocksdb_writeoptions_disable_WAL(c->wnowal, 1);
     c->ropts = rocksdb_readoptions_create();
     rocksdb_readoptions_set_verify_checksums(c->ropts, 1);
     c->bropts = rocksdb_readoptions_create();
@@ -630,6 +633,24 @@ int lkv_cold_can_write(lkv_cold *c, uint64_t bytes)
     return write_gate(c, bytes);
 }
 
+int lkv_cold_flush(lkv_cold *c)
+{
+    if (lkv_cold_readonly(c) || avail_bytes(c->dir) < c->o.min_free_bytes / 2) {
+        return LKV_ENOSPC;
+    }
+    if (take_fault(c)) {
+        return LKV_EIO;
+    }
+    char *err = NULL;
+    rocksdb_flushoptions_t *fo = rocksdb_flushoptions_create();
+    rocksdb_flushoptions_set_wait(fo, 1);
+    pthread_rwlock_rdlock(&c->lk);
+    rocksdb_flush(c->db, fo, &err);
+    pthread_rwlock_unlock(&c->lk);
+    rocksdb_flushoptions_destroy(fo);
+    return err != NULL ? rerr("flush", err) : 0;
+}
+
 void lkv_cold_close(lkv_cold *c)
 {
     char *err = NULL;
@@ -651,6 +672,7 @@ void lkv_cold_close(lkv_cold *c)
     }
     rocksdb_writeoptions_destroy(c->wsync);
     rocksdb_writeoptions_destroy(c->wasync);
+    rocksdb_writeoptions_destroy(c->wnowal);
     rocksdb_readoptions_destroy(c->ropts);
     rocksdb_readoptions_destroy(c->bropts);
     rocksdb_options_destroy(c->opts);
@@ -852,7 +874,11 @@ int lkv_cold_batch_write(lkv_cold *c, lkv_cold_batch *b, int sync)
         goto out;
     }
     pthread_rwlock_rdlock(&c->lk);
-    rocksdb_write(c->db, sync ? c->wsync : c->wasync, b->wb, &err);
+    rocksdb_write(c->db,
+                  sync == LKV_COLD_NO_WAL ? c->wnowal
+                  : sync                  ? c->wsync
+                                          : c->wasync,
+                  b->wb, &err);
     pthread_rwlock_unlock(&c->lk);
     if (err != NULL) {
         rc = rerr("write", err);

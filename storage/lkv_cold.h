@@ -178,9 +178,21 @@ void lkv_cold_batch_block(lkv_cold_batch *b, const lkv_dockey *key, uint32_t ind
  * it, only lkv_cold_batch_write or lkv_cold_batch_free. */
 void lkv_cold_batch_finish(lkv_cold_batch *b, const lkv_cold_doc *meta, const uint32_t *tokens);
 
-/* Writes a finished batch (sync: fsync the WAL first) and frees it; returns as
- * lkv_cold_batch_commit. */
+/* sync argument of lkv_cold_batch_write: no WAL record at all. The batch lives in the memtable
+ * only, readable at once, and reaches the disk when the memtable is flushed (lkv_cold_flush, or
+ * RocksDB's own flush of a full memtable); a crash before that loses it whole (never torn: it
+ * is one batch). The write-back writer's wb_wal = false mode. */
+#define LKV_COLD_NO_WAL 2
+
+/* Writes a finished batch (sync: 1 fsync the WAL first, 0 WAL not synced, LKV_COLD_NO_WAL)
+ * and frees it; returns as lkv_cold_batch_commit. */
 int lkv_cold_batch_write(lkv_cold *c, lkv_cold_batch *b, int sync);
+
+/* Flushes the memtables and waits until they are on disk (SST and blob files synced, in the
+ * MANIFEST): every write before this call is then durable, LKV_COLD_NO_WAL ones included.
+ * LKV_ENOSPC without trying when less than half of min_free_bytes is free or the database is
+ * read-only (a failed flush on a full disk aborts RocksDB 7.8), LKV_EROCKSDB if it fails. */
+int lkv_cold_flush(lkv_cold *c);
 
 /* Adds the document record of meta with tokens[0..meta->n_tokens) LAST, writes the batch
  * (sync: fsync the WAL before returning) and frees it. Returns 0, LKV_EIO for an injected

@@ -726,11 +726,12 @@ int lkv_store_flush(lkv_store *s)
 {
     pthread_mutex_lock(&s->mu);
     pthread_cond_broadcast(&s->wcv);
-    while ((s->q_head != NIL && !s->wb_stalled) || s->writer_busy) {
+    s->flush_now = 1;
+    while (((s->q_head != NIL || s->n_unflushed > 0) && !s->wb_stalled) || s->writer_busy) {
         pthread_cond_wait(&s->cv, &s->mu);
     }
     int rc = s->st.wb_failed != s->wb_failed_seen ? LKV_EIO : 0;
-    if (rc == 0 && s->q_head != NIL) {
+    if (rc == 0 && (s->q_head != NIL || s->n_unflushed > 0)) {
         rc = LKV_ENOSPC; /* The disk is full: the queue waits for room. */
     }
     s->wb_failed_seen = s->st.wb_failed;

@@ -21,7 +21,8 @@
  *
  * Durability (config):
  *   write-back     put_commit returns once the document is in the hot tier; a background
- *                  writer persists it (RocksDB, sync=false); lkv_store_close flushes the queue.
+ *                  writer persists it (RocksDB, sync=false; or without the WAL and then a
+ *                  memtable flush: wb_no_wal); lkv_store_close flushes the queue.
  *                  A crash may lose documents not yet persisted (misses, never torn).
  *   write-through  put_commit returns only after the document is durable in RocksDB (sync=true);
  *                  a crash loses nothing acknowledged.
@@ -172,14 +173,22 @@ typedef struct lkv_store_config {
     int cold_on_corruption;        /* enum lkv_cold_on_corruption: refuse (0) or reset. */
     uint64_t wb_max_backlog_bytes; /* Write-back: bound of the unpersisted backlog (payload
                                     * bytes queued or being written); 0 = unbounded. */
-    lkv_stats *stats;     /* Registry the store registers its stats in (borrowed: it must outlive
-                           * the store; one store per registry); NULL: the store makes its own. */
-    uint32_t maint_ms;    /* Period of the maintenance thread's TTL sweep; 0 = 1000 ms. */
-    uint32_t sweep_batch; /* Documents a bulk sweep (expiry, class eviction) does between two
-                           * releases of the store lock; 0 = 64; UINT32_MAX = one hold. */
-    int hot_admission;    /* enum lkv_hot_admission (0: always). See "Hot admission" above
-                           * lkv_store_put_begin. */
+    lkv_stats *stats;      /* Registry the store registers its stats in (borrowed: it must outlive
+                            * the store; one store per registry); NULL: the store makes its own. */
+    uint32_t maint_ms;     /* Period of the maintenance thread's TTL sweep; 0 = 1000 ms. */
+    uint32_t sweep_batch;  /* Documents a bulk sweep (expiry, class eviction) does between two
+                            * releases of the store lock; 0 = 64; UINT32_MAX = one hold. */
+    int hot_admission;     /* enum lkv_hot_admission (0: always). See "Hot admission" above
+                            * lkv_store_put_begin. */
     int cuda_read_streams; /* CUDA arena: streams of lkv_store_get_blocks_async (0 = 1). */
+    int wb_no_wal;         /* Write-back: the writer writes without the WAL (LKV_COLD_NO_WAL)
+                            * and a document counts as persisted only once the writer's memtable
+                            * flush (lkv_cold_flush) has put it on disk: a flush when the queue
+                            * empties (after a 20 ms linger), when the unflushed bytes reach half
+                            * the backlog bound (64 MiB unbounded), at lkv_store_flush and close.
+                            * Until then it stays unpersisted (persisted 0, in the backlog, in
+                            * wb_pending). Each byte is written once (blob file), not twice (WAL
+                            * and blob file). Deletes and demotion writes keep the WAL. */
 } lkv_store_config;
 
 /* Opens (or creates) the store. Validates cfg (LKV_ECONFIG with a log line naming the field:

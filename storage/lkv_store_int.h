@@ -203,6 +203,8 @@ struct lkv_store {
     uint32_t q_head;                /* Write-back queue head (slot), NIL = empty. */
     uint32_t q_tail;                /* Write-back queue tail (slot), NIL = empty. */
     int writer_busy;                /* 1 while the writer holds a doc. */
+    uint32_t n_unflushed;           /* wb_no_wal: docs written, waiting for the writer's flush. */
+    int flush_now;                  /* lkv_store_flush asks the writer to flush at once. */
     int wb_stalled;                 /* 1 while the writer backs off a full disk (flush returns). */
     uint64_t wb_backlog;            /* Unpersisted write-back bytes (queued, written, reserved). */
     struct wb_waiter *waiters;      /* Puts waiting for backlog room (owned list, FIFO order). */

@@ -645,18 +645,104 @@ static void wb_done(lkv_store *s, doc *d)
 
 /* ---- write-back writer ---------------------------------------------------------------------- */
 
+/* wb_no_wal: documents written without the WAL, waiting for the writer's flush (writer-owned;
+ * each keeps its cold pin, cold_busy, its backlog bytes and its queue reference meanwhile). */
+typedef struct unflushed {
+    doc **d;
+    size_t n, cap;
+    uint64_t bytes;
+} unflushed;
+
+/* Flushes the memtables (lock dropped meanwhile) and settles every unflushed document: persisted
+ * (rc 0) or failed like a failed write. A full disk keeps them for a retry after a pause. */
+static void flush_unflushed(lkv_store *s, unflushed *u)
+{
+    s->writer_busy = 1;
+    pthread_mutex_unlock(&s->mu);
+    int rc = lkv_cold_flush(s->cold);
+    pthread_mutex_lock(&s->mu);
+    s->writer_busy = 0;
+    if (rc == LKV_ENOSPC && !s->stopping) {
+        s->st.wb_retries++;
+        s->wb_stalled = 1;
+        pthread_cond_broadcast(&s->cv);
+        struct timespec ts;
+        clock_gettime(CLOCK_REALTIME, &ts);
+        ts.tv_nsec += 200 * 1000000L;
+        if (ts.tv_nsec >= 1000000000L) {
+            ts.tv_sec++;
+            ts.tv_nsec -= 1000000000L;
+        }
+        pthread_cond_timedwait(&s->wcv, &s->mu, &ts);
+        return;
+    }
+    if (rc != 0) {
+        LKV_LOGW("store: write-back flush failed: %s", lkv_strerror(rc));
+    } else {
+        s->wb_stalled = 0;
+    }
+    size_t n = u->n;
+    u->n = 0;
+    u->bytes = 0;
+    s->n_unflushed = 0;
+    s->flush_now = 0;
+    for (size_t i = 0; i < n; i++) {
+        doc *d = u->d[i];
+        lkv__cold_unpin(s, d);
+        d->cold_busy = 0;
+        lkv__sizes_sync(s, d);
+        if (rc == 0) {
+            s->st.wb_persisted++;
+        } else {
+            cold_unadmit(s, d);
+            s->st.wb_failed++;
+            if (!d->hot && d->state == ST_VISIBLE) {
+                s->st.drops++;
+                lkv__kill(s, d, LKV_MISS_EVICTED, 0);
+            }
+        }
+        wb_done(s, d);
+        lkv__unref(s, d);
+    }
+    pthread_cond_broadcast(&s->cv);
+}
+
 /* The writer thread: see the file comment. */
 static void *writer_main(void *arg)
 {
     lkv_store *s = arg;
     uint8_t *scratch = s->scratch ? lkv_xmalloc(s->page_bytes) : NULL;
+    unflushed u = {NULL, 0, 0, 0};
+    uint64_t flush_at = s->cfg.wb_max_backlog_bytes ? s->cfg.wb_max_backlog_bytes / 2 : 64u << 20;
 
     pthread_mutex_lock(&s->mu);
     for (;;) {
+        int lingered = 0;
         while (s->q_head == NIL && !s->stopping) {
-            pthread_cond_wait(&s->wcv, &s->mu);
+            if (u.n == 0) {
+                pthread_cond_wait(&s->wcv, &s->mu);
+                continue;
+            }
+            if (!lingered && !s->flush_now) {
+                /* Nothing queued: flush soon, but let a burst of puts share the flush. */
+                struct timespec ts;
+                clock_gettime(CLOCK_REALTIME, &ts);
+                ts.tv_nsec += 20 * 1000000L;
+                if (ts.tv_nsec >= 1000000000L) {
+                    ts.tv_sec++;
+                    ts.tv_nsec -= 1000000000L;
+                }
+                pthread_cond_timedwait(&s->wcv, &s->mu, &ts);
+                lingered = 1;
+                continue;
+            }
+            flush_unflushed(s, &u);
+            lingered = 0;
         }
         if (s->q_head == NIL) {
+            if (u.n > 0) {
+                flush_unflushed(s, &u); /* Closing: settles all (a full disk fails them). */
+            }
             break;
         }
         doc *d = s->slots[s->q_head];
@@ -710,8 +796,24 @@ static void *writer_main(void *arg)
             skipped = 1;
         } else if (rc == 0) {
             pthread_mutex_unlock(&s->mu);
-            rc = lkv_cold_batch_write(s->cold, b, 0);
+            rc = lkv_cold_batch_write(s->cold, b, s->cfg.wb_no_wal ? LKV_COLD_NO_WAL : 0);
             pthread_mutex_lock(&s->mu);
+            if (rc == 0 && s->cfg.wb_no_wal) {
+                /* In the memtable only: persisted once flushed. Keeps its pins until then. */
+                s->writer_busy = 0;
+                if (u.n == u.cap) {
+                    u.cap = u.cap ? 2 * u.cap : 64;
+                    u.d = lkv_xrealloc(u.d, u.cap * sizeof(*u.d));
+                }
+                u.d[u.n++] = d;
+                u.bytes += lkv__cold_bytes(d);
+                s->n_unflushed++;
+                if (u.bytes >= flush_at || s->flush_now) {
+                    flush_unflushed(s, &u);
+                }
+                pthread_cond_broadcast(&s->cv);
+                continue;
+            }
         }
         s->writer_busy = 0;
         lkv__cold_unpin(s, d);
@@ -761,6 +863,7 @@ static void *writer_main(void *arg)
     }
     pthread_cond_broadcast(&s->cv);
     pthread_mutex_unlock(&s->mu);
+    free(u.d);
     free(scratch);
     return NULL;
 }

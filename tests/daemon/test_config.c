@@ -148,9 +148,16 @@ static void test_get_staging(void)
     ASSERT_OK(lkv_config_load_string(&c, "get_stage_streams = 4\n", "t.conf", err, sizeof(err)));
     lkv_config_to_store(&c, &sc);
     ASSERT_EQ(sc.cuda_read_streams, 4);
-    ASSERT_TRUE(lkv_config_load_string(&c, "get_stage_streams = 17\n", "t.conf", err,
-                                       sizeof(err)) != 0);
+    ASSERT_TRUE(
+        lkv_config_load_string(&c, "get_stage_streams = 17\n", "t.conf", err, sizeof(err)) != 0);
     ASSERT_TRUE(strstr(err, "get_stage_streams") != NULL);
+    /* wb_wal: true by default (the WAL), false maps to the store's wb_no_wal. */
+    lkv_config_defaults(&c);
+    lkv_config_to_store(&c, &sc);
+    ASSERT_EQ(sc.wb_no_wal, 0);
+    ASSERT_OK(lkv_config_load_string(&c, "wb_wal = false\n", "t.conf", err, sizeof(err)));
+    lkv_config_to_store(&c, &sc);
+    ASSERT_EQ(sc.wb_no_wal, 1);
     ASSERT_OK(lkv_config_load_string(&c,
                                      "get_staging = off\nget_stage_slots = 3\n"
                                      "get_stage_wait = 0\n",

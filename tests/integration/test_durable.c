@@ -32,6 +32,9 @@
 #include "lkv_test.h"
 
 static const it_shape *S = &lkv_it_itest;
+/* "wb_wal=false" when LKV_IT_WB_WAL=false (ctest integration.durable_nowal): the write-back
+ * cases then run with the writer's memtable flushes instead of the WAL. */
+static const char *g_wal = "wb_wal=true";
 
 static int put_doc(lkv_client_t *c, uint64_t seed, int deadline_ms, lkv_put_reply *r)
 {
@@ -112,7 +115,7 @@ static void test_claim_write_through(void)
 static void test_claim_write_back(void)
 {
     lkv_daemon dm;
-    const char *args[] = {LKV_IT_PROFILE_ARGS, NULL};
+    const char *args[] = {LKV_IT_PROFILE_ARGS, "--set", g_wal, NULL};
     lkv_daemon_init(&dm, args);
     lkv_it_start(&dm);
     lkv_client_t *c = lkv_it_client(&dm);
@@ -192,6 +195,8 @@ static int test_backlog(void)
                           "cold_min_free_bytes=16MiB",
                           "--set",
                           "threads=1",
+                          "--set",
+                          g_wal,
                           NULL};
     lkv_daemon_init(&dm, args);
     mkdir(dm.data_dir, 0700);
@@ -265,6 +270,10 @@ static int test_backlog(void)
 
 int main(void)
 {
+    const char *w = getenv("LKV_IT_WB_WAL");
+    if (w != NULL && strcmp(w, "false") == 0) {
+        g_wal = "wb_wal=false";
+    }
     LKV_RUN(test_claim_write_through);
     LKV_RUN(test_claim_write_back);
     fprintf(stderr, "-- test_backlog\n");

@@ -13,6 +13,7 @@
 static lkv_profile su_profiles[2];
 static int su_policy_kind;     /* enum lkv_policy_kind used by su_open (0: lru). */
 static lkv_stats *su_registry; /* Registry su_open passes (NULL: the store's own). */
+static int su_no_wal;          /* lkv_store_config.wb_no_wal used by su_open. */
 
 /* The config su_open uses (c caller-owned; it points at su_profiles). */
 static inline void su_config(lkv_store_config *out, const char *dir, uint32_t hot_pages,
@@ -42,6 +43,9 @@ static inline void su_config(lkv_store_config *out, const char *dir, uint32_t ho
     c.n_profiles = 2;
     c.cold_min_blob_bytes = 512;
     c.stats = su_registry;
+    /* LKV_TEST_NO_WAL=1 (ctest storage.store_nowal) runs a whole test file without the WAL. */
+    const char *nw = getenv("LKV_TEST_NO_WAL");
+    c.wb_no_wal = su_no_wal || (nw != NULL && strcmp(nw, "1") == 0);
     *out = c;
 }
 

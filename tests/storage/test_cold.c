@@ -8,6 +8,9 @@
  * every surviving block intact; off again).
  */
 #include <dirent.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
 #include <rocksdb/c.h>
 #include <sodium.h>
 #define XXH_INLINE_ALL
@@ -52,7 +55,16 @@ static int scan_count(void *ctx, const lkv_cold_doc *m)
     return 0;
 }
 
+static void write_doc_sync(lkv_cold *c, const lkv_dockey *k, uint32_t nb, uint32_t bb,
+                           uint64_t seed, int sync);
+
 static void write_doc(lkv_cold *c, const lkv_dockey *k, uint32_t nb, uint32_t bb, uint64_t seed)
+{
+    write_doc_sync(c, k, nb, bb, seed, 1);
+}
+
+static void write_doc_sync(lkv_cold *c, const lkv_dockey *k, uint32_t nb, uint32_t bb,
+                           uint64_t seed, int sync)
 {
     uint8_t *buf = malloc(bb);
     uint32_t tokens[5] = {1, 2, 3, 4, 5};
@@ -64,7 +76,7 @@ static void write_doc(lkv_cold *c, const lkv_dockey *k, uint32_t nb, uint32_t bb
         lkv_cold_batch_block(b, k, i, buf, bb);
     }
     lkv_cold_doc m = meta_of(k, 5, nb, bb);
-    ASSERT_OK(lkv_cold_batch_commit(c, b, &m, tokens, 1));
+    ASSERT_OK(lkv_cold_batch_commit(c, b, &m, tokens, sync));
     free(buf);
 }
 
@@ -93,6 +105,62 @@ static void check_doc(lkv_cold *c, const lkv_dockey *k, uint32_t nb, uint32_t bb
     ASSERT_ERR(lkv_cold_get_block(c, NULL, k, nb, buf, bb), LKV_ENOTFOUND);
     ASSERT_ERR(lkv_cold_get_block(c, NULL, k, 0, buf, bb - 1), LKV_ECORRUPT);
     free(buf);
+}
+
+/* LKV_COLD_NO_WAL across kill -9: a batch written without the WAL is readable at once, on disk
+ * once lkv_cold_flush returns, and lost whole (no block, no record) if the process dies before
+ * a flush, while WAL writes on either side of it survive. Runs first, in forked children, so
+ * that no RocksDB thread exists in this process when it forks. */
+static void test_no_wal_kill9(void)
+{
+    char *dir = su_tmpdir();
+    lkv_dockey k[4];
+    for (int i = 0; i < 4; i++) {
+        memset(&k[i], 0x40 + i, sizeof k[i]);
+    }
+    pid_t pid = fork();
+    ASSERT_TRUE(pid >= 0);
+    if (pid == 0) {
+        lkv_cold *c;
+        ASSERT_OK(lkv_cold_open(dir, 512, &c));
+        write_doc_sync(c, &k[0], 3, 4096, 100, 0);               /* WAL, not synced. */
+        write_doc_sync(c, &k[1], 3, 4096, 101, LKV_COLD_NO_WAL); /* Flushed below. */
+        check_doc(c, &k[1], 3, 4096, 101);                       /* Readable at once. */
+        ASSERT_OK(lkv_cold_flush(c));
+        write_doc_sync(c, &k[2], 3, 4096, 102, LKV_COLD_NO_WAL); /* Never flushed: lost. */
+        write_doc_sync(c, &k[3], 3, 4096, 103, 0);               /* WAL after it. */
+        check_doc(c, &k[2], 3, 4096, 102);
+        raise(SIGKILL);
+        _exit(9);
+    }
+    int status;
+    waitpid(pid, &status, 0);
+    ASSERT_TRUE(WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL);
+    pid = fork();
+    ASSERT_TRUE(pid >= 0);
+    if (pid == 0) {
+        lkv_cold *c;
+        lkv_cold_doc m;
+        uint8_t buf[4096];
+        ASSERT_OK(lkv_cold_open(dir, 512, &c));
+        check_doc(c, &k[0], 3, 4096, 100);
+        check_doc(c, &k[1], 3, 4096, 101);
+        check_doc(c, &k[3], 3, 4096, 103);
+        ASSERT_ERR(lkv_cold_get_doc(c, NULL, &k[2], &m, NULL), LKV_ENOTFOUND);
+        for (uint32_t i = 0; i < 3; i++) {
+            ASSERT_ERR(lkv_cold_get_block(c, NULL, &k[2], i, buf, sizeof buf), LKV_ENOTFOUND);
+        }
+        int n = 0;
+        uint64_t corrupt = 0;
+        ASSERT_OK(lkv_cold_scan(c, scan_count, &n, &corrupt));
+        ASSERT_EQ(n, 3);
+        ASSERT_EQ(corrupt, 0);
+        lkv_cold_close(c);
+        _exit(0);
+    }
+    waitpid(pid, &status, 0);
+    ASSERT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+    su_rmdir(dir);
 }
 
 static void test_roundtrip_blob(void)
@@ -518,6 +586,7 @@ static void test_gc_on_demand(void)
 
 int main(void)
 {
+    LKV_RUN(test_no_wal_kill9); /* First: it forks. */
     LKV_RUN(test_roundtrip_blob);
     LKV_RUN(test_corrupt);
     LKV_RUN(test_snapshot_and_faults);

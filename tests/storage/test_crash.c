@@ -4,7 +4,10 @@
  * mid-stream, reopens the store and checks:
  *   write-through  every acknowledged document is present and intact;
  *   write-back     no document is torn: every present document reads back intact, and
- *                  nothing is present that the child did not put.
+ *                  nothing is present that the child did not put; the child also calls
+ *                  lkv_store_flush every 8 puts and reports it: every document put before
+ *                  a flush that returned 0 (persisted) must be present and intact.
+ *   write-back without the WAL (wb_no_wal): the same, where a flush is a memtable flush.
  * Each mode runs at several kill points. The child's leaked shared memory object is unlinked.
  */
 #include <dirent.h>
@@ -30,6 +33,17 @@ static void child(const char *dir, int durability, int fd)
         }
         if (write(fd, &i, sizeof i) != sizeof i) {
             _exit(4);
+        }
+        if (durability == LKV_DURABILITY_WRITE_BACK && i % 8 == 7) {
+            rc = lkv_store_flush(s);
+            if (rc != 0) {
+                fprintf(stderr, "child: flush: %s\n", lkv_err_name(rc));
+                _exit(5);
+            }
+            uint64_t mark = (1ull << 63) | i; /* 0..i are persisted. */
+            if (write(fd, &mark, sizeof mark) != sizeof mark) {
+                _exit(4);
+            }
         }
     }
 }
@@ -75,7 +89,7 @@ static int check_cb(void *ctx, const lkv_dockey *k, const lkv_doc_info *in)
     return 1;
 }
 
-static void verify(const char *dir, int durability, uint64_t acked);
+static void verify(const char *dir, int durability, uint64_t acked, uint64_t persisted);
 
 static void run(int durability, uint64_t kill_after)
 {
@@ -90,8 +104,12 @@ static void run(int durability, uint64_t kill_after)
         _exit(0);
     }
     close(p[1]);
-    uint64_t acked = 0, i;
+    uint64_t acked = 0, persisted = 0, i;
     while (acked < kill_after && read(p[0], &i, sizeof i) == sizeof i) {
+        if (i >> 63) {
+            persisted = (i & ~(1ull << 63)) + 1;
+            continue;
+        }
         ASSERT_EQ(i, acked);
         acked++;
     }
@@ -101,6 +119,10 @@ static void run(int durability, uint64_t kill_after)
     ASSERT_TRUE(WIFSIGNALED(status));
     /* Acks written before the kill but not yet read also count. */
     while (read(p[0], &i, sizeof i) == sizeof i) {
+        if (i >> 63) {
+            persisted = (i & ~(1ull << 63)) + 1;
+            continue;
+        }
         ASSERT_EQ(i, acked);
         acked++;
     }
@@ -113,7 +135,7 @@ static void run(int durability, uint64_t kill_after)
     pid = fork();
     ASSERT_TRUE(pid >= 0);
     if (pid == 0) {
-        verify(dir, durability, acked);
+        verify(dir, durability, acked, persisted);
         _exit(0);
     }
     waitpid(pid, &status, 0);
@@ -121,11 +143,12 @@ static void run(int durability, uint64_t kill_after)
     su_rmdir(dir);
 }
 
-static void verify(const char *dir, int durability, uint64_t acked)
+static void verify(const char *dir, int durability, uint64_t acked, uint64_t persisted)
 {
     lkv_store *s = su_open(dir, 48, 0, durability);
-    if (durability == LKV_DURABILITY_WRITE_THROUGH) {
-        for (uint64_t d = 0; d < acked; d++) {
+    uint64_t must = durability == LKV_DURABILITY_WRITE_THROUGH ? acked : persisted;
+    {
+        for (uint64_t d = 0; d < must; d++) {
             lkv_dockey k;
             su_key(s, d, doc_tokens(d), &k);
             int rc = su_check(s, &k, d, doc_tokens(d));
@@ -148,11 +171,12 @@ static void verify(const char *dir, int durability, uint64_t acked)
     }
     ASSERT_EQ(intact, sn.present);
     ASSERT_EQ(su_stats(s).corrupt_blocks, 0);
-    fprintf(stderr, "   %s: killed after %llu acks, %d documents present after restart\n",
-            lkv_durability_name(durability), (unsigned long long)acked, sn.present);
-    if (durability == LKV_DURABILITY_WRITE_THROUGH) {
-        ASSERT_TRUE((uint64_t)sn.present >= acked);
-    }
+    fprintf(stderr,
+            "   %s%s: killed after %llu acks (%llu flushed), %d documents present after "
+            "restart\n",
+            lkv_durability_name(durability), su_no_wal ? " without the WAL" : "",
+            (unsigned long long)acked, (unsigned long long)persisted, sn.present);
+    ASSERT_TRUE((uint64_t)sn.present >= must);
     ASSERT_OK(lkv_store_close(s));
 }
 
@@ -169,9 +193,19 @@ static void test_write_back(void)
     run(LKV_DURABILITY_WRITE_BACK, 200);
 }
 
+static void test_write_back_no_wal(void)
+{
+    su_no_wal = 1;
+    run(LKV_DURABILITY_WRITE_BACK, 5);
+    run(LKV_DURABILITY_WRITE_BACK, 60);
+    run(LKV_DURABILITY_WRITE_BACK, 200);
+    su_no_wal = 0;
+}
+
 int main(void)
 {
     LKV_RUN(test_write_through);
     LKV_RUN(test_write_back);
+    LKV_RUN(test_write_back_no_wal);
     return 0;
 }
