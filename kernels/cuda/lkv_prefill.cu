@@ -744,8 +744,10 @@ static void fill_params(prefill_params *p, const lkv_prefill_args *a)
     p->wg_qr = e != NULL ? atoi(e) != 0 : 1;
     e = getenv("LKV_ATTN_WG_FOLD"); /* 1: fold the merge into the launch (measured slower) */
     p->wg_fold = e != NULL ? atoi(e) != 0 : 0;
-    e = getenv("LKV_ATTN_WG_NST"); /* 5: a deeper ring (head_dim 128, BN 64, Q in registers) */
+    e = getenv("LKV_ATTN_WG_NST"); /* 5: a deeper ring (BN 64, Q in registers) */
     p->wg_nst = e != NULL && atoi(e) == 5 ? 5 : 4;
+    e = getenv("LKV_ATTN_WG_PF"); /* 0: S issued with P V (round 4's loop), not a tile ahead */
+    p->wg_pf = e != NULL ? atoi(e) != 0 : 1;
     e = getenv("LKV_ATTN_WG_PP");
     p->wg_pp = e != NULL ? atoi(e) != 0 : 0;
 }

@@ -84,12 +84,13 @@ template <int BN> struct wg_meta {
     int colpos[BN]; /* key position, -1 = invalid slot */
 };
 
-template <int D, int BN, int NST> struct wg_smem {
+template <int D, int BN, int NST, bool PF> struct wg_smem {
     static constexpr int Q_BYTES = WG_BM * D * 2;
     static constexpr int KV_BYTES = BN * D * 2; /* one K or V stage */
     static constexpr int OFF_K = Q_BYTES;
     static constexpr int OFF_V = OFF_K + NST * KV_BYTES;
-    static constexpr int OFF_META = OFF_V + NST * KV_BYTES;
+    static constexpr int OFF_P = OFF_V + NST * KV_BYTES; /* PF: P of each consumer, 64 x 64 */
+    static constexpr int OFF_META = OFF_P + (PF ? 2 * 64 * 64 * 2 : 0);
     static constexpr int OFF_REFS = OFF_META + NST * (int)sizeof(wg_meta<BN>);
     static constexpr int OFF_FREQ = OFF_REFS + WG_REF_WIN * 8;
     static constexpr int OFF_BAR = OFF_FREQ + 2 * 128 * 4;
@@ -264,7 +265,7 @@ static __device__ __forceinline__ void merge_last(const prefill_params &p, int *
 
 /* ---------------------------------------------------------------- the kernel */
 
-template <typename T, int D, int BN, int NST, bool QR>
+template <typename T, int D, int BN, int NST, bool QR, bool PF>
 __global__ void __launch_bounds__(WG_THREADS, 1)
     prefill_wgmma_kernel(const prefill_params p, const lkv__dev_pe pe, const lkv__dev_slopes sl,
                          const __grid_constant__ CUtensorMap tm_arena,
@@ -272,7 +273,7 @@ __global__ void __launch_bounds__(WG_THREADS, 1)
                          const __grid_constant__ CUtensorMap tm_vnew)
 {
 #if WG_ARCH_OK
-    using L = wg_smem<D, BN, NST>;
+    using L = wg_smem<D, BN, NST, PF>;
     static_assert(2 * NST * L::KV_BYTES >= WG_BM * LKV__WG_MAX_SPLITS * 4, "merge weights");
     extern __shared__ __align__(1024) unsigned char smem_dyn[];
     unsigned char *sm =
@@ -333,7 +334,7 @@ __global__ void __launch_bounds__(WG_THREADS, 1)
             rbuf[i] = p.refs[r_lo + i];
         }
         __syncwarp();
-        int r = r_lo, j0 = 0;
+        int r = r_lo, j0 = 0, last_start = 0;
         for (int it = 0;; it++) {
             int kind = -1, start = 0, nb = 0, full = 0, zero = 0;
             if (r < r_hi) {
@@ -362,7 +363,15 @@ __global__ void __launch_bounds__(WG_THREADS, 1)
                 kind = 1;
                 start = p.new_start;
                 full = j0 + BN <= p.n_new && j0 + BN - 1 <= row0 / g && !alibi;
+            } else if (PF && it > 0 && (it & 1) == 0) {
+                /* PF consumers take an odd number of tiles (their loop leaves only from its
+                 * second half): one empty tile, every slot invalid, its V rows zeroed by the
+                 * consumers, no copies; the last start, so no rotation. */
+                kind = 2;
+                start = last_start;
+                zero = 1;
             }
+            last_start = start;
             const int s = it % NST;
             mbar_wait(empty_bar(s), (uint32_t)(((it / NST) & 1) ^ 1));
             wg_meta<BN> *m = meta + s;
@@ -388,11 +397,14 @@ __global__ void __launch_bounds__(WG_THREADS, 1)
                 m->colpos[c] = cp;
             }
             __syncwarp();
-            if (kind < 0) {
+            if (kind < 0 || kind == 2) {
                 if (lane == 0) {
                     mbar_arrive(full_bar(s));
                 }
-                break;
+                if (kind < 0) {
+                    break;
+                }
+                continue;
             }
             const uint32_t kdst = lkv__smem_u32(ks) + (uint32_t)(s * L::KV_BYTES);
             const uint32_t vdst = lkv__smem_u32(vs) + (uint32_t)(s * L::KV_BYTES);
@@ -440,6 +452,7 @@ __global__ void __launch_bounds__(WG_THREADS, 1)
         const int cw = ct >> 5;          /* warp within the warpgroup */
         const int wrow0 = row0 + c * 64; /* first row of this warpgroup */
         T *qw = qs + c * 64 * D;         /* this warpgroup's Q tile: [D / 64][64][64] */
+        T *pw = (T *)(sm + L::OFF_P) + c * 64 * 64; /* PF: this warpgroup's P tile [64][64] */
         const uint32_t qw_addr = lkv__smem_u32(qw);
         const int bar_id = 1 + c;
 
@@ -535,7 +548,7 @@ __global__ void __launch_bounds__(WG_THREADS, 1)
          * softmax of tile it while the tensor cores still work on P V, then waits for the second,
          * releases tile it - 1's stage and rescales O. */
         float sacc[BN / 2];
-        uint32_t pa[BN / 16][4];
+        uint32_t pa[PF ? 1 : BN / 16][4]; /* PF keeps P in shared memory (pw) instead */
         /* QR: this warp's 16 rows of the rotated Q as wgmma A fragments (the mma.sync A layout),
          * D / 16 k steps, loaded by ldmatrix after each rotation: S = Q K^T then reads only K
          * from shared memory (at BN 64 an SS product needs as many shared-memory cycles as
@@ -608,7 +621,7 @@ __global__ void __launch_bounds__(WG_THREADS, 1)
         /* S = Q K^T of the tile in stage st: 64 x BN per warpgroup, D / 16 steps of k16;
          * descriptors built once, a k step adds its byte offset / 16 to the start-address
          * field (no carry: shared addresses stay below 2^18). */
-        auto issue_s = [&](int st) {
+        auto issue_s = [&](int st, float(&sc)[BN / 2]) {
             const uint64_t da0 = wg_desc(qw_addr, 16, 1024);
             const uint64_t db0 = wg_desc(lkv__smem_u32(ks + st * (BN * D)), 16, 1024);
 #pragma unroll
@@ -616,10 +629,10 @@ __global__ void __launch_bounds__(WG_THREADS, 1)
                 const uint32_t pn = (uint32_t)(kk >> 2), kb = (uint32_t)((kk & 3) * 32);
                 const uint64_t db = db0 + ((pn * (BN * 128) + kb) >> 4);
                 if constexpr (QR) {
-                    lkv__wgmma_rs<T, BN>::run(sacc, qf[kk], db, kk > 0 ? 1 : 0);
+                    lkv__wgmma_rs<T, BN>::run(sc, qf[kk], db, kk > 0 ? 1 : 0);
                 } else {
                     const uint64_t da = da0 + ((pn * (64 * 128) + kb) >> 4);
-                    lkv__wgmma_ss<T, BN>::run(sacc, da, db, kk > 0 ? 1 : 0);
+                    lkv__wgmma_ss<T, BN>::run(sc, da, db, kk > 0 ? 1 : 0);
                 }
             }
             lkv__wgmma_commit();
@@ -630,35 +643,41 @@ __global__ void __launch_bounds__(WG_THREADS, 1)
 #pragma unroll
             for (int kc = 0; kc < BN / 16; kc++) {
                 const uint64_t db = dv0 + (uint64_t)((kc * 16 * 128) >> 4);
-                lkv__wgmma_rs_t<T, D>::run(o, pa[kc], db);
+                if constexpr (PF) {
+                    /* P K-major in pw (128-byte swizzle, as Q): a k16 step is 32 bytes. */
+                    const uint64_t da = wg_desc(lkv__smem_u32(pw), 16, 1024) + (uint64_t)(kc * 2);
+                    lkv__wgmma_ss_t<T, D>::run(o, da, db);
+                } else {
+                    lkv__wgmma_rs_t<T, D>::run(o, pa[kc], db);
+                }
             }
             lkv__wgmma_commit();
         };
-        auto fence_s = [&]() {
+        auto fence_s = [&](float(&sc)[BN / 2]) {
 #pragma unroll
             for (int i = 0; i < BN / 2; i++) {
-                lkv__reg_fence(sacc[i]);
+                lkv__reg_fence(sc[i]);
             }
         };
         /* Mask, bias and online softmax of sacc (scaled, log2 domain); sets alpha. sacc[4 n +
          * e]: n8 block n, e = 0,1 row lane/4 (cols 8n + 2 (lane % 4) + e), e = 2,3 row + 8. */
         float alpha[2];
-        auto softmax = [&]() {
-            if (!tfull) {
+        auto softmax = [&](float(&sc)[BN / 2], const wg_meta<BN> *mm, bool ff) {
+            if (!ff) {
 #pragma unroll
                 for (int n = 0; n < BN / 8; n++) {
-                    const int2 kp2 = *(const int2 *)(m->colpos + n * 8 + (lane & 3) * 2);
+                    const int2 kp2 = *(const int2 *)(mm->colpos + n * 8 + (lane & 3) * 2);
 #pragma unroll
                     for (int e = 0; e < 4; e++) {
                         const int kp = (e & 1) ? kp2.y : kp2.x;
                         const int hf = e >> 1;
-                        float sv = sacc[4 * n + e];
+                        float sv = sc[4 * n + e];
                         if (kp < 0 || kp > rowpos[hf]) {
                             sv = -INFINITY;
                         } else if (alibi) {
                             sv = fmaf(slope[hf], (float)(kp - rowpos[hf]), sv);
                         }
-                        sacc[4 * n + e] = sv;
+                        sc[4 * n + e] = sv;
                     }
                 }
             }
@@ -667,7 +686,7 @@ __global__ void __launch_bounds__(WG_THREADS, 1)
                 float red[BN / 8];
 #pragma unroll
                 for (int n = 0; n < BN / 8; n++) {
-                    red[n] = fmaxf(sacc[4 * n + 2 * hf], sacc[4 * n + 2 * hf + 1]);
+                    red[n] = fmaxf(sc[4 * n + 2 * hf], sc[4 * n + 2 * hf + 1]);
                 }
 #pragma unroll
                 for (int w = 1; w < BN / 8; w *= 2) {
@@ -685,9 +704,9 @@ __global__ void __launch_bounds__(WG_THREADS, 1)
                 mrow[hf] = mnew;
 #pragma unroll
                 for (int n = 0; n < BN / 8; n++) {
-                    sacc[4 * n + 2 * hf] = lkv__ex2(sacc[4 * n + 2 * hf] - muse);
-                    sacc[4 * n + 2 * hf + 1] = lkv__ex2(sacc[4 * n + 2 * hf + 1] - muse);
-                    red[n] = sacc[4 * n + 2 * hf] + sacc[4 * n + 2 * hf + 1];
+                    sc[4 * n + 2 * hf] = lkv__ex2(sc[4 * n + 2 * hf] - muse);
+                    sc[4 * n + 2 * hf + 1] = lkv__ex2(sc[4 * n + 2 * hf + 1] - muse);
+                    red[n] = sc[4 * n + 2 * hf] + sc[4 * n + 2 * hf + 1];
                 }
 #pragma unroll
                 for (int w = 1; w < BN / 8; w *= 2) {
@@ -707,7 +726,7 @@ __global__ void __launch_bounds__(WG_THREADS, 1)
             }
         };
         /* Rescale O by alpha (exactly 1 when no row maximum moved: then skipped) and pack P. */
-        auto rescale_pack = [&]() {
+        auto rescale_pack = [&](float(&sc)[BN / 2]) {
             if (__any_sync(0xffffffffu, alpha[0] != 1.0f || alpha[1] != 1.0f)) {
 #pragma unroll
                 for (int n = 0; n < D / 8; n++) {
@@ -717,76 +736,198 @@ __global__ void __launch_bounds__(WG_THREADS, 1)
                     o[4 * n + 3] *= alpha[1];
                 }
             }
+            if constexpr (PF) {
+                /* P into pw (the pending P V of the last tile has completed), made visible
+                 * to the tensor cores; the warpgroup's barrier comes before the next P V. */
 #pragma unroll
-            for (int kc = 0; kc < BN / 16; kc++) {
-                pa[kc][0] = lkv__elem<T>::pack2(sacc[8 * kc + 0], sacc[8 * kc + 1]);
-                pa[kc][1] = lkv__elem<T>::pack2(sacc[8 * kc + 2], sacc[8 * kc + 3]);
-                pa[kc][2] = lkv__elem<T>::pack2(sacc[8 * kc + 4], sacc[8 * kc + 5]);
-                pa[kc][3] = lkv__elem<T>::pack2(sacc[8 * kc + 6], sacc[8 * kc + 7]);
+                for (int n = 0; n < BN / 8; n++) {
+#pragma unroll
+                    for (int hf = 0; hf < 2; hf++) {
+                        const int row = cw * 16 + (lane >> 2) + hf * 8;
+                        *(uint32_t *)(pw + pswz<64>(row, n * 8 + (lane & 3) * 2)) =
+                            lkv__elem<T>::pack2(sc[4 * n + 2 * hf], sc[4 * n + 2 * hf + 1]);
+                    }
+                }
+                fence_proxy_async();
+            } else {
+#pragma unroll
+                for (int kc = 0; kc < BN / 16; kc++) {
+                    pa[kc][0] = lkv__elem<T>::pack2(sc[8 * kc + 0], sc[8 * kc + 1]);
+                    pa[kc][1] = lkv__elem<T>::pack2(sc[8 * kc + 2], sc[8 * kc + 3]);
+                    pa[kc][2] = lkv__elem<T>::pack2(sc[8 * kc + 4], sc[8 * kc + 5]);
+                    pa[kc][3] = lkv__elem<T>::pack2(sc[8 * kc + 6], sc[8 * kc + 7]);
+                }
             }
         };
 
-        for (int once = 0; once < 1; once++) {
-            prep(0);
-            if (kind < 0) {
-                if (pp && c == 0) {
-                    named_bar(5, 256); /* consume consumer 1's free turn */
-                }
-                break;
-            }
-            /* Tile 0: S only. */
-            fence_o();
-            if (pp) {
-                named_bar(5 + c, 256);
-            }
-            lkv__wgmma_fence();
-            issue_s(s);
-            if (pp) {
-                named_arrive(6 - c, 256);
-            }
-            lkv__wgmma_wait<0>();
-            fence_s();
-            softmax();
-            rescale_pack();
-            int prev_s = s;
-            for (int it = 1;; it++) {
-                prep(it);
+        if constexpr (!PF) {
+            for (int once = 0; once < 1; once++) {
+                prep(0);
                 if (kind < 0) {
+                    if (pp && c == 0) {
+                        named_bar(5, 256); /* consume consumer 1's free turn */
+                    }
                     break;
                 }
-                /* S(it) and P V(it - 1) in flight together; softmax(it) under P V. */
+                /* Tile 0: S only. */
                 fence_o();
                 if (pp) {
                     named_bar(5 + c, 256);
                 }
                 lkv__wgmma_fence();
-                issue_s(s);
-                issue_pv(prev_s);
+                issue_s(s, sacc);
                 if (pp) {
                     named_arrive(6 - c, 256);
                 }
-                lkv__wgmma_wait<1>();
-                fence_s();
-                softmax();
+                lkv__wgmma_wait<0>();
+                fence_s(sacc);
+                softmax(sacc, m, tfull);
+                rescale_pack(sacc);
+                int prev_s = s;
+                for (int it = 1;; it++) {
+                    prep(it);
+                    if (kind < 0) {
+                        break;
+                    }
+                    /* S(it) and P V(it - 1) in flight together; softmax(it) under P V. */
+                    fence_o();
+                    if (pp) {
+                        named_bar(5 + c, 256);
+                    }
+                    lkv__wgmma_fence();
+                    issue_s(s, sacc);
+                    issue_pv(prev_s);
+                    if (pp) {
+                        named_arrive(6 - c, 256);
+                    }
+                    lkv__wgmma_wait<1>();
+                    fence_s(sacc);
+                    softmax(sacc, m, tfull);
+                    lkv__wgmma_wait<0>();
+                    fence_o();
+                    release(prev_s);
+                    rescale_pack(sacc);
+                    prev_s = s;
+                }
+                /* The last tile's P V. */
+                fence_o();
+                if (pp) {
+                    named_bar(5 + c, 256);
+                }
+                lkv__wgmma_fence();
+                issue_pv(prev_s);
+                if (pp && c == 0) {
+                    named_arrive(6, 256);
+                }
                 lkv__wgmma_wait<0>();
                 fence_o();
                 release(prev_s);
-                rescale_pack();
-                prev_s = s;
             }
-            /* The last tile's P V. */
-            fence_o();
-            if (pp) {
-                named_bar(5 + c, 256);
+
+        } else {
+            /* S one tile ahead (PF): S(it + 1) is issued before the softmax of tile it, so
+             * the softmax never waits for its own product, and P V(it - 1) with S(it + 1) keep
+             * the tensor cores busy under it. Two S accumulators (sacc, sb), alternating: the
+             * loop body is written twice with the roles swapped (registers need constant
+             * indices). Per half (X = the accumulator of tile it, Y = the other):
+             *   issue P V(it - 1); wait S(it) (issued one half earlier); prep(it + 1) (waits for
+             *   its stage; a rotation is safe: no product that reads Q is pending); issue
+             *   S(it + 1) into Y; softmax(it) on X; wait P V(it - 1); release its stage;
+             *   rescale O, pack P(it).
+             * A stage is held from S(it) to P V(it) (three halves), so the producer runs
+             * NST - 3 tiles ahead. The exits leave the last tile's S complete in sacc (the odd
+             * half copies it over) and its predecessor's P V pending; no wgmma sits under a
+             * branch. Ping-pong (pp) is not combined with PF (the host never asks for both). */
+            float sb[BN / 2];
+            for (int once = 0; once < 1; once++) {
+                prep(0);
+                if (kind < 0) {
+                    break;
+                }
+                int s_c = s, s_p = s;
+                const wg_meta<BN> *m_c = m;
+                bool f_c = tfull, have_prev = false;
+                lkv__wgmma_fence();
+                issue_s(s_c, sacc);
+                lkv__wgmma_wait<0>();
+                fence_s(sacc);
+                for (int once2 = 0; once2 < 1; once2++) {
+                    prep(1);
+                    if (kind < 0) {
+                        break;
+                    }
+                    lkv__wgmma_fence();
+                    issue_s(s, sb);
+                    softmax(sacc, m_c, f_c);
+                    rescale_pack(sacc);
+                    s_p = s_c;
+                    s_c = s;
+                    m_c = m;
+                    f_c = tfull;
+                    have_prev = true;
+                    for (int it = 2;; it += 2) {
+                        /* X = sb (tile it - 1), Y = sacc. */
+                        fence_o();
+                        named_bar(bar_id, 128); /* every warp's part of P is in pw */
+                        lkv__wgmma_fence();
+                        issue_pv(s_p);
+                        lkv__wgmma_wait<1>();
+                        fence_s(sb);
+                        prep(it);
+                        if (kind < 0) {
+                            __trap(); /* the producer pads to an odd count */
+                        }
+                        lkv__wgmma_fence();
+                        issue_s(s, sacc);
+                        softmax(sb, m_c, f_c);
+                        lkv__wgmma_wait<1>();
+                        fence_o();
+                        release(s_p);
+                        rescale_pack(sb);
+                        s_p = s_c;
+                        s_c = s;
+                        m_c = m;
+                        f_c = tfull;
+                        /* X = sacc (tile it), Y = sb. */
+                        fence_o();
+                        named_bar(bar_id, 128); /* every warp's part of P is in pw */
+                        lkv__wgmma_fence();
+                        issue_pv(s_p);
+                        lkv__wgmma_wait<1>();
+                        fence_s(sacc);
+                        prep(it + 1);
+                        if (kind < 0) {
+                            break;
+                        }
+                        lkv__wgmma_fence();
+                        issue_s(s, sb);
+                        softmax(sacc, m_c, f_c);
+                        lkv__wgmma_wait<1>();
+                        fence_o();
+                        release(s_p);
+                        rescale_pack(sacc);
+                        s_p = s_c;
+                        s_c = s;
+                        m_c = m;
+                        f_c = tfull;
+                    }
+                }
+                /* The last tile (S complete in sacc; its predecessor's P V pending when
+                 * have_prev), then its P V. */
+                softmax(sacc, m_c, f_c);
+                lkv__wgmma_wait<0>();
+                fence_o();
+                if (have_prev) {
+                    release(s_p);
+                }
+                rescale_pack(sacc);
+                named_bar(bar_id, 128);
+                lkv__wgmma_fence();
+                issue_pv(s_c);
+                lkv__wgmma_wait<0>();
+                fence_o();
+                release(s_c);
             }
-            lkv__wgmma_fence();
-            issue_pv(prev_s);
-            if (pp && c == 0) {
-                named_arrive(6, 256);
-            }
-            lkv__wgmma_wait<0>();
-            fence_o();
-            release(prev_s);
         }
 
         /* Epilogue. */
@@ -874,7 +1015,7 @@ static int device_ok(void)
             cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) == cudaSuccess &&
             cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev) == cudaSuccess &&
             major == 9 && minor == 0 &&
-            cudaFuncGetAttributes(&fa, prefill_wgmma_kernel<__nv_bfloat16, 128, 64, 4, true>) ==
+            cudaFuncGetAttributes(&fa, prefill_wgmma_kernel<__nv_bfloat16, 128, 64, 4, false, true>) ==
                 cudaSuccess &&
             fa.binaryVersion == 90 && get_encode() != NULL;
         cudaGetLastError();
@@ -912,7 +1053,7 @@ static int encode(CUtensorMap *m, int dtype, const void *base, cuuint64_t d1, cu
     return 0;
 }
 
-template <typename T, int D, int BN, int NST, bool QR>
+template <typename T, int D, int BN, int NST, bool QR, bool PF = false>
 static int launch(const prefill_params &p, const lkv__dev_pe &pe, const lkv__dev_slopes &sl,
                   cudaStream_t st)
 {
@@ -933,16 +1074,16 @@ static int launch(const prefill_params &p, const lkv__dev_pe &pe, const lkv__dev
                row * (uint64_t)p.n_kv, 1, BN, D) != 0) {
         return LKV_ECUDA;
     }
-    const int smem = wg_smem<D, BN, NST>::ALLOC;
+    const int smem = wg_smem<D, BN, NST, PF>::ALLOC;
     static bool attr_set;
     if (!attr_set) {
-        LKV__CUDA_CHECK(cudaFuncSetAttribute(prefill_wgmma_kernel<T, D, BN, NST, QR>,
+        LKV__CUDA_CHECK(cudaFuncSetAttribute(prefill_wgmma_kernel<T, D, BN, NST, QR, PF>,
                                              cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
         attr_set = true;
     }
     const long rows = (long)p.n_new * p.group;
     dim3 grid((unsigned)((rows + WG_BM - 1) / WG_BM), (unsigned)p.n_kv, (unsigned)p.n_splits);
-    prefill_wgmma_kernel<T, D, BN, NST, QR><<<grid, WG_THREADS, smem, st>>>(p, pe, sl, ta, tk, tv);
+    prefill_wgmma_kernel<T, D, BN, NST, QR, PF><<<grid, WG_THREADS, smem, st>>>(p, pe, sl, ta, tk, tv);
     LKV__CUDA_CHECK_LAUNCH();
     return 0;
 }
@@ -952,6 +1093,16 @@ static int launch_t(const prefill_params *p, const lkv__dev_pe *pe, const lkv__d
                     cudaStream_t st)
 {
     const bool qr = p->wg_qr != 0;
+    /* S one tile ahead (PF, the default): BN 64, Q from shared memory (two S accumulators
+     * and Q's fragments do not fit the consumers' registers), no ping-pong. */
+    if (p->wg_pf && p->wg_bn == 64 && !p->wg_pp) {
+        if (p->d == 128) {
+            return p->wg_nst == 5 ? launch<T, 128, 64, 5, false, true>(*p, *pe, *sl, st)
+                                  : launch<T, 128, 64, 4, false, true>(*p, *pe, *sl, st);
+        }
+        return p->wg_nst == 5 ? launch<T, 64, 64, 5, false, true>(*p, *pe, *sl, st)
+                              : launch<T, 64, 64, 4, false, true>(*p, *pe, *sl, st);
+    }
     if (p->d == 128) {
         if (p->wg_bn == 128) {
             return launch<T, 128, 128, 2, false>(*p, *pe, *sl, st);
