@@ -746,8 +746,10 @@ static void fill_params(prefill_params *p, const lkv_prefill_args *a)
     p->wg_fold = e != NULL ? atoi(e) != 0 : 0;
     e = getenv("LKV_ATTN_WG_NST"); /* 5: a deeper ring (BN 64, Q in registers) */
     p->wg_nst = e != NULL && atoi(e) == 5 ? 5 : 4;
-    e = getenv("LKV_ATTN_WG_PF"); /* 0: S issued with P V (round 4's loop), not a tile ahead */
-    p->wg_pf = e != NULL ? atoi(e) != 0 : 1;
+    e = getenv("LKV_ATTN_WG_PF"); /* 1: S issued a tile ahead (measured slower, round 8) */
+    p->wg_pf = e != NULL ? atoi(e) != 0 : 0;
+    e = getenv("LKV_ATTN_WG_VB"); /* 1: one tensor copy per cached block's V (head_dim 128) */
+    p->wg_vb = e != NULL ? atoi(e) != 0 : 0;
     e = getenv("LKV_ATTN_WG_PP");
     p->wg_pp = e != NULL ? atoi(e) != 0 : 0;
 }

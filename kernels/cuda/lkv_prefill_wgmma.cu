@@ -105,6 +105,15 @@ template <int ROWS> static __device__ __forceinline__ int pswz(int row, int col)
     return (col >> 6) * (ROWS * 64) + row * 64 + ((((col >> 3) & 7) ^ (row & 7)) << 3) + (col & 7);
 }
 
+/* Element offset of (row, col) in a V stage whose rows come in blocks of bt rows, each block
+ * [D / 64 panels][bt][64] (VB: one tensor copy per cached block; bt = BN is the plain layout). */
+template <int D> static __device__ __forceinline__ int vboff(int row, int col, int bt)
+{
+    const int bi = row / bt, rr = row - bi * bt;
+    return bi * bt * D + (col >> 6) * (bt * 64) + rr * 64 + ((((col >> 3) & 7) ^ (row & 7)) << 3) +
+           (col & 7);
+}
+
 /* ---------------------------------------------------------------- PTX: mbarrier, TMA, misc */
 
 #if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
@@ -158,6 +167,14 @@ static __device__ __forceinline__ void tma_load_3d(uint32_t dst, const CUtensorM
     asm volatile("cp.async.bulk.tensor.3d.shared::cluster.global.mbarrier::complete_tx::bytes"
                  " [%0], [%1, {%2, %3, %4}], [%5];\n" ::"r"(dst),
                  "l"((uint64_t)map), "r"(c0), "r"(c1), "r"(c2), "r"(bar)
+                 : "memory");
+}
+static __device__ __forceinline__ void tma_load_4d(uint32_t dst, const CUtensorMap *map,
+                                                   uint32_t bar, int c0, int c1, int c2, int c3)
+{
+    asm volatile("cp.async.bulk.tensor.4d.shared::cluster.global.mbarrier::complete_tx::bytes"
+                 " [%0], [%1, {%2, %3, %4, %5}], [%6];\n" ::"r"(dst),
+                 "l"((uint64_t)map), "r"(c0), "r"(c1), "r"(c2), "r"(c3), "r"(bar)
                  : "memory");
 }
 static __device__ __forceinline__ void fence_proxy_async()
@@ -270,7 +287,8 @@ __global__ void __launch_bounds__(WG_THREADS, 1)
     prefill_wgmma_kernel(const prefill_params p, const lkv__dev_pe pe, const lkv__dev_slopes sl,
                          const __grid_constant__ CUtensorMap tm_arena,
                          const __grid_constant__ CUtensorMap tm_knew,
-                         const __grid_constant__ CUtensorMap tm_vnew)
+                         const __grid_constant__ CUtensorMap tm_vnew,
+                         const __grid_constant__ CUtensorMap tm_arena_v)
 {
 #if WG_ARCH_OK
     using L = wg_smem<D, BN, NST, PF>;
@@ -417,12 +435,30 @@ __global__ void __launch_bounds__(WG_THREADS, 1)
                     mbar_expect_tx(full_bar(s), (uint32_t)(nb * B * D * 2 * 2));
                 }
                 __syncwarp();
-                for (int l = lane; l < nb * NP * 2; l += 32) {
-                    const int bi = l / (2 * NP), pn = (l >> 1) % NP, isv = l & 1;
-                    const int page = (int)lkv_ref_page(rbuf[r + bi - w0]);
-                    const uint32_t off = (uint32_t)((pn * BN + bi * B) * 128);
-                    tma_load_3d((isv ? vdst : kdst) + off, &tm_arena, full_bar(s), pn * 64,
-                                isv ? row_v : row_k, page);
+                if (p.wg_vb) {
+                    /* VB: K as above (the S product needs every 8-key group 1024 bytes on), V
+                     * one copy per block into [block][panel][B][64] (tm_arena_v: rows inside
+                     * the panels), as the P V descriptors of such a tile expect. */
+                    for (int l = lane; l < nb * (NP + 1); l += 32) {
+                        const int bi = l < nb * NP ? l / NP : l - nb * NP;
+                        const int page = (int)lkv_ref_page(rbuf[r + bi - w0]);
+                        if (l < nb * NP) {
+                            const int pn = l % NP;
+                            tma_load_3d(kdst + (uint32_t)((pn * BN + bi * B) * 128), &tm_arena,
+                                        full_bar(s), pn * 64, row_k, page);
+                        } else {
+                            tma_load_4d(vdst + (uint32_t)(bi * B * D * 2), &tm_arena_v, full_bar(s),
+                                        0, row_v, 0, page);
+                        }
+                    }
+                } else {
+                    for (int l = lane; l < nb * NP * 2; l += 32) {
+                        const int bi = l / (2 * NP), pn = (l >> 1) % NP, isv = l & 1;
+                        const int page = (int)lkv_ref_page(rbuf[r + bi - w0]);
+                        const uint32_t off = (uint32_t)((pn * BN + bi * B) * 128);
+                        tma_load_3d((isv ? vdst : kdst) + off, &tm_arena, full_bar(s), pn * 64,
+                                    isv ? row_v : row_k, page);
+                    }
                 }
             } else if (lane == 0) {
                 mbar_expect_tx(full_bar(s), (uint32_t)(BN * D * 2 * 2));
@@ -535,6 +571,8 @@ __global__ void __launch_bounds__(WG_THREADS, 1)
             }
         };
 
+        /* Rows per V block in a stage of this tile kind (VB: cached tiles as B-row blocks). */
+        auto vbt = [&](int knd) { return p.wg_vb && knd == 0 ? p.B : BN; };
         float o[D / 2];
 #pragma unroll
         for (int i = 0; i < D / 2; i++) {
@@ -590,10 +628,11 @@ __global__ void __launch_bounds__(WG_THREADS, 1)
             }
             if (m->zero) {
                 /* Zero the V rows of invalid slots (16 bytes per thread per step). */
+                const int bt = vbt(kind);
                 for (int idx = ct; idx < BN * (D / 8); idx += 128) {
                     const int row = idx / (D / 8), ch = idx % (D / 8);
                     if (m->colpos[row] < 0) {
-                        *(uint4 *)(vt + pswz<BN>(row, ch * 8)) = make_uint4(0u, 0u, 0u, 0u);
+                        *(uint4 *)(vt + vboff<D>(row, ch * 8, bt)) = make_uint4(0u, 0u, 0u, 0u);
                     }
                 }
                 sync = true;
@@ -639,10 +678,29 @@ __global__ void __launch_bounds__(WG_THREADS, 1)
         };
         /* O += P V of the tile in stage st, P in the A register layout (pa). */
         auto issue_pv = [&](int st) {
-            const uint64_t dv0 = wg_desc(lkv__smem_u32(vs + st * (BN * D)), BN * 128, 1024);
+            /* V in blocks of bt rows ([block][panel][bt][64]; bt = BN: one block): a k16 step
+             * starts at its first key's row; 8-key groups 1024 bytes apart (bt >= 16, a
+             * multiple of 16) or one block apart (bt = 8); panels bt x 128 bytes apart. */
+            const int bt = vbt(meta[st].kind);
+            const uint32_t blk = (uint32_t)(bt * D * 2);
+            uint32_t voff[BN / 16];
+            {
+                uint32_t off = 0;
+                int rr = 0;
+#pragma unroll
+                for (int kc = 0; kc < BN / 16; kc++) {
+                    voff[kc] = off;
+                    rr += 16;
+                    const bool wrap = rr >= bt;
+                    off = bt == 8 ? off + 2 * blk : (wrap ? off + 2048 + blk - (uint32_t)bt * 128 : off + 2048);
+                    rr = wrap ? 0 : rr;
+                }
+            }
+            const uint64_t dv0 = wg_desc(lkv__smem_u32(vs + st * (BN * D)), (uint32_t)bt * 128,
+                                         bt == 8 ? blk : 1024u);
 #pragma unroll
             for (int kc = 0; kc < BN / 16; kc++) {
-                const uint64_t db = dv0 + (uint64_t)((kc * 16 * 128) >> 4);
+                const uint64_t db = dv0 + (uint64_t)(voff[kc] >> 4);
                 if constexpr (PF) {
                     /* P K-major in pw (128-byte swizzle, as Q): a k16 step is 32 bytes. */
                     const uint64_t da = wg_desc(lkv__smem_u32(pw), 16, 1024) + (uint64_t)(kc * 2);
@@ -1053,18 +1111,47 @@ static int encode(CUtensorMap *m, int dtype, const void *base, cuuint64_t d1, cu
     return 0;
 }
 
+/* VB's map of the arena's V rows: [pages][panels of 64 columns][rows of a page][64] (the panel
+ * stride 128 bytes, inside a row), so one box of 64 x B x D / 64 lands as [panel][B][64]. */
+static int encode_vb(CUtensorMap *m, int dtype, const void *base, cuuint64_t rows_pp,
+                     cuuint64_t pages, cuuint64_t page_bytes, cuuint32_t B, int D)
+{
+    const cuuint64_t dims[4] = {64, rows_pp, (cuuint64_t)D / 64, pages};
+    const cuuint64_t strides[3] = {(cuuint64_t)D * 2, 128, page_bytes};
+    const cuuint32_t box[4] = {64, B, (cuuint32_t)D / 64, 1};
+    const cuuint32_t es[4] = {1, 1, 1, 1};
+    const CUresult r =
+        get_encode()(m,
+                     dtype == LKV_DTYPE_BF16 ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16
+                                             : CU_TENSOR_MAP_DATA_TYPE_FLOAT16,
+                     4, (void *)base, dims, strides, box, es, CU_TENSOR_MAP_INTERLEAVE_NONE,
+                     CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+                     CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+    if (r != CUDA_SUCCESS) {
+        fprintf(stderr, "lkv_prefill_wgmma: cuTensorMapEncodeTiled (VB) failed (%d)\n", (int)r);
+        return LKV_ECUDA;
+    }
+    return 0;
+}
+
 template <typename T, int D, int BN, int NST, bool QR, bool PF = false>
 static int launch(const prefill_params &p, const lkv__dev_pe &pe, const lkv__dev_slopes &sl,
                   cudaStream_t st)
 {
-    CUtensorMap ta, tk, tv;
+    CUtensorMap ta, tk, tv, tav;
     memset(&ta, 0, sizeof ta);
+    memset(&tav, 0, sizeof tav);
     const uint64_t row = (uint64_t)D * 2;
     /* Arena: [pages][rows of a page][D]; the page count is the reference format's limit (the
      * copies only touch pages that references name). */
     const uint64_t rows_pp = (uint64_t)p.n_layers * 2u * (uint64_t)p.n_kv * (uint64_t)p.B;
     if (p.n_refs > 0 && encode(&ta, p.dtype, p.arena, rows_pp, (uint64_t)LKV_REF_MAX_PAGE + 1u, row,
                                p.page_bytes, (cuuint32_t)p.B, 1, D) != 0) {
+        return LKV_ECUDA;
+    }
+    if (p.n_refs > 0 && p.wg_vb &&
+        encode_vb(&tav, p.dtype, p.arena, rows_pp, (uint64_t)LKV_REF_MAX_PAGE + 1u, p.page_bytes,
+                  (cuuint32_t)p.B, D) != 0) {
         return LKV_ECUDA;
     }
     /* New tokens: [n_new][n_kv][D]. */
@@ -1083,7 +1170,8 @@ static int launch(const prefill_params &p, const lkv__dev_pe &pe, const lkv__dev
     }
     const long rows = (long)p.n_new * p.group;
     dim3 grid((unsigned)((rows + WG_BM - 1) / WG_BM), (unsigned)p.n_kv, (unsigned)p.n_splits);
-    prefill_wgmma_kernel<T, D, BN, NST, QR, PF><<<grid, WG_THREADS, smem, st>>>(p, pe, sl, ta, tk, tv);
+    prefill_wgmma_kernel<T, D, BN, NST, QR, PF><<<grid, WG_THREADS, smem, st>>>(p, pe, sl, ta, tk, tv,
+                                                                                 tav);
     LKV__CUDA_CHECK_LAUNCH();
     return 0;
 }
@@ -1128,6 +1216,14 @@ static int launch_t(const prefill_params *p, const lkv__dev_pe *pe, const lkv__d
 int lkv__prefill_wgmma_launch(const prefill_params *p, const lkv__dev_pe *pe,
                               const lkv__dev_slopes *sl, cudaStream_t st)
 {
+    /* VB only where a 16-key step of P V never straddles two blocks unevenly and the blocks
+     * tile the stage: head_dim 128 (at 64 the layouts are the same), BN 64, B 8, 16, 32, 64. */
+    if (p->wg_vb && !(p->d == 128 && (p->wg_bn == 64 || p->wg_bn == 0) &&
+                      (p->B == 8 || p->B == 16 || p->B == 32 || p->B == 64))) {
+        prefill_params q = *p;
+        q.wg_vb = 0;
+        return lkv__prefill_wgmma_launch(&q, pe, sl, st);
+    }
     return p->dtype == LKV_DTYPE_BF16 ? launch_t<__nv_bfloat16>(p, pe, sl, st)
                                       : launch_t<__half>(p, pe, sl, st);
 }
