@@ -9,11 +9,14 @@
  * BN keys (template: 64, the default, or 96; a run of up to BN / B references with the same
  * document start; then the new tokens in tiles of BN, causally only up to the CTA's last
  * token), writes each tile's key positions into the stage's metadata and issues the tensor
- * copies from its lanes in parallel (one box of B rows x 64 columns per block, per 64-column
- * panel, for K and for V; new tokens: one box of BN rows, from lane 0) into a ring of NST
+ * copies from its lanes in parallel (K: one box of B rows x 64 columns per block and 64-column
+ * panel; V: one box per block of all its panels (VB, the default at head_dim 128 with B 8, 16,
+ * 32 or 64), else as K; new tokens: one box of BN rows per panel, from lane 0) into a ring of NST
  * shared-memory stages (4; 3 at BN 96 and head_dim 128; 5 and 2 as variants), completing on the
  * stage's "full" mbarrier. Its other warps exit. setmaxnreg 56 / 224 (24 / 240 at BN 128):
- * ptxas reports the launch bound's 168 but allocates each side's code against its own count.
+ * ptxas reports the launch bound's 168 and uses each side's count for part of its allocation,
+ * but its wgmma pipeline must fit far fewer (round 8: two S accumulators, O and P in registers
+ * made it serialise every wgmma, C7512, at 224 or 240 alike; a 256-thread bound did not).
  * Warpgroups 1 and 2 are consumers, 64 query rows each (BM = 128 per CTA, GQA rows packed as in
  * the mma.sync kernel: row = token * group + head-in-group). Consumer pipeline, FlashAttention-3's
  * intra-warpgroup overlap: iteration j issues S(j) = Q K(j) (wgmma m64nBNk16, Q from registers:
@@ -29,18 +32,26 @@
  * fp32 partials; with p.counters set the last CTA of each (row tile, kv head) merges them
  * (merge_last), else the caller's merge kernel does.
  *
+ * PF (p.wg_pf, off: measured 3-21% slower, round 8): S issued one tile ahead of the softmax
+ * (two S accumulators, the loop body written twice), P through shared memory (pw; SS P V) to
+ * keep the wgmma pipeline in registers, Q from shared memory; the producer pads the tile count
+ * to an odd number with an empty tile so that the loop leaves from one place only.
+ *
  * Shared memory layouts: every tile is stored as 64-column panels of [rows][64] 16-bit
  * elements, 128 bytes a row, with the 128-byte swizzle (16-byte chunk c of row r at chunk
  * c ^ (r & 7)); panels start 1024-byte aligned. That is what TMA's SWIZZLE_128B writes and what
  * the wgmma descriptors below describe (K-major: stride between 8-row groups 1024 B; V as
- * MN-major: 1024 B between 8-key groups, BN x 128 B between 64-column panels). A block's rows
- * start at a multiple of 8 rows (B % 8 == 0), so every box lands on the swizzle's 1024-byte
+ * MN-major: 1024 B between 8-key groups, BN x 128 B between 64-column panels; a VB stage of
+ * cached blocks is [block][panel][B][64] instead: panels B x 128 B apart, see issue_pv). A block's
+ * rows start at a multiple of 8 rows (B % 8 == 0), so every box lands on the swizzle's 1024-byte
  * period.
  *
  * Tensor maps (encoded per launch on the host, passed as __grid_constant__ parameters): the
  * page arena as a 3D tensor [pages][rows of a page][head_dim] with the page stride as the
  * outer stride (row index within a page = ((layer * 2 + kv) * n_kv + kv_head) * B + token),
- * and k_new / v_new as [n_new][n_kv][head_dim] (rows past n_new are zero-filled by the copy).
+ * and k_new / v_new as [n_new][n_kv][head_dim] (rows past n_new are zero-filled by the copy);
+ * with VB also the arena as a 4D tensor [pages][panels][rows of a page][64] (panel stride 128
+ * bytes, inside a row), whose box of B rows x all panels lands as [panel][B][64].
  *
  * Lazy RoPE, exactly as the mma.sync kernel: when a tile's document start differs from the
  * last one, each consumer warpgroup re-reads its raw query rows (16-byte loads, L2-resident),
@@ -483,11 +494,11 @@ __global__ void __launch_bounds__(WG_THREADS, 1)
         } else {
             asm volatile("setmaxnreg.inc.sync.aligned.u32 " WG_REG_CONSUMER_S ";\n");
         }
-        const int c = wg - 1;            /* consumer index 0 / 1 */
-        const int ct = tid - 128 * wg;   /* thread within the warpgroup */
-        const int cw = ct >> 5;          /* warp within the warpgroup */
-        const int wrow0 = row0 + c * 64; /* first row of this warpgroup */
-        T *qw = qs + c * 64 * D;         /* this warpgroup's Q tile: [D / 64][64][64] */
+        const int c = wg - 1;                       /* consumer index 0 / 1 */
+        const int ct = tid - 128 * wg;              /* thread within the warpgroup */
+        const int cw = ct >> 5;                     /* warp within the warpgroup */
+        const int wrow0 = row0 + c * 64;            /* first row of this warpgroup */
+        T *qw = qs + c * 64 * D;                    /* this warpgroup's Q tile: [D / 64][64][64] */
         T *pw = (T *)(sm + L::OFF_P) + c * 64 * 64; /* PF: this warpgroup's P tile [64][64] */
         const uint32_t qw_addr = lkv__smem_u32(qw);
         const int bar_id = 1 + c;
@@ -692,7 +703,8 @@ __global__ void __launch_bounds__(WG_THREADS, 1)
                     voff[kc] = off;
                     rr += 16;
                     const bool wrap = rr >= bt;
-                    off = bt == 8 ? off + 2 * blk : (wrap ? off + 2048 + blk - (uint32_t)bt * 128 : off + 2048);
+                    off = bt == 8 ? off + 2 * blk
+                                  : (wrap ? off + 2048 + blk - (uint32_t)bt * 128 : off + 2048);
                     rr = wrap ? 0 : rr;
                 }
             }
@@ -1073,8 +1085,8 @@ static int device_ok(void)
             cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) == cudaSuccess &&
             cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev) == cudaSuccess &&
             major == 9 && minor == 0 &&
-            cudaFuncGetAttributes(&fa, prefill_wgmma_kernel<__nv_bfloat16, 128, 64, 4, false, true>) ==
-                cudaSuccess &&
+            cudaFuncGetAttributes(
+                &fa, prefill_wgmma_kernel<__nv_bfloat16, 128, 64, 4, false, true>) == cudaSuccess &&
             fa.binaryVersion == 90 && get_encode() != NULL;
         cudaGetLastError();
         cached[dev] = ok ? 1 : 2;
@@ -1170,8 +1182,8 @@ static int launch(const prefill_params &p, const lkv__dev_pe &pe, const lkv__dev
     }
     const long rows = (long)p.n_new * p.group;
     dim3 grid((unsigned)((rows + WG_BM - 1) / WG_BM), (unsigned)p.n_kv, (unsigned)p.n_splits);
-    prefill_wgmma_kernel<T, D, BN, NST, QR, PF><<<grid, WG_THREADS, smem, st>>>(p, pe, sl, ta, tk, tv,
-                                                                                 tav);
+    prefill_wgmma_kernel<T, D, BN, NST, QR, PF>
+        <<<grid, WG_THREADS, smem, st>>>(p, pe, sl, ta, tk, tv, tav);
     LKV__CUDA_CHECK_LAUNCH();
     return 0;
 }
