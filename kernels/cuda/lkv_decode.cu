@@ -61,6 +61,8 @@
  */
 #include <stdlib.h>
 
+#include <type_traits>
+
 #include "lkv_cuda_common.cuh"
 
 extern "C" {
@@ -93,6 +95,7 @@ struct decode_params {
     uint64_t slab_bytes;
     int n_splits, refs_per_split;
     int pdl;          /* Launched with programmatic dependent launch (plan option). */
+    int contig;       /* Tensor-core kernel: contiguous reference runs per warp (else strided). */
     float scale_log2; /* sm_scale * log2(e). */
 };
 
@@ -105,11 +108,29 @@ template <int G> struct dec_unroll {
  * step of a partial block is masked by the consumer). Each reference is loaded from global
  * memory exactly once, one reference ahead of its use (the load is off the critical path), and
  * travels with its step through the cp.async ring (dec_queue): the consumer never reloads it. */
-struct dec_walk {
+template <bool DYN = false> struct dec_walk {
     const uint64_t *refs;
     int r, r1, stride, t0;
     uint64_t cur, nxt;
-    __device__ __forceinline__ void init(const uint64_t *rf, int first, int end, int w)
+    int rn;         /* DYN: index of nxt. */
+    uint32_t claim; /* DYN: shared-memory address of the CTA's claim counter. */
+    int cbase;      /* DYN: the CTA's first dynamically claimed reference. */
+    /* DYN: the next unclaimed reference of the CTA's range (claims cbase, cbase + 1, ... in
+     * order), so that a warp that runs ahead takes more of them and the warps of a CTA finish
+     * within about one step of each other. */
+    __device__ __forceinline__ int claim_next()
+    {
+        int v = 0;
+        if ((threadIdx.x & 31) == 0) {
+            asm volatile("atom.shared.add.u32 %0, [%1], 1;\n" : "=r"(v) : "r"(claim) : "memory");
+        }
+        return cbase + __shfl_sync(0xffffffffu, v, 0);
+    }
+    /* Static: warp w takes first, first + w, ... below end. DYN (cl: a zeroed counter; the
+     * CTA's references start at first - warp): the warp's first reference, then claims from
+     * first - warp + w on. */
+    __device__ __forceinline__ void init(const uint64_t *rf, int first, int end, int w,
+                                         uint32_t cl = 0, int warp = 0)
     {
         refs = rf;
         r = first;
@@ -117,7 +138,14 @@ struct dec_walk {
         stride = w;
         t0 = 0;
         cur = r < r1 ? __ldg(refs + r) : 0;
-        nxt = r + w < r1 ? __ldg(refs + r + w) : 0;
+        if (DYN) {
+            claim = cl;
+            cbase = first - warp + w;
+            rn = claim_next();
+            nxt = rn < r1 ? __ldg(refs + rn) : 0;
+        } else {
+            nxt = r + w < r1 ? __ldg(refs + r + w) : 0;
+        }
     }
     /* Takes the next step: returns its first token and sets *ref, or returns -1 at the end. */
     __device__ __forceinline__ int take(int step, int B, uint64_t *ref)
@@ -130,10 +158,20 @@ struct dec_walk {
         t0 += step;
         if (t0 >= min((int)lkv_ref_valid(cur), B)) {
             t0 = 0;
-            r += stride;
             cur = nxt;
-            if (r + stride < r1) {
-                nxt = __ldg(refs + r + stride);
+            if (DYN) {
+                r = rn;
+                if (r < r1) {
+                    rn = claim_next();
+                    if (rn < r1) {
+                        nxt = __ldg(refs + rn);
+                    }
+                }
+            } else {
+                r += stride;
+                if (r + stride < r1) {
+                    nxt = __ldg(refs + r + stride);
+                }
             }
         }
         return tt;
@@ -456,7 +494,7 @@ __global__ void __launch_bounds__(GEN_WARPS * 32)
     const int step = U * TPI;
 
     /* Producer: the warp's reference walk; each issued step travels through the queue. */
-    dec_walk wk;
+    dec_walk<> wk;
     wk.init(p.refs, r0 + warp, r1, W);
     dec_queue<DEC_NST> qu;
     int pslot = 0;
@@ -781,11 +819,10 @@ dec_rotate_q(const lkv__dev_pe &pe, float *csw, const uint32_t (&qraw)[D / 16][2
     __syncwarp(); /* csw is rewritten at the next rotation. */
 }
 
-template <typename T, int D, int NST, int RM>
-__global__ void __launch_bounds__(MMA_WARPS * 32)
+template <typename T, int D, int NST, int RM, int W, bool DYN>
+__global__ void __launch_bounds__(W * 32)
     decode_mma_kernel(const decode_params p, const lkv__dev_pe pe, const lkv__dev_slopes sl)
 {
-    constexpr int W = MMA_WARPS;
     static_assert(8 * D <= 8 * W * 32, "one 16-byte query load per thread");
     lkv__pdl_trigger(); /* The next kernel of the stream may start its prologue (plan option). */
     constexpr int G = 8;
@@ -842,8 +879,23 @@ __global__ void __launch_bounds__(MMA_WARPS * 32)
     for (int j = 0; j < XP; j++) {
         sx[j] = (uint32_t)(cq * RB) + ((uint32_t)(cc ^ cq ^ (RPI * j)) << 4);
     }
-    dec_walk wk;
-    wk.init(p.refs, r0 + warp, r1, W);
+    if (DYN) { /* the claim counter (smem[0]: q_raw is only the store's scratch here) */
+        if (threadIdx.x == 0) {
+            *(int *)smem = 0;
+        }
+        __syncthreads();
+    }
+    dec_walk<DYN> wk;
+    if (DYN || !p.contig) {
+        wk.init(p.refs, r0 + warp, r1, W, lkv__smem_u32(smem), warp);
+    } else {
+        /* Contiguous: warp w takes the w-th run of ceil(n / W) references of the split, so it
+         * meets few document starts (one per document it touches; striding by W made every
+         * warp of a CTA meet every document, and rotate for it: at 8 warps per CTA and batch
+         * 16, 2.2 us of 79 at 4k, kernels/dev/README.md round 7). */
+        const int pw = (max(r1 - r0, 0) + W - 1) / W, f = r0 + warp * pw;
+        wk.init(p.refs, f, min(r1, f + pw), 1);
+    }
     dec_queue<NST> qu;
     int pslot = 0;
     auto issue = [&](uint64_t *ref_out, int *t_out) {
@@ -1117,18 +1169,20 @@ static void launch_gen(dim3 grid, size_t smem, cudaStream_t st, int pdl, const d
     launch_ex(decode_kernel<T, G, LT>, grid, GEN_WARPS * 32, smem, st, pdl, p, pe, sl);
 }
 
-template <typename T, int D, int NST, int RM>
+template <typename T, int D, int NST, int RM, int W, bool DYN>
 static void launch_mma(dim3 grid, size_t smem, cudaStream_t st, int pdl, const decode_params &p,
                        const lkv__dev_pe &pe, const lkv__dev_slopes &sl)
 {
-    launch_ex(decode_mma_kernel<T, D, NST, RM>, grid, MMA_WARPS * 32, smem, st, pdl, p, pe, sl);
+    launch_ex(decode_mma_kernel<T, D, NST, RM, W, DYN>, grid, W * 32, smem, st, pdl, p, pe, sl);
 }
 
 struct lkv_decode_plan {
     lkv_kv_shape shape;
     int batch, max_refs;
     int mma, G, head_chunks, L, n_splits, refs_per_split, threads;
-    int nst;                 /* cp.async stages per warp of the tensor-core kernel (DEC_NST). */
+    int nst;                 /* cp.async stages per warp of the tensor-core kernel: 3 or 2. */
+    int warps;               /* Warps per CTA of the tensor-core kernel: 4 or 8. */
+    int dyn;                 /* 8 warps: dynamic reference claims (LKV_ATTN_DECODE_DC=1). */
     int pdl;                 /* Launch with programmatic dependent launch (cfg->pdl). */
     size_t smem;             /* Dynamic shared memory per CTA. */
     size_t off_lse, off_ctr; /* Workspace layout: part_o at 0, part_lse, counters. */
@@ -1160,37 +1214,73 @@ static int shape_ok(const lkv_kv_shape *s)
            s->block_tokens <= LKV_MAX_BLOCK_TOKENS;
 }
 
-template <typename T, int NST, int RM> static void pick_mma_rm(lkv_decode_plan *pl)
+/* The tensor-core kernel configurations (warps per CTA x ring stages; kernels/dev/README.md
+ * round 7): 4 x 3 (two CTAs per SM), 8 x 3 (one CTA per SM: the large grids), 4 x 2 (three CTAs
+ * per SM: the batch-1 grids of at most DEC_MIN_REFS steps per warp). */
+template <typename T, int D, int NST, int RM, int W, bool DYN>
+static void set_mma(lkv_decode_plan *pl)
 {
-    if (pl->shape.head_dim == 128) {
-        pl->kernel = (const void *)decode_mma_kernel<T, 128, NST, RM>;
-        pl->launch = launch_mma<T, 128, NST, RM>;
+    pl->kernel = (const void *)decode_mma_kernel<T, D, NST, RM, W, DYN>;
+    pl->launch = launch_mma<T, D, NST, RM, W, DYN>;
+}
+
+template <typename T, int D, int RM> static void pick_mma_d(lkv_decode_plan *pl)
+{
+    if (pl->warps == 8) {
+        /* Dynamic reference claims (LKV_ATTN_DECODE_DC=1, round 7 experiment): bf16, head_dim
+         * 128, no RoPE or half-split RoPE only. */
+        if constexpr (std::is_same<T, __nv_bfloat16>::value && D == 128 &&
+                      (RM == DEC_RM_NONE || RM == DEC_RM_HALF)) {
+            if (pl->dyn) {
+                set_mma<T, D, 3, RM, 8, true>(pl);
+                return;
+            }
+        }
+        set_mma<T, D, 3, RM, 8, false>(pl);
+    } else if (pl->nst == 2) {
+        set_mma<T, D, 2, RM, 4, false>(pl);
     } else {
-        pl->kernel = (const void *)decode_mma_kernel<T, 64, NST, RM>;
-        pl->launch = launch_mma<T, 64, NST, RM>;
+        set_mma<T, D, 3, RM, 4, false>(pl);
     }
 }
 
-/* The tensor-core kernel's rotation path (DEC_RM_*) for the plan's encoding. */
-template <typename T, int NST> static void pick_mma(lkv_decode_plan *pl)
+template <typename T, int RM> static void pick_mma_rm(lkv_decode_plan *pl)
+{
+    if (pl->shape.head_dim == 128) {
+        pick_mma_d<T, 128, RM>(pl);
+    } else {
+        pick_mma_d<T, 64, RM>(pl);
+    }
+}
+
+/* The RoPE path (DEC_RM_*) of the tensor-core kernel for the plan's encoding. */
+template <typename T> static void pick_mma(lkv_decode_plan *pl)
 {
     const lkv__dev_pe *pe = &pl->pe;
     const int full = 2 * pe->n_pairs == pl->shape.head_dim;
     if (pe->n_pairs == 0) {
-        pick_mma_rm<T, NST, DEC_RM_NONE>(pl);
+        pick_mma_rm<T, DEC_RM_NONE>(pl);
     } else if (full && pe->pairing == LKV_ROPE_HALF) {
-        pick_mma_rm<T, NST, DEC_RM_HALF>(pl);
+        pick_mma_rm<T, DEC_RM_HALF>(pl);
     } else if (full && pe->pairing == LKV_ROPE_INTERLEAVED) {
-        pick_mma_rm<T, NST, DEC_RM_INTER>(pl);
+        pick_mma_rm<T, DEC_RM_INTER>(pl);
     } else {
-        pick_mma_rm<T, NST, DEC_RM_PART>(pl);
+        pick_mma_rm<T, DEC_RM_PART>(pl);
     }
+}
+
+/* An integer knob of the environment (benchmarks and the GPU check only, read at plan
+ * creation): -1 when unset. */
+static int env_knob(const char *name)
+{
+    const char *e = getenv(name);
+    return e != NULL && *e != '\0' ? atoi(e) : -1;
 }
 
 template <typename T> static void pick_kernel(lkv_decode_plan *pl)
 {
     if (pl->mma) {
-        pick_mma<T, DEC_NST>(pl);
+        pick_mma<T>(pl);
         return;
     }
     switch (pl->G) {
@@ -1211,6 +1301,15 @@ template <typename T> static void pick_kernel(lkv_decode_plan *pl)
         pl->launch = launch_gen<T, 8, 0>;
         break;
     }
+}
+
+/* Dynamic shared memory of the tensor-core kernel: q_raw [8][d] (the store's scratch), the
+ * frequency table's old slots [256], mw and lw [W][8], csw [W][d], the rings [W][nst][2][16][d]
+ * 16-bit (the warp partials [W][8][d] fp32 reuse them). */
+static size_t mma_smem(int d, int W, int nst)
+{
+    return (size_t)(8 * d + 256 + 2 * W * 8 + W * d) * sizeof(float) +
+           (size_t)W * nst * 2 * 16 * d * 2;
 }
 
 /* Fills *pl from cfg: validation, kernel choice and attributes, occupancy, split factor and
@@ -1248,15 +1347,31 @@ static int plan_fill(const lkv_decode_plan_cfg *cfg, lkv_decode_plan *pl)
     pl->G = (group >= 8 || pl->mma) ? 8 : pow2_at_least(group);
     pl->head_chunks = (group + pl->G - 1) / pl->G;
     pl->L = pow2_at_least(d / 8);
-    const int W = pl->mma ? MMA_WARPS : GEN_WARPS;
-    pl->threads = W * 32;
-    /* The ring depth is a template parameter of the tensor-core kernel; a 6-stage ring at one
-     * CTA per SM lost to 3 stages at two CTAs per SM at every batch (kernels/dev/README.md). */
-    pl->nst = DEC_NST;
     pl->pdl = cfg->pdl != 0;
+    const long base = (long)cfg->batch * s->n_kv_heads * pl->head_chunks;
+    int dev = 0, sms = 1;
+    LKV__CUDA_CHECK(cudaGetDevice(&dev));
+    LKV__CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
+    /* Tensor-core kernel shape (kernels/dev/README.md round 7, H200): 8 warps per CTA at one
+     * CTA per SM when the (sequence, kv head chunk) pairs alone fill half the SMs or more
+     * (batch 16 and up with 8 kv heads: 2-3% faster than 4 warps at two CTAs per SM, and one
+     * CTA per pair at batch 16 needs no split), else 4 warps; the ring is 3 stages (a 6-stage
+     * ring at one CTA per SM lost at every batch, round 3), 2 for the batch-1 grids below.
+     * LKV_ATTN_DECODE_W=4|8 and LKV_ATTN_DECODE_NST=2|3 force them (benchmarks, the check). */
+    pl->warps = pl->mma ? (2 * base >= sms ? 8 : MMA_WARPS) : GEN_WARPS;
+    pl->nst = DEC_NST;
+    const int kw = env_knob("LKV_ATTN_DECODE_W"), kn = env_knob("LKV_ATTN_DECODE_NST");
+    if (pl->mma && (kw == 4 || kw == 8)) {
+        pl->warps = kw;
+    }
+    if (pl->mma && pl->warps == 4 && kn == 2) {
+        pl->nst = 2;
+    }
+    pl->dyn = pl->warps == 8 && env_knob("LKV_ATTN_DECODE_DC") == 1;
+    const int W = pl->warps;
+    pl->threads = W * 32;
     if (pl->mma) {
-        pl->smem = (size_t)(8 * d + 256 + 2 * W * 8 + W * d) * sizeof(float) +
-                   (size_t)W * pl->nst * 2 * 16 * d * 2;
+        pl->smem = mma_smem(d, W, pl->nst);
     } else {
         const int U = pl->G >= 8 ? dec_unroll<8>::U : dec_unroll<1>::U;
         pl->smem =
@@ -1272,16 +1387,13 @@ static int plan_fill(const lkv_decode_plan_cfg *cfg, lkv_decode_plan *pl)
     /* Split factor: the grid of (kv heads x chunks x sequences) CTAs, times splits, aims at one
      * full wave of resident CTAs (two waves were slower: more partials, a ragged second wave;
      * kernels/dev/README.md), with at least DEC_MIN_REFS references per warp per split. */
-    const long base = (long)cfg->batch * s->n_kv_heads * pl->head_chunks;
     const int max_refs = pl->max_refs;
     long splits;
     if (cfg->splits > 0) {
         const long cap1 = (max_refs + W - 1) / W; /* at most one reference per warp per split */
         splits = cfg->splits < cap1 ? cfg->splits : cap1;
     } else {
-        int dev = 0, sms = 1, per_sm = 1;
-        LKV__CUDA_CHECK(cudaGetDevice(&dev));
-        LKV__CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
+        int per_sm = 1;
         LKV__CUDA_CHECK(cudaFuncSetAttribute(
             pl->kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)pl->smem));
         LKV__CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, pl->kernel,
@@ -1308,6 +1420,18 @@ static int plan_fill(const lkv_decode_plan_cfg *cfg, lkv_decode_plan *pl)
     pl->n_splits = (max_refs + rps - 1) / rps;
     if (pl->n_splits < 1) {
         pl->n_splits = 1;
+    }
+    /* At most DEC_MIN_REFS steps per warp (batch 1 over 4k / 8k): a 2-stage ring, the same
+     * split (H200, round 7: 11.5 against 11.8 us per layer in the 32-layer graph at 4k, and
+     * half the rotation overhead; the first step lands sooner when each warp asks for one). */
+    if (pl->mma && W == 4 && pl->nst == 3 && kn != 3 && rps / W <= DEC_MIN_REFS && max_refs > rps) {
+        pl->nst = 2;
+        pl->smem = mma_smem(d, W, 2);
+        if (s->dtype == LKV_DTYPE_BF16) {
+            pick_kernel<__nv_bfloat16>(pl);
+        } else {
+            pick_kernel<__half>(pl);
+        }
     }
     /* The folded merge reuses the CTA's shared memory. */
     const size_t merge_smem =
@@ -1338,6 +1462,7 @@ static int plan_fill(const lkv_decode_plan_cfg *cfg, lkv_decode_plan *pl)
     p->n_splits = pl->n_splits;
     p->refs_per_split = pl->refs_per_split;
     p->pdl = pl->pdl;
+    p->contig = env_knob("LKV_ATTN_DECODE_CW") != 0; /* LKV_ATTN_DECODE_CW=0: strided (round 7) */
     p->scale_log2 = cfg->sm_scale * LKV__LOG2E;
     return 0;
 }
