@@ -6,22 +6,26 @@
  * occupancy), tables, workspace; lkv_decode_plan_run fills the per-layer pointers and launches
  * one kernel, nothing else, so a model's decode step can be captured in a CUDA graph.
  *
- * Work split. One CTA of W warps (4) per (split, kv head x head chunk, sequence). A head chunk
+ * Work split. One CTA of W warps per (split, kv head x head chunk, sequence). A head chunk
  * is up to G query heads of one GQA group (so each K/V slab is read once per chunk and shared
  * by its heads; bigger groups, e.g. MQA with 32 heads, take several chunks). A split is a
  * contiguous range of the sequence's block references; inside a CTA, warp w takes references
- * w, w + W, ... of that range (dec_walk, the one reference walk of both kernels). When the grid
- * of (kv heads x chunks x sequences) is too small to fill the GPU (batch 1, long context), the
- * references are split over several CTAs (about one wave of two CTAs per SM, at least
- * DEC_MIN_REFS references per warp) and merged in the same launch: every CTA writes its fp32
- * partial and counts its arrival on the (sequence, chunk) counter; the last one merges the
- * partials by log-sum-exp and resets the counter (dec_merge_last).
+ * w, w + W, ... of that range, or (tensor-core kernel at 4 warps) the w-th contiguous run of
+ * it (dec_walk, the one reference walk of both kernels). When the grid of (kv heads x chunks x
+ * sequences) is too small to fill the GPU (batch 1, long context), the references are split
+ * over several CTAs (about one wave of resident CTAs, at least DEC_MIN_REFS references per
+ * warp) and merged in the same launch: every CTA writes its fp32 partial and counts its
+ * arrival on the (sequence, chunk) counter; the last one merges the partials by log-sum-exp
+ * and resets the counter (dec_merge_last). The tensor-core kernel's shape is fixed by the
+ * plan (kernels/dev/README.md round 7): 8 warps at one CTA per SM when the pairs alone fill
+ * half the SMs or more (batch 16 and up), else 4 warps at two CTAs per SM, or at three with
+ * a 2-stage ring when a warp has at most DEC_MIN_REFS steps (batch 1 over 4k / 8k).
  *
  * Memory pipeline. Each warp streams its steps (up to 16 tokens of one block for the
- * tensor-core path, U * 32/L for the generic one) through its own ring of DEC_NST cp.async
- * stages in shared memory: two steps are in flight while one is computed, so the warp never
- * waits on a cold load once the ring is primed (the first version, which loaded K/V straight
- * into registers, reached 2.65 TB/s; kernels/dev/README.md has the history).
+ * tensor-core path, U * 32/L for the generic one) through its own ring of cp.async stages
+ * (DEC_NST = 3, or 2) in shared memory: two steps are in flight while one is computed, so the
+ * warp never waits on a cold load once the ring is primed (the first version, which loaded
+ * K/V straight into registers, reached 2.65 TB/s; kernels/dev/README.md has the history).
  *
  * Tensor-core path (head_dim 64 or 128, decode_mma_kernel): keys are the M dimension of
  * mma.m16n8k16 and the (up to 8) query heads of the chunk the N = 8 dimension:
@@ -56,12 +60,11 @@
  * accumulates S in two independent MMA chains and stores 4 dims per thread; the kernels declare no
  * static shared memory (it moved the swizzled ring off 128-byte alignment and doubled the L2
  * sector requests of every cp.async); the merge's arrival is one acq_rel atomic per CTA after a
- * barrier, not a fence per thread. Optional programmatic dependent launch (plan option) lets a
- * run's metadata loads overlap the previous kernel.
+ * barrier, not a fence per thread; each warp walks a contiguous run of references, so only the
+ * warps whose run crosses a document start rotate twice. Optional programmatic dependent
+ * launch (plan option) lets a run's metadata loads overlap the previous kernel.
  */
 #include <stdlib.h>
-
-#include <type_traits>
 
 #include "lkv_cuda_common.cuh"
 
@@ -70,7 +73,7 @@ extern "C" {
 }
 
 #define GEN_WARPS      4  /* Warps per CTA of the generic kernel. */
-#define MMA_WARPS      4  /* Warps per CTA of the tensor-core kernel. */
+#define MMA_WARPS      4  /* Warps per CTA of the tensor-core kernel (8 for large grids). */
 #define DEC_NST        3  /* cp.async stages per warp (2 in flight while one is computed) */
 #define MERGE_INFLIGHT 16 /* partial loads in flight per thread in the folded merge */
 /* At least this many references per warp in a split. 2 gave 32 splits at batch 1 over 4k; 4
@@ -108,29 +111,11 @@ template <int G> struct dec_unroll {
  * step of a partial block is masked by the consumer). Each reference is loaded from global
  * memory exactly once, one reference ahead of its use (the load is off the critical path), and
  * travels with its step through the cp.async ring (dec_queue): the consumer never reloads it. */
-template <bool DYN = false> struct dec_walk {
+struct dec_walk {
     const uint64_t *refs;
     int r, r1, stride, t0;
     uint64_t cur, nxt;
-    int rn;         /* DYN: index of nxt. */
-    uint32_t claim; /* DYN: shared-memory address of the CTA's claim counter. */
-    int cbase;      /* DYN: the CTA's first dynamically claimed reference. */
-    /* DYN: the next unclaimed reference of the CTA's range (claims cbase, cbase + 1, ... in
-     * order), so that a warp that runs ahead takes more of them and the warps of a CTA finish
-     * within about one step of each other. */
-    __device__ __forceinline__ int claim_next()
-    {
-        int v = 0;
-        if ((threadIdx.x & 31) == 0) {
-            asm volatile("atom.shared.add.u32 %0, [%1], 1;\n" : "=r"(v) : "r"(claim) : "memory");
-        }
-        return cbase + __shfl_sync(0xffffffffu, v, 0);
-    }
-    /* Static: warp w takes first, first + w, ... below end. DYN (cl: a zeroed counter; the
-     * CTA's references start at first - warp): the warp's first reference, then claims from
-     * first - warp + w on. */
-    __device__ __forceinline__ void init(const uint64_t *rf, int first, int end, int w,
-                                         uint32_t cl = 0, int warp = 0)
+    __device__ __forceinline__ void init(const uint64_t *rf, int first, int end, int w)
     {
         refs = rf;
         r = first;
@@ -138,14 +123,7 @@ template <bool DYN = false> struct dec_walk {
         stride = w;
         t0 = 0;
         cur = r < r1 ? __ldg(refs + r) : 0;
-        if (DYN) {
-            claim = cl;
-            cbase = first - warp + w;
-            rn = claim_next();
-            nxt = rn < r1 ? __ldg(refs + rn) : 0;
-        } else {
-            nxt = r + w < r1 ? __ldg(refs + r + w) : 0;
-        }
+        nxt = r + w < r1 ? __ldg(refs + r + w) : 0;
     }
     /* Takes the next step: returns its first token and sets *ref, or returns -1 at the end. */
     __device__ __forceinline__ int take(int step, int B, uint64_t *ref)
@@ -158,20 +136,10 @@ template <bool DYN = false> struct dec_walk {
         t0 += step;
         if (t0 >= min((int)lkv_ref_valid(cur), B)) {
             t0 = 0;
+            r += stride;
             cur = nxt;
-            if (DYN) {
-                r = rn;
-                if (r < r1) {
-                    rn = claim_next();
-                    if (rn < r1) {
-                        nxt = __ldg(refs + rn);
-                    }
-                }
-            } else {
-                r += stride;
-                if (r + stride < r1) {
-                    nxt = __ldg(refs + r + stride);
-                }
+            if (r + stride < r1) {
+                nxt = __ldg(refs + r + stride);
             }
         }
         return tt;
@@ -494,7 +462,7 @@ __global__ void __launch_bounds__(GEN_WARPS * 32)
     const int step = U * TPI;
 
     /* Producer: the warp's reference walk; each issued step travels through the queue. */
-    dec_walk<> wk;
+    dec_walk wk;
     wk.init(p.refs, r0 + warp, r1, W);
     dec_queue<DEC_NST> qu;
     int pslot = 0;
@@ -819,7 +787,7 @@ dec_rotate_q(const lkv__dev_pe &pe, float *csw, const uint32_t (&qraw)[D / 16][2
     __syncwarp(); /* csw is rewritten at the next rotation. */
 }
 
-template <typename T, int D, int NST, int RM, int W, bool DYN>
+template <typename T, int D, int NST, int RM, int W>
 __global__ void __launch_bounds__(W * 32)
     decode_mma_kernel(const decode_params p, const lkv__dev_pe pe, const lkv__dev_slopes sl)
 {
@@ -879,20 +847,16 @@ __global__ void __launch_bounds__(W * 32)
     for (int j = 0; j < XP; j++) {
         sx[j] = (uint32_t)(cq * RB) + ((uint32_t)(cc ^ cq ^ (RPI * j)) << 4);
     }
-    if (DYN) { /* the claim counter (smem[0]: q_raw is only the store's scratch here) */
-        if (threadIdx.x == 0) {
-            *(int *)smem = 0;
-        }
-        __syncthreads();
-    }
-    dec_walk<DYN> wk;
-    if (DYN || !p.contig) {
-        wk.init(p.refs, r0 + warp, r1, W, lkv__smem_u32(smem), warp);
+    dec_walk wk;
+    if (!p.contig) {
+        wk.init(p.refs, r0 + warp, r1, W);
     } else {
         /* Contiguous: warp w takes the w-th run of ceil(n / W) references of the split, so it
-         * meets few document starts (one per document it touches; striding by W made every
-         * warp of a CTA meet every document, and rotate for it: at 8 warps per CTA and batch
-         * 16, 2.2 us of 79 at 4k, kernels/dev/README.md round 7). */
+         * meets one document start per document it touches; striding by W made every warp of
+         * the CTA meet (and rotate for) every document of the split. The plan takes it for the
+         * 4-warp batch-1 grids (H200, round 7: 10.9 against 11.5 us per layer in the 32-layer
+         * graph at 4k, rotation +0.2 us instead of +0.5), not for the 8-warp grids, where the
+         * strided walk was 1-3% faster (batch 16 at 8k / 32k, batch 64 and 128 at 4k). */
         const int pw = (max(r1 - r0, 0) + W - 1) / W, f = r0 + warp * pw;
         wk.init(p.refs, f, min(r1, f + pw), 1);
     }
@@ -1169,11 +1133,11 @@ static void launch_gen(dim3 grid, size_t smem, cudaStream_t st, int pdl, const d
     launch_ex(decode_kernel<T, G, LT>, grid, GEN_WARPS * 32, smem, st, pdl, p, pe, sl);
 }
 
-template <typename T, int D, int NST, int RM, int W, bool DYN>
+template <typename T, int D, int NST, int RM, int W>
 static void launch_mma(dim3 grid, size_t smem, cudaStream_t st, int pdl, const decode_params &p,
                        const lkv__dev_pe &pe, const lkv__dev_slopes &sl)
 {
-    launch_ex(decode_mma_kernel<T, D, NST, RM, W, DYN>, grid, W * 32, smem, st, pdl, p, pe, sl);
+    launch_ex(decode_mma_kernel<T, D, NST, RM, W>, grid, W * 32, smem, st, pdl, p, pe, sl);
 }
 
 struct lkv_decode_plan {
@@ -1182,7 +1146,6 @@ struct lkv_decode_plan {
     int mma, G, head_chunks, L, n_splits, refs_per_split, threads;
     int nst;                 /* cp.async stages per warp of the tensor-core kernel: 3 or 2. */
     int warps;               /* Warps per CTA of the tensor-core kernel: 4 or 8. */
-    int dyn;                 /* 8 warps: dynamic reference claims (LKV_ATTN_DECODE_DC=1). */
     int pdl;                 /* Launch with programmatic dependent launch (cfg->pdl). */
     size_t smem;             /* Dynamic shared memory per CTA. */
     size_t off_lse, off_ctr; /* Workspace layout: part_o at 0, part_lse, counters. */
@@ -1217,30 +1180,20 @@ static int shape_ok(const lkv_kv_shape *s)
 /* The tensor-core kernel configurations (warps per CTA x ring stages; kernels/dev/README.md
  * round 7): 4 x 3 (two CTAs per SM), 8 x 3 (one CTA per SM: the large grids), 4 x 2 (three CTAs
  * per SM: the batch-1 grids of at most DEC_MIN_REFS steps per warp). */
-template <typename T, int D, int NST, int RM, int W, bool DYN>
-static void set_mma(lkv_decode_plan *pl)
+template <typename T, int D, int NST, int RM, int W> static void set_mma(lkv_decode_plan *pl)
 {
-    pl->kernel = (const void *)decode_mma_kernel<T, D, NST, RM, W, DYN>;
-    pl->launch = launch_mma<T, D, NST, RM, W, DYN>;
+    pl->kernel = (const void *)decode_mma_kernel<T, D, NST, RM, W>;
+    pl->launch = launch_mma<T, D, NST, RM, W>;
 }
 
 template <typename T, int D, int RM> static void pick_mma_d(lkv_decode_plan *pl)
 {
     if (pl->warps == 8) {
-        /* Dynamic reference claims (LKV_ATTN_DECODE_DC=1, round 7 experiment): bf16, head_dim
-         * 128, no RoPE or half-split RoPE only. */
-        if constexpr (std::is_same<T, __nv_bfloat16>::value && D == 128 &&
-                      (RM == DEC_RM_NONE || RM == DEC_RM_HALF)) {
-            if (pl->dyn) {
-                set_mma<T, D, 3, RM, 8, true>(pl);
-                return;
-            }
-        }
-        set_mma<T, D, 3, RM, 8, false>(pl);
+        set_mma<T, D, 3, RM, 8>(pl);
     } else if (pl->nst == 2) {
-        set_mma<T, D, 2, RM, 4, false>(pl);
+        set_mma<T, D, 2, RM, 4>(pl);
     } else {
-        set_mma<T, D, 3, RM, 4, false>(pl);
+        set_mma<T, D, 3, RM, 4>(pl);
     }
 }
 
@@ -1367,7 +1320,6 @@ static int plan_fill(const lkv_decode_plan_cfg *cfg, lkv_decode_plan *pl)
     if (pl->mma && pl->warps == 4 && kn == 2) {
         pl->nst = 2;
     }
-    pl->dyn = pl->warps == 8 && env_knob("LKV_ATTN_DECODE_DC") == 1;
     const int W = pl->warps;
     pl->threads = W * 32;
     if (pl->mma) {
@@ -1462,7 +1414,12 @@ static int plan_fill(const lkv_decode_plan_cfg *cfg, lkv_decode_plan *pl)
     p->n_splits = pl->n_splits;
     p->refs_per_split = pl->refs_per_split;
     p->pdl = pl->pdl;
-    p->contig = env_knob("LKV_ATTN_DECODE_CW") != 0; /* LKV_ATTN_DECODE_CW=0: strided (round 7) */
+    /* Contiguous reference runs per warp for the 4-warp grids (decode_mma_kernel);
+     * LKV_ATTN_DECODE_CW=0|1 forces strided / contiguous (benchmarks, the check). */
+    {
+        const int cw = env_knob("LKV_ATTN_DECODE_CW");
+        p->contig = pl->mma && (cw == 1 || (cw != 0 && pl->warps == 4));
+    }
     p->scale_log2 = cfg->sm_scale * LKV__LOG2E;
     return 0;
 }
