@@ -23,9 +23,10 @@
  *
  * Memory pipeline. Each warp streams its steps (up to 16 tokens of one block for the
  * tensor-core path, U * 32/L for the generic one) through its own ring of cp.async stages
- * (DEC_NST = 3, or 2) in shared memory: two steps are in flight while one is computed, so the
- * warp never waits on a cold load once the ring is primed (the first version, which loaded
- * K/V straight into registers, reached 2.65 TB/s; kernels/dev/README.md has the history).
+ * (DEC_NST = 3, or 2) in shared memory: the other stages' steps are in flight while one is
+ * computed, so the warp never waits on a cold load once the ring is primed (the first version,
+ * which loaded K/V straight into registers, reached 2.65 TB/s; kernels/dev/README.md has the
+ * history).
  *
  * Tensor-core path (head_dim 64 or 128, decode_mma_kernel): keys are the M dimension of
  * mma.m16n8k16 and the (up to 8) query heads of the chunk the N = 8 dimension:
@@ -60,9 +61,10 @@
  * accumulates S in two independent MMA chains and stores 4 dims per thread; the kernels declare no
  * static shared memory (it moved the swizzled ring off 128-byte alignment and doubled the L2
  * sector requests of every cp.async); the merge's arrival is one acq_rel atomic per CTA after a
- * barrier, not a fence per thread; each warp walks a contiguous run of references, so only the
- * warps whose run crosses a document start rotate twice. Optional programmatic dependent
- * launch (plan option) lets a run's metadata loads overlap the previous kernel.
+ * barrier, not a fence per thread; in the 4-warp grids each warp walks a contiguous run of
+ * references, so only the warps whose run crosses a document start rotate twice. Optional
+ * programmatic dependent launch (plan option) lets a run's metadata loads overlap the previous
+ * kernel.
  */
 #include <stdlib.h>
 
