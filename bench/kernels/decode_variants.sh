@@ -13,7 +13,8 @@
 #   REPS        LKV_BENCH_REPS (default 30)
 # Output in $VOUT (default $OUT): variants.jsonl (one bench_attn record per line, with
 # "vname"), table.txt (lazy / norot / graph medians per case and variant); the check and
-# benchmark logs stay in /tmp (dv_check.log, dv_bench.log), their result lines go to stdout.
+# benchmark logs stay in /tmp (dv_check.log, dv_bench.log); the checks' result lines go to
+# stdout and to the end of table.txt.
 set -uo pipefail
 OUT=${OUT:-bench/out}
 VOUT=${VOUT:-$OUT}
@@ -24,6 +25,7 @@ REPS=${REPS:-30}
 log() { echo "== $* ($(date -u +%H:%M:%S))"; }
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm,clocks.mem --format=csv,noheader || true
 : >"$VOUT/variants.jsonl"
+: >/tmp/dv_checks.txt
 
 bench_one() { # name prog envs...
   local name=$1 prog=$2; shift 2
@@ -49,8 +51,9 @@ for item in ${VARIANTS:-base:-}; do
   echo "######## check $name ($envs)" >>/tmp/dv_check.log
   env ${envs//,/ } LKV_GPU_CHECK_ONLY=decode LKV_GPU_CHECK_CASES=1 timeout 120 \
     "$BUILD/bin/test_attn_gpu" >>/tmp/dv_check.log 2>&1
-  echo "check $name rc=$?: $(grep -E 'test_attn_gpu:' /tmp/dv_check.log | tail -1)"
-  grep -E "FAIL" /tmp/dv_check.log | tail -5
+  echo "check $name rc=$?: $(grep -E 'test_attn_gpu:' /tmp/dv_check.log | tail -1)" |
+    tee -a /tmp/dv_checks.txt
+  grep -E "FAIL" /tmp/dv_check.log | tail -5 | tee -a /tmp/dv_checks.txt
 done
 
 python3 - "$VOUT/variants.jsonl" <<'EOF' | tee "$VOUT/table.txt"
@@ -79,3 +82,4 @@ for (b, c), byv in sorted(rows.items()):
               f" g32 {f('lazy_graph32')} g32n {f('norot_graph32')} g32a {f('lazy_graph32_again')}"
               f"  {t:.3f} TB/s splits {sp}")
 EOF
+cat /tmp/dv_checks.txt >>"$VOUT/table.txt"
