@@ -57,8 +57,8 @@ case "${MODE:-quick}" in
         PLAN="$PLAN;short:2.1:1GiB:30:16:none:8:2;short:2.1:1GiB:100:16:prefix+lazy:8:2"
         PLAN="$PLAN;short:2.1:1GiB:100:0:block:8:2"
         PLAN="$PLAN;$T:0:1GiB:30:16:none:8:2;$T:0:1GiB:100:16:prefix+lazy:8:2;$T:0:1GiB:100:0:block:8:2"
-        for P in paper:2.1:32GiB:30 paper:1.1:1GiB:30 short:1.1:1GiB:100 short:2.1:32GiB:30 \
-                 short:1.1:32GiB:30 paper:1.1:32GiB:30; do
+        for P in paper:2.1:32GiB:30 paper:1.1:1GiB:30 short:1.1:1GiB:100 paper:1.1:32GiB:30 \
+                 short:2.1:32GiB:30 short:1.1:32GiB:30; do
           PLAN="$PLAN;$P:16:prefix+lazy:8:2;$P:0:block:8:2"
         done ;;
   *) echo "MODE is quick or full"; exit 2 ;;
