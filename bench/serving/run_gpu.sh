@@ -5,7 +5,7 @@
 #                                         lazykvd into build-cuda/, copied with their libraries
 #                                         and this folder's scripts into $GPU_DIR
 #                                         (default /work/main/.gpu/serving; carry .gpu/serving)
-#   MODE=quick|full OUT=... bash run_gpu.sh run    there, from $GPU_DIR: the benchmark (8B shape,
+#   MODE=quick|full|plan OUT=... bash run_gpu.sh run    there, from $GPU_DIR: the benchmark (8B shape,
 #                                         random weights, lazykvd with its hot tier in HBM), its
 #                                         table and JSON in $OUT, the PNG (matplotlib)
 # Extra flags for serving_bench: ARGS="...".
@@ -61,7 +61,12 @@ case "${MODE:-quick}" in
                  short:2.1:32GiB:30 short:1.1:32GiB:30; do
           PLAN="$PLAN;$P:16:prefix+lazy:8:2;$P:0:block:8:2"
         done ;;
-  *) echo "MODE is quick or full"; exit 2 ;;
+  # A plan of one's own (PLAN=...; the full mode's flags, CHECK requests checked, default 2).
+  plan) FLAGS="--warmup 5 --ttft-tokens 1 --check ${CHECK:-2} --local-pages 38000"
+        FLAGS="$FLAGS --deadline-s ${DEADLINE:-440} --prefill-chunk ${PREFILL_CHUNK:-512}"
+        FLAGS="$FLAGS --ab-modes none,lazy"
+        PLAN=${PLAN:?MODE=plan needs PLAN} ;;
+  *) echo "MODE is quick, full or plan"; exit 2 ;;
 esac
 t0=$SECONDS
 if [ -n "${PLAN:-}" ]; then

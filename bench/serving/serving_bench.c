@@ -335,6 +335,15 @@ static void stop_daemon(ctx *x)
     x->cl = NULL;
     if (x->d.pid > 0 || x->d.dir[0]) {
         lkv_worker_retarget(x->w, NULL);
+        /* Close the worker's import of the daemon's arena before the daemon goes: a CUDA IPC
+         * import keeps the allocation alive after its exporter exits, and the next daemon of a
+         * 32 GiB point needs that memory (the 2026-12-02 01:26 run lost its 32 GiB block and
+         * short-document points to it). No prefix pool is set up here (reset_cache). */
+        int rc = lkv_worker_unmap(x->w);
+        if (rc != 0) {
+            fprintf(stderr, "serving_bench: cannot unmap the daemon's arena: %s\n",
+                    lkv_strerror(rc));
+        }
         lkv_spawn_stop(&x->d, 20000);
         lkv_spawn_cleanup(&x->d);
     }

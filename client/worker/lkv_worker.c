@@ -1161,6 +1161,22 @@ int lkv_worker_retarget(lkv_worker *w, const char *target)
     return rc;
 }
 
+int lkv_worker_unmap(lkv_worker *w)
+{
+    if (w->prefix != NULL) {
+        return LKV_EBUSY;
+    }
+    const lkv_devmap *dev = w->ps.dev;
+    const int writable = w->ps.writable;
+    const uint64_t n_maps = w->ps.n_maps;
+    lkv_pagespace_free(&w->ps);
+    lkv_pagespace_init(&w->ps, w->o.local_pages);
+    w->ps.dev = dev;
+    w->ps.writable = writable;
+    w->ps.n_maps = n_maps;
+    return 0;
+}
+
 int lkv_worker_prefix_setup(lkv_worker *w, uint32_t n_pages, int policy_kind)
 {
     if (n_pages >= w->o.local_pages || policy_kind < 0 || policy_kind >= LKV_POLICY__COUNT) {

@@ -384,6 +384,14 @@ void lkv_worker_stats_get(const lkv_worker *w, lkv_worker_stats *st);
  * client's error (the worker then has no daemon). A device backend needs the HBM mapping. */
 int lkv_worker_retarget(lkv_worker *w, const char *target);
 
+/* Drops the page space: the mapping of the daemon's arena and the worker pages; the next request
+ * maps again (stats' arena_maps keeps counting). A device arena's import (cudaIpcOpenMemHandle)
+ * holds the daemon's allocation alive until it is closed, also after that daemon exits: call
+ * this before a daemon is replaced by another that needs the same memory (bench/serving does,
+ * between points). Call with no request running. Returns 0, or LKV_EBUSY while a prefix pool is
+ * set up (its KV lives in the worker pages: remove it first with lkv_worker_prefix_setup). */
+int lkv_worker_unmap(lkv_worker *w);
+
 /* (Re)creates the prefix pool of LKV_RAG_PREFIX requests: the LAST n_pages of the worker's
  * pages (opts.local_pages; keep them out of a serving engine's kv_pages), evicting with policy
  * kind (enum lkv_policy_kind), empty. n_pages 0 removes it. Call with no request running.
