@@ -99,6 +99,8 @@ typedef struct cfg {
                                   chunking, else one unit a step). */
     int ab_modes[M__COUNT];    /* Modes that run the chunking A/B at a point marked "ab"
                                   (--ab-modes; default none and lazy). */
+    int fuse_decode;           /* --fuse-decode: the engine's decode rows ride along its
+                                  prefill passes (lkv_engine_opts.fuse_decode) at B > 1. */
     double deadline_s;         /* Points not started after this many seconds are skipped. */
     const char *plan; /* --plan: the points to run (see usage), or NULL: the full product. */
     int batches[MAXL], n_batches;
@@ -453,6 +455,7 @@ typedef struct tput {
     uint64_t prefill_units; /* Engine prefill units (chunks) and decode steps. */
     uint64_t decode_steps;
     uint64_t max_step_tokens; /* Largest step (decode rows + prefilled tokens). */
+    uint64_t fused_steps;     /* Decode steps that rode along a prefill pass. */
 } tput;
 
 typedef struct point {
@@ -608,6 +611,7 @@ static void run_tput(ctx *x, workload *wl, point *p, int batch, int n, int chunk
                           .kv_pages = kv_pages,
                           .max_queue = n + 1,
                           .prefill_units = 1,
+                          .fuse_decode = batch > 1 && c->fuse_decode,
                           .prefill_tokens = chunk <= 0              ? 0
                                             : c->prefill_tokens > 0 ? c->prefill_tokens
                                                                     : chunk + batch};
@@ -661,6 +665,7 @@ static void run_tput(ctx *x, workload *wl, point *p, int batch, int n, int chunk
     tp->prefill_units = st.prefill_units;
     tp->decode_steps = st.decode_steps;
     tp->max_step_tokens = st.max_step_tokens;
+    tp->fused_steps = st.fused_steps;
     lkv_worker_stats ws1;
     lkv_worker_stats_get(x->w, &ws1);
     tp->reserve_busy = ws1.reserve_busy - ws0.reserve_busy;
@@ -740,12 +745,13 @@ static void print_point(ctx *x, const point *p)
                 "%.4f, \"tok_s\": %.2f, \"ttft_p50_ms\": %.2f, \"ttft_p99_ms\": %s, "
                 "\"worker_kv_bytes_max\": %llu, \"max_batch_seen\": %d, \"hit_rate_tokens\": %.3f, "
                 "\"reserve_busy\": %llu, \"prefill_units\": %llu, \"decode_steps\": %llu, "
-                "\"max_step_tokens\": %llu}",
+                "\"max_step_tokens\": %llu, \"fused_steps\": %llu}",
                 p->b1_from_ttft || i > 0 ? ", " : "", t->batch, t->chunk, t->ab, t->n, t->failed,
                 t->wall_ms, t->rps, t->tok_s, t->ttft_p50, tp99,
                 (unsigned long long)t->worker_kv_bytes, t->max_batch_seen, t->hit,
                 (unsigned long long)t->reserve_busy, (unsigned long long)t->prefill_units,
-                (unsigned long long)t->decode_steps, (unsigned long long)t->max_step_tokens);
+                (unsigned long long)t->decode_steps, (unsigned long long)t->max_step_tokens,
+                (unsigned long long)t->fused_steps);
     }
     fprintf(j, "]}");
     fflush(j);
@@ -1064,7 +1070,7 @@ static void usage(void)
             "  [--ttft-tokens N]\n"
             "  [--plan 'W:ALPHA:BUDGET[:REQ[:TPUT[:MODE+...[:B+...[:WARMUP]]]]];...']\n"
             "  [--cold-bytes B] [--hot-admission always|door] [--prefill-chunk N]\n"
-            "  [--prefill-tokens N] [--ab-modes none,lazy] [--deadline-s S]\n");
+            "  [--prefill-tokens N] [--ab-modes none,lazy] [--fuse-decode] [--deadline-s S]\n");
 }
 
 int main(int argc, char **argv)
@@ -1180,6 +1186,8 @@ int main(int argc, char **argv)
             c->prefill_tokens = atoi(v);
         } else if (ARG("--deadline-s")) {
             c->deadline_s = atof(v);
+        } else if (strcmp(a, "--fuse-decode") == 0) {
+            c->fuse_decode = 1;
         } else if (ARG("--ab-modes")) {
             ab_modes = v;
         } else if (ARG("--plan")) {
@@ -1330,12 +1338,12 @@ int main(int argc, char **argv)
             "\"output_tokens\": %d, \"pool\": %u, \"doc_tokens\": %u, \"docs\": %u, "
             "\"short_median\": %u, \"short_sigma\": %g, \"short_docs\": %u, \"seed\": %llu, "
             "\"cold_bytes\": \"%s\", \"hot_admission\": \"%s\", \"prefill_chunk\": %d, "
-            "\"prefill_tokens\": %d,\n",
+            "\"prefill_tokens\": %d, \"fuse_decode\": %d,\n",
             date, c->backend, c->synth != NULL ? c->synth : c->model,
             (unsigned long long)x.page_bytes, c->warmup, c->requests, c->tput_requests, c->question,
             c->out_tokens, c->pool, c->doc_tokens, c->k, c->short_median, c->short_sigma,
             c->short_k, (unsigned long long)c->seed, c->cold_bytes, c->hot_admission,
-            c->prefill_chunk, c->prefill_tokens);
+            c->prefill_chunk, c->prefill_tokens, c->fuse_decode);
     fprintf(x.tsv,
             "workload\talpha\tbudget\tmode\tpolicy\tttft_p50\tttft_p99\trps_b1\ttput...\thit\n");
     /* The points: the product of the lists, or --plan. */

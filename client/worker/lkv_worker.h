@@ -345,6 +345,16 @@ uint64_t lkv_worker_job_prefilled(const lkv_worker_job *j);
  * *n_run (optional) gets the batch size actually run. Returns 0. */
 int lkv_worker_decode_batch(lkv_worker *w, lkv_worker_job **jobs, int n, int *n_run);
 
+/* lkv_worker_job_prefill of j with the decode step of jobs[0..n) riding along in the same
+ * forward pass (Sarathi-style piggybacking: the dense ops run once over the prefill chunk's
+ * rows and the decoding jobs' rows; lkv_runner.h "Ride"), when the unit runs a prefill pass (a
+ * chunk of a missing document or of the question). *n_run: the decode rows that ran with it
+ * (their tokens sampled, as lkv_worker_decode_batch does), or -1 if none rode (the unit ran no
+ * such pass, or nothing was decoding): then run lkv_worker_decode_batch as usual. Every job's
+ * tokens and logits are what the two calls in turn give (bitwise on the CPU backend). Returns
+ * what lkv_worker_job_prefill returns. */
+int lkv_worker_job_prefill_ride(lkv_worker_job *j, lkv_worker_job **jobs, int n, int *n_run);
+
 /* enum lkv_job_state of j, and its error (0 while none). */
 int lkv_worker_job_state(const lkv_worker_job *j);
 int lkv_worker_job_rc(const lkv_worker_job *j);
