@@ -47,7 +47,7 @@ static void usage(FILE *f)
     char names[256];
     lkv_policy_names(names, sizeof(names));
     fprintf(f,
-            "usage: hitrate run|study|policies|analytic [options]\n"
+            "usage: hitrate run|study|policies|analytic|trace [options]\n"
             "workload:\n"
             "  --ndocs N          pool size (10000)\n"
             "  --len SPEC         fixed:T | uniform:A:B | lognormal:MEDIAN:SIGMA (fixed:2048)\n"
@@ -75,6 +75,7 @@ static void usage(FILE *f)
             "  --cost docs|bytes  gdsf cost: document or byte hit rate (docs)\n"
             "  --warmup W         requests run but not counted (0)\n"
             "study, policies: --out DIR (bench/out), --quick\n"
+            "trace: --out FILE: the workload's trace written in the trace-file format\n"
             "analytic: --d D (20) --c C (100) --analytic-alpha A (0.85) --draws N (2000000)\n",
             names);
 }
@@ -348,6 +349,27 @@ static void series_name(const series *s, char *buf, size_t n)
         return;
     }
     snprintf(buf, n, "%s/%s", lkv_sim_model_name(s->model), lkv_policy_name(s->policy));
+}
+
+/* trace: writes the workload's trace (synthetic, or --trace re-written) to --out FILE, in the
+ * trace-file format (the serving benchmark's trace:FILE workload reads it). */
+static int cmd_trace(opts *o)
+{
+    lkv_sim_trace t;
+    int rc = load_trace(o, &t);
+    if (rc != 0) {
+        return rc;
+    }
+    char err[512];
+    rc = lkv_sim_trace_write(&t, o->out, err, sizeof(err));
+    if (rc != 0) {
+        fprintf(stderr, "hitrate: trace: %s\n", err);
+    } else {
+        printf("hitrate: %llu requests over %u documents written to %s\n",
+               (unsigned long long)t.nreq, t.ndocs, o->out);
+    }
+    lkv_sim_trace_free(&t);
+    return rc;
 }
 
 static int cmd_run(opts *o)
@@ -937,6 +959,8 @@ int main(int argc, char **argv)
         rc = cmd_policies(&o);
     } else if (strcmp(cmd, "analytic") == 0) {
         rc = cmd_analytic(&o, stdout);
+    } else if (strcmp(cmd, "trace") == 0) {
+        rc = cmd_trace(&o);
     } else {
         usage(stderr);
         return 2;

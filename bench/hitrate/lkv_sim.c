@@ -168,6 +168,39 @@ void lkv_sim_cfg_default(lkv_sim_cfg *c)
     c->output_tokens = 16;
 }
 
+int lkv_sim_trace_write(const lkv_sim_trace *t, const char *path, char *err, int errlen)
+{
+    if (t->nev > 0) {
+        snprintf(err, (size_t)errlen, "%s: traces with residency events are not written", path);
+        return LKV_EINVAL;
+    }
+    FILE *f = fopen(path, "w");
+    if (f == NULL) {
+        snprintf(err, (size_t)errlen, "%s: %s", path, strerror(errno));
+        return LKV_EIO;
+    }
+    uint8_t *seen = lkv_xcalloc(t->ndocs ? t->ndocs : 1, 1);
+    fprintf(f, "# %llu requests over %u documents (bench/hitrate lkv_sim_trace_write)\n",
+            (unsigned long long)t->nreq, t->ndocs);
+    for (uint64_t q = 0; q < t->nreq; q++) {
+        for (uint64_t i = t->req_off[q]; i < t->req_off[q + 1]; i++) {
+            uint32_t d = t->docs[i];
+            fprintf(f, i > t->req_off[q] ? " d%u" : "d%u", d);
+            if (!seen[d]) {
+                seen[d] = 1;
+                fprintf(f, ":%u", t->doc_tokens[d]);
+            }
+        }
+        fputc('\n', f);
+    }
+    free(seen);
+    if (ferror(f) | (fclose(f) != 0)) {
+        snprintf(err, (size_t)errlen, "%s: write failed", path);
+        return LKV_EIO;
+    }
+    return 0;
+}
+
 void lkv_sim_trace_free(lkv_sim_trace *t)
 {
     if (t == NULL) {

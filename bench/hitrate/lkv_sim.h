@@ -168,6 +168,13 @@ int lkv_sim_trace_generate(const lkv_sim_gen *g, lkv_sim_trace *t);
 int lkv_sim_trace_load(const char *path, uint32_t default_tokens, lkv_sim_trace *t, char *err,
                        int errlen);
 
+/* Writes *t to path in the format lkv_sim_trace_load reads: one request a line, document d
+ * named "d<d>", its length given at its first use ("d<d>:<tokens>"), a '#' header line. Loading
+ * the file gives the same requests (documents renumbered in order of first use, lengths and
+ * reuse kept). Traces with residency events are refused (LKV_EINVAL). Returns 0, LKV_EINVAL or
+ * LKV_EIO, with a message in err (errlen bytes). */
+int lkv_sim_trace_write(const lkv_sim_trace *t, const char *path, char *err, int errlen);
+
 void lkv_sim_trace_free(lkv_sim_trace *t);
 
 /* Runs *c over *t and writes the counters into *r. LKV_EINVAL on a bad configuration. */

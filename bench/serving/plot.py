@@ -26,19 +26,31 @@ def label(p):
 
 
 def groups(points):
-    """(workload, alpha, budget) -> points; the no-cache point joins every budget."""
+    """(workload, alpha, budget) -> points; the no-cache point of a workload joins every alpha and
+    budget of it (it has no cache: neither changes what it computes)."""
     out = {}
-    budgets = sorted({p["budget_bytes"] for p in points})
+    keys = sorted({(p["workload"], p["alpha"], p["budget_bytes"]) for p in points
+                   if p["mode"] != "none"} | {(p["workload"], p["alpha"], p["budget_bytes"])
+                                               for p in points if p["mode"] == "none"})
     for p in points:
-        bs = budgets if p["mode"] == "none" else [p["budget_bytes"]]
-        for b in bs:
-            out.setdefault((p["workload"], p["alpha"], b), []).append(p)
+        ks = [k for k in keys if k[0] == p["workload"]] if p["mode"] == "none" else \
+            [(p["workload"], p["alpha"], p["budget_bytes"])]
+        for k in ks:
+            if p not in out.setdefault(k, []):
+                out[k].append(p)
     return out
 
 
-def tput(p, b):
+def p99(p):
+    """The p99 as text, or '-' where it came from fewer than 100 samples (JSON null)."""
+    return "-" if p.get("ttft_p99_ms") is None else "%.1f" % p["ttft_p99_ms"]
+
+
+def tput(p, b, ab=False):
+    """The throughput entry at batch b: the run's own prefill chunking, or with ab the A/B run
+    beside it (prefill_chunk 0)."""
     for t in p["throughput"]:
-        if t["batch"] == b:
+        if t["batch"] == b and bool(t.get("ab", 0)) == ab:
             return t
     return None
 
@@ -47,8 +59,8 @@ def targets(points):
     """The issue's targets, measured in this run. Returns lines of markdown."""
     lines = []
     by = {(p["workload"], p["alpha"], p["budget_bytes"], p["mode"], p["policy"]): p for p in points}
-    small = min(p["budget_bytes"] for p in points)
-    lz = by.get(("paper", 2.1, small, "lazy", "adaptive"))
+    small = min(p["budget_bytes"] for p in points)  # The headline budget (1 GiB in the grid).
+    lz = by.get(("paper", 2.1, small, "lazy", "adaptive")) if small == 2**30 else None
     bl = by.get(("paper", 2.1, small, "block", "adaptive"))
     bl_lru = by.get(("paper", 2.1, small, "block", "lru"))
     if lz and bl:
@@ -60,6 +72,8 @@ def targets(points):
             lines.append("| the same against Block-Attention with LRU (the paper's setting) | "
                          "%.2fx | %s |" % (r2, "met" if r2 >= 1.5 else "NOT met"))
         for t in lz["throughput"]:
+            if t.get("ab"):
+                continue
             tb = tput(bl, t["batch"])
             if tb and tb["rps"] > 0:
                 r = t["rps"] / tb["rps"]
@@ -73,11 +87,15 @@ def targets(points):
         if pr:
             slack = max(p["ttft_split_half_ms"], pr["ttft_split_half_ms"])
             ok = p["ttft_p50_ms"] <= pr["ttft_p50_ms"] + slack
-            lines.append("| lazy never slower than prefix: %s alpha %g %s TTFT p50 | %.1f vs %.1f ms "
-                         "(spread %.1f) | %s |" % (p["workload"], p["alpha"], gib(p["budget_bytes"]),
-                                                    p["ttft_p50_ms"], pr["ttft_p50_ms"], slack,
-                                                    "met" if ok else "NOT met"))
+            okm = p["ttft_mean_ms"] <= pr["ttft_mean_ms"] + slack
+            lines.append("| lazy never slower than prefix: %s alpha %g %s TTFT p50 (mean), n %d | "
+                         "%.1f vs %.1f ms (%.1f vs %.1f; spread %.1f) | %s |" % (
+                             p["workload"], p["alpha"], gib(p["budget_bytes"]), p["requests"],
+                             p["ttft_p50_ms"], pr["ttft_p50_ms"], p["ttft_mean_ms"],
+                             pr["ttft_mean_ms"], slack, "met" if ok and okm else "NOT met"))
             for t in p["throughput"]:
+                if t.get("ab"):
+                    continue
                 tp = tput(pr, t["batch"])
                 if tp:
                     lines.append("| ... throughput B=%d | %.3f vs %.3f r/s | %s |" % (
@@ -105,7 +123,7 @@ def markdown(d):
     out.append("|" + "---|" * (13 + len(bs)))
     for p in pts:
         cells = [p["workload"], "%g" % p["alpha"], gib(p["budget_bytes"]), p["mode"], p["policy"],
-                 str(p["requests"]), "%.1f" % p["ttft_p50_ms"], "%.1f" % p["ttft_p99_ms"],
+                 str(p["requests"]), "%.1f" % p["ttft_p50_ms"], p99(p),
                  "%.1f" % p["ttft_split_half_ms"], "%.1f" % p["hit_rate_tokens"],
                  "%.1f" % p["sim_hit_rate_tokens"], str(p["copies_refused"]),
                  "%.2f" % (p["cache_bytes_max"] / 2**30)]
@@ -115,16 +133,35 @@ def markdown(d):
         out.append("| " + " | ".join(cells) + " |")
     rows = [(p, t) for p in pts for t in p["throughput"] if "hit_rate_tokens" in t]
     if rows:
-        out += ["", "Throughput phase (the engine; hit % of its requests, Reserves answered "
-                "'being computed' by another request in flight, prefill units, decode steps, largest "
-                "step in tokens):", "", "| workload | alpha | budget | mode | policy | B | r/s | "
-                "TTFT p50 ms | hit % | busy | prefill units | decode steps | max step |",
-                "|" + "---|" * 13]
+        out += ["", "Throughput phase (the engine; prefill chunk in tokens, 0 = whole segments; hit "
+                "% of its requests, Reserves answered 'being computed' by another request in "
+                "flight, prefill units, decode steps, largest step in tokens):", "",
+                "| workload | alpha | budget | mode | policy | B | chunk | n | r/s | TTFT p50 ms | "
+                "hit % | busy | prefill units | decode steps | max step |", "|" + "---|" * 15]
         for p, t in rows:
-            out.append("| %s | %g | %s | %s | %s | %d | %.3f | %.0f | %.1f | %d | %d | %d | %d |" % (
-                p["workload"], p["alpha"], gib(p["budget_bytes"]), p["mode"], p["policy"],
-                t["batch"], t["rps"], t.get("ttft_p50_ms", 0), t["hit_rate_tokens"],
-                t["reserve_busy"], t["prefill_units"], t["decode_steps"], t["max_step_tokens"]))
+            out.append("| %s | %g | %s | %s | %s | %d | %d | %d | %.3f | %.0f | %.1f | %d | %d | %d "
+                       "| %d |" % (
+                           p["workload"], p["alpha"], gib(p["budget_bytes"]), p["mode"],
+                           p["policy"], t["batch"], t.get("prefill_chunk", d["prefill_chunk"]
+                                                          if t["batch"] > 1 else 0),
+                           t["requests"], t["rps"], t.get("ttft_p50_ms", 0), t["hit_rate_tokens"],
+                           t["reserve_busy"], t["prefill_units"], t["decode_steps"],
+                           t["max_step_tokens"]))
+    ab = [(p, t, tput(p, t["batch"])) for p in pts for t in p["throughput"] if t.get("ab")]
+    if ab:
+        out += ["", "Chunked prefill A/B (same point, same warm cache, the two phases back to back "
+                "on consecutive requests of the trace; chunked first):", "",
+                "| workload | alpha | budget | mode | B | chunk %d r/s | chunk 0 r/s | chunked / "
+                "unchunked | hit %% chunked / unchunked | decode steps chunked / unchunked |" %
+                d["prefill_chunk"], "|" + "---|" * 10]
+        for p, u, c in ab:
+            if c is None:
+                continue
+            out.append("| %s | %g | %s | %s | %d | %.3f | %.3f | %.3f | %.1f / %.1f | %d / %d |" % (
+                p["workload"], p["alpha"], gib(p["budget_bytes"]), p["mode"], u["batch"],
+                c["rps"], u["rps"], c["rps"] / u["rps"] if u["rps"] else 0,
+                c["hit_rate_tokens"], u["hit_rate_tokens"], c["decode_steps"],
+                u["decode_steps"]))
     small = min(p["budget_bytes"] for p in pts)
     head = [p for p in pts if p["workload"] == "paper" and p["alpha"] == 2.1 and
             p["policy"] == "adaptive" and (p["budget_bytes"] == small or p["mode"] == "none")]
@@ -179,16 +216,17 @@ def main():
         for i, p in enumerate(pts):
             ax.bar(i, p["ttft_p50_ms"], color=COLORS[p["mode"]],
                    hatch="//" if p["policy"] != "adaptive" else None)
-            ax.plot([i, i], [p["ttft_p50_ms"], p["ttft_p99_ms"]], color="black", lw=1)
+            if p.get("ttft_p99_ms") is not None:
+                ax.plot([i, i], [p["ttft_p50_ms"], p["ttft_p99_ms"]], color="black", lw=1)
         ax.set_xticks(range(len(pts)))
         ax.set_xticklabels([label(p) for p in pts], fontsize=8)
-        ax.set_ylabel("TTFT ms (p50 bar, p99 line)")
+        ax.set_ylabel("TTFT ms (p50 bar, p99 line if n >= 100)")
         ax.set_title("%s alpha %g, %s: TTFT, one at a time" % (k[0], k[1], gib(k[2])), fontsize=9)
         ax = axes[row][1]
         bs = sorted({t["batch"] for p in pts for t in p["throughput"]})
         w = 0.8 / max(1, len(pts))
         for i, p in enumerate(pts):
-            ys = [(tput(p, b) or {"rps": 0})["rps"] for b in bs]
+            ys = [(tput(p, b) or {"rps": 0})["rps"] for b in bs]  # The run's own chunking.
             ax.bar([j + i * w for j in range(len(bs))], ys, w, color=COLORS[p["mode"]],
                    hatch="//" if p["policy"] != "adaptive" else None, label=label(p))
         ax.set_xticks([j + 0.4 - w / 2 for j in range(len(bs))])

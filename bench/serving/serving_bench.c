@@ -97,6 +97,10 @@ typedef struct cfg {
                                   whole segments: one request has nothing to interleave). */
     int prefill_tokens;        /* The engine's step token budget (0: prefill_chunk + B when
                                   chunking, else one unit a step). */
+    int ab_modes[M__COUNT];    /* Modes that run the chunking A/B at a point marked "ab"
+                                  (--ab-modes; default none and lazy). */
+    int fuse_decode;           /* --fuse-decode: the engine's decode rows ride along its
+                                  prefill passes (lkv_engine_opts.fuse_decode) at B > 1. */
     double deadline_s;         /* Points not started after this many seconds are skipped. */
     const char *plan; /* --plan: the points to run (see usage), or NULL: the full product. */
     int batches[MAXL], n_batches;
@@ -145,6 +149,10 @@ static int cmp_double(const void *a, const void *b)
     double x = *(const double *)a, y = *(const double *)b;
     return x < y ? -1 : x > y;
 }
+
+/* A p99 is reported only from at least this many samples (issue 18); below it the table prints
+ * "-" and the JSON null. */
+#define P99_MIN 100
 
 /* Percentile p (0..100) of v[0..n) (sorted in place), nearest rank. */
 static double pct(double *v, int n, double p)
@@ -329,6 +337,15 @@ static void stop_daemon(ctx *x)
     x->cl = NULL;
     if (x->d.pid > 0 || x->d.dir[0]) {
         lkv_worker_retarget(x->w, NULL);
+        /* Close the worker's import of the daemon's arena before the daemon goes: a CUDA IPC
+         * import keeps the allocation alive after its exporter exits, and the next daemon of a
+         * 32 GiB point needs that memory (the 2026-12-02 01:26 run lost its 32 GiB block and
+         * short-document points to it). No prefix pool is set up here (reset_cache). */
+        int rc = lkv_worker_unmap(x->w);
+        if (rc != 0) {
+            fprintf(stderr, "serving_bench: cannot unmap the daemon's arena: %s\n",
+                    lkv_strerror(rc));
+        }
         lkv_spawn_stop(&x->d, 20000);
         lkv_spawn_cleanup(&x->d);
     }
@@ -426,6 +443,8 @@ static uint64_t cache_bytes(ctx *x, int mode)
 
 typedef struct tput {
     int batch;
+    int chunk; /* The worker's prefill_chunk in this phase (0: whole segments). */
+    int ab;    /* 1: the A/B run (prefill_chunk 0) beside the point's chunked run at this B. */
     int n, failed;
     double wall_ms, rps, tok_s, ttft_p50, ttft_p99;
     uint64_t worker_kv_bytes; /* High-water of pages granted to in-flight requests. */
@@ -436,6 +455,7 @@ typedef struct tput {
     uint64_t prefill_units; /* Engine prefill units (chunks) and decode steps. */
     uint64_t decode_steps;
     uint64_t max_step_tokens; /* Largest step (decode rows + prefilled tokens). */
+    uint64_t fused_steps;     /* Decode steps that rode along a prefill pass. */
 } tput;
 
 typedef struct point {
@@ -443,6 +463,7 @@ typedef struct point {
     double alpha;
     uint64_t budget;
     int mode, policy;
+    int warmup; /* Warm-up requests run before the counted ones. */
     int n, failed;
     double ttft_p50, ttft_p99, ttft_mean, spread; /* spread: |p50 of halves| difference. */
     int n_all_hit;                                /* Counted requests whose documents all hit. */
@@ -461,13 +482,13 @@ typedef struct point {
 } point;
 
 static double sim_prediction(const ctx *x, const workload *wl, int mode, uint64_t budget,
-                             int policy, int n_req)
+                             int policy, int n_req, int warmup)
 {
     if (mode == M_NONE) {
         return 0;
     }
     lkv_sim_trace t = wl->t;
-    uint64_t upto = wl->next_req + (uint64_t)x->c.warmup + (uint64_t)n_req;
+    uint64_t upto = wl->next_req + (uint64_t)warmup + (uint64_t)n_req;
     if (upto > t.nreq) {
         return -1;
     }
@@ -480,7 +501,7 @@ static double sim_prediction(const ctx *x, const workload *wl, int mode, uint64_
     sc.budget = budget;
     sc.bytes_per_token = x->bytes_per_token;
     sc.question_tokens = (uint32_t)x->c.question;
-    sc.warmup = wl->next_req + (uint64_t)x->c.warmup;
+    sc.warmup = wl->next_req + (uint64_t)warmup;
     t.nreq = upto;
     lkv_sim_result r;
     if (lkv_sim_run(&t, &sc, &r) != 0 || r.tokens == 0) {
@@ -489,7 +510,7 @@ static double sim_prediction(const ctx *x, const workload *wl, int mode, uint64_
     return 100.0 * (double)r.hit_tokens / (double)r.tokens;
 }
 
-static int run_ttft(ctx *x, workload *wl, point *p, int n)
+static int run_ttft(ctx *x, workload *wl, point *p, int n, int warmup)
 {
     const cfg *c = &x->c;
     double *tt = lkv_xcalloc((size_t)n + 1, sizeof(double));
@@ -499,9 +520,9 @@ static int run_ttft(ctx *x, workload *wl, point *p, int n)
     int n1 = 0, n2 = 0, k = 0;
     uint64_t out_tokens = 0;
     double t_start = 0;
-    for (int i = 0; i < c->warmup + n; i++) {
-        int counted = i >= c->warmup;
-        if (i == c->warmup) {
+    for (int i = 0; i < warmup + n; i++) {
+        int counted = i >= warmup;
+        if (i == warmup) {
             t_start = now_ms();
         }
         lkv_request *rq = make_request(x, wl, wl->next_req++, p->mode, c->ttft_tokens);
@@ -573,21 +594,24 @@ static int run_ttft(ctx *x, workload *wl, point *p, int n)
     return 0;
 }
 
-static void run_tput(ctx *x, workload *wl, point *p, int batch, int n, tput *tp)
+/* One throughput phase at batch limit batch, n requests, prefill chunks of chunk tokens (0:
+ * whole segments). */
+static void run_tput(ctx *x, workload *wl, point *p, int batch, int n, int chunk, tput *tp)
 {
     const cfg *c = &x->c;
     memset(tp, 0, sizeof(*tp));
     tp->batch = batch;
+    tp->chunk = chunk;
     uint32_t kv_pages = c->local_pages;
     if (p->mode == M_PREFIX) {
         kv_pages -= (uint32_t)(p->budget / x->page_bytes);
     }
-    const int chunk = batch > 1 ? c->prefill_chunk : 0;
     lkv_worker_set_prefill_chunk(x->w, chunk);
     lkv_engine_opts eo = {.max_batch = batch,
                           .kv_pages = kv_pages,
                           .max_queue = n + 1,
                           .prefill_units = 1,
+                          .fuse_decode = batch > 1 && c->fuse_decode,
                           .prefill_tokens = chunk <= 0              ? 0
                                             : c->prefill_tokens > 0 ? c->prefill_tokens
                                                                     : chunk + batch};
@@ -641,6 +665,7 @@ static void run_tput(ctx *x, workload *wl, point *p, int batch, int n, tput *tp)
     tp->prefill_units = st.prefill_units;
     tp->decode_steps = st.decode_steps;
     tp->max_step_tokens = st.max_step_tokens;
+    tp->fused_steps = st.fused_steps;
     lkv_worker_stats ws1;
     lkv_worker_stats_get(x->w, &ws1);
     tp->reserve_busy = ws1.reserve_busy - ws0.reserve_busy;
@@ -664,13 +689,21 @@ static void print_point(ctx *x, const point *p)
     char b[32];
     fmt_bytes(p->budget, b, sizeof(b));
     double hit = p->doc_tokens ? 100.0 * (double)p->hit_tokens / (double)p->doc_tokens : 0;
-    printf("%-10s %5.1f %6s %-6s %-8s %4d %9.1f %9.1f %7.1f %6.2f %6.1f %6.1f %5d", p->workload,
-           p->alpha, b, mode_names[p->mode], lkv_policy_name(p->policy), p->n, p->ttft_p50,
-           p->ttft_p99, p->spread, p->b1_from_ttft ? p->rps1 : 0.0, hit, p->sim_hit,
-           p->copies_refused);
+    char p99[32], p99j[32];
+    if (p->n >= P99_MIN) {
+        snprintf(p99, sizeof(p99), "%9.1f", p->ttft_p99);
+        snprintf(p99j, sizeof(p99j), "%.3f", p->ttft_p99);
+    } else {
+        snprintf(p99, sizeof(p99), "%9s", "-");
+        snprintf(p99j, sizeof(p99j), "null");
+    }
+    printf("%-10s %5.1f %6s %-6s %-8s %4d %9.1f %s %7.1f %6.2f %6.1f %6.1f %5d", p->workload,
+           p->alpha, b, mode_names[p->mode], lkv_policy_name(p->policy), p->n, p->ttft_p50, p99,
+           p->spread, p->b1_from_ttft ? p->rps1 : 0.0, hit, p->sim_hit, p->copies_refused);
     for (int i = 0; i < p->n_tp; i++) {
-        printf("  B%d %.2f r/s %.0f tok/s hit %.0f%% busy %llu", p->tp[i].batch, p->tp[i].rps,
-               p->tp[i].tok_s, p->tp[i].hit, (unsigned long long)p->tp[i].reserve_busy);
+        printf("  B%d%s %.2f r/s %.0f tok/s hit %.0f%% busy %llu", p->tp[i].batch,
+               p->tp[i].ab ? "(chunk 0)" : "", p->tp[i].rps, p->tp[i].tok_s, p->tp[i].hit,
+               (unsigned long long)p->tp[i].reserve_busy);
     }
     printf("\n");
     fflush(stdout);
@@ -678,8 +711,9 @@ static void print_point(ctx *x, const point *p)
     FILE *j = x->json;
     fprintf(j,
             "%s\n    {\"workload\": \"%s\", \"alpha\": %g, \"budget_bytes\": %llu, \"mode\": "
-            "\"%s\", \"policy\": \"%s\", \"requests\": %d, \"failed\": %d, \"ttft_p50_ms\": "
-            "%.3f, \"ttft_p99_ms\": %.3f, \"ttft_mean_ms\": %.3f, \"ttft_split_half_ms\": %.3f, "
+            "\"%s\", \"policy\": \"%s\", \"warmup\": %d, \"requests\": %d, \"failed\": %d, "
+            "\"ttft_p50_ms\": %.3f, \"ttft_p99_ms\": %s, \"ttft_mean_ms\": %.3f, "
+            "\"ttft_split_half_ms\": %.3f, "
             "\"tpot_mean_ms\": %.3f, \"rps_b1\": %.4f, \"tok_s_b1\": %.2f, \"hit_rate_tokens\": "
             "%.3f, \"hit_rate_docs\": %.3f, \"sim_hit_rate_tokens\": %.3f, \"copies\": %d, "
             "\"copies_refused\": %d, \"cache_bytes_max\": %llu, \"all_hit_requests\": %d, "
@@ -688,8 +722,8 @@ static void print_point(ctx *x, const point *p)
             "\"copy\": %.3f, \"question_prefill\": %.3f, \"other\": %.3f, \"decode\": %.3f},\n"
             "     \"throughput\": [",
             x->n_points ? "," : "", p->workload, p->alpha, (unsigned long long)p->budget,
-            mode_names[p->mode], lkv_policy_name(p->policy), p->n, p->failed, p->ttft_p50,
-            p->ttft_p99, p->ttft_mean, p->spread, p->tpot_mean, p->rps1, p->tok_s1, hit,
+            mode_names[p->mode], lkv_policy_name(p->policy), p->warmup, p->n, p->failed,
+            p->ttft_p50, p99j, p->ttft_mean, p->spread, p->tpot_mean, p->rps1, p->tok_s1, hit,
             p->docs ? 100.0 * (double)p->hit_docs / (double)p->docs : 0.0, p->sim_hit, p->copies,
             p->copies_refused, (unsigned long long)p->cache_bytes_max, p->n_all_hit, p->all_hit_p50,
             p->lookup, p->attach, p->reserve, p->miss, p->copy, p->question, p->other, p->decode);
@@ -699,32 +733,43 @@ static void print_point(ctx *x, const point *p)
     }
     for (int i = 0; i < p->n_tp; i++) {
         const tput *t = &p->tp[i];
+        char tp99[32];
+        if (t->n >= P99_MIN) {
+            snprintf(tp99, sizeof(tp99), "%.2f", t->ttft_p99);
+        } else {
+            snprintf(tp99, sizeof(tp99), "null");
+        }
         fprintf(j,
-                "%s{\"batch\": %d, \"requests\": %d, \"failed\": %d, \"wall_ms\": %.1f, \"rps\": "
-                "%.4f, \"tok_s\": %.2f, \"ttft_p50_ms\": %.2f, \"ttft_p99_ms\": %.2f, "
+                "%s{\"batch\": %d, \"prefill_chunk\": %d, \"ab\": %d, \"requests\": %d, "
+                "\"failed\": %d, \"wall_ms\": %.1f, \"rps\": "
+                "%.4f, \"tok_s\": %.2f, \"ttft_p50_ms\": %.2f, \"ttft_p99_ms\": %s, "
                 "\"worker_kv_bytes_max\": %llu, \"max_batch_seen\": %d, \"hit_rate_tokens\": %.3f, "
                 "\"reserve_busy\": %llu, \"prefill_units\": %llu, \"decode_steps\": %llu, "
-                "\"max_step_tokens\": %llu}",
-                p->b1_from_ttft || i > 0 ? ", " : "", t->batch, t->n, t->failed, t->wall_ms, t->rps,
-                t->tok_s, t->ttft_p50, t->ttft_p99, (unsigned long long)t->worker_kv_bytes,
-                t->max_batch_seen, t->hit, (unsigned long long)t->reserve_busy,
-                (unsigned long long)t->prefill_units, (unsigned long long)t->decode_steps,
-                (unsigned long long)t->max_step_tokens);
+                "\"max_step_tokens\": %llu, \"fused_steps\": %llu}",
+                p->b1_from_ttft || i > 0 ? ", " : "", t->batch, t->chunk, t->ab, t->n, t->failed,
+                t->wall_ms, t->rps, t->tok_s, t->ttft_p50, tp99,
+                (unsigned long long)t->worker_kv_bytes, t->max_batch_seen, t->hit,
+                (unsigned long long)t->reserve_busy, (unsigned long long)t->prefill_units,
+                (unsigned long long)t->decode_steps, (unsigned long long)t->max_step_tokens,
+                (unsigned long long)t->fused_steps);
     }
     fprintf(j, "]}");
     fflush(j);
     fprintf(x->tsv, "%s\t%g\t%s\t%s\t%s\t%.3f\t%.3f\t%.4f", p->workload, p->alpha, b,
             mode_names[p->mode], lkv_policy_name(p->policy), p->ttft_p50, p->ttft_p99, p->rps1);
     for (int i = 0; i < p->n_tp; i++) {
-        fprintf(x->tsv, "\t%d:%.4f", p->tp[i].batch, p->tp[i].rps);
+        fprintf(x->tsv, "\t%d%s:%.4f", p->tp[i].batch, p->tp[i].ab ? "u" : "", p->tp[i].rps);
     }
     fprintf(x->tsv, "\t%.3f\n", hit);
     fflush(x->tsv);
     x->n_points++;
 }
 
+/* One point: warmup + n_req requests one at a time, then the throughput phases of batches
+ * (n_tput requests each); ab: at each B > 1 the same phase again with prefill_chunk 0 right
+ * after the chunked one (the chunking A/B), when --prefill-chunk is set. */
 static int run_point(ctx *x, workload *wl, uint64_t budget, int mode, int policy, int n_req,
-                     int n_tput, const int *batches, int n_batches, point *p)
+                     int warmup, int n_tput, const int *batches, int n_batches, int ab, point *p)
 {
     memset(p, 0, sizeof(*p));
     p->workload = wl->name;
@@ -732,21 +777,27 @@ static int run_point(ctx *x, workload *wl, uint64_t budget, int mode, int policy
     p->budget = budget;
     p->mode = mode;
     p->policy = policy;
+    p->warmup = warmup;
     wl->next_req = 0; /* Every point serves the same requests from an empty cache. */
-    p->sim_hit = sim_prediction(x, wl, mode, budget, policy, n_req);
+    p->sim_hit = sim_prediction(x, wl, mode, budget, policy, n_req, warmup);
     int rc = reset_cache(x, mode, budget, policy);
     if (rc != 0) {
         fprintf(stderr, "serving_bench: cannot set up the %s cache (%s)\n", mode_names[mode],
                 lkv_strerror(rc));
         return rc;
     }
-    run_ttft(x, wl, p, n_req);
+    run_ttft(x, wl, p, n_req, warmup);
     p->b1_from_ttft = x->c.ttft_tokens == x->c.out_tokens;
-    for (int i = 0; i < n_batches; i++) {
+    for (int i = 0; i < n_batches && p->n_tp < MAXL; i++) {
         int b = batches[i];
         if ((b > 1 || !p->b1_from_ttft) && n_tput > 0) {
             int n = b == 1 && n_tput > 8 ? 8 : n_tput < b ? b : n_tput; /* >= B in flight. */
-            run_tput(x, wl, p, b, n, &p->tp[p->n_tp++]);
+            int chunk = b > 1 ? x->c.prefill_chunk : 0;
+            run_tput(x, wl, p, b, n, chunk, &p->tp[p->n_tp++]);
+            if (ab && chunk > 0 && p->n_tp < MAXL) {
+                run_tput(x, wl, p, b, n, 0, &p->tp[p->n_tp]);
+                p->tp[p->n_tp++].ab = 1;
+            }
         }
     }
     print_point(x, p);
@@ -936,24 +987,27 @@ typedef struct entry {
     double alpha;
     uint64_t budget;
     int n_req, n_tput;
+    int warmup; /* Warm-up requests before each mode's counted ones. */
     int modes[M__COUNT];
     int lru; /* LRU rows for prefix and block (n_req / 3 requests, no throughput). */
+    int ab;  /* The chunking A/B at each B > 1 for the --ab-modes among its modes. */
     int order[M__COUNT], n_order; /* The modes in the order given (--plan), else none..lazy. */
     int batches[MAXL], n_batches;
 } entry;
 
-/* --plan "W:ALPHA:BUDGET[:REQUESTS[:TPUT[:MODE+MODE...[:B+B...]]]];...": W is paper, short or
- * trace=FILE; a MODE "lru" adds LRU rows for prefix and block. Missing fields take the flags'
- * values. Returns the count, or -1. */
+/* --plan "W:ALPHA:BUDGET[:REQUESTS[:TPUT[:MODE+MODE...[:B+B...[:WARMUP]]]]];...": W is paper,
+ * short or trace=FILE; a MODE "lru" adds LRU rows for prefix and block, "ab" the chunking A/B
+ * (prefill_chunk 0 beside --prefill-chunk at each B > 1) for the --ab-modes among the point's
+ * modes. Missing fields take the flags' values. Returns the count, or -1. */
 static int parse_plan(const cfg *c, entry *out, int cap)
 {
     char *dup = lkv_xstrdup(c->plan), *save = NULL;
     int n = 0;
     for (char *it = strtok_r(dup, ";", &save); it != NULL && n < cap;
          it = strtok_r(NULL, ";", &save)) {
-        char *f[7] = {0}, *s2 = NULL;
+        char *f[8] = {0}, *s2 = NULL;
         int nf = 0;
-        for (char *t = strtok_r(it, ":", &s2); t != NULL && nf < 7; t = strtok_r(NULL, ":", &s2)) {
+        for (char *t = strtok_r(it, ":", &s2); t != NULL && nf < 8; t = strtok_r(NULL, ":", &s2)) {
             f[nf++] = t;
         }
         if (nf < 3) {
@@ -981,6 +1035,7 @@ static int parse_plan(const cfg *c, entry *out, int cap)
                     }
                 }
                 e->lru |= strcmp(t, "lru") == 0;
+                e->ab |= strcmp(t, "ab") == 0;
             }
         } else {
             memcpy(e->modes, c->modes, sizeof(e->modes));
@@ -996,6 +1051,7 @@ static int parse_plan(const cfg *c, entry *out, int cap)
             memcpy(e->batches, c->batches, sizeof(e->batches));
             e->n_batches = c->n_batches;
         }
+        e->warmup = nf > 7 ? atoi(f[7]) : c->warmup;
     }
     free(dup);
     return n;
@@ -1011,9 +1067,10 @@ static void usage(void)
             "  [--out-tokens N] [--warmup N] [--requests N] [--batches 1,8,32]\n"
             "  [--tput-requests N] [--check N] [--local-pages N] [--dtype f32|bf16]\n"
             "  [--daemon-bin F] [--hot-backend host|cuda] [--out DIR] [--seed S]\n"
-            "  [--ttft-tokens N] [--plan 'W:ALPHA:BUDGET[:REQ[:TPUT[:MODE+...]]];...']\n"
+            "  [--ttft-tokens N]\n"
+            "  [--plan 'W:ALPHA:BUDGET[:REQ[:TPUT[:MODE+...[:B+...[:WARMUP]]]]];...']\n"
             "  [--cold-bytes B] [--hot-admission always|door] [--prefill-chunk N]\n"
-            "  [--prefill-tokens N]\n");
+            "  [--prefill-tokens N] [--ab-modes none,lazy] [--fuse-decode] [--deadline-s S]\n");
 }
 
 int main(int argc, char **argv)
@@ -1044,7 +1101,7 @@ int main(int argc, char **argv)
     c->dtype = -1;
     c->policy = LKV_POLICY_ADAPTIVE;
     const char *workloads = "paper,short", *alphas = "1.1,2.1", *budgets = "1GiB,32GiB",
-               *modes = "none,prefix,block,lazy", *batches = "1,8,32";
+               *modes = "none,prefix,block,lazy", *batches = "1,8,32", *ab_modes = "none,lazy";
     for (int i = 1; i < argc; i++) {
         if (strcmp(argv[i], "--quick") == 0) {
             /* QUICK: the headline point only, few requests (flags given still override). */
@@ -1129,6 +1186,10 @@ int main(int argc, char **argv)
             c->prefill_tokens = atoi(v);
         } else if (ARG("--deadline-s")) {
             c->deadline_s = atof(v);
+        } else if (strcmp(a, "--fuse-decode") == 0) {
+            c->fuse_decode = 1;
+        } else if (ARG("--ab-modes")) {
+            ab_modes = v;
         } else if (ARG("--plan")) {
             c->plan = v;
         } else if (ARG("--seed")) {
@@ -1153,6 +1214,12 @@ int main(int argc, char **argv)
     for (int i = 0; i < nm; i++) {
         for (int m = 0; m < M__COUNT; m++) {
             c->modes[m] |= strcmp(parts[i], mode_names[m]) == 0;
+        }
+    }
+    nm = split(ab_modes, parts);
+    for (int i = 0; i < nm; i++) {
+        for (int m = 0; m < M__COUNT; m++) {
+            c->ab_modes[m] |= strcmp(parts[i], mode_names[m]) == 0;
         }
     }
     c->n_batches = split(batches, parts);
@@ -1271,12 +1338,12 @@ int main(int argc, char **argv)
             "\"output_tokens\": %d, \"pool\": %u, \"doc_tokens\": %u, \"docs\": %u, "
             "\"short_median\": %u, \"short_sigma\": %g, \"short_docs\": %u, \"seed\": %llu, "
             "\"cold_bytes\": \"%s\", \"hot_admission\": \"%s\", \"prefill_chunk\": %d, "
-            "\"prefill_tokens\": %d,\n",
+            "\"prefill_tokens\": %d, \"fuse_decode\": %d,\n",
             date, c->backend, c->synth != NULL ? c->synth : c->model,
             (unsigned long long)x.page_bytes, c->warmup, c->requests, c->tput_requests, c->question,
             c->out_tokens, c->pool, c->doc_tokens, c->k, c->short_median, c->short_sigma,
             c->short_k, (unsigned long long)c->seed, c->cold_bytes, c->hot_admission,
-            c->prefill_chunk, c->prefill_tokens);
+            c->prefill_chunk, c->prefill_tokens, c->fuse_decode);
     fprintf(x.tsv,
             "workload\talpha\tbudget\tmode\tpolicy\tttft_p50\tttft_p99\trps_b1\ttput...\thit\n");
     /* The points: the product of the lists, or --plan. */
@@ -1302,6 +1369,7 @@ int main(int argc, char **argv)
                     memcpy(e->modes, c->modes, sizeof(e->modes));
                     e->modes[M_NONE] &= bi == 0; /* No cache: the budget does not matter. */
                     e->lru = c->lru;
+                    e->warmup = c->warmup;
                     memcpy(e->batches, c->batches, sizeof(e->batches));
                     e->n_batches = c->n_batches;
                 }
@@ -1323,9 +1391,10 @@ int main(int argc, char **argv)
            "hit%", "sim%", "nocpy");
     for (int i = 0; i < ne; i++) {
         const entry *e = &ents[i];
-        uint64_t nreq = (uint64_t)c->warmup + (uint64_t)e->n_req + 1;
+        uint64_t nreq = (uint64_t)e->warmup + (uint64_t)e->n_req + 1;
         for (int b = 0; b < e->n_batches; b++) {
-            nreq += (uint64_t)(e->n_tput > e->batches[b] ? e->n_tput : e->batches[b]);
+            nreq += (uint64_t)(e->n_tput > e->batches[b] ? e->n_tput : e->batches[b]) *
+                    (e->ab ? 2u : 1u);
         }
         workload wl;
         if (make_workload(&x, e->workload, e->alpha, nreq, &wl) != 0) {
@@ -1350,12 +1419,12 @@ int main(int argc, char **argv)
                 continue;
             }
             point p;
-            fail |= run_point(&x, &wl, e->budget, m, c->policy, e->n_req, e->n_tput, e->batches,
-                              e->n_batches, &p) != 0;
+            fail |= run_point(&x, &wl, e->budget, m, c->policy, e->n_req, e->warmup, e->n_tput,
+                              e->batches, e->n_batches, e->ab && c->ab_modes[m], &p) != 0;
             if (e->lru && (m == M_PREFIX || m == M_BLOCK) && c->policy != LKV_POLICY_LRU) {
                 int nl = e->n_req / 3 > 10 ? e->n_req / 3 : 10;
-                fail |= run_point(&x, &wl, e->budget, m, LKV_POLICY_LRU, nl, 0, e->batches,
-                                  e->n_batches, &p) != 0;
+                fail |= run_point(&x, &wl, e->budget, m, LKV_POLICY_LRU, nl, e->warmup, 0,
+                                  e->batches, e->n_batches, 0, &p) != 0;
             }
         }
         free_workload(&wl);

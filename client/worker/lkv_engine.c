@@ -472,10 +472,28 @@ static int n_decoding(const lkv_engine *e)
 /* Step 3: prefill units of the oldest prefilling requests, prefill_units of them, or while the
  * token budget lasts (at least one). A unit always moves its job on (a chunk, a phase, DONE), so
  * the loop ends; the cap is a guard against a job that would not. */
-static void prefill_step(lkv_engine *e)
+static void decode_done(lkv_engine *e, lkv_engine_req **reqs, int n, int ran, int fused);
+
+/* The decoding requests now, into reqs and jobs (n_running slots each). Returns their count. */
+static int decoding_jobs(lkv_engine *e, lkv_engine_req **reqs, lkv_worker_job **jobs)
+{
+    int n = 0;
+    for (int i = 0; i < e->n_running; i++) {
+        if (lkv_worker_job_state(e->running[i]->job) == LKV_JOB_DECODE) {
+            reqs[n] = e->running[i];
+            jobs[n++] = e->running[i]->job;
+        }
+    }
+    return n;
+}
+
+/* Returns 1 if this step's decode rows rode along its first prefill pass (fuse_decode): the
+ * decode step is then done. */
+static int prefill_step(lkv_engine *e)
 {
     const int budget = e->o.prefill_tokens;
     const int decoding = n_decoding(e);
+    int rode = 0;
     uint64_t spent = (uint64_t)decoding, units = 0, tokens = 0;
     const uint64_t cap = budget > 0 ? (uint64_t)budget + 64u * (uint64_t)e->o.max_batch
                                     : (uint64_t)e->o.prefill_units;
@@ -486,7 +504,18 @@ static void prefill_step(lkv_engine *e)
         }
         lkv_worker_job *j = e->running[i]->job;
         uint64_t before = lkv_worker_job_prefilled(j);
-        lkv_worker_job_prefill(j);
+        if (!rode && e->o.fuse_decode && decoding > 0) {
+            lkv_engine_req **reqs = e->reqs_buf;
+            lkv_worker_job **jobs = e->jobs_buf;
+            int nd = decoding_jobs(e, reqs, jobs), ran = -1;
+            lkv_worker_job_prefill_ride(j, jobs, nd, &ran);
+            if (ran >= 0) {
+                decode_done(e, reqs, nd, ran, 1);
+                rode = 1;
+            }
+        } else {
+            lkv_worker_job_prefill(j);
+        }
         uint64_t got = lkv_worker_job_prefilled(j) - before;
         spent += got;
         tokens += got;
@@ -494,7 +523,7 @@ static void prefill_step(lkv_engine *e)
         publish_tokens(e->running[i]);
     }
     if (units == 0) {
-        return;
+        return rode;
     }
     pthread_mutex_lock(&e->mu);
     e->st.prefill_units += units;
@@ -503,24 +532,12 @@ static void prefill_step(lkv_engine *e)
         e->st.max_step_tokens = tokens + (uint64_t)decoding;
     }
     pthread_mutex_unlock(&e->mu);
+    return rode;
 }
 
-static void decode_step(lkv_engine *e)
+/* After a decode step over reqs[0..n) (ran rows run; fused: along a prefill pass). */
+static void decode_done(lkv_engine *e, lkv_engine_req **reqs, int n, int ran, int fused)
 {
-    lkv_worker_job **jobs = e->jobs_buf;
-    lkv_engine_req **reqs = e->reqs_buf;
-    int n = 0;
-    for (int i = 0; i < e->n_running; i++) {
-        if (lkv_worker_job_state(e->running[i]->job) == LKV_JOB_DECODE) {
-            reqs[n] = e->running[i];
-            jobs[n++] = e->running[i]->job;
-        }
-    }
-    if (n == 0) {
-        return;
-    }
-    int ran = 0;
-    lkv_worker_decode_batch(e->w, jobs, n, &ran);
     for (int i = 0; i < n; i++) {
         if (ran > reqs[i]->max_batch_seen) {
             reqs[i]->max_batch_seen = ran;
@@ -529,11 +546,25 @@ static void decode_step(lkv_engine *e)
     }
     pthread_mutex_lock(&e->mu);
     e->st.decode_steps++;
+    e->st.fused_steps += (uint64_t)fused;
     e->st.decode_tokens += (uint64_t)ran;
     if (ran > e->st.max_batch_seen) {
         e->st.max_batch_seen = ran;
     }
     pthread_mutex_unlock(&e->mu);
+}
+
+static void decode_step(lkv_engine *e)
+{
+    lkv_worker_job **jobs = e->jobs_buf;
+    lkv_engine_req **reqs = e->reqs_buf;
+    int n = decoding_jobs(e, reqs, jobs);
+    if (n == 0) {
+        return;
+    }
+    int ran = 0;
+    lkv_worker_decode_batch(e->w, jobs, n, &ran);
+    decode_done(e, reqs, n, ran, 0);
 }
 
 static void *engine_main(void *arg)
@@ -586,8 +617,9 @@ static void *engine_main(void *arg)
             admit(e, adm);
             adm = n;
         }
-        prefill_step(e);
-        decode_step(e);
+        if (!prefill_step(e)) {
+            decode_step(e);
+        }
         finish_done(e);
         take_calls(e);
     }

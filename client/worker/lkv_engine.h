@@ -70,12 +70,17 @@ typedef struct lkv_engine_opts {
     int prefill_units;  /* Prefill units between two decode steps; 0: 1 (prefill_tokens 0). */
     int prefill_tokens; /* Token budget of a step (decode rows + prefilled tokens), > 0: used
                            instead of prefill_units; 0: prefill_units. */
+    int fuse_decode;    /* 1: the step's decode rows ride along its first prefill pass (one
+                           forward over the chunk's and the decoding requests' rows,
+                           lkv_worker_job_prefill_ride) instead of a decode pass of their own;
+                           tokens unchanged. 0: a decode pass after the prefill units. */
 } lkv_engine_opts;
 
 /* Engine totals. */
 typedef struct lkv_engine_stats {
     uint64_t submitted, finished, failed, cancelled, expired, refused;
-    uint64_t decode_steps;    /* Batched decode passes. */
+    uint64_t decode_steps;    /* Batched decode steps (fused ones included). */
+    uint64_t fused_steps;     /* Decode steps that rode along a prefill pass (fuse_decode). */
     uint64_t decode_tokens;   /* Sum of their batch sizes. */
     uint64_t prefill_units;   /* Prefill units run (chunks with the worker's prefill_chunk). */
     uint64_t prefill_tokens;  /* Tokens they prefilled. */

@@ -100,6 +100,20 @@ static void scratch_reserve(lkv_runner *r, int n)
     r->cap = n;
 }
 
+typedef struct dprep dprep;
+static int decode_prep(lkv_runner *r, lkv_runner_seq *seqs, int n, const lkv_model_kv *kv0,
+                       dprep *d);
+static void dprep_free(dprep *d);
+static int decode_attn(lkv_runner *r, lkv_runner_seq *seqs, int n, const dprep *d, int l, int row0);
+
+/* A decode step's inputs for n sequences: validated, pages taken, references built. */
+struct dprep {
+    uint64_t *refs;
+    int32_t *off;
+    int64_t *qpos;
+    int *tokens;
+};
+
 int lkv_runner_forward(lkv_runner *r, lkv_model_kv *kv, const lkv_model_seg *ctx, int n_ctx,
                        lkv_model_seg *seg, const int *tokens, int n, float *logits,
                        lkv_model_trace *trace)
@@ -110,6 +124,10 @@ int lkv_runner_forward(lkv_runner *r, lkv_model_kv *kv, const lkv_model_seg *ctx
     const int D = c->dim, HD = c->head_dim, KVD = c->n_kv_heads * c->head_dim, HID = c->hidden_dim;
     const int B = kv->shape.block_tokens, n0 = seg->n_tokens, L = c->n_layers;
     const size_t F = sizeof(float);
+    lkv_runner_ride *ride = r->ride; /* Consumed by this call, run or not. */
+    r->ride = NULL;
+    dprep dp = {0};
+    int nd = 0; /* Ridden decode rows (rows n .. n + nd of the pass). */
     int rc = 0;
     if (n < 1 || n_ctx < 0 || seg->start < 0 || tokens == NULL) {
         return LKV_EINVAL;
@@ -153,7 +171,12 @@ int lkv_runner_forward(lkv_runner *r, lkv_model_kv *kv, const lkv_model_seg *ctx
     if (rc != 0) {
         goto out;
     }
-    scratch_reserve(r, n);
+    if (ride != NULL && ride->n > 0 && !decode && trace == NULL &&
+        decode_prep(r, ride->seqs, ride->n, kv, &dp) == 0) {
+        nd = ride->n;
+    }
+    const int N = n + nd; /* Rows of the dense ops. */
+    scratch_reserve(r, N);
     r->n_forward++;
     if (trace != NULL) {
         lkv_model_trace_free(trace);
@@ -166,11 +189,14 @@ int lkv_runner_forward(lkv_runner *r, lkv_model_kv *kv, const lkv_model_seg *ctx
         trace->att = lkv_xmalloc((size_t)L * n * D * F);
     }
     be->embed(be->ctx, r->x, r->tok_emb, tokens, n, D);
+    if (nd > 0) {
+        be->embed(be->ctx, r->x + (size_t)n * D, r->tok_emb, dp.tokens, nd, D);
+    }
     for (int l = 0; l < L; l++) {
-        be->rmsnorm(be->ctx, r->xb, r->x, r->rms_att + (size_t)l * D, n, D);
-        be->matmul(be->ctx, r->q, r->xb, r->wq + (size_t)l * D * D, n, D, D);
-        be->matmul(be->ctx, r->k, r->xb, r->wk + (size_t)l * KVD * D, n, KVD, D);
-        be->matmul(be->ctx, r->v, r->xb, r->wv + (size_t)l * KVD * D, n, KVD, D);
+        be->rmsnorm(be->ctx, r->xb, r->x, r->rms_att + (size_t)l * D, N, D);
+        be->matmul(be->ctx, r->q, r->xb, r->wq + (size_t)l * D * D, N, D, D);
+        be->matmul(be->ctx, r->k, r->xb, r->wk + (size_t)l * KVD * D, N, KVD, D);
+        be->matmul(be->ctx, r->v, r->xb, r->wv + (size_t)l * KVD * D, N, KVD, D);
         /* Stored keys: rotated local to seg. Prefill keys: local to the first new token. */
         be->rope(be->ctx, &m->pe, r->k, r->ks, n, c->n_kv_heads, n0);
         if (!decode) {
@@ -211,6 +237,9 @@ int lkv_runner_forward(lkv_runner *r, lkv_model_kv *kv, const lkv_model_seg *ctx
                                   .out = r->att};
             rc = be->attn_prefill(be->ctx, &a);
         }
+        if (rc == 0 && nd > 0) {
+            rc = decode_attn(r, ride->seqs, nd, &dp, l, n);
+        }
         if (rc != 0) {
             goto out;
         }
@@ -221,38 +250,68 @@ int lkv_runner_forward(lkv_runner *r, lkv_model_kv *kv, const lkv_model_seg *ctx
             be->to_host(be->ctx, trace->v + (size_t)l * n * KVD, r->v, (size_t)n * KVD * F);
             be->to_host(be->ctx, trace->att + (size_t)l * n * D, r->att, (size_t)n * D * F);
         }
-        be->matmul(be->ctx, r->tmp, r->att, r->wo + (size_t)l * D * D, n, D, D);
-        be->add(be->ctx, r->x, r->tmp, (size_t)n * D);
-        be->rmsnorm(be->ctx, r->xb, r->x, r->rms_ffn + (size_t)l * D, n, D);
-        be->matmul(be->ctx, r->h1, r->xb, r->w1 + (size_t)l * HID * D, n, HID, D);
-        be->matmul(be->ctx, r->h3, r->xb, r->w3 + (size_t)l * HID * D, n, HID, D);
-        be->swiglu(be->ctx, r->h1, r->h3, (size_t)n * HID);
-        be->matmul(be->ctx, r->tmp, r->h1, r->w2 + (size_t)l * D * HID, n, D, HID);
-        be->add(be->ctx, r->x, r->tmp, (size_t)n * D);
+        be->matmul(be->ctx, r->tmp, r->att, r->wo + (size_t)l * D * D, N, D, D);
+        be->add(be->ctx, r->x, r->tmp, (size_t)N * D);
+        be->rmsnorm(be->ctx, r->xb, r->x, r->rms_ffn + (size_t)l * D, N, D);
+        be->matmul(be->ctx, r->h1, r->xb, r->w1 + (size_t)l * HID * D, N, HID, D);
+        be->matmul(be->ctx, r->h3, r->xb, r->w3 + (size_t)l * HID * D, N, HID, D);
+        be->swiglu(be->ctx, r->h1, r->h3, (size_t)N * HID);
+        be->matmul(be->ctx, r->tmp, r->h1, r->w2 + (size_t)l * D * HID, N, D, HID);
+        be->add(be->ctx, r->x, r->tmp, (size_t)N * D);
     }
     seg->n_tokens = n0 + n;
-    if (logits != NULL) {
-        const int r0 = r->last_logits ? n - 1 : 0, nr = n - r0; /* Rows wanted. */
+    for (int b = 0; b < nd; b++) {
+        ride->seqs[b].seg->n_tokens++;
+    }
+    if (logits != NULL || nd > 0) {
+        /* Rows wanted: the prefill's (its last with last_logits, none without logits), then the
+         * ridden rows, contiguous: one classifier pass. */
+        const int r0 = logits == NULL ? n : r->last_logits ? n - 1 : 0, nr = N - r0;
+        const size_t V = (size_t)c->vocab_size;
         be->rmsnorm(be->ctx, r->xb, r->x + (size_t)r0 * D, r->rms_final, nr, D);
         be->matmul(be->ctx, r->logits, r->xb, r->wcls, nr, c->vocab_size, D);
-        be->to_host(be->ctx, logits, r->logits, (size_t)nr * c->vocab_size * F);
+        if (logits != NULL) {
+            be->to_host(be->ctx, logits, r->logits, (size_t)(n - r0) * V * F);
+        }
+        if (nd > 0) {
+            be->to_host(be->ctx, ride->logits, r->logits + (size_t)(n - r0) * V,
+                        (size_t)nd * V * F);
+        }
+    }
+    if (nd > 0) {
+        ride->done = 1;
+        r->n_rides++;
     }
 out:
     free(refs);
+    dprep_free(&dp);
     return rc;
 }
 
-int lkv_runner_decode_batch(lkv_runner *r, lkv_runner_seq *seqs, int n, float *logits)
+static void dprep_free(dprep *d)
 {
-    const lkv_model *m = r->m;
+    free(d->refs);
+    free(d->off);
+    free(d->qpos);
+    free(d->tokens);
+    memset(d, 0, sizeof(*d));
+}
+
+/* Validates seqs (all on the arena of base/page_bytes/shape of seqs[0], or of kv0 if given),
+ * takes the pages their new token needs, builds their references. 0, or LKV_EINVAL /
+ * LKV_ENOSPC before anything is written (then *d holds nothing). */
+static int decode_prep(lkv_runner *r, lkv_runner_seq *seqs, int n, const lkv_model_kv *kv0,
+                       dprep *d)
+{
     const lkv_backend *be = r->be;
-    const lkv_model_cfg *c = &m->cfg;
-    const int D = c->dim, HD = c->head_dim, KVD = c->n_kv_heads * c->head_dim, HID = c->hidden_dim;
-    const int L = c->n_layers;
-    if (n < 1 || seqs == NULL || logits == NULL) {
+    const lkv_model_cfg *c = &r->m->cfg;
+    memset(d, 0, sizeof(*d));
+    if (n < 1 || seqs == NULL) {
         return LKV_EINVAL;
     }
-    const lkv_model_kv *kv0 = seqs[0].kv;
+    if (kv0 == NULL) {
+        kv0 = seqs[0].kv;
+    }
     /* Validate everything and take the pages before any write, so a refused batch changes
      * nothing but the pages taken (which stay in their segments, as forward does). */
     int32_t total = 0;
@@ -278,12 +337,11 @@ int lkv_runner_decode_batch(lkv_runner *r, lkv_runner_seq *seqs, int n, float *l
             return LKV_ENOSPC;
         }
     }
-    uint64_t *refs = lkv_xmalloc(((size_t)total + 1) * sizeof(uint64_t));
-    int32_t *off = lkv_xmalloc(((size_t)n + 1) * sizeof(int32_t));
-    int64_t *qpos = lkv_xmalloc((size_t)n * sizeof(int64_t));
-    int *tokens = lkv_xmalloc((size_t)n * sizeof(int));
-    int rc = 0;
-    off[0] = 0;
+    d->refs = lkv_xmalloc(((size_t)total + 1) * sizeof(uint64_t));
+    d->off = lkv_xmalloc(((size_t)n + 1) * sizeof(int32_t));
+    d->qpos = lkv_xmalloc((size_t)n * sizeof(int64_t));
+    d->tokens = lkv_xmalloc((size_t)n * sizeof(int));
+    d->off[0] = 0;
     for (int b = 0; b < n; b++) {
         lkv_runner_seq *q = &seqs[b];
         lkv_model_seg *seg = q->seg;
@@ -302,43 +360,74 @@ int lkv_runner_decode_batch(lkv_runner *r, lkv_runner_seq *seqs, int n, float *l
         segs[q->n_ctx] = *seg;
         segs[q->n_ctx].n_tokens = seg->n_tokens + 1;
         int32_t nr = 0;
-        rc = lkv_model_refs(q->kv, segs, q->n_ctx + 1, refs + off[b], &nr);
+        int rc = lkv_model_refs(q->kv, segs, q->n_ctx + 1, d->refs + d->off[b], &nr);
         free(segs);
         if (rc != 0) {
-            goto out;
+            dprep_free(d);
+            return rc;
         }
-        off[b + 1] = off[b] + nr;
-        qpos[b] = seg->start + seg->n_tokens;
-        tokens[b] = q->token;
+        d->off[b + 1] = d->off[b] + nr;
+        d->qpos[b] = seg->start + seg->n_tokens;
+        d->tokens[b] = q->token;
+    }
+    return 0;
+}
+
+/* Layer l of a decode step for the n sequences at rows row0.. of the scratch (q, k, v computed
+ * there): their keys rotated and written, then one attention call of batch n into att. */
+static int decode_attn(lkv_runner *r, lkv_runner_seq *seqs, int n, const dprep *d, int l, int row0)
+{
+    const lkv_model *m = r->m;
+    const lkv_backend *be = r->be;
+    const lkv_model_cfg *c = &m->cfg;
+    const int D = c->dim, HD = c->head_dim, KVD = c->n_kv_heads * c->head_dim;
+    const lkv_model_kv *kv0 = seqs[0].kv;
+    for (int b = 0; b < n; b++) {
+        const lkv_runner_seq *q = &seqs[b];
+        size_t o = (size_t)(row0 + b) * KVD;
+        be->rope(be->ctx, &m->pe, r->k + o, r->ks + o, 1, c->n_kv_heads, q->seg->n_tokens);
+        be->kv_write(be->ctx, &q->kv->shape, q->kv->base, q->kv->page_bytes, q->seg->pages, l,
+                     q->seg->n_tokens, 1, r->ks + o, r->v + o);
+    }
+    lkv_decode_args a = {.shape = kv0->shape,
+                         .pe = &m->pe,
+                         .layer = l,
+                         .batch = n,
+                         .q = r->q + (size_t)row0 * D,
+                         .q_pos = d->qpos,
+                         .arena = kv0->base,
+                         .page_bytes = kv0->page_bytes,
+                         .refs = d->refs,
+                         .ref_offset = d->off,
+                         .sm_scale = 1.0f / sqrtf((float)HD),
+                         .out = r->att + (size_t)row0 * D};
+    return be->attn_decode(be->ctx, &a);
+}
+
+int lkv_runner_decode_batch(lkv_runner *r, lkv_runner_seq *seqs, int n, float *logits)
+{
+    const lkv_model *m = r->m;
+    const lkv_backend *be = r->be;
+    const lkv_model_cfg *c = &m->cfg;
+    const int D = c->dim, KVD = c->n_kv_heads * c->head_dim, HID = c->hidden_dim;
+    const int L = c->n_layers;
+    if (n < 1 || seqs == NULL || logits == NULL) {
+        return LKV_EINVAL;
+    }
+    dprep d;
+    int rc = decode_prep(r, seqs, n, NULL, &d);
+    if (rc != 0) {
+        return rc;
     }
     scratch_reserve(r, n);
     r->n_forward++;
-    be->embed(be->ctx, r->x, r->tok_emb, tokens, n, D);
+    be->embed(be->ctx, r->x, r->tok_emb, d.tokens, n, D);
     for (int l = 0; l < L; l++) {
         be->rmsnorm(be->ctx, r->xb, r->x, r->rms_att + (size_t)l * D, n, D);
         be->matmul(be->ctx, r->q, r->xb, r->wq + (size_t)l * D * D, n, D, D);
         be->matmul(be->ctx, r->k, r->xb, r->wk + (size_t)l * KVD * D, n, KVD, D);
         be->matmul(be->ctx, r->v, r->xb, r->wv + (size_t)l * KVD * D, n, KVD, D);
-        for (int b = 0; b < n; b++) {
-            const lkv_runner_seq *q = &seqs[b];
-            size_t o = (size_t)b * KVD;
-            be->rope(be->ctx, &m->pe, r->k + o, r->ks + o, 1, c->n_kv_heads, q->seg->n_tokens);
-            be->kv_write(be->ctx, &q->kv->shape, q->kv->base, q->kv->page_bytes, q->seg->pages, l,
-                         q->seg->n_tokens, 1, r->ks + o, r->v + o);
-        }
-        lkv_decode_args a = {.shape = kv0->shape,
-                             .pe = &m->pe,
-                             .layer = l,
-                             .batch = n,
-                             .q = r->q,
-                             .q_pos = qpos,
-                             .arena = kv0->base,
-                             .page_bytes = kv0->page_bytes,
-                             .refs = refs,
-                             .ref_offset = off,
-                             .sm_scale = 1.0f / sqrtf((float)HD),
-                             .out = r->att};
-        rc = be->attn_decode(be->ctx, &a);
+        rc = decode_attn(r, seqs, n, &d, l, 0);
         if (rc != 0) {
             goto out;
         }
@@ -358,9 +447,6 @@ int lkv_runner_decode_batch(lkv_runner *r, lkv_runner_seq *seqs, int n, float *l
     be->matmul(be->ctx, r->logits, r->xb, r->wcls, n, c->vocab_size, D);
     be->to_host(be->ctx, logits, r->logits, (size_t)n * c->vocab_size * sizeof(float));
 out:
-    free(refs);
-    free(off);
-    free(qpos);
-    free(tokens);
+    dprep_free(&d);
     return rc;
 }

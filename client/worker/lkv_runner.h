@@ -27,6 +27,17 @@
 #include "lkv_backend.h"
 #include "lkv_model.h"
 
+struct lkv_runner_seq;
+
+/* Decode rows riding along a prefill pass (Sarathi-style piggybacking): set r->ride before a
+ * lkv_runner_forward; see there. */
+typedef struct lkv_runner_ride {
+    struct lkv_runner_seq *seqs; /* Borrowed: as lkv_runner_decode_batch's. */
+    int n;                       /* >= 1. */
+    float *logits;               /* [n][vocab] host, caller-owned: their logits. */
+    int done;                    /* Set to 1 by the forward that ran them. */
+} lkv_runner_ride;
+
 /* A runner: the model's weights made backend-resident and scratch buffers. Initialise with
  * lkv_runner_init, free with lkv_runner_free. */
 typedef struct lkv_runner {
@@ -34,16 +45,18 @@ typedef struct lkv_runner {
     const lkv_backend *be; /* Borrowed: must outlive the runner. */
     const float *w;        /* Backend copy of m->data (map_weights). */
     const float *tok_emb, *rms_att, *wq, *wk, *wv, *wo, *rms_ffn, *w1, *w2, *w3, *rms_final;
-    const float *wcls;  /* Classifier (tok_emb when shared). */
-    int cap;            /* Tokens the scratch buffers hold. */
-    float *x, *xb, *q;  /* [cap][dim] backend scratch. */
-    float *k, *ks, *v;  /* [cap][n_kv_heads * head_dim]. */
-    float *att, *tmp;   /* [cap][dim]. */
-    float *h1, *h3;     /* [cap][hidden_dim]. */
-    float *logits;      /* [cap][vocab] backend logits. */
-    uint64_t n_forward; /* Calls made (statistics). */
-    int last_logits;    /* 1: lkv_runner_forward computes and returns the logits of its LAST
-                           token only ([1][vocab]; what sampling needs), 0: of every token. */
+    const float *wcls;     /* Classifier (tok_emb when shared). */
+    int cap;               /* Tokens the scratch buffers hold. */
+    float *x, *xb, *q;     /* [cap][dim] backend scratch. */
+    float *k, *ks, *v;     /* [cap][n_kv_heads * head_dim]. */
+    float *att, *tmp;      /* [cap][dim]. */
+    float *h1, *h3;        /* [cap][hidden_dim]. */
+    float *logits;         /* [cap][vocab] backend logits. */
+    uint64_t n_forward;    /* Calls made (statistics). */
+    int last_logits;       /* 1: lkv_runner_forward computes and returns the logits of its LAST
+                              token only ([1][vocab]; what sampling needs), 0: of every token. */
+    lkv_runner_ride *ride; /* Borrowed, or NULL: consumed (cleared) by the next forward. */
+    uint64_t n_rides;      /* Forwards that carried ridden decode rows (statistics). */
 } lkv_runner;
 
 /* Prepares r for model m (borrowed) on backend be (borrowed). Returns 0 or LKV_EINVAL. */
@@ -59,7 +72,15 @@ void lkv_runner_free(lkv_runner *r);
  * caller-owned) receives [n][vocab_size]; trace (optional) the per-layer attention tensors.
  * Returns 0, LKV_ENOSPC (arena or segment full), or LKV_EINVAL (a token id out of range, n < 1,
  * positions past LKV_MAX_POSITION or overlapping). On error seg and kv may hold partial
- * writes. With r->last_logits set, logits receives the last token's row only ([1][vocab]). */
+ * writes. With r->last_logits set, logits receives the last token's row only ([1][vocab]).
+ * Ride: if r->ride is set, this call clears it and, when it is a prefill (not the one-token
+ * decode path), has no trace, and the ride's sequences pass lkv_runner_decode_batch's checks
+ * over the same arena, runs their decode step in the SAME pass: every dense op over the n
+ * prefill rows and the ride's rows together, attention as the two calls it would be alone;
+ * ride->logits gets their rows, each sequence gets its token appended, ride->done is set. Each
+ * row is what the two calls alone give on a backend whose ops compute rows independently (the
+ * CPU backend: bitwise). Otherwise the ride is left undone and nothing of it is touched (but
+ * pages a sequence would need may have been taken, as decode_batch does). */
 int lkv_runner_forward(lkv_runner *r, lkv_model_kv *kv, const lkv_model_seg *ctx, int n_ctx,
                        lkv_model_seg *seg, const int *tokens, int n, float *logits,
                        lkv_model_trace *trace);

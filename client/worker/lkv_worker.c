@@ -1161,6 +1161,22 @@ int lkv_worker_retarget(lkv_worker *w, const char *target)
     return rc;
 }
 
+int lkv_worker_unmap(lkv_worker *w)
+{
+    if (w->prefix != NULL) {
+        return LKV_EBUSY;
+    }
+    const lkv_devmap *dev = w->ps.dev;
+    const int writable = w->ps.writable;
+    const uint64_t n_maps = w->ps.n_maps;
+    lkv_pagespace_free(&w->ps);
+    lkv_pagespace_init(&w->ps, w->o.local_pages);
+    w->ps.dev = dev;
+    w->ps.writable = writable;
+    w->ps.n_maps = n_maps;
+    return 0;
+}
+
 int lkv_worker_prefix_setup(lkv_worker *w, uint32_t n_pages, int policy_kind)
 {
     if (n_pages >= w->o.local_pages || policy_kind < 0 || policy_kind >= LKV_POLICY__COUNT) {
@@ -1994,10 +2010,11 @@ void lkv_worker_set_async(lkv_worker *w, int on)
     w->async = on;
 }
 
-int lkv_worker_decode_batch(lkv_worker *w, lkv_worker_job **jobs, int n, int *n_run)
+/* The jobs of jobs[0..n) that decode now, as runner sequences (seqs, run: n slots each); a job
+ * whose lease or pages fail here becomes DONE. Returns their count. */
+static int decode_collect(lkv_worker *w, lkv_worker_job **jobs, int n, lkv_runner_seq *seqs,
+                          lkv_worker_job **run)
 {
-    lkv_runner_seq *seqs = lkv_xmalloc((size_t)(n ? n : 1) * sizeof(*seqs));
-    lkv_worker_job **run = lkv_xmalloc((size_t)(n ? n : 1) * sizeof(*run));
     int m = 0;
     for (int b = 0; b < n; b++) {
         req_state *s = jobs[b];
@@ -2023,40 +2040,80 @@ int lkv_worker_decode_batch(lkv_worker *w, lkv_worker_job **jobs, int n, int *n_
                                    .token = s->next_tok};
         run[m++] = s;
     }
+    return m;
+}
+
+/* One token sampled for each of the m jobs run from its row of logits ([m][vocab]), or, when
+ * the batch was refused (rc != 0: nothing written), each run alone. */
+static void decode_finish(lkv_worker *w, lkv_worker_job **run, lkv_runner_seq *seqs, int m,
+                          const float *logits, int rc)
+{
+    const int V = w->m->cfg.vocab_size;
+    for (int b = 0; b < m; b++) {
+        req_state *s = run[b];
+        if (rc != 0) {
+            /* A batch is refused before anything is written: fail its members alone. */
+            int r1 = lkv_runner_decode_batch(&w->run, &seqs[b], 1, s->logits);
+            if (r1 != 0) {
+                s->rc = lkv_errf(s->res->error, sizeof(s->res->error), r1, "decode step %d: %s",
+                                 s->res->n_out, lkv_strerror(r1));
+                s->phase = PH_DONE;
+                continue;
+            }
+        } else {
+            memcpy(s->logits, logits + (size_t)b * V, (size_t)V * sizeof(float));
+        }
+        s->row = s->logits;
+        int r2 = sample_row(s);
+        if (r2 != 0) {
+            s->rc = r2;
+            s->phase = PH_DONE;
+        }
+    }
+}
+
+int lkv_worker_decode_batch(lkv_worker *w, lkv_worker_job **jobs, int n, int *n_run)
+{
+    lkv_runner_seq *seqs = lkv_xmalloc((size_t)(n ? n : 1) * sizeof(*seqs));
+    lkv_worker_job **run = lkv_xmalloc((size_t)(n ? n : 1) * sizeof(*run));
+    int m = decode_collect(w, jobs, n, seqs, run);
     if (n_run != NULL) {
         *n_run = m;
     }
-    int rc = 0;
     if (m > 0) {
-        const int V = w->m->cfg.vocab_size;
-        float *logits = lkv_xmalloc((size_t)m * V * sizeof(float));
-        rc = lkv_runner_decode_batch(&w->run, seqs, m, logits);
-        for (int b = 0; b < m; b++) {
-            req_state *s = run[b];
-            if (rc != 0) {
-                /* A batch is refused before anything is written: fail its members alone. */
-                int r1 = lkv_runner_decode_batch(&w->run, &seqs[b], 1, s->logits);
-                if (r1 != 0) {
-                    s->rc = lkv_errf(s->res->error, sizeof(s->res->error), r1, "decode step %d: %s",
-                                     s->res->n_out, lkv_strerror(r1));
-                    s->phase = PH_DONE;
-                    continue;
-                }
-            } else {
-                memcpy(s->logits, logits + (size_t)b * V, (size_t)V * sizeof(float));
-            }
-            s->row = s->logits;
-            int r2 = sample_row(s);
-            if (r2 != 0) {
-                s->rc = r2;
-                s->phase = PH_DONE;
-            }
-        }
+        float *logits = lkv_xmalloc((size_t)m * w->m->cfg.vocab_size * sizeof(float));
+        int rc = lkv_runner_decode_batch(&w->run, seqs, m, logits);
+        decode_finish(w, run, seqs, m, logits, rc);
         free(logits);
     }
     free(seqs);
     free(run);
     return 0;
+}
+
+int lkv_worker_job_prefill_ride(lkv_worker_job *j, lkv_worker_job **jobs, int n, int *n_run)
+{
+    lkv_worker *w = j->w;
+    *n_run = -1;
+    lkv_runner_seq *seqs = lkv_xmalloc((size_t)(n ? n : 1) * sizeof(*seqs));
+    lkv_worker_job **run = lkv_xmalloc((size_t)(n ? n : 1) * sizeof(*run));
+    int m = 0; /* j itself is not decoding: decode_collect skips it. */
+    if (j->phase != PH_DONE && j->phase != PH_WAIT && j->rc == 0) {
+        m = decode_collect(w, jobs, n, seqs, run);
+    }
+    float *logits = m > 0 ? lkv_xmalloc((size_t)m * w->m->cfg.vocab_size * sizeof(float)) : NULL;
+    lkv_runner_ride ride = {.seqs = seqs, .n = m, .logits = logits};
+    w->run.ride = m > 0 ? &ride : NULL;
+    int rc = lkv_worker_job_prefill(j);
+    w->run.ride = NULL;
+    if (ride.done) {
+        decode_finish(w, run, seqs, m, logits, 0);
+        *n_run = m;
+    }
+    free(logits);
+    free(seqs);
+    free(run);
+    return rc;
 }
 
 void lkv_worker_job_end(lkv_worker_job *s)

@@ -345,6 +345,16 @@ uint64_t lkv_worker_job_prefilled(const lkv_worker_job *j);
  * *n_run (optional) gets the batch size actually run. Returns 0. */
 int lkv_worker_decode_batch(lkv_worker *w, lkv_worker_job **jobs, int n, int *n_run);
 
+/* lkv_worker_job_prefill of j with the decode step of jobs[0..n) riding along in the same
+ * forward pass (Sarathi-style piggybacking: the dense ops run once over the prefill chunk's
+ * rows and the decoding jobs' rows; lkv_runner.h "Ride"), when the unit runs a prefill pass (a
+ * chunk of a missing document or of the question). *n_run: the decode rows that ran with it
+ * (their tokens sampled, as lkv_worker_decode_batch does), or -1 if none rode (the unit ran no
+ * such pass, or nothing was decoding): then run lkv_worker_decode_batch as usual. Every job's
+ * tokens and logits are what the two calls in turn give (bitwise on the CPU backend). Returns
+ * what lkv_worker_job_prefill returns. */
+int lkv_worker_job_prefill_ride(lkv_worker_job *j, lkv_worker_job **jobs, int n, int *n_run);
+
 /* enum lkv_job_state of j, and its error (0 while none). */
 int lkv_worker_job_state(const lkv_worker_job *j);
 int lkv_worker_job_rc(const lkv_worker_job *j);
@@ -383,6 +393,14 @@ void lkv_worker_stats_get(const lkv_worker *w, lkv_worker_stats *st);
  * mapped at its first Attach or Reserve. Call with no request running. Returns 0 or the
  * client's error (the worker then has no daemon). A device backend needs the HBM mapping. */
 int lkv_worker_retarget(lkv_worker *w, const char *target);
+
+/* Drops the page space: the mapping of the daemon's arena and the worker pages; the next request
+ * maps again (stats' arena_maps keeps counting). A device arena's import (cudaIpcOpenMemHandle)
+ * holds the daemon's allocation alive until it is closed, also after that daemon exits: call
+ * this before a daemon is replaced by another that needs the same memory (bench/serving does,
+ * between points). Call with no request running. Returns 0, or LKV_EBUSY while a prefix pool is
+ * set up (its KV lives in the worker pages: remove it first with lkv_worker_prefix_setup). */
+int lkv_worker_unmap(lkv_worker *w);
 
 /* (Re)creates the prefix pool of LKV_RAG_PREFIX requests: the LAST n_pages of the worker's
  * pages (opts.local_pages; keep them out of a serving engine's kv_pages), evicting with policy

@@ -6,22 +6,27 @@
  * occupancy), tables, workspace; lkv_decode_plan_run fills the per-layer pointers and launches
  * one kernel, nothing else, so a model's decode step can be captured in a CUDA graph.
  *
- * Work split. One CTA of W warps (4) per (split, kv head x head chunk, sequence). A head chunk
+ * Work split. One CTA of W warps per (split, kv head x head chunk, sequence). A head chunk
  * is up to G query heads of one GQA group (so each K/V slab is read once per chunk and shared
  * by its heads; bigger groups, e.g. MQA with 32 heads, take several chunks). A split is a
  * contiguous range of the sequence's block references; inside a CTA, warp w takes references
- * w, w + W, ... of that range (dec_walk, the one reference walk of both kernels). When the grid
- * of (kv heads x chunks x sequences) is too small to fill the GPU (batch 1, long context), the
- * references are split over several CTAs (about one wave of two CTAs per SM, at least
- * DEC_MIN_REFS references per warp) and merged in the same launch: every CTA writes its fp32
- * partial and counts its arrival on the (sequence, chunk) counter; the last one merges the
- * partials by log-sum-exp and resets the counter (dec_merge_last).
+ * w, w + W, ... of that range, or (tensor-core kernel at 4 warps) the w-th contiguous run of
+ * it (dec_walk, the one reference walk of both kernels). When the grid of (kv heads x chunks x
+ * sequences) is too small to fill the GPU (batch 1, long context), the references are split
+ * over several CTAs (about one wave of resident CTAs, at least DEC_MIN_REFS references per
+ * warp) and merged in the same launch: every CTA writes its fp32 partial and counts its
+ * arrival on the (sequence, chunk) counter; the last one merges the partials by log-sum-exp
+ * and resets the counter (dec_merge_last). The tensor-core kernel's shape is fixed by the
+ * plan (kernels/dev/README.md round 7): 8 warps at one CTA per SM when the pairs alone fill
+ * half the SMs or more (batch 16 and up), else 4 warps at two CTAs per SM, or at three with
+ * a 2-stage ring when a warp has at most DEC_MIN_REFS steps (batch 1 over 4k / 8k).
  *
  * Memory pipeline. Each warp streams its steps (up to 16 tokens of one block for the
- * tensor-core path, U * 32/L for the generic one) through its own ring of DEC_NST cp.async
- * stages in shared memory: two steps are in flight while one is computed, so the warp never
- * waits on a cold load once the ring is primed (the first version, which loaded K/V straight
- * into registers, reached 2.65 TB/s; kernels/dev/README.md has the history).
+ * tensor-core path, U * 32/L for the generic one) through its own ring of cp.async stages
+ * (DEC_NST = 3, or 2) in shared memory: the other stages' steps are in flight while one is
+ * computed, so the warp never waits on a cold load once the ring is primed (the first version,
+ * which loaded K/V straight into registers, reached 2.65 TB/s; kernels/dev/README.md has the
+ * history).
  *
  * Tensor-core path (head_dim 64 or 128, decode_mma_kernel): keys are the M dimension of
  * mma.m16n8k16 and the (up to 8) query heads of the chunk the N = 8 dimension:
@@ -56,8 +61,10 @@
  * accumulates S in two independent MMA chains and stores 4 dims per thread; the kernels declare no
  * static shared memory (it moved the swizzled ring off 128-byte alignment and doubled the L2
  * sector requests of every cp.async); the merge's arrival is one acq_rel atomic per CTA after a
- * barrier, not a fence per thread. Optional programmatic dependent launch (plan option) lets a
- * run's metadata loads overlap the previous kernel.
+ * barrier, not a fence per thread; in the 4-warp grids each warp walks a contiguous run of
+ * references, so only the warps whose run crosses a document start rotate twice. Optional
+ * programmatic dependent launch (plan option) lets a run's metadata loads overlap the previous
+ * kernel.
  */
 #include <stdlib.h>
 
@@ -68,7 +75,7 @@ extern "C" {
 }
 
 #define GEN_WARPS      4  /* Warps per CTA of the generic kernel. */
-#define MMA_WARPS      4  /* Warps per CTA of the tensor-core kernel. */
+#define MMA_WARPS      4  /* Warps per CTA of the tensor-core kernel (8 for large grids). */
 #define DEC_NST        3  /* cp.async stages per warp (2 in flight while one is computed) */
 #define MERGE_INFLIGHT 16 /* partial loads in flight per thread in the folded merge */
 /* At least this many references per warp in a split. 2 gave 32 splits at batch 1 over 4k; 4
@@ -93,6 +100,7 @@ struct decode_params {
     uint64_t slab_bytes;
     int n_splits, refs_per_split;
     int pdl;          /* Launched with programmatic dependent launch (plan option). */
+    int contig;       /* Tensor-core kernel: contiguous reference runs per warp (else strided). */
     float scale_log2; /* sm_scale * log2(e). */
 };
 
@@ -781,11 +789,10 @@ dec_rotate_q(const lkv__dev_pe &pe, float *csw, const uint32_t (&qraw)[D / 16][2
     __syncwarp(); /* csw is rewritten at the next rotation. */
 }
 
-template <typename T, int D, int NST, int RM>
-__global__ void __launch_bounds__(MMA_WARPS * 32)
+template <typename T, int D, int NST, int RM, int W>
+__global__ void __launch_bounds__(W * 32)
     decode_mma_kernel(const decode_params p, const lkv__dev_pe pe, const lkv__dev_slopes sl)
 {
-    constexpr int W = MMA_WARPS;
     static_assert(8 * D <= 8 * W * 32, "one 16-byte query load per thread");
     lkv__pdl_trigger(); /* The next kernel of the stream may start its prologue (plan option). */
     constexpr int G = 8;
@@ -843,7 +850,18 @@ __global__ void __launch_bounds__(MMA_WARPS * 32)
         sx[j] = (uint32_t)(cq * RB) + ((uint32_t)(cc ^ cq ^ (RPI * j)) << 4);
     }
     dec_walk wk;
-    wk.init(p.refs, r0 + warp, r1, W);
+    if (!p.contig) {
+        wk.init(p.refs, r0 + warp, r1, W);
+    } else {
+        /* Contiguous: warp w takes the w-th run of ceil(n / W) references of the split, so it
+         * meets one document start per document it touches; striding by W made every warp of
+         * the CTA meet (and rotate for) every document of the split. The plan takes it for the
+         * 4-warp batch-1 grids (H200, round 7: 10.9 against 11.5 us per layer in the 32-layer
+         * graph at 4k, rotation +0.2 us instead of +0.5), not for the 8-warp grids, where the
+         * strided walk was 1-3% faster (batch 16 at 8k / 32k, batch 64 and 128 at 4k). */
+        const int pw = (max(r1 - r0, 0) + W - 1) / W, f = r0 + warp * pw;
+        wk.init(p.refs, f, min(r1, f + pw), 1);
+    }
     dec_queue<NST> qu;
     int pslot = 0;
     auto issue = [&](uint64_t *ref_out, int *t_out) {
@@ -1117,18 +1135,19 @@ static void launch_gen(dim3 grid, size_t smem, cudaStream_t st, int pdl, const d
     launch_ex(decode_kernel<T, G, LT>, grid, GEN_WARPS * 32, smem, st, pdl, p, pe, sl);
 }
 
-template <typename T, int D, int NST, int RM>
+template <typename T, int D, int NST, int RM, int W>
 static void launch_mma(dim3 grid, size_t smem, cudaStream_t st, int pdl, const decode_params &p,
                        const lkv__dev_pe &pe, const lkv__dev_slopes &sl)
 {
-    launch_ex(decode_mma_kernel<T, D, NST, RM>, grid, MMA_WARPS * 32, smem, st, pdl, p, pe, sl);
+    launch_ex(decode_mma_kernel<T, D, NST, RM, W>, grid, W * 32, smem, st, pdl, p, pe, sl);
 }
 
 struct lkv_decode_plan {
     lkv_kv_shape shape;
     int batch, max_refs;
     int mma, G, head_chunks, L, n_splits, refs_per_split, threads;
-    int nst;                 /* cp.async stages per warp of the tensor-core kernel (DEC_NST). */
+    int nst;                 /* cp.async stages per warp of the tensor-core kernel: 3 or 2. */
+    int warps;               /* Warps per CTA of the tensor-core kernel: 4 or 8. */
     int pdl;                 /* Launch with programmatic dependent launch (cfg->pdl). */
     size_t smem;             /* Dynamic shared memory per CTA. */
     size_t off_lse, off_ctr; /* Workspace layout: part_o at 0, part_lse, counters. */
@@ -1160,37 +1179,63 @@ static int shape_ok(const lkv_kv_shape *s)
            s->block_tokens <= LKV_MAX_BLOCK_TOKENS;
 }
 
-template <typename T, int NST, int RM> static void pick_mma_rm(lkv_decode_plan *pl)
+/* The tensor-core kernel configurations (warps per CTA x ring stages; kernels/dev/README.md
+ * round 7): 4 x 3 (two CTAs per SM), 8 x 3 (one CTA per SM: the large grids), 4 x 2 (three CTAs
+ * per SM: the batch-1 grids of at most DEC_MIN_REFS steps per warp). */
+template <typename T, int D, int NST, int RM, int W> static void set_mma(lkv_decode_plan *pl)
 {
-    if (pl->shape.head_dim == 128) {
-        pl->kernel = (const void *)decode_mma_kernel<T, 128, NST, RM>;
-        pl->launch = launch_mma<T, 128, NST, RM>;
+    pl->kernel = (const void *)decode_mma_kernel<T, D, NST, RM, W>;
+    pl->launch = launch_mma<T, D, NST, RM, W>;
+}
+
+template <typename T, int D, int RM> static void pick_mma_d(lkv_decode_plan *pl)
+{
+    if (pl->warps == 8) {
+        set_mma<T, D, 3, RM, 8>(pl);
+    } else if (pl->nst == 2) {
+        set_mma<T, D, 2, RM, 4>(pl);
     } else {
-        pl->kernel = (const void *)decode_mma_kernel<T, 64, NST, RM>;
-        pl->launch = launch_mma<T, 64, NST, RM>;
+        set_mma<T, D, 3, RM, 4>(pl);
     }
 }
 
-/* The tensor-core kernel's rotation path (DEC_RM_*) for the plan's encoding. */
-template <typename T, int NST> static void pick_mma(lkv_decode_plan *pl)
+template <typename T, int RM> static void pick_mma_rm(lkv_decode_plan *pl)
+{
+    if (pl->shape.head_dim == 128) {
+        pick_mma_d<T, 128, RM>(pl);
+    } else {
+        pick_mma_d<T, 64, RM>(pl);
+    }
+}
+
+/* The RoPE path (DEC_RM_*) of the tensor-core kernel for the plan's encoding. */
+template <typename T> static void pick_mma(lkv_decode_plan *pl)
 {
     const lkv__dev_pe *pe = &pl->pe;
     const int full = 2 * pe->n_pairs == pl->shape.head_dim;
     if (pe->n_pairs == 0) {
-        pick_mma_rm<T, NST, DEC_RM_NONE>(pl);
+        pick_mma_rm<T, DEC_RM_NONE>(pl);
     } else if (full && pe->pairing == LKV_ROPE_HALF) {
-        pick_mma_rm<T, NST, DEC_RM_HALF>(pl);
+        pick_mma_rm<T, DEC_RM_HALF>(pl);
     } else if (full && pe->pairing == LKV_ROPE_INTERLEAVED) {
-        pick_mma_rm<T, NST, DEC_RM_INTER>(pl);
+        pick_mma_rm<T, DEC_RM_INTER>(pl);
     } else {
-        pick_mma_rm<T, NST, DEC_RM_PART>(pl);
+        pick_mma_rm<T, DEC_RM_PART>(pl);
     }
+}
+
+/* An integer knob of the environment (benchmarks and the GPU check only, read at plan
+ * creation): -1 when unset. */
+static int env_knob(const char *name)
+{
+    const char *e = getenv(name);
+    return e != NULL && *e != '\0' ? atoi(e) : -1;
 }
 
 template <typename T> static void pick_kernel(lkv_decode_plan *pl)
 {
     if (pl->mma) {
-        pick_mma<T, DEC_NST>(pl);
+        pick_mma<T>(pl);
         return;
     }
     switch (pl->G) {
@@ -1211,6 +1256,15 @@ template <typename T> static void pick_kernel(lkv_decode_plan *pl)
         pl->launch = launch_gen<T, 8, 0>;
         break;
     }
+}
+
+/* Dynamic shared memory of the tensor-core kernel: q_raw [8][d] (the store's scratch), the
+ * frequency table's old slots [256], mw and lw [W][8], csw [W][d], the rings [W][nst][2][16][d]
+ * 16-bit (the warp partials [W][8][d] fp32 reuse them). */
+static size_t mma_smem(int d, int W, int nst)
+{
+    return (size_t)(8 * d + 256 + 2 * W * 8 + W * d) * sizeof(float) +
+           (size_t)W * nst * 2 * 16 * d * 2;
 }
 
 /* Fills *pl from cfg: validation, kernel choice and attributes, occupancy, split factor and
@@ -1248,15 +1302,30 @@ static int plan_fill(const lkv_decode_plan_cfg *cfg, lkv_decode_plan *pl)
     pl->G = (group >= 8 || pl->mma) ? 8 : pow2_at_least(group);
     pl->head_chunks = (group + pl->G - 1) / pl->G;
     pl->L = pow2_at_least(d / 8);
-    const int W = pl->mma ? MMA_WARPS : GEN_WARPS;
-    pl->threads = W * 32;
-    /* The ring depth is a template parameter of the tensor-core kernel; a 6-stage ring at one
-     * CTA per SM lost to 3 stages at two CTAs per SM at every batch (kernels/dev/README.md). */
-    pl->nst = DEC_NST;
     pl->pdl = cfg->pdl != 0;
+    const long base = (long)cfg->batch * s->n_kv_heads * pl->head_chunks;
+    int dev = 0, sms = 1;
+    LKV__CUDA_CHECK(cudaGetDevice(&dev));
+    LKV__CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
+    /* Tensor-core kernel shape (kernels/dev/README.md round 7, H200): 8 warps per CTA at one
+     * CTA per SM when the (sequence, kv head chunk) pairs alone fill half the SMs or more
+     * (batch 16 and up with 8 kv heads: 2-3% faster than 4 warps at two CTAs per SM, and one
+     * CTA per pair at batch 16 needs no split), else 4 warps; the ring is 3 stages (a 6-stage
+     * ring at one CTA per SM lost at every batch, round 3), 2 for the batch-1 grids below.
+     * LKV_ATTN_DECODE_W=4|8 and LKV_ATTN_DECODE_NST=2|3 force them (benchmarks, the check). */
+    pl->warps = pl->mma ? (2 * base >= sms ? 8 : MMA_WARPS) : GEN_WARPS;
+    pl->nst = DEC_NST;
+    const int kw = env_knob("LKV_ATTN_DECODE_W"), kn = env_knob("LKV_ATTN_DECODE_NST");
+    if (pl->mma && (kw == 4 || kw == 8)) {
+        pl->warps = kw;
+    }
+    if (pl->mma && pl->warps == 4 && kn == 2) {
+        pl->nst = 2;
+    }
+    const int W = pl->warps;
+    pl->threads = W * 32;
     if (pl->mma) {
-        pl->smem = (size_t)(8 * d + 256 + 2 * W * 8 + W * d) * sizeof(float) +
-                   (size_t)W * pl->nst * 2 * 16 * d * 2;
+        pl->smem = mma_smem(d, W, pl->nst);
     } else {
         const int U = pl->G >= 8 ? dec_unroll<8>::U : dec_unroll<1>::U;
         pl->smem =
@@ -1272,16 +1341,13 @@ static int plan_fill(const lkv_decode_plan_cfg *cfg, lkv_decode_plan *pl)
     /* Split factor: the grid of (kv heads x chunks x sequences) CTAs, times splits, aims at one
      * full wave of resident CTAs (two waves were slower: more partials, a ragged second wave;
      * kernels/dev/README.md), with at least DEC_MIN_REFS references per warp per split. */
-    const long base = (long)cfg->batch * s->n_kv_heads * pl->head_chunks;
     const int max_refs = pl->max_refs;
     long splits;
     if (cfg->splits > 0) {
         const long cap1 = (max_refs + W - 1) / W; /* at most one reference per warp per split */
         splits = cfg->splits < cap1 ? cfg->splits : cap1;
     } else {
-        int dev = 0, sms = 1, per_sm = 1;
-        LKV__CUDA_CHECK(cudaGetDevice(&dev));
-        LKV__CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
+        int per_sm = 1;
         LKV__CUDA_CHECK(cudaFuncSetAttribute(
             pl->kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)pl->smem));
         LKV__CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, pl->kernel,
@@ -1308,6 +1374,18 @@ static int plan_fill(const lkv_decode_plan_cfg *cfg, lkv_decode_plan *pl)
     pl->n_splits = (max_refs + rps - 1) / rps;
     if (pl->n_splits < 1) {
         pl->n_splits = 1;
+    }
+    /* At most DEC_MIN_REFS steps per warp (batch 1 over 4k / 8k): a 2-stage ring, the same
+     * split (H200, round 7: 11.5 against 11.8 us per layer in the 32-layer graph at 4k, and
+     * half the rotation overhead; the first step lands sooner when each warp asks for one). */
+    if (pl->mma && W == 4 && pl->nst == 3 && kn != 3 && rps / W <= DEC_MIN_REFS && max_refs > rps) {
+        pl->nst = 2;
+        pl->smem = mma_smem(d, W, 2);
+        if (s->dtype == LKV_DTYPE_BF16) {
+            pick_kernel<__nv_bfloat16>(pl);
+        } else {
+            pick_kernel<__half>(pl);
+        }
     }
     /* The folded merge reuses the CTA's shared memory. */
     const size_t merge_smem =
@@ -1338,6 +1416,12 @@ static int plan_fill(const lkv_decode_plan_cfg *cfg, lkv_decode_plan *pl)
     p->n_splits = pl->n_splits;
     p->refs_per_split = pl->refs_per_split;
     p->pdl = pl->pdl;
+    /* Contiguous reference runs per warp for the 4-warp grids (decode_mma_kernel);
+     * LKV_ATTN_DECODE_CW=0|1 forces strided / contiguous (benchmarks, the check). */
+    {
+        const int cw = env_knob("LKV_ATTN_DECODE_CW");
+        p->contig = pl->mma && (cw == 1 || (cw != 0 && pl->warps == 4));
+    }
     p->scale_log2 = cfg->sm_scale * LKV__LOG2E;
     return 0;
 }

@@ -736,7 +736,9 @@ static void fill_params(prefill_params *p, const lkv_prefill_args *a)
     p->dtype = a->shape.dtype;
     /* wgmma kernel variants (test and benchmark knobs): LKV_ATTN_WG_BN=64|96|128 keys per tile
      * (128: head_dim 128 only, Q from shared memory), LKV_ATTN_WG_PP=0|1 ping-pong between its
-     * consumer warpgroups, LKV_ATTN_WG_QR=0|1 Q as a register operand (default 1). */
+     * consumer warpgroups, LKV_ATTN_WG_QR=0|1 Q as a register operand (default 1),
+     * LKV_ATTN_WG_PF=0|1 S a tile ahead (default 0), LKV_ATTN_WG_VB=0|1 one copy per cached
+     * block's V (default 1). */
     const char *e = getenv("LKV_ATTN_WG_BN");
     const int bn = e != NULL ? atoi(e) : 64;
     p->wg_bn = bn == 96 || (bn == 128 && p->d == 128) ? bn : 64;
@@ -744,8 +746,12 @@ static void fill_params(prefill_params *p, const lkv_prefill_args *a)
     p->wg_qr = e != NULL ? atoi(e) != 0 : 1;
     e = getenv("LKV_ATTN_WG_FOLD"); /* 1: fold the merge into the launch (measured slower) */
     p->wg_fold = e != NULL ? atoi(e) != 0 : 0;
-    e = getenv("LKV_ATTN_WG_NST"); /* 5: a deeper ring (head_dim 128, BN 64, Q in registers) */
+    e = getenv("LKV_ATTN_WG_NST"); /* 5: a deeper ring (BN 64, Q in registers) */
     p->wg_nst = e != NULL && atoi(e) == 5 ? 5 : 4;
+    e = getenv("LKV_ATTN_WG_PF"); /* 1: S issued a tile ahead (measured slower, round 8) */
+    p->wg_pf = e != NULL ? atoi(e) != 0 : 0;
+    e = getenv("LKV_ATTN_WG_VB"); /* 0: V copied per 64-column panel like K (round 4's) */
+    p->wg_vb = e != NULL ? atoi(e) != 0 : 1;
     e = getenv("LKV_ATTN_WG_PP");
     p->wg_pp = e != NULL ? atoi(e) != 0 : 0;
 }

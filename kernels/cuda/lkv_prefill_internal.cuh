@@ -36,6 +36,9 @@ struct prefill_params {
     int wg_nst;  /* wgmma kernel: shared-memory stages of the ring (4, or 5 at head_dim 128) */
     int wg_fold; /* wgmma kernel: 1 = merge split partials in the same launch */
     int wg_pp;   /* wgmma kernel: 1 = ping-pong between the consumer warpgroups */
+    int wg_pf;   /* wgmma kernel: 1 = S issued one tile ahead of the softmax (BN 64, no pp) */
+    int wg_vb;   /* wgmma kernel: 1 = a cached block's V in one tensor copy (the default where
+                    it applies: head_dim 128, BN 64, B 8/16/32/64) */
 };
 
 /* Query rows per CTA of the wgmma kernel (two consumer warpgroups of 64 rows), and its most

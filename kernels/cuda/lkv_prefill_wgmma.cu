@@ -9,11 +9,14 @@
  * BN keys (template: 64, the default, or 96; a run of up to BN / B references with the same
  * document start; then the new tokens in tiles of BN, causally only up to the CTA's last
  * token), writes each tile's key positions into the stage's metadata and issues the tensor
- * copies from its lanes in parallel (one box of B rows x 64 columns per block, per 64-column
- * panel, for K and for V; new tokens: one box of BN rows, from lane 0) into a ring of NST
+ * copies from its lanes in parallel (K: one box of B rows x 64 columns per block and 64-column
+ * panel; V: one box per block of all its panels (VB, the default at head_dim 128 with B 8, 16,
+ * 32 or 64), else as K; new tokens: one box of BN rows per panel, from lane 0) into a ring of NST
  * shared-memory stages (4; 3 at BN 96 and head_dim 128; 5 and 2 as variants), completing on the
  * stage's "full" mbarrier. Its other warps exit. setmaxnreg 56 / 224 (24 / 240 at BN 128):
- * ptxas reports the launch bound's 168 but allocates each side's code against its own count.
+ * ptxas reports the launch bound's 168 and uses each side's count for part of its allocation,
+ * but its wgmma pipeline must fit far fewer (round 8: two S accumulators, O and P in registers
+ * made it serialise every wgmma, C7512, at 224 or 240 alike; a 256-thread bound did not).
  * Warpgroups 1 and 2 are consumers, 64 query rows each (BM = 128 per CTA, GQA rows packed as in
  * the mma.sync kernel: row = token * group + head-in-group). Consumer pipeline, FlashAttention-3's
  * intra-warpgroup overlap: iteration j issues S(j) = Q K(j) (wgmma m64nBNk16, Q from registers:
@@ -29,18 +32,26 @@
  * fp32 partials; with p.counters set the last CTA of each (row tile, kv head) merges them
  * (merge_last), else the caller's merge kernel does.
  *
+ * PF (p.wg_pf, off: measured 3-21% slower, round 8): S issued one tile ahead of the softmax
+ * (two S accumulators, the loop body written twice), P through shared memory (pw; SS P V) to
+ * keep the wgmma pipeline in registers, Q from shared memory; the producer pads the tile count
+ * to an odd number with an empty tile so that the loop leaves from one place only.
+ *
  * Shared memory layouts: every tile is stored as 64-column panels of [rows][64] 16-bit
  * elements, 128 bytes a row, with the 128-byte swizzle (16-byte chunk c of row r at chunk
  * c ^ (r & 7)); panels start 1024-byte aligned. That is what TMA's SWIZZLE_128B writes and what
  * the wgmma descriptors below describe (K-major: stride between 8-row groups 1024 B; V as
- * MN-major: 1024 B between 8-key groups, BN x 128 B between 64-column panels). A block's rows
- * start at a multiple of 8 rows (B % 8 == 0), so every box lands on the swizzle's 1024-byte
+ * MN-major: 1024 B between 8-key groups, BN x 128 B between 64-column panels; a VB stage of
+ * cached blocks is [block][panel][B][64] instead: panels B x 128 B apart, see issue_pv). A block's
+ * rows start at a multiple of 8 rows (B % 8 == 0), so every box lands on the swizzle's 1024-byte
  * period.
  *
  * Tensor maps (encoded per launch on the host, passed as __grid_constant__ parameters): the
  * page arena as a 3D tensor [pages][rows of a page][head_dim] with the page stride as the
  * outer stride (row index within a page = ((layer * 2 + kv) * n_kv + kv_head) * B + token),
- * and k_new / v_new as [n_new][n_kv][head_dim] (rows past n_new are zero-filled by the copy).
+ * and k_new / v_new as [n_new][n_kv][head_dim] (rows past n_new are zero-filled by the copy);
+ * with VB also the arena as a 4D tensor [pages][panels][rows of a page][64] (panel stride 128
+ * bytes, inside a row), whose box of B rows x all panels lands as [panel][B][64].
  *
  * Lazy RoPE, exactly as the mma.sync kernel: when a tile's document start differs from the
  * last one, each consumer warpgroup re-reads its raw query rows (16-byte loads, L2-resident),
@@ -84,12 +95,13 @@ template <int BN> struct wg_meta {
     int colpos[BN]; /* key position, -1 = invalid slot */
 };
 
-template <int D, int BN, int NST> struct wg_smem {
+template <int D, int BN, int NST, bool PF> struct wg_smem {
     static constexpr int Q_BYTES = WG_BM * D * 2;
     static constexpr int KV_BYTES = BN * D * 2; /* one K or V stage */
     static constexpr int OFF_K = Q_BYTES;
     static constexpr int OFF_V = OFF_K + NST * KV_BYTES;
-    static constexpr int OFF_META = OFF_V + NST * KV_BYTES;
+    static constexpr int OFF_P = OFF_V + NST * KV_BYTES; /* PF: P of each consumer, 64 x 64 */
+    static constexpr int OFF_META = OFF_P + (PF ? 2 * 64 * 64 * 2 : 0);
     static constexpr int OFF_REFS = OFF_META + NST * (int)sizeof(wg_meta<BN>);
     static constexpr int OFF_FREQ = OFF_REFS + WG_REF_WIN * 8;
     static constexpr int OFF_BAR = OFF_FREQ + 2 * 128 * 4;
@@ -102,6 +114,15 @@ template <int D, int BN, int NST> struct wg_smem {
 template <int ROWS> static __device__ __forceinline__ int pswz(int row, int col)
 {
     return (col >> 6) * (ROWS * 64) + row * 64 + ((((col >> 3) & 7) ^ (row & 7)) << 3) + (col & 7);
+}
+
+/* Element offset of (row, col) in a V stage whose rows come in blocks of bt rows, each block
+ * [D / 64 panels][bt][64] (VB: one tensor copy per cached block; bt = BN is the plain layout). */
+template <int D> static __device__ __forceinline__ int vboff(int row, int col, int bt)
+{
+    const int bi = row / bt, rr = row - bi * bt;
+    return bi * bt * D + (col >> 6) * (bt * 64) + rr * 64 + ((((col >> 3) & 7) ^ (row & 7)) << 3) +
+           (col & 7);
 }
 
 /* ---------------------------------------------------------------- PTX: mbarrier, TMA, misc */
@@ -157,6 +178,14 @@ static __device__ __forceinline__ void tma_load_3d(uint32_t dst, const CUtensorM
     asm volatile("cp.async.bulk.tensor.3d.shared::cluster.global.mbarrier::complete_tx::bytes"
                  " [%0], [%1, {%2, %3, %4}], [%5];\n" ::"r"(dst),
                  "l"((uint64_t)map), "r"(c0), "r"(c1), "r"(c2), "r"(bar)
+                 : "memory");
+}
+static __device__ __forceinline__ void tma_load_4d(uint32_t dst, const CUtensorMap *map,
+                                                   uint32_t bar, int c0, int c1, int c2, int c3)
+{
+    asm volatile("cp.async.bulk.tensor.4d.shared::cluster.global.mbarrier::complete_tx::bytes"
+                 " [%0], [%1, {%2, %3, %4, %5}], [%6];\n" ::"r"(dst),
+                 "l"((uint64_t)map), "r"(c0), "r"(c1), "r"(c2), "r"(c3), "r"(bar)
                  : "memory");
 }
 static __device__ __forceinline__ void fence_proxy_async()
@@ -264,15 +293,16 @@ static __device__ __forceinline__ void merge_last(const prefill_params &p, int *
 
 /* ---------------------------------------------------------------- the kernel */
 
-template <typename T, int D, int BN, int NST, bool QR>
+template <typename T, int D, int BN, int NST, bool QR, bool PF>
 __global__ void __launch_bounds__(WG_THREADS, 1)
     prefill_wgmma_kernel(const prefill_params p, const lkv__dev_pe pe, const lkv__dev_slopes sl,
                          const __grid_constant__ CUtensorMap tm_arena,
                          const __grid_constant__ CUtensorMap tm_knew,
-                         const __grid_constant__ CUtensorMap tm_vnew)
+                         const __grid_constant__ CUtensorMap tm_vnew,
+                         const __grid_constant__ CUtensorMap tm_arena_v)
 {
 #if WG_ARCH_OK
-    using L = wg_smem<D, BN, NST>;
+    using L = wg_smem<D, BN, NST, PF>;
     static_assert(2 * NST * L::KV_BYTES >= WG_BM * LKV__WG_MAX_SPLITS * 4, "merge weights");
     extern __shared__ __align__(1024) unsigned char smem_dyn[];
     unsigned char *sm =
@@ -333,7 +363,7 @@ __global__ void __launch_bounds__(WG_THREADS, 1)
             rbuf[i] = p.refs[r_lo + i];
         }
         __syncwarp();
-        int r = r_lo, j0 = 0;
+        int r = r_lo, j0 = 0, last_start = 0;
         for (int it = 0;; it++) {
             int kind = -1, start = 0, nb = 0, full = 0, zero = 0;
             if (r < r_hi) {
@@ -362,7 +392,15 @@ __global__ void __launch_bounds__(WG_THREADS, 1)
                 kind = 1;
                 start = p.new_start;
                 full = j0 + BN <= p.n_new && j0 + BN - 1 <= row0 / g && !alibi;
+            } else if (PF && it > 0 && (it & 1) == 0) {
+                /* PF consumers take an odd number of tiles (their loop leaves only from its
+                 * second half): one empty tile, every slot invalid, its V rows zeroed by the
+                 * consumers, no copies; the last start, so no rotation. */
+                kind = 2;
+                start = last_start;
+                zero = 1;
             }
+            last_start = start;
             const int s = it % NST;
             mbar_wait(empty_bar(s), (uint32_t)(((it / NST) & 1) ^ 1));
             wg_meta<BN> *m = meta + s;
@@ -388,11 +426,14 @@ __global__ void __launch_bounds__(WG_THREADS, 1)
                 m->colpos[c] = cp;
             }
             __syncwarp();
-            if (kind < 0) {
+            if (kind < 0 || kind == 2) {
                 if (lane == 0) {
                     mbar_arrive(full_bar(s));
                 }
-                break;
+                if (kind < 0) {
+                    break;
+                }
+                continue;
             }
             const uint32_t kdst = lkv__smem_u32(ks) + (uint32_t)(s * L::KV_BYTES);
             const uint32_t vdst = lkv__smem_u32(vs) + (uint32_t)(s * L::KV_BYTES);
@@ -405,12 +446,30 @@ __global__ void __launch_bounds__(WG_THREADS, 1)
                     mbar_expect_tx(full_bar(s), (uint32_t)(nb * B * D * 2 * 2));
                 }
                 __syncwarp();
-                for (int l = lane; l < nb * NP * 2; l += 32) {
-                    const int bi = l / (2 * NP), pn = (l >> 1) % NP, isv = l & 1;
-                    const int page = (int)lkv_ref_page(rbuf[r + bi - w0]);
-                    const uint32_t off = (uint32_t)((pn * BN + bi * B) * 128);
-                    tma_load_3d((isv ? vdst : kdst) + off, &tm_arena, full_bar(s), pn * 64,
-                                isv ? row_v : row_k, page);
+                if (p.wg_vb) {
+                    /* VB: K as above (the S product needs every 8-key group 1024 bytes on), V
+                     * one copy per block into [block][panel][B][64] (tm_arena_v: rows inside
+                     * the panels), as the P V descriptors of such a tile expect. */
+                    for (int l = lane; l < nb * (NP + 1); l += 32) {
+                        const int bi = l < nb * NP ? l / NP : l - nb * NP;
+                        const int page = (int)lkv_ref_page(rbuf[r + bi - w0]);
+                        if (l < nb * NP) {
+                            const int pn = l % NP;
+                            tma_load_3d(kdst + (uint32_t)((pn * BN + bi * B) * 128), &tm_arena,
+                                        full_bar(s), pn * 64, row_k, page);
+                        } else {
+                            tma_load_4d(vdst + (uint32_t)(bi * B * D * 2), &tm_arena_v, full_bar(s),
+                                        0, row_v, 0, page);
+                        }
+                    }
+                } else {
+                    for (int l = lane; l < nb * NP * 2; l += 32) {
+                        const int bi = l / (2 * NP), pn = (l >> 1) % NP, isv = l & 1;
+                        const int page = (int)lkv_ref_page(rbuf[r + bi - w0]);
+                        const uint32_t off = (uint32_t)((pn * BN + bi * B) * 128);
+                        tma_load_3d((isv ? vdst : kdst) + off, &tm_arena, full_bar(s), pn * 64,
+                                    isv ? row_v : row_k, page);
+                    }
                 }
             } else if (lane == 0) {
                 mbar_expect_tx(full_bar(s), (uint32_t)(BN * D * 2 * 2));
@@ -435,11 +494,12 @@ __global__ void __launch_bounds__(WG_THREADS, 1)
         } else {
             asm volatile("setmaxnreg.inc.sync.aligned.u32 " WG_REG_CONSUMER_S ";\n");
         }
-        const int c = wg - 1;            /* consumer index 0 / 1 */
-        const int ct = tid - 128 * wg;   /* thread within the warpgroup */
-        const int cw = ct >> 5;          /* warp within the warpgroup */
-        const int wrow0 = row0 + c * 64; /* first row of this warpgroup */
-        T *qw = qs + c * 64 * D;         /* this warpgroup's Q tile: [D / 64][64][64] */
+        const int c = wg - 1;                       /* consumer index 0 / 1 */
+        const int ct = tid - 128 * wg;              /* thread within the warpgroup */
+        const int cw = ct >> 5;                     /* warp within the warpgroup */
+        const int wrow0 = row0 + c * 64;            /* first row of this warpgroup */
+        T *qw = qs + c * 64 * D;                    /* this warpgroup's Q tile: [D / 64][64][64] */
+        T *pw = (T *)(sm + L::OFF_P) + c * 64 * 64; /* PF: this warpgroup's P tile [64][64] */
         const uint32_t qw_addr = lkv__smem_u32(qw);
         const int bar_id = 1 + c;
 
@@ -522,6 +582,8 @@ __global__ void __launch_bounds__(WG_THREADS, 1)
             }
         };
 
+        /* Rows per V block in a stage of this tile kind (VB: cached tiles as B-row blocks). */
+        auto vbt = [&](int knd) { return p.wg_vb && knd == 0 ? p.B : BN; };
         float o[D / 2];
 #pragma unroll
         for (int i = 0; i < D / 2; i++) {
@@ -535,7 +597,7 @@ __global__ void __launch_bounds__(WG_THREADS, 1)
          * softmax of tile it while the tensor cores still work on P V, then waits for the second,
          * releases tile it - 1's stage and rescales O. */
         float sacc[BN / 2];
-        uint32_t pa[BN / 16][4];
+        uint32_t pa[PF ? 1 : BN / 16][4]; /* PF keeps P in shared memory (pw) instead */
         /* QR: this warp's 16 rows of the rotated Q as wgmma A fragments (the mma.sync A layout),
          * D / 16 k steps, loaded by ldmatrix after each rotation: S = Q K^T then reads only K
          * from shared memory (at BN 64 an SS product needs as many shared-memory cycles as
@@ -577,10 +639,11 @@ __global__ void __launch_bounds__(WG_THREADS, 1)
             }
             if (m->zero) {
                 /* Zero the V rows of invalid slots (16 bytes per thread per step). */
+                const int bt = vbt(kind);
                 for (int idx = ct; idx < BN * (D / 8); idx += 128) {
                     const int row = idx / (D / 8), ch = idx % (D / 8);
                     if (m->colpos[row] < 0) {
-                        *(uint4 *)(vt + pswz<BN>(row, ch * 8)) = make_uint4(0u, 0u, 0u, 0u);
+                        *(uint4 *)(vt + vboff<D>(row, ch * 8, bt)) = make_uint4(0u, 0u, 0u, 0u);
                     }
                 }
                 sync = true;
@@ -608,7 +671,7 @@ __global__ void __launch_bounds__(WG_THREADS, 1)
         /* S = Q K^T of the tile in stage st: 64 x BN per warpgroup, D / 16 steps of k16;
          * descriptors built once, a k step adds its byte offset / 16 to the start-address
          * field (no carry: shared addresses stay below 2^18). */
-        auto issue_s = [&](int st) {
+        auto issue_s = [&](int st, float(&sc)[BN / 2]) {
             const uint64_t da0 = wg_desc(qw_addr, 16, 1024);
             const uint64_t db0 = wg_desc(lkv__smem_u32(ks + st * (BN * D)), 16, 1024);
 #pragma unroll
@@ -616,49 +679,75 @@ __global__ void __launch_bounds__(WG_THREADS, 1)
                 const uint32_t pn = (uint32_t)(kk >> 2), kb = (uint32_t)((kk & 3) * 32);
                 const uint64_t db = db0 + ((pn * (BN * 128) + kb) >> 4);
                 if constexpr (QR) {
-                    lkv__wgmma_rs<T, BN>::run(sacc, qf[kk], db, kk > 0 ? 1 : 0);
+                    lkv__wgmma_rs<T, BN>::run(sc, qf[kk], db, kk > 0 ? 1 : 0);
                 } else {
                     const uint64_t da = da0 + ((pn * (64 * 128) + kb) >> 4);
-                    lkv__wgmma_ss<T, BN>::run(sacc, da, db, kk > 0 ? 1 : 0);
+                    lkv__wgmma_ss<T, BN>::run(sc, da, db, kk > 0 ? 1 : 0);
                 }
             }
             lkv__wgmma_commit();
         };
         /* O += P V of the tile in stage st, P in the A register layout (pa). */
         auto issue_pv = [&](int st) {
-            const uint64_t dv0 = wg_desc(lkv__smem_u32(vs + st * (BN * D)), BN * 128, 1024);
+            /* V in blocks of bt rows ([block][panel][bt][64]; bt = BN: one block): a k16 step
+             * starts at its first key's row; 8-key groups 1024 bytes apart (bt >= 16, a
+             * multiple of 16) or one block apart (bt = 8); panels bt x 128 bytes apart. */
+            const int bt = vbt(meta[st].kind);
+            const uint32_t blk = (uint32_t)(bt * D * 2);
+            uint32_t voff[BN / 16];
+            {
+                uint32_t off = 0;
+                int rr = 0;
+#pragma unroll
+                for (int kc = 0; kc < BN / 16; kc++) {
+                    voff[kc] = off;
+                    rr += 16;
+                    const bool wrap = rr >= bt;
+                    off = bt == 8 ? off + 2 * blk
+                                  : (wrap ? off + 2048 + blk - (uint32_t)bt * 128 : off + 2048);
+                    rr = wrap ? 0 : rr;
+                }
+            }
+            const uint64_t dv0 = wg_desc(lkv__smem_u32(vs + st * (BN * D)), (uint32_t)bt * 128,
+                                         bt == 8 ? blk : 1024u);
 #pragma unroll
             for (int kc = 0; kc < BN / 16; kc++) {
-                const uint64_t db = dv0 + (uint64_t)((kc * 16 * 128) >> 4);
-                lkv__wgmma_rs_t<T, D>::run(o, pa[kc], db);
+                const uint64_t db = dv0 + (uint64_t)(voff[kc] >> 4);
+                if constexpr (PF) {
+                    /* P K-major in pw (128-byte swizzle, as Q): a k16 step is 32 bytes. */
+                    const uint64_t da = wg_desc(lkv__smem_u32(pw), 16, 1024) + (uint64_t)(kc * 2);
+                    lkv__wgmma_ss_t<T, D>::run(o, da, db);
+                } else {
+                    lkv__wgmma_rs_t<T, D>::run(o, pa[kc], db);
+                }
             }
             lkv__wgmma_commit();
         };
-        auto fence_s = [&]() {
+        auto fence_s = [&](float(&sc)[BN / 2]) {
 #pragma unroll
             for (int i = 0; i < BN / 2; i++) {
-                lkv__reg_fence(sacc[i]);
+                lkv__reg_fence(sc[i]);
             }
         };
         /* Mask, bias and online softmax of sacc (scaled, log2 domain); sets alpha. sacc[4 n +
          * e]: n8 block n, e = 0,1 row lane/4 (cols 8n + 2 (lane % 4) + e), e = 2,3 row + 8. */
         float alpha[2];
-        auto softmax = [&]() {
-            if (!tfull) {
+        auto softmax = [&](float(&sc)[BN / 2], const wg_meta<BN> *mm, bool ff) {
+            if (!ff) {
 #pragma unroll
                 for (int n = 0; n < BN / 8; n++) {
-                    const int2 kp2 = *(const int2 *)(m->colpos + n * 8 + (lane & 3) * 2);
+                    const int2 kp2 = *(const int2 *)(mm->colpos + n * 8 + (lane & 3) * 2);
 #pragma unroll
                     for (int e = 0; e < 4; e++) {
                         const int kp = (e & 1) ? kp2.y : kp2.x;
                         const int hf = e >> 1;
-                        float sv = sacc[4 * n + e];
+                        float sv = sc[4 * n + e];
                         if (kp < 0 || kp > rowpos[hf]) {
                             sv = -INFINITY;
                         } else if (alibi) {
                             sv = fmaf(slope[hf], (float)(kp - rowpos[hf]), sv);
                         }
-                        sacc[4 * n + e] = sv;
+                        sc[4 * n + e] = sv;
                     }
                 }
             }
@@ -667,7 +756,7 @@ __global__ void __launch_bounds__(WG_THREADS, 1)
                 float red[BN / 8];
 #pragma unroll
                 for (int n = 0; n < BN / 8; n++) {
-                    red[n] = fmaxf(sacc[4 * n + 2 * hf], sacc[4 * n + 2 * hf + 1]);
+                    red[n] = fmaxf(sc[4 * n + 2 * hf], sc[4 * n + 2 * hf + 1]);
                 }
 #pragma unroll
                 for (int w = 1; w < BN / 8; w *= 2) {
@@ -685,9 +774,9 @@ __global__ void __launch_bounds__(WG_THREADS, 1)
                 mrow[hf] = mnew;
 #pragma unroll
                 for (int n = 0; n < BN / 8; n++) {
-                    sacc[4 * n + 2 * hf] = lkv__ex2(sacc[4 * n + 2 * hf] - muse);
-                    sacc[4 * n + 2 * hf + 1] = lkv__ex2(sacc[4 * n + 2 * hf + 1] - muse);
-                    red[n] = sacc[4 * n + 2 * hf] + sacc[4 * n + 2 * hf + 1];
+                    sc[4 * n + 2 * hf] = lkv__ex2(sc[4 * n + 2 * hf] - muse);
+                    sc[4 * n + 2 * hf + 1] = lkv__ex2(sc[4 * n + 2 * hf + 1] - muse);
+                    red[n] = sc[4 * n + 2 * hf] + sc[4 * n + 2 * hf + 1];
                 }
 #pragma unroll
                 for (int w = 1; w < BN / 8; w *= 2) {
@@ -707,7 +796,7 @@ __global__ void __launch_bounds__(WG_THREADS, 1)
             }
         };
         /* Rescale O by alpha (exactly 1 when no row maximum moved: then skipped) and pack P. */
-        auto rescale_pack = [&]() {
+        auto rescale_pack = [&](float(&sc)[BN / 2]) {
             if (__any_sync(0xffffffffu, alpha[0] != 1.0f || alpha[1] != 1.0f)) {
 #pragma unroll
                 for (int n = 0; n < D / 8; n++) {
@@ -717,76 +806,198 @@ __global__ void __launch_bounds__(WG_THREADS, 1)
                     o[4 * n + 3] *= alpha[1];
                 }
             }
+            if constexpr (PF) {
+                /* P into pw (the pending P V of the last tile has completed), made visible
+                 * to the tensor cores; the warpgroup's barrier comes before the next P V. */
 #pragma unroll
-            for (int kc = 0; kc < BN / 16; kc++) {
-                pa[kc][0] = lkv__elem<T>::pack2(sacc[8 * kc + 0], sacc[8 * kc + 1]);
-                pa[kc][1] = lkv__elem<T>::pack2(sacc[8 * kc + 2], sacc[8 * kc + 3]);
-                pa[kc][2] = lkv__elem<T>::pack2(sacc[8 * kc + 4], sacc[8 * kc + 5]);
-                pa[kc][3] = lkv__elem<T>::pack2(sacc[8 * kc + 6], sacc[8 * kc + 7]);
+                for (int n = 0; n < BN / 8; n++) {
+#pragma unroll
+                    for (int hf = 0; hf < 2; hf++) {
+                        const int row = cw * 16 + (lane >> 2) + hf * 8;
+                        *(uint32_t *)(pw + pswz<64>(row, n * 8 + (lane & 3) * 2)) =
+                            lkv__elem<T>::pack2(sc[4 * n + 2 * hf], sc[4 * n + 2 * hf + 1]);
+                    }
+                }
+                fence_proxy_async();
+            } else {
+#pragma unroll
+                for (int kc = 0; kc < BN / 16; kc++) {
+                    pa[kc][0] = lkv__elem<T>::pack2(sc[8 * kc + 0], sc[8 * kc + 1]);
+                    pa[kc][1] = lkv__elem<T>::pack2(sc[8 * kc + 2], sc[8 * kc + 3]);
+                    pa[kc][2] = lkv__elem<T>::pack2(sc[8 * kc + 4], sc[8 * kc + 5]);
+                    pa[kc][3] = lkv__elem<T>::pack2(sc[8 * kc + 6], sc[8 * kc + 7]);
+                }
             }
         };
 
-        for (int once = 0; once < 1; once++) {
-            prep(0);
-            if (kind < 0) {
-                if (pp && c == 0) {
-                    named_bar(5, 256); /* consume consumer 1's free turn */
-                }
-                break;
-            }
-            /* Tile 0: S only. */
-            fence_o();
-            if (pp) {
-                named_bar(5 + c, 256);
-            }
-            lkv__wgmma_fence();
-            issue_s(s);
-            if (pp) {
-                named_arrive(6 - c, 256);
-            }
-            lkv__wgmma_wait<0>();
-            fence_s();
-            softmax();
-            rescale_pack();
-            int prev_s = s;
-            for (int it = 1;; it++) {
-                prep(it);
+        if constexpr (!PF) {
+            for (int once = 0; once < 1; once++) {
+                prep(0);
                 if (kind < 0) {
+                    if (pp && c == 0) {
+                        named_bar(5, 256); /* consume consumer 1's free turn */
+                    }
                     break;
                 }
-                /* S(it) and P V(it - 1) in flight together; softmax(it) under P V. */
+                /* Tile 0: S only. */
                 fence_o();
                 if (pp) {
                     named_bar(5 + c, 256);
                 }
                 lkv__wgmma_fence();
-                issue_s(s);
-                issue_pv(prev_s);
+                issue_s(s, sacc);
                 if (pp) {
                     named_arrive(6 - c, 256);
                 }
-                lkv__wgmma_wait<1>();
-                fence_s();
-                softmax();
+                lkv__wgmma_wait<0>();
+                fence_s(sacc);
+                softmax(sacc, m, tfull);
+                rescale_pack(sacc);
+                int prev_s = s;
+                for (int it = 1;; it++) {
+                    prep(it);
+                    if (kind < 0) {
+                        break;
+                    }
+                    /* S(it) and P V(it - 1) in flight together; softmax(it) under P V. */
+                    fence_o();
+                    if (pp) {
+                        named_bar(5 + c, 256);
+                    }
+                    lkv__wgmma_fence();
+                    issue_s(s, sacc);
+                    issue_pv(prev_s);
+                    if (pp) {
+                        named_arrive(6 - c, 256);
+                    }
+                    lkv__wgmma_wait<1>();
+                    fence_s(sacc);
+                    softmax(sacc, m, tfull);
+                    lkv__wgmma_wait<0>();
+                    fence_o();
+                    release(prev_s);
+                    rescale_pack(sacc);
+                    prev_s = s;
+                }
+                /* The last tile's P V. */
+                fence_o();
+                if (pp) {
+                    named_bar(5 + c, 256);
+                }
+                lkv__wgmma_fence();
+                issue_pv(prev_s);
+                if (pp && c == 0) {
+                    named_arrive(6, 256);
+                }
                 lkv__wgmma_wait<0>();
                 fence_o();
                 release(prev_s);
-                rescale_pack();
-                prev_s = s;
             }
-            /* The last tile's P V. */
-            fence_o();
-            if (pp) {
-                named_bar(5 + c, 256);
+
+        } else {
+            /* S one tile ahead (PF): S(it + 1) is issued before the softmax of tile it, so
+             * the softmax never waits for its own product, and P V(it - 1) with S(it + 1) keep
+             * the tensor cores busy under it. Two S accumulators (sacc, sb), alternating: the
+             * loop body is written twice with the roles swapped (registers need constant
+             * indices). Per half (X = the accumulator of tile it, Y = the other):
+             *   issue P V(it - 1); wait S(it) (issued one half earlier); prep(it + 1) (waits for
+             *   its stage; a rotation is safe: no product that reads Q is pending); issue
+             *   S(it + 1) into Y; softmax(it) on X; wait P V(it - 1); release its stage;
+             *   rescale O, pack P(it).
+             * A stage is held from S(it) to P V(it) (three halves), so the producer runs
+             * NST - 3 tiles ahead. The exits leave the last tile's S complete in sacc (the odd
+             * half copies it over) and its predecessor's P V pending; no wgmma sits under a
+             * branch. Ping-pong (pp) is not combined with PF (the host never asks for both). */
+            float sb[BN / 2];
+            for (int once = 0; once < 1; once++) {
+                prep(0);
+                if (kind < 0) {
+                    break;
+                }
+                int s_c = s, s_p = s;
+                const wg_meta<BN> *m_c = m;
+                bool f_c = tfull, have_prev = false;
+                lkv__wgmma_fence();
+                issue_s(s_c, sacc);
+                lkv__wgmma_wait<0>();
+                fence_s(sacc);
+                for (int once2 = 0; once2 < 1; once2++) {
+                    prep(1);
+                    if (kind < 0) {
+                        break;
+                    }
+                    lkv__wgmma_fence();
+                    issue_s(s, sb);
+                    softmax(sacc, m_c, f_c);
+                    rescale_pack(sacc);
+                    s_p = s_c;
+                    s_c = s;
+                    m_c = m;
+                    f_c = tfull;
+                    have_prev = true;
+                    for (int it = 2;; it += 2) {
+                        /* X = sb (tile it - 1), Y = sacc. */
+                        fence_o();
+                        named_bar(bar_id, 128); /* every warp's part of P is in pw */
+                        lkv__wgmma_fence();
+                        issue_pv(s_p);
+                        lkv__wgmma_wait<1>();
+                        fence_s(sb);
+                        prep(it);
+                        if (kind < 0) {
+                            __trap(); /* the producer pads to an odd count */
+                        }
+                        lkv__wgmma_fence();
+                        issue_s(s, sacc);
+                        softmax(sb, m_c, f_c);
+                        lkv__wgmma_wait<1>();
+                        fence_o();
+                        release(s_p);
+                        rescale_pack(sb);
+                        s_p = s_c;
+                        s_c = s;
+                        m_c = m;
+                        f_c = tfull;
+                        /* X = sacc (tile it), Y = sb. */
+                        fence_o();
+                        named_bar(bar_id, 128); /* every warp's part of P is in pw */
+                        lkv__wgmma_fence();
+                        issue_pv(s_p);
+                        lkv__wgmma_wait<1>();
+                        fence_s(sacc);
+                        prep(it + 1);
+                        if (kind < 0) {
+                            break;
+                        }
+                        lkv__wgmma_fence();
+                        issue_s(s, sb);
+                        softmax(sacc, m_c, f_c);
+                        lkv__wgmma_wait<1>();
+                        fence_o();
+                        release(s_p);
+                        rescale_pack(sacc);
+                        s_p = s_c;
+                        s_c = s;
+                        m_c = m;
+                        f_c = tfull;
+                    }
+                }
+                /* The last tile (S complete in sacc; its predecessor's P V pending when
+                 * have_prev), then its P V. */
+                softmax(sacc, m_c, f_c);
+                lkv__wgmma_wait<0>();
+                fence_o();
+                if (have_prev) {
+                    release(s_p);
+                }
+                rescale_pack(sacc);
+                named_bar(bar_id, 128);
+                lkv__wgmma_fence();
+                issue_pv(s_c);
+                lkv__wgmma_wait<0>();
+                fence_o();
+                release(s_c);
             }
-            lkv__wgmma_fence();
-            issue_pv(prev_s);
-            if (pp && c == 0) {
-                named_arrive(6, 256);
-            }
-            lkv__wgmma_wait<0>();
-            fence_o();
-            release(prev_s);
         }
 
         /* Epilogue. */
@@ -874,8 +1085,8 @@ static int device_ok(void)
             cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) == cudaSuccess &&
             cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev) == cudaSuccess &&
             major == 9 && minor == 0 &&
-            cudaFuncGetAttributes(&fa, prefill_wgmma_kernel<__nv_bfloat16, 128, 64, 4, true>) ==
-                cudaSuccess &&
+            cudaFuncGetAttributes(
+                &fa, prefill_wgmma_kernel<__nv_bfloat16, 128, 64, 4, false, true>) == cudaSuccess &&
             fa.binaryVersion == 90 && get_encode() != NULL;
         cudaGetLastError();
         cached[dev] = ok ? 1 : 2;
@@ -912,18 +1123,47 @@ static int encode(CUtensorMap *m, int dtype, const void *base, cuuint64_t d1, cu
     return 0;
 }
 
-template <typename T, int D, int BN, int NST, bool QR>
+/* VB's map of the arena's V rows: [pages][panels of 64 columns][rows of a page][64] (the panel
+ * stride 128 bytes, inside a row), so one box of 64 x B x D / 64 lands as [panel][B][64]. */
+static int encode_vb(CUtensorMap *m, int dtype, const void *base, cuuint64_t rows_pp,
+                     cuuint64_t pages, cuuint64_t page_bytes, cuuint32_t B, int D)
+{
+    const cuuint64_t dims[4] = {64, rows_pp, (cuuint64_t)D / 64, pages};
+    const cuuint64_t strides[3] = {(cuuint64_t)D * 2, 128, page_bytes};
+    const cuuint32_t box[4] = {64, B, (cuuint32_t)D / 64, 1};
+    const cuuint32_t es[4] = {1, 1, 1, 1};
+    const CUresult r =
+        get_encode()(m,
+                     dtype == LKV_DTYPE_BF16 ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16
+                                             : CU_TENSOR_MAP_DATA_TYPE_FLOAT16,
+                     4, (void *)base, dims, strides, box, es, CU_TENSOR_MAP_INTERLEAVE_NONE,
+                     CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+                     CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+    if (r != CUDA_SUCCESS) {
+        fprintf(stderr, "lkv_prefill_wgmma: cuTensorMapEncodeTiled (VB) failed (%d)\n", (int)r);
+        return LKV_ECUDA;
+    }
+    return 0;
+}
+
+template <typename T, int D, int BN, int NST, bool QR, bool PF = false>
 static int launch(const prefill_params &p, const lkv__dev_pe &pe, const lkv__dev_slopes &sl,
                   cudaStream_t st)
 {
-    CUtensorMap ta, tk, tv;
+    CUtensorMap ta, tk, tv, tav;
     memset(&ta, 0, sizeof ta);
+    memset(&tav, 0, sizeof tav);
     const uint64_t row = (uint64_t)D * 2;
     /* Arena: [pages][rows of a page][D]; the page count is the reference format's limit (the
      * copies only touch pages that references name). */
     const uint64_t rows_pp = (uint64_t)p.n_layers * 2u * (uint64_t)p.n_kv * (uint64_t)p.B;
     if (p.n_refs > 0 && encode(&ta, p.dtype, p.arena, rows_pp, (uint64_t)LKV_REF_MAX_PAGE + 1u, row,
                                p.page_bytes, (cuuint32_t)p.B, 1, D) != 0) {
+        return LKV_ECUDA;
+    }
+    if (p.n_refs > 0 && p.wg_vb &&
+        encode_vb(&tav, p.dtype, p.arena, rows_pp, (uint64_t)LKV_REF_MAX_PAGE + 1u, p.page_bytes,
+                  (cuuint32_t)p.B, D) != 0) {
         return LKV_ECUDA;
     }
     /* New tokens: [n_new][n_kv][D]. */
@@ -933,16 +1173,17 @@ static int launch(const prefill_params &p, const lkv__dev_pe &pe, const lkv__dev
                row * (uint64_t)p.n_kv, 1, BN, D) != 0) {
         return LKV_ECUDA;
     }
-    const int smem = wg_smem<D, BN, NST>::ALLOC;
+    const int smem = wg_smem<D, BN, NST, PF>::ALLOC;
     static bool attr_set;
     if (!attr_set) {
-        LKV__CUDA_CHECK(cudaFuncSetAttribute(prefill_wgmma_kernel<T, D, BN, NST, QR>,
+        LKV__CUDA_CHECK(cudaFuncSetAttribute(prefill_wgmma_kernel<T, D, BN, NST, QR, PF>,
                                              cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
         attr_set = true;
     }
     const long rows = (long)p.n_new * p.group;
     dim3 grid((unsigned)((rows + WG_BM - 1) / WG_BM), (unsigned)p.n_kv, (unsigned)p.n_splits);
-    prefill_wgmma_kernel<T, D, BN, NST, QR><<<grid, WG_THREADS, smem, st>>>(p, pe, sl, ta, tk, tv);
+    prefill_wgmma_kernel<T, D, BN, NST, QR, PF>
+        <<<grid, WG_THREADS, smem, st>>>(p, pe, sl, ta, tk, tv, tav);
     LKV__CUDA_CHECK_LAUNCH();
     return 0;
 }
@@ -952,6 +1193,16 @@ static int launch_t(const prefill_params *p, const lkv__dev_pe *pe, const lkv__d
                     cudaStream_t st)
 {
     const bool qr = p->wg_qr != 0;
+    /* S one tile ahead (PF, the default): BN 64, Q from shared memory (two S accumulators
+     * and Q's fragments do not fit the consumers' registers), no ping-pong. */
+    if (p->wg_pf && p->wg_bn == 64 && !p->wg_pp) {
+        if (p->d == 128) {
+            return p->wg_nst == 5 ? launch<T, 128, 64, 5, false, true>(*p, *pe, *sl, st)
+                                  : launch<T, 128, 64, 4, false, true>(*p, *pe, *sl, st);
+        }
+        return p->wg_nst == 5 ? launch<T, 64, 64, 5, false, true>(*p, *pe, *sl, st)
+                              : launch<T, 64, 64, 4, false, true>(*p, *pe, *sl, st);
+    }
     if (p->d == 128) {
         if (p->wg_bn == 128) {
             return launch<T, 128, 128, 2, false>(*p, *pe, *sl, st);
@@ -977,6 +1228,14 @@ static int launch_t(const prefill_params *p, const lkv__dev_pe *pe, const lkv__d
 int lkv__prefill_wgmma_launch(const prefill_params *p, const lkv__dev_pe *pe,
                               const lkv__dev_slopes *sl, cudaStream_t st)
 {
+    /* VB only where a 16-key step of P V never straddles two blocks unevenly and the blocks
+     * tile the stage: head_dim 128 (at 64 the layouts are the same), BN 64, B 8, 16, 32, 64. */
+    if (p->wg_vb && !(p->d == 128 && (p->wg_bn == 64 || p->wg_bn == 0) &&
+                      (p->B == 8 || p->B == 16 || p->B == 32 || p->B == 64))) {
+        prefill_params q = *p;
+        q.wg_vb = 0;
+        return lkv__prefill_wgmma_launch(&q, pe, sl, st);
+    }
     return p->dtype == LKV_DTYPE_BF16 ? launch_t<__nv_bfloat16>(p, pe, sl, st)
                                       : launch_t<__half>(p, pe, sl, st);
 }

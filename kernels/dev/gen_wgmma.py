@@ -15,6 +15,21 @@ def ss(n, ty, tn):
     }}
 }};
 '''
+def ss_t(n, ty, tn):
+    nacc = n // 2
+    regs = ", ".join("%%%d" % i for i in range(nacc))
+    outs = ", ".join('"+f"(d[%d])' % i for i in range(nacc))
+    return f'''template <> struct lkv__wgmma_ss_t<{ty}, {n}> {{
+    static __device__ __forceinline__ void run(float *d, uint64_t da, uint64_t db)
+    {{
+        asm volatile("{{\\n.reg .pred p;\\nsetp.ne.b32 p, %{nacc+2}, 0;\\n"
+                     "wgmma.mma_async.sync.aligned.m64n{n}k16.f32.{tn}.{tn} "
+                     "{{{regs}}}, %{nacc}, %{nacc+1}, p, 1, 1, 0, 1;\\n}}\\n"
+                     : {outs}
+                     : "l"(da), "l"(db), "r"(1));
+    }}
+}};
+'''
 def rs(n, ty, tn):
     nacc = n // 2
     regs = ", ".join("%%%d" % i for i in range(nacc))
@@ -51,6 +66,8 @@ out = ['''/*
  * thread, the mma.sync C layout per warp repeated over N / 8), bf16 or fp16 operands.
  *   lkv__wgmma_ss<T, N>::run(d, desc_a, desc_b, scale_d): A and B from shared memory, both
  *     K-major (no transpose); scale_d 0 overwrites d, 1 accumulates.
+ *   lkv__wgmma_ss_t<T, N>::run(d, desc_a, desc_b): A from shared memory K-major, B from shared
+ *     memory MN-major (transposed); accumulates.
  *   lkv__wgmma_rs_t<T, N>::run(d, a, desc_b): A from registers (4 x 32 bits, the mma.sync
  *     m16n8k16 A layout per warp), B from shared memory MN-major (transposed); accumulates.
  *   lkv__wgmma_rs<T, N>::run(d, a, desc_b, scale_d): A from registers as above, B from shared
@@ -65,6 +82,7 @@ out = ['''/*
 #include <stdint.h>
 
 template <typename T, int N> struct lkv__wgmma_ss;
+template <typename T, int N> struct lkv__wgmma_ss_t;
 template <typename T, int N> struct lkv__wgmma_rs_t;
 template <typename T, int N> struct lkv__wgmma_rs;
 
@@ -73,6 +91,8 @@ for ty, tn in (("__nv_bfloat16", "bf16"), ("__half", "f16")):
     out.append(ss(128, ty, tn))
     out.append(ss(64, ty, tn))
     out.append(ss(96, ty, tn))
+    out.append(ss_t(128, ty, tn))
+    out.append(ss_t(64, ty, tn))
     out.append(rs(128, ty, tn))
     out.append(rs(64, ty, tn))
     out.append(rs_k(128, ty, tn))

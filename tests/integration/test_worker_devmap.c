@@ -10,7 +10,8 @@
  *   - a warm request reads the same documents in place, from the SAME region pages (page list
  *     hash) holding the SAME bytes (hash of the KV read back through the mapping, and the bytes
  *     the daemon returns for a Get), again with the local answer's tokens;
- *   - the arena is opened once, and the placement is the one forced.
+ *   - the arena is opened once, and the placement is the one forced;
+ * and lkv_worker_unmap closes the arena and frees the worker pages, the next request remapping.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -165,12 +166,62 @@ static void test_placements(void)
     check_placement("plain, below", LKV_PS_DEV_OFFSET, 1, 0, -(int64_t)(48u << 20) - 4096, D);
 }
 
+/* lkv_worker_unmap closes the imported arena and frees the worker pages (as the benchmark does
+ * before replacing a daemon whose HBM the next one needs); the next request maps again and reads
+ * the same documents in place with the same tokens; with a prefix pool set up it is refused. */
+static void test_unmap(void)
+{
+    static const char *E[] = {"Max built a tower of blocks. It fell down with a loud crash.",
+                              "The moon was round and bright over the quiet little town."};
+    tdm t;
+    tdm_init(&t, 0);
+    t.profile = "stories260k";
+    lkv_backend be = *lkv_backend_cpu();
+    be.devmap = &t.ops;
+    lkv_worker *local = make_worker(NULL, NULL);
+    lkv_worker *w = make_worker(dm.addr, &be);
+    lkv_rag_result ref, cold, warm;
+    run_docs(local, E, 2, &ref);
+    run_docs(w, E, 2, &cold);
+    ASSERT_EQ(t.n_open, 1);
+    ASSERT_EQ(t.n_close, 0);
+    ASSERT_TRUE(t.n_alloc >= 1 && t.n_free == 0);
+    ASSERT_OK(lkv_worker_unmap(w));
+    ASSERT_EQ(t.n_close, 1);
+    ASSERT_EQ(t.n_free, t.n_alloc);
+    ASSERT_OK(lkv_worker_unmap(w)); /* Nothing mapped: nothing more to close. */
+    ASSERT_EQ(t.n_close, 1);
+    run_docs(w, E, 2, &warm);
+    ASSERT_EQ(t.n_open, 2);
+    ASSERT_EQ(warm.hit_docs, 2);
+    same_tokens(&cold, &ref);
+    same_tokens(&warm, &ref);
+    for (int i = 0; i < 2; i++) {
+        ASSERT_TRUE(warm.docs[i].kv_hash == cold.docs[i].kv_hash);
+    }
+    lkv_worker_stats st;
+    lkv_worker_stats_get(w, &st);
+    ASSERT_EQ(st.arena_maps, 2);
+    ASSERT_OK(lkv_worker_prefix_setup(w, 8, 0));
+    ASSERT_ERR(lkv_worker_unmap(w), LKV_EBUSY);
+    ASSERT_EQ(t.n_close, 1);
+    ASSERT_OK(lkv_worker_prefix_setup(w, 0, 0));
+    lkv_rag_result_free(&ref);
+    lkv_rag_result_free(&cold);
+    lkv_rag_result_free(&warm);
+    lkv_worker_destroy(w);
+    lkv_worker_destroy(local);
+    ASSERT_EQ(t.n_close, 2);
+    ASSERT_EQ(t.n_free, t.n_alloc);
+}
+
 int main(void)
 {
     const char *args[] = {LKV_IT_PROFILE_ARGS, "--set", "hot_backend=host", NULL};
     lkv_daemon_init(&dm, args);
     lkv_it_start(&dm);
     LKV_RUN(test_placements);
+    LKV_RUN(test_unmap);
     lkv_daemon_cleanup(&dm);
     return 0;
 }

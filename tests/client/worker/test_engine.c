@@ -423,7 +423,10 @@ static void test_chunked_equals_solo(void)
         free(q);
         lkv_worker_destroy(w);
     }
-    for (int ci = 0; ci < 4; ci++) {
+    /* Each chunking twice: a decode pass of its own, then the decode rows riding along the
+     * step's prefill pass (fuse_decode): the same tokens and logits, bitwise, either way. */
+    for (int k = 0; k < 8; k++) {
+        const int ci = k % 4, fuse = k / 4;
         const int c = chunks[ci], budget = budgets[ci];
         lkv_worker *w = worker_chunk(512, c);
         lkv_rag_result solo[NREQ];
@@ -450,7 +453,7 @@ static void test_chunked_equals_solo(void)
             ASSERT_TRUE(num > 0 || c == 16 || c == 1); /* (Rounding may coincide.) */
         }
         gate_close();
-        lkv_engine_opts eo = {.max_batch = 4, .prefill_tokens = budget};
+        lkv_engine_opts eo = {.max_batch = 4, .prefill_tokens = budget, .fuse_decode = fuse};
         lkv_engine *e;
         ASSERT_OK(lkv_engine_create(w, &eo, &e));
         lkv_engine_req *h[NREQ];
@@ -485,6 +488,14 @@ static void test_chunked_equals_solo(void)
         ASSERT_TRUE(st.prefill_units >= want_units); /* Every chunk was a unit of its own. */
         ASSERT_TRUE(st.max_step_tokens <= (uint64_t)(budget > 4 ? budget : 4) + (uint64_t)c - 1);
         ASSERT_TRUE(st.max_batch_seen > 1);
+        if (fuse) {
+            /* Decode rows did ride along prefill passes (a decode pass of their own otherwise). */
+            ASSERT_TRUE(st.fused_steps > 0 && st.fused_steps <= st.decode_steps);
+        } else {
+            ASSERT_EQ(st.fused_steps, 0);
+        }
+        fprintf(stderr, "   chunk %d budget %d fuse %d: %llu decode steps, %llu fused\n", c, budget,
+                fuse, (unsigned long long)st.decode_steps, (unsigned long long)st.fused_steps);
         lkv_engine_destroy(e);
         lkv_worker_destroy(w);
     }

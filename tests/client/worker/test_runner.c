@@ -4,7 +4,8 @@
  * each call counted) gives bitwise the CPU backend's logits with exactly the expected calls per
  * layer, and no op is reached any other way. Also: scratch buffers reused across calls of
  * different sizes leak nothing (bitwise equal to fresh runners), stale bytes in reused pages
- * never leak (unused slots come out zero, results equal a clean arena's), and bad calls fail.
+ * never leak (unused slots come out zero, results equal a clean arena's), and bad calls fail;
+ * decode rows riding along a prefill pass (lkv_runner_ride) give what the two calls give.
  */
 #include "lkv_backend_cpu.h"
 #include "lkv_log.h"
@@ -208,12 +209,98 @@ static void test_errors(void)
     lkv_runner_free(&r);
 }
 
+/* Builds, in kv, a decode sequence a (one segment of 5 tokens) and b (a 6-token context
+ * segment at 0, a 3-token question after it), ready for a decode step; and returns them. */
+static void two_seqs(lkv_runner *r, lkv_model_kv *kv, lkv_model_seg sg[3], lkv_runner_seq q[2])
+{
+    static const int ta[5] = {1, 300, 301, 302, 303}, tc[6] = {1, 310, 311, 312, 313, 314},
+                     tq[3] = {320, 321, 322};
+    memset(sg, 0, 3 * sizeof(*sg));
+    sg[1].start = 0;
+    sg[2].start = 6;
+    ASSERT_OK(lkv_runner_forward(r, kv, NULL, 0, &sg[0], ta, 5, NULL, NULL));
+    ASSERT_OK(lkv_runner_forward(r, kv, NULL, 0, &sg[1], tc, 6, NULL, NULL));
+    ASSERT_OK(lkv_runner_forward(r, kv, &sg[1], 1, &sg[2], tq, 3, NULL, NULL));
+    q[0] = (lkv_runner_seq){.kv = kv, .ctx = NULL, .n_ctx = 0, .seg = &sg[0], .token = 404};
+    q[1] = (lkv_runner_seq){.kv = kv, .ctx = &sg[1], .n_ctx = 1, .seg = &sg[2], .token = 405};
+}
+
+/* A ride (decode rows in a prefill pass) gives bitwise what the prefill and then the decode step
+ * give (logits of both, the KV written, the pages taken), with the prefill's last row or every
+ * row of logits; it is not run (the sequences untouched) on the one-token decode path, with a
+ * trace, or over another arena. */
+static void test_ride(void)
+{
+    static const int tp[7] = {1, 330, 331, 332, 333, 334, 335};
+    const int V = model->cfg.vocab_size;
+    for (int last = 0; last < 2; last++) {
+        lkv_runner r1, r2;
+        ASSERT_OK(lkv_runner_init(&r1, model, lkv_backend_cpu()));
+        ASSERT_OK(lkv_runner_init(&r2, model, lkv_backend_cpu()));
+        r1.last_logits = r2.last_logits = last;
+        lkv_model_kv k1, k2;
+        ASSERT_OK(lkv_model_kv_init(&k1, model, 32, LKV_DTYPE_F32, 4));
+        ASSERT_OK(lkv_model_kv_init(&k2, model, 32, LKV_DTYPE_F32, 4));
+        lkv_model_seg s1[3], s2[3], p1 = {.start = 40}, p2 = {.start = 40};
+        lkv_runner_seq q1[2], q2[2];
+        two_seqs(&r1, &k1, s1, q1);
+        two_seqs(&r2, &k2, s2, q2);
+        const int np = last ? 1 : 7;
+        float *pl1 = lkv_xmalloc((size_t)np * V * 4), *pl2 = lkv_xmalloc((size_t)np * V * 4);
+        float *dl1 = lkv_xmalloc(2 * (size_t)V * 4), *dl2 = lkv_xmalloc(2 * (size_t)V * 4);
+        ASSERT_OK(lkv_runner_forward(&r1, &k1, NULL, 0, &p1, tp, 7, pl1, NULL));
+        ASSERT_OK(lkv_runner_decode_batch(&r1, q1, 2, dl1));
+        lkv_runner_ride ride = {.seqs = q2, .n = 2, .logits = dl2};
+        r2.ride = &ride;
+        ASSERT_OK(lkv_runner_forward(&r2, &k2, NULL, 0, &p2, tp, 7, pl2, NULL));
+        ASSERT_TRUE(ride.done == 1 && r2.ride == NULL && r2.n_rides == 1);
+        ASSERT_TRUE(memcmp(pl1, pl2, (size_t)np * V * 4) == 0);
+        ASSERT_TRUE(memcmp(dl1, dl2, 2 * (size_t)V * 4) == 0);
+        ASSERT_EQ(k2.n_used, k1.n_used);
+        ASSERT_TRUE(memcmp(k1.base, k2.base, (size_t)k1.n_used * k1.page_bytes) == 0);
+        ASSERT_EQ(s2[0].n_tokens, 6);
+        ASSERT_EQ(s2[2].n_tokens, 4);
+        ASSERT_EQ(p2.n_tokens, 7);
+        /* Not run: the decode path (one token appended), a trace, another arena. */
+        lkv_model_kv k3;
+        ASSERT_OK(lkv_model_kv_init(&k3, model, 8, LKV_DTYPE_F32, 4));
+        lkv_model_seg p3 = {.start = 60};
+        lkv_model_trace tr = {0};
+        for (int c = 0; c < 3; c++) {
+            lkv_runner_ride no = {.seqs = q2, .n = 2, .logits = dl2};
+            r2.ride = &no;
+            if (c == 0) {
+                ASSERT_OK(lkv_runner_forward(&r2, &k2, NULL, 0, &p2, tp, 1, NULL, NULL));
+            } else if (c == 1) {
+                ASSERT_OK(lkv_runner_forward(&r2, &k2, NULL, 0, &p2, tp, 3, NULL, &tr));
+            } else {
+                ASSERT_OK(lkv_runner_forward(&r2, &k3, NULL, 0, &p3, tp, 3, NULL, NULL));
+            }
+            ASSERT_TRUE(no.done == 0 && r2.ride == NULL);
+            ASSERT_EQ(s2[0].n_tokens, 6);
+            ASSERT_EQ(s2[2].n_tokens, 4);
+        }
+        ASSERT_EQ(r2.n_rides, 1);
+        lkv_model_trace_free(&tr);
+        free(pl1);
+        free(pl2);
+        free(dl1);
+        free(dl2);
+        lkv_model_kv_free(&k1);
+        lkv_model_kv_free(&k2);
+        lkv_model_kv_free(&k3);
+        lkv_runner_free(&r1);
+        lkv_runner_free(&r2);
+    }
+}
+
 int main(void)
 {
     ASSERT_OK(lkv_model_load(LKV_TEST_MODEL_DIR "/stories260K.bin", &model));
     LKV_RUN(test_one_code_path);
     LKV_RUN(test_scratch_and_stale_pages);
     LKV_RUN(test_errors);
+    LKV_RUN(test_ride);
     lkv_model_destroy(model);
     return 0;
 }
