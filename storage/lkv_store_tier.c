@@ -653,6 +653,23 @@ typedef struct unflushed {
     uint64_t bytes;
 } unflushed;
 
+/* The disk is full: counts a write-back retry, marks the writer stalled (the backlog bound holds
+ * new puts back), wakes the waiters, and sleeps 200 ms on wcv (s->mu held; dropped meanwhile). */
+static void disk_full_pause(lkv_store *s)
+{
+    s->st.wb_retries++;
+    s->wb_stalled = 1;
+    pthread_cond_broadcast(&s->cv);
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    ts.tv_nsec += 200 * 1000000L;
+    if (ts.tv_nsec >= 1000000000L) {
+        ts.tv_sec++;
+        ts.tv_nsec -= 1000000000L;
+    }
+    pthread_cond_timedwait(&s->wcv, &s->mu, &ts);
+}
+
 /* Flushes the memtables (lock dropped meanwhile) and settles every unflushed document: persisted
  * (rc 0) or failed like a failed write. A full disk keeps them for a retry after a pause. */
 static void flush_unflushed(lkv_store *s, unflushed *u)
@@ -663,17 +680,7 @@ static void flush_unflushed(lkv_store *s, unflushed *u)
     pthread_mutex_lock(&s->mu);
     s->writer_busy = 0;
     if (rc == LKV_ENOSPC && !s->stopping) {
-        s->st.wb_retries++;
-        s->wb_stalled = 1;
-        pthread_cond_broadcast(&s->cv);
-        struct timespec ts;
-        clock_gettime(CLOCK_REALTIME, &ts);
-        ts.tv_nsec += 200 * 1000000L;
-        if (ts.tv_nsec >= 1000000000L) {
-            ts.tv_sec++;
-            ts.tv_nsec -= 1000000000L;
-        }
-        pthread_cond_timedwait(&s->wcv, &s->mu, &ts);
+        disk_full_pause(s);
         return;
     }
     if (rc != 0) {
@@ -830,18 +837,8 @@ static void *writer_main(void *arg)
             /* The disk is full: the document stays hot and queued, and is tried again after a
              * pause (the backlog bound holds new puts back meanwhile). */
             cold_unadmit(s, d);
-            s->st.wb_retries++;
             wb_requeue(s, d);
-            s->wb_stalled = 1;
-            pthread_cond_broadcast(&s->cv);
-            struct timespec ts;
-            clock_gettime(CLOCK_REALTIME, &ts);
-            ts.tv_nsec += 200 * 1000000L;
-            if (ts.tv_nsec >= 1000000000L) {
-                ts.tv_sec++;
-                ts.tv_nsec -= 1000000000L;
-            }
-            pthread_cond_timedwait(&s->wcv, &s->mu, &ts);
+            disk_full_pause(s);
             continue;
         }
         if (rc != 0) {
