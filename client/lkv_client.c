@@ -1284,12 +1284,13 @@ int lkv__get_response_scan(const uint8_t *p, size_t len, uint32_t *idx, const ui
     return rc;
 }
 
-/* Receives the next message into g->m. Returns 1 if one came, 0 at the end of the stream (the
- * status then decides), or a negative code (recorded in g). */
-static int get_recv(lkv_get_t *g)
+/* Receives the next GetResponse of g's stream: 1 with *recv (caller destroys it), its reader
+ * *rd initialised (caller destroys it) and its length *total; 0 at the end of the stream or if
+ * the call failed (the status says which); or a negative code, recorded in g (over the message
+ * limit, unreadable), with nothing left to free. */
+static int get_recv_raw(lkv_get_t *g, grpc_byte_buffer **recv_out, grpc_byte_buffer_reader *rd,
+                        size_t *total)
 {
-    get_msg_clear(&g->m);
-    g->pos = 0;
     grpc_byte_buffer *recv = NULL;
     grpc_op op;
     memset(&op, 0, sizeof(op));
@@ -1302,18 +1303,34 @@ static int get_recv(lkv_get_t *g)
     if (ok != 1 || recv == NULL) {
         return 0; /* End of stream, or the call failed: the status says which. */
     }
-    size_t total = grpc_byte_buffer_length(recv);
-    if (g->cl.c->max_msg != 0 && total > g->cl.c->max_msg) {
+    *total = grpc_byte_buffer_length(recv);
+    if (g->cl.c->max_msg != 0 && *total > g->cl.c->max_msg) {
         grpc_byte_buffer_destroy(recv);
         return get_stop(g, bad_reply(LKV_EPROTO, "GetResponse", "over the message limit"));
     }
-    /* One slice as it came (a reference, no copy) when gRPC delivered it whole; else one
-     * gathered copy (readall). Then the blocks are read in place, never copied again here. */
-    grpc_byte_buffer_reader rd;
-    if (!grpc_byte_buffer_reader_init(&rd, recv)) {
+    if (!grpc_byte_buffer_reader_init(rd, recv)) {
         grpc_byte_buffer_destroy(recv);
         return get_stop(g, bad_reply(LKV_EPROTO, "GetResponse", "unreadable (compressed?)"));
     }
+    *recv_out = recv;
+    return 1;
+}
+
+/* Receives the next message into g->m. Returns 1 if one came, 0 at the end of the stream (the
+ * status then decides), or a negative code (recorded in g). */
+static int get_recv(lkv_get_t *g)
+{
+    get_msg_clear(&g->m);
+    g->pos = 0;
+    grpc_byte_buffer *recv = NULL;
+    grpc_byte_buffer_reader rd;
+    size_t total = 0;
+    int got = get_recv_raw(g, &recv, &rd, &total);
+    if (got != 1) {
+        return got;
+    }
+    /* One slice as it came (a reference, no copy) when gRPC delivered it whole; else one
+     * gathered copy (readall). Then the blocks are read in place, never copied again here. */
     grpc_slice first;
     int n_slices = 0;
     grpc_slice s1 = grpc_empty_slice();
@@ -1784,26 +1801,11 @@ static int get_decode_into(lkv_get_t *g, slice_cur *c, uint8_t *buf)
 static int get_recv_into(lkv_get_t *g, uint8_t *buf)
 {
     grpc_byte_buffer *recv = NULL;
-    grpc_op op;
-    memset(&op, 0, sizeof(op));
-    op.op = GRPC_OP_RECV_MESSAGE;
-    op.data.recv_message.recv_message = &recv;
-    int ok = run_batch(&g->cl, &op, 1);
-    if (ok == 1 && recv == NULL) {
-        g->cl.msg_eos = 1;
-    }
-    if (ok != 1 || recv == NULL) {
-        return 0;
-    }
-    size_t total = grpc_byte_buffer_length(recv);
-    if (g->cl.c->max_msg != 0 && total > g->cl.c->max_msg) {
-        grpc_byte_buffer_destroy(recv);
-        return get_stop(g, bad_reply(LKV_EPROTO, "GetResponse", "over the message limit"));
-    }
     grpc_byte_buffer_reader rd;
-    if (!grpc_byte_buffer_reader_init(&rd, recv)) {
-        grpc_byte_buffer_destroy(recv);
-        return get_stop(g, bad_reply(LKV_EPROTO, "GetResponse", "unreadable (compressed?)"));
+    size_t total = 0;
+    int got = get_recv_raw(g, &recv, &rd, &total);
+    if (got != 1) {
+        return got;
     }
     grpc_slice stack[32];
     grpc_slice *sl = stack;
