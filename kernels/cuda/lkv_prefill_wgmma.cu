@@ -1102,25 +1102,34 @@ int lkv__prefill_wgmma_ok(const prefill_params *p)
            al % 16 == 0 && (p->dtype == LKV_DTYPE_BF16 || p->dtype == LKV_DTYPE_F16) && device_ok();
 }
 
+/* One tiled tensor map of rank 3 or 4 (128-byte swizzle, element strides 1); what names it in
+ * the error line. */
+static int encode_map(CUtensorMap *m, int dtype, const void *base, cuuint32_t rank,
+                      const cuuint64_t *dims, const cuuint64_t *strides, const cuuint32_t *box,
+                      const char *what)
+{
+    const cuuint32_t es[4] = {1, 1, 1, 1};
+    const CUresult r =
+        get_encode()(m,
+                     dtype == LKV_DTYPE_BF16 ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16
+                                             : CU_TENSOR_MAP_DATA_TYPE_FLOAT16,
+                     rank, (void *)base, dims, strides, box, es, CU_TENSOR_MAP_INTERLEAVE_NONE,
+                     CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+                     CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+    if (r != CUDA_SUCCESS) {
+        fprintf(stderr, "lkv_prefill_wgmma: cuTensorMapEncodeTiled%s failed (%d)\n", what, (int)r);
+        return LKV_ECUDA;
+    }
+    return 0;
+}
+
 static int encode(CUtensorMap *m, int dtype, const void *base, cuuint64_t d1, cuuint64_t d2,
                   cuuint64_t s1, cuuint64_t s2, cuuint32_t b1, cuuint32_t b2, int D)
 {
     const cuuint64_t dims[3] = {(cuuint64_t)D, d1, d2};
     const cuuint64_t strides[2] = {s1, s2};
     const cuuint32_t box[3] = {64, b1, b2};
-    const cuuint32_t es[3] = {1, 1, 1};
-    const CUresult r =
-        get_encode()(m,
-                     dtype == LKV_DTYPE_BF16 ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16
-                                             : CU_TENSOR_MAP_DATA_TYPE_FLOAT16,
-                     3, (void *)base, dims, strides, box, es, CU_TENSOR_MAP_INTERLEAVE_NONE,
-                     CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
-                     CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
-    if (r != CUDA_SUCCESS) {
-        fprintf(stderr, "lkv_prefill_wgmma: cuTensorMapEncodeTiled failed (%d)\n", (int)r);
-        return LKV_ECUDA;
-    }
-    return 0;
+    return encode_map(m, dtype, base, 3, dims, strides, box, "");
 }
 
 /* VB's map of the arena's V rows: [pages][panels of 64 columns][rows of a page][64] (the panel
@@ -1131,19 +1140,7 @@ static int encode_vb(CUtensorMap *m, int dtype, const void *base, cuuint64_t row
     const cuuint64_t dims[4] = {64, rows_pp, (cuuint64_t)D / 64, pages};
     const cuuint64_t strides[3] = {(cuuint64_t)D * 2, 128, page_bytes};
     const cuuint32_t box[4] = {64, B, (cuuint32_t)D / 64, 1};
-    const cuuint32_t es[4] = {1, 1, 1, 1};
-    const CUresult r =
-        get_encode()(m,
-                     dtype == LKV_DTYPE_BF16 ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16
-                                             : CU_TENSOR_MAP_DATA_TYPE_FLOAT16,
-                     4, (void *)base, dims, strides, box, es, CU_TENSOR_MAP_INTERLEAVE_NONE,
-                     CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
-                     CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
-    if (r != CUDA_SUCCESS) {
-        fprintf(stderr, "lkv_prefill_wgmma: cuTensorMapEncodeTiled (VB) failed (%d)\n", (int)r);
-        return LKV_ECUDA;
-    }
-    return 0;
+    return encode_map(m, dtype, base, 4, dims, strides, box, " (VB)");
 }
 
 template <typename T, int D, int BN, int NST, bool QR, bool PF = false>
