@@ -89,6 +89,30 @@ static void make_key(int d, lkv_dockey *k)
     }
 }
 
+/* Commits documents 0..n_docs-1 (make_key's keys), each per_doc blocks of bb bytes of payload,
+ * with lkv_cold_batch_commit's sync argument (0, or LKV_COLD_NO_WAL). */
+static void commit_docs(lkv_cold *c, int n_docs, int per_doc, const uint8_t *payload, size_t bb,
+                        const uint32_t *tokens, int sync)
+{
+    for (int d = 0; d < n_docs; d++) {
+        lkv_dockey k;
+        make_key(d, &k);
+        lkv_cold_batch *b = lkv_cold_batch_create();
+        for (int i = 0; i < per_doc; i++) {
+            lkv_cold_batch_block(b, &k, (uint32_t)i, payload + (size_t)i * bb, bb);
+        }
+        lkv_cold_doc meta;
+        memset(&meta, 0, sizeof meta);
+        meta.key = k;
+        meta.n_blocks = (uint32_t)per_doc;
+        meta.n_tokens = 16u * per_doc;
+        meta.block_bytes = (uint32_t)bb;
+        if (lkv_cold_batch_commit(c, b, &meta, tokens, sync) != 0) {
+            die("commit");
+        }
+    }
+}
+
 int main(int argc, char **argv)
 {
     int n_values = 64, passes = 3, per_doc = 8;
@@ -149,23 +173,7 @@ int main(int argc, char **argv)
         if (lkv_cold_open(d2, 0, &c) != 0) {
             die("lkv_cold_open");
         }
-        for (int d = 0; d < n_docs; d++) {
-            lkv_dockey k;
-            make_key(d, &k);
-            lkv_cold_batch *b = lkv_cold_batch_create();
-            for (int i = 0; i < per_doc; i++) {
-                lkv_cold_batch_block(b, &k, (uint32_t)i, payload + (size_t)i * bb, bb);
-            }
-            lkv_cold_doc meta;
-            memset(&meta, 0, sizeof meta);
-            meta.key = k;
-            meta.n_blocks = (uint32_t)per_doc;
-            meta.n_tokens = 16u * per_doc;
-            meta.block_bytes = (uint32_t)bb;
-            if (lkv_cold_batch_commit(c, b, &meta, tokens, 0) != 0) {
-                die("commit");
-            }
-        }
+        commit_docs(c, n_docs, per_doc, payload, bb, tokens, 0);
         lkv_cold_close(c); /* Flushes the memtables into blob files. */
         double tw = now_s() - t0;
         best_w = tw < best_w ? tw : best_w;
@@ -178,23 +186,7 @@ int main(int argc, char **argv)
         if (lkv_cold_open(d2n, 0, &c) != 0) {
             die("lkv_cold_open");
         }
-        for (int d = 0; d < n_docs; d++) {
-            lkv_dockey k;
-            make_key(d, &k);
-            lkv_cold_batch *b = lkv_cold_batch_create();
-            for (int i = 0; i < per_doc; i++) {
-                lkv_cold_batch_block(b, &k, (uint32_t)i, payload + (size_t)i * bb, bb);
-            }
-            lkv_cold_doc meta;
-            memset(&meta, 0, sizeof meta);
-            meta.key = k;
-            meta.n_blocks = (uint32_t)per_doc;
-            meta.n_tokens = 16u * per_doc;
-            meta.block_bytes = (uint32_t)bb;
-            if (lkv_cold_batch_commit(c, b, &meta, tokens, LKV_COLD_NO_WAL) != 0) {
-                die("commit");
-            }
-        }
+        commit_docs(c, n_docs, per_doc, payload, bb, tokens, LKV_COLD_NO_WAL);
         if (lkv_cold_flush(c) != 0) {
             die("lkv_cold_flush");
         }
@@ -352,20 +344,8 @@ int main(int argc, char **argv)
     }
     for (int d = 0; d < n_docs; d++) {
         make_key(d, &keys[d]);
-        lkv_cold_batch *b = lkv_cold_batch_create();
-        for (int i = 0; i < per_doc; i++) {
-            lkv_cold_batch_block(b, &keys[d], (uint32_t)i, payload + (size_t)i * bb, bb);
-        }
-        lkv_cold_doc meta;
-        memset(&meta, 0, sizeof meta);
-        meta.key = keys[d];
-        meta.n_blocks = (uint32_t)per_doc;
-        meta.n_tokens = 16u * per_doc;
-        meta.block_bytes = (uint32_t)bb;
-        if (lkv_cold_batch_commit(c, b, &meta, tokens, 0) != 0) {
-            die("commit");
-        }
     }
+    commit_docs(c, n_docs, per_doc, payload, bb, tokens, 0);
     lkv_cold_close(c);
     int fd = open(fpath, O_CREAT | O_TRUNC | O_RDWR, 0600);
     for (int d = 0; d < n_docs; d++) {
