@@ -114,6 +114,22 @@ struct dprep {
     int *tokens;
 };
 
+/* The rest of layer l for n rows after attention (r->att): the output projection and its
+ * residual, then the feed-forward block (RMSNorm, SwiGLU) and its residual, into r->x. */
+static void layer_out(lkv_runner *r, int l, int n)
+{
+    const lkv_backend *be = r->be;
+    const int D = r->m->cfg.dim, HID = r->m->cfg.hidden_dim;
+    be->matmul(be->ctx, r->tmp, r->att, r->wo + (size_t)l * D * D, n, D, D);
+    be->add(be->ctx, r->x, r->tmp, (size_t)n * D);
+    be->rmsnorm(be->ctx, r->xb, r->x, r->rms_ffn + (size_t)l * D, n, D);
+    be->matmul(be->ctx, r->h1, r->xb, r->w1 + (size_t)l * HID * D, n, HID, D);
+    be->matmul(be->ctx, r->h3, r->xb, r->w3 + (size_t)l * HID * D, n, HID, D);
+    be->swiglu(be->ctx, r->h1, r->h3, (size_t)n * HID);
+    be->matmul(be->ctx, r->tmp, r->h1, r->w2 + (size_t)l * D * HID, n, D, HID);
+    be->add(be->ctx, r->x, r->tmp, (size_t)n * D);
+}
+
 int lkv_runner_forward(lkv_runner *r, lkv_model_kv *kv, const lkv_model_seg *ctx, int n_ctx,
                        lkv_model_seg *seg, const int *tokens, int n, float *logits,
                        lkv_model_trace *trace)
@@ -121,7 +137,7 @@ int lkv_runner_forward(lkv_runner *r, lkv_model_kv *kv, const lkv_model_seg *ctx
     const lkv_model *m = r->m;
     const lkv_backend *be = r->be;
     const lkv_model_cfg *c = &m->cfg;
-    const int D = c->dim, HD = c->head_dim, KVD = c->n_kv_heads * c->head_dim, HID = c->hidden_dim;
+    const int D = c->dim, HD = c->head_dim, KVD = c->n_kv_heads * c->head_dim;
     const int B = kv->shape.block_tokens, n0 = seg->n_tokens, L = c->n_layers;
     const size_t F = sizeof(float);
     lkv_runner_ride *ride = r->ride; /* Consumed by this call, run or not. */
@@ -250,14 +266,7 @@ int lkv_runner_forward(lkv_runner *r, lkv_model_kv *kv, const lkv_model_seg *ctx
             be->to_host(be->ctx, trace->v + (size_t)l * n * KVD, r->v, (size_t)n * KVD * F);
             be->to_host(be->ctx, trace->att + (size_t)l * n * D, r->att, (size_t)n * D * F);
         }
-        be->matmul(be->ctx, r->tmp, r->att, r->wo + (size_t)l * D * D, N, D, D);
-        be->add(be->ctx, r->x, r->tmp, (size_t)N * D);
-        be->rmsnorm(be->ctx, r->xb, r->x, r->rms_ffn + (size_t)l * D, N, D);
-        be->matmul(be->ctx, r->h1, r->xb, r->w1 + (size_t)l * HID * D, N, HID, D);
-        be->matmul(be->ctx, r->h3, r->xb, r->w3 + (size_t)l * HID * D, N, HID, D);
-        be->swiglu(be->ctx, r->h1, r->h3, (size_t)N * HID);
-        be->matmul(be->ctx, r->tmp, r->h1, r->w2 + (size_t)l * D * HID, N, D, HID);
-        be->add(be->ctx, r->x, r->tmp, (size_t)N * D);
+        layer_out(r, l, N);
     }
     seg->n_tokens = n0 + n;
     for (int b = 0; b < nd; b++) {
@@ -409,7 +418,7 @@ int lkv_runner_decode_batch(lkv_runner *r, lkv_runner_seq *seqs, int n, float *l
     const lkv_model *m = r->m;
     const lkv_backend *be = r->be;
     const lkv_model_cfg *c = &m->cfg;
-    const int D = c->dim, KVD = c->n_kv_heads * c->head_dim, HID = c->hidden_dim;
+    const int D = c->dim, KVD = c->n_kv_heads * c->head_dim;
     const int L = c->n_layers;
     if (n < 1 || seqs == NULL || logits == NULL) {
         return LKV_EINVAL;
@@ -431,14 +440,7 @@ int lkv_runner_decode_batch(lkv_runner *r, lkv_runner_seq *seqs, int n, float *l
         if (rc != 0) {
             goto out;
         }
-        be->matmul(be->ctx, r->tmp, r->att, r->wo + (size_t)l * D * D, n, D, D);
-        be->add(be->ctx, r->x, r->tmp, (size_t)n * D);
-        be->rmsnorm(be->ctx, r->xb, r->x, r->rms_ffn + (size_t)l * D, n, D);
-        be->matmul(be->ctx, r->h1, r->xb, r->w1 + (size_t)l * HID * D, n, HID, D);
-        be->matmul(be->ctx, r->h3, r->xb, r->w3 + (size_t)l * HID * D, n, HID, D);
-        be->swiglu(be->ctx, r->h1, r->h3, (size_t)n * HID);
-        be->matmul(be->ctx, r->tmp, r->h1, r->w2 + (size_t)l * D * HID, n, D, HID);
-        be->add(be->ctx, r->x, r->tmp, (size_t)n * D);
+        layer_out(r, l, n);
     }
     for (int b = 0; b < n; b++) {
         seqs[b].seg->n_tokens++;
